@@ -1,0 +1,27 @@
+# LARA: Lagrangian Reward Augmentation, safe inference-time alignment, end to end.
+#
+#   snakemake --cores all                                      # the embedded toy world (config/config.yaml)
+#   snakemake --profile slurm --configfile config/paper-llama.yaml   # the paper, on a SLURM GPU cluster
+#
+# Results path grammar (one experiment = config key `experiment`; wildcard values hold no "." or "/"):
+#   results/{exp}/toy/{alpaca,safe_rlhf,prompts}.jsonl       the toy world's raw data (toy sources only)
+#   results/{exp}/models/{model}/                             Hugging Face model directories (base, sft, ...)
+#   results/{exp}/data/{sft,preferences}.parquet              normalised training data
+#   results/{exp}/data/prompts_{calibration,test}.parquet     disjoint prompt splits
+#   logs/{exp}/{rule}.log, benchmarks/{exp}/{rule}.tsv        per-job logs and timings
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/data.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        final_outputs(),

@@ -1,0 +1,76 @@
+# Shared by every stage: config validation (before any job runs), input functions,
+# resources and target lists. No rules here.
+import json
+import shlex
+from pathlib import Path
+
+from lara import config as lara_config
+from lara.provenance import source_hash
+
+_sources = [str(f) for f in getattr(workflow, "configfiles", [])] or ["config"]
+_validated = lara_config.validate(config, source=", ".join(_sources))
+config.clear()
+config.update(_validated)
+
+EXP = config["experiment"]
+RESULTS = f"results/{EXP}"
+TOY_FILES = {
+    "sft": f"{RESULTS}/toy/alpaca.jsonl",
+    "preferences": f"{RESULTS}/toy/safe_rlhf.jsonl",
+    "prompts": f"{RESULTS}/toy/prompts.jsonl",
+}
+
+
+wildcard_constraints:
+    exp=EXP,
+
+
+def opts(**options):
+    """Shell-quoted command-line options (`--max-examples 5`), skipping None values. Rules pass
+    this string as a param, so it changes exactly when the config slice it encodes changes."""
+    parts = []
+    for key, value in options.items():
+        if value is not None:
+            parts += [f"--{key.replace('_', '-')}", str(value)]
+    return shlex.join(parts)
+
+
+def code(*modules):
+    """Source hash of the step modules a rule runs: editing them reruns that rule."""
+    return "-".join(source_hash(m) for m in modules)
+
+
+def data_source(kind):
+    """The source string of a data set: the toy world's file, a local path, or a hub id."""
+    source = config["data"][kind]["source"]
+    return TOY_FILES[kind] if source == "toy" else source
+
+
+def data_input(kind):
+    """File inputs of a data set (none for a hub id), so Snakemake tracks local files."""
+    source = data_source(kind)
+    return [source] if source in TOY_FILES.values() or Path(source).exists() else []
+
+
+def job_resources(rule):
+    """Resources of a rule from the experiment config: defaults, then per-rule overrides."""
+    res = dict(config["resources"]["default"]) | config["resources"]["rules"].get(rule, {})
+    if not res.get("gpu"):
+        res.pop("gpu", None)
+        res.pop("gpu_model", None)
+    elif res.get("gpu_model") is None:
+        res.pop("gpu_model", None)
+    return res
+
+
+def final_outputs():
+    """Everything `snakemake` builds by default for the configured experiment."""
+    targets = [
+        f"{RESULTS}/data/sft.parquet",
+        f"{RESULTS}/data/preferences.parquet",
+        f"{RESULTS}/data/prompts_calibration.parquet",
+        f"{RESULTS}/data/prompts_test.parquet",
+    ]
+    if config["base_model"]["name_or_path"] == "toy":
+        targets.append(f"{RESULTS}/models/base")
+    return targets

@@ -1,0 +1,128 @@
+# Data stage: the toy world (when a source is "toy"), its tiny base model, and ingestion of
+# Alpaca-schema / PKU-SafeRLHF-schema data from a hub id or a local file through one code path.
+
+
+rule make_toy_world:
+    output:
+        alpaca="results/{exp}/toy/alpaca.jsonl",
+        preferences="results/{exp}/toy/safe_rlhf.jsonl",
+        prompts="results/{exp}/toy/prompts.jsonl",
+    params:
+        settings=json.dumps({k: v for k, v in config["toy"].items() if k not in ("tokenizer", "model")}),
+        seed=config["seed"],
+        code=code("lara.toy.world", "lara.toy.make_world"),
+    log:
+        "logs/{exp}/make_toy_world.log",
+    benchmark:
+        "benchmarks/{exp}/make_toy_world.tsv"
+    resources:
+        **job_resources("make_toy_world"),
+    conda:
+        "../envs/analysis.yaml"
+    shell:
+        "lara make-toy-world --settings {params.settings:q} --seed {params.seed}"
+        " --alpaca {output.alpaca} --preferences {output.preferences} --prompts {output.prompts}"
+        " 2> {log}"
+
+
+rule make_toy_model:
+    input:
+        alpaca=TOY_FILES["sft"],
+        preferences=TOY_FILES["preferences"],
+    output:
+        directory("results/{exp}/models/base"),
+    params:
+        settings=json.dumps(config["toy"]["tokenizer"] | config["toy"]["model"]),
+        seed=config["seed"],
+        code=code("lara.toy.model"),
+    log:
+        "logs/{exp}/make_toy_model.log",
+    benchmark:
+        "benchmarks/{exp}/make_toy_model.tsv"
+    resources:
+        **job_resources("make_toy_model"),
+    conda:
+        "../envs/train.yaml"
+    shell:
+        "lara make-toy-model --settings {params.settings:q} --seed {params.seed}"
+        " --alpaca {input.alpaca} --preferences {input.preferences} --out {output} 2> {log}"
+
+
+rule prepare_sft_data:
+    input:
+        data_input("sft"),
+    output:
+        "results/{exp}/data/sft.parquet",
+    params:
+        options=opts(
+            source=data_source("sft"),
+            split=config["data"]["sft"]["split"],
+            max_examples=config["data"]["sft"]["max_examples"],
+            seed=config["seed"],
+        ),
+        code=code("lara.data"),
+    log:
+        "logs/{exp}/prepare_sft_data.log",
+    benchmark:
+        "benchmarks/{exp}/prepare_sft_data.tsv"
+    resources:
+        **job_resources("prepare_sft_data"),
+    conda:
+        "../envs/analysis.yaml"
+    shell:
+        "lara prepare-data --kind sft {params.options} --out {output} 2> {log}"
+
+
+rule prepare_preferences:
+    input:
+        data_input("preferences"),
+    output:
+        "results/{exp}/data/preferences.parquet",
+    params:
+        options=opts(
+            source=data_source("preferences"),
+            split=config["data"]["preferences"]["split"],
+            max_examples=config["data"]["preferences"]["max_examples"],
+            inconsistent=config["data"]["preferences"]["inconsistent"],
+            seed=config["seed"],
+        ),
+        code=code("lara.data"),
+    log:
+        "logs/{exp}/prepare_preferences.log",
+    benchmark:
+        "benchmarks/{exp}/prepare_preferences.tsv"
+    resources:
+        **job_resources("prepare_preferences"),
+    conda:
+        "../envs/analysis.yaml"
+    shell:
+        "lara prepare-data --kind preferences {params.options} --out {output} 2> {log}"
+
+
+rule split_prompts:
+    input:
+        data_input("prompts"),
+    output:
+        calibration="results/{exp}/data/prompts_calibration.parquet",
+        test="results/{exp}/data/prompts_test.parquet",
+    params:
+        options=opts(
+            source=data_source("prompts"),
+            split=config["data"]["prompts"]["split"],
+            column=config["data"]["prompts"]["column"],
+            n_calibration=config["data"]["prompts"]["n_calibration"],
+            n_test=config["data"]["prompts"]["n_test"],
+            seed=config["seed"],
+        ),
+        code=code("lara.data"),
+    log:
+        "logs/{exp}/split_prompts.log",
+    benchmark:
+        "benchmarks/{exp}/split_prompts.tsv"
+    resources:
+        **job_resources("split_prompts"),
+    conda:
+        "../envs/analysis.yaml"
+    shell:
+        "lara split-prompts {params.options}"
+        " --calibration {output.calibration} --test {output.test} 2> {log}"

@@ -1,0 +1,5 @@
+import sys
+
+from lara.cli import main
+
+sys.exit(main())

@@ -1,0 +1,67 @@
+"""The ``lara`` console command: one subcommand per workflow step.
+
+Each step module exposes ``HELP``, ``add_arguments(parser)`` and ``run(args)``; heavy
+libraries are imported inside the functions that need them, so ``lara --help`` is fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+import time
+
+# subcommand -> module; grouped by workflow stage, in DAG order.
+COMMANDS: dict[str, str] = {
+    # configuration
+    "validate-config": "lara.config",
+    # data
+    "make-toy-world": "lara.toy.make_world",
+    "make-toy-model": "lara.toy.model",
+    "prepare-data": "lara.data.ingest",
+    "split-prompts": "lara.data.splits",
+    # evaluation helpers
+    "oracle-score": "lara.toy.score",
+}
+
+log = logging.getLogger("lara")
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lara", description="LARA: Lagrangian Reward Augmentation for safe inference-time "
+        "alignment. Each subcommand is one step of the Snakemake workflow.")
+    parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, module_name in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from lara.config import ConfigError
+    from lara.data.tables import DataError
+    from lara.provenance import code_version
+
+    settings = {k: v for k, v in vars(args).items() if not k.startswith("_")}
+    log.info("lara %s %s", args.command, settings)
+    log.info("code version %s", code_version())
+    start = time.perf_counter()
+    try:
+        args._run(args)
+    except (ConfigError, DataError) as exc:
+        log.error("lara %s failed: %s", args.command, exc)
+        return 2
+    log.info("lara %s done in %.1f s", args.command, time.perf_counter() - start)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

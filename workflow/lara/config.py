@@ -1,0 +1,131 @@
+"""Experiment configuration: load, merge, fill defaults from the schema, validate.
+
+The schema (``config/schema.yaml``) gives every key a description and a default. An
+unknown key, a wrong type or an out-of-range value fails with a message that names
+the key as a dotted path (``calibration.bootstrap: -1 is less than the minimum of 1``).
+The Snakefile calls :func:`validate` before any job is scheduled.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import yaml
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "config" / "schema.yaml"
+
+
+class ConfigError(ValueError):
+    """A configuration that does not satisfy the schema."""
+
+
+def load_schema(path: str | Path | None = None) -> dict:
+    with open(path or SCHEMA_PATH) as fh:
+        return yaml.safe_load(fh)
+
+
+def load_yaml(path: str | Path) -> dict:
+    try:
+        with open(path) as fh:
+            data = yaml.safe_load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def merge(base: dict, override: dict) -> dict:
+    """Recursive dict merge; ``override`` wins, mappings merge key by key."""
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def defaults(schema: dict) -> dict:
+    """The configuration made of the schema's defaults alone."""
+    return _fill({}, schema)
+
+
+def _fill(instance, schema: dict):
+    if schema.get("type") != "object" or not isinstance(instance, dict):
+        return instance
+    out = dict(instance)
+    for key, sub in schema.get("properties", {}).items():
+        if key not in out and "default" in sub:
+            out[key] = copy.deepcopy(sub["default"])
+        if key in out:
+            out[key] = _fill(out[key], sub)
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict):
+        for key in out:
+            if key not in schema.get("properties", {}):
+                out[key] = _fill(out[key], extra)
+    return out
+
+
+def _key(path) -> str:
+    return ".".join(str(p) for p in path) or "<top level>"
+
+
+def _describe(error) -> str:
+    if error.validator == "additionalProperties":
+        known = set(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - known)
+        keys = ", ".join(_key([*error.absolute_path, k]) for k in unknown)
+        hint = f" (known keys here: {', '.join(sorted(known))})" if known else ""
+        return f"unknown key {keys}{hint}"
+    return f"{_key(error.absolute_path)}: {error.message}"
+
+
+def validate(config: dict, schema: dict | None = None, source: str = "config") -> dict:
+    """Return ``config`` with defaults filled in, or raise :class:`ConfigError` naming every
+    offending key."""
+    from jsonschema import Draft202012Validator
+
+    schema = schema or load_schema()
+    filled = _fill(copy.deepcopy(config), schema)
+    errors = sorted(Draft202012Validator(schema).iter_errors(filled),
+                    key=lambda e: [str(p) for p in e.absolute_path])
+    if errors:
+        lines = "\n".join(f"  - {_describe(e)}" for e in errors)
+        raise ConfigError(f"{source}: invalid configuration:\n{lines}")
+    return filled
+
+
+def load(*paths: str | Path, overrides: dict | None = None, schema: dict | None = None) -> dict:
+    """Merge YAML files left to right (plus ``overrides``) and validate the result."""
+    config: dict = {}
+    for path in paths:
+        config = merge(config, load_yaml(path))
+    if overrides:
+        config = merge(config, overrides)
+    return validate(config, schema, source=", ".join(str(p) for p in paths) or "config")
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI: lara validate-config
+
+HELP = "validate experiment config files against the schema and print the resolved config"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("configs", nargs="+", help="YAML files, merged left to right")
+    parser.add_argument("--schema", default=None, help="schema file (default: config/schema.yaml)")
+    parser.add_argument("--quiet", action="store_true", help="only report errors")
+
+
+def run(args) -> None:
+    schema = load_schema(args.schema) if args.schema else None
+    config = load(*args.configs, schema=schema)
+    if not args.quiet:
+        print(yaml.safe_dump(config, sort_keys=False), end="")

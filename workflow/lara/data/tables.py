@@ -1,0 +1,67 @@
+"""Reading and writing the workflow's own tables (parquet, jsonl, csv) with clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from lara.io import atomic_output
+
+READERS = {".parquet": pd.read_parquet, ".csv": pd.read_csv,
+           ".jsonl": lambda p: pd.read_json(p, lines=True), ".json": pd.read_json}
+
+
+class DataError(ValueError):
+    """Bad input data; the message names the file and, where it applies, the column and row."""
+
+
+def read_table(path: str | Path, required: list[str] | tuple[str, ...] = ()) -> pd.DataFrame:
+    path = Path(path)
+    reader = READERS.get(path.suffix.lower())
+    if reader is None:
+        raise DataError(f"{path}: unsupported file type {path.suffix!r} "
+                        f"(expected one of {', '.join(sorted(READERS))})")
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    try:
+        df = reader(path)
+    except ValueError as exc:
+        raise DataError(f"{path}: could not be read: {exc}") from None
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise DataError(f"{path}: missing column(s) {', '.join(missing)} "
+                        f"(found: {', '.join(map(str, df.columns))})")
+    return df
+
+
+def write_table(df: pd.DataFrame, path: str | Path, metadata: dict | None = None) -> None:
+    """Write atomically; parquet files carry ``metadata`` under the key ``lara``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    with atomic_output(path) as tmp:
+        suffix = path.suffix.lower()
+        if suffix == ".parquet":
+            table = pa.Table.from_pandas(df, preserve_index=False)
+            if metadata is not None:
+                meta = dict(table.schema.metadata or {})
+                meta[b"lara"] = json.dumps(metadata, default=str).encode()
+                table = table.replace_schema_metadata(meta)
+            pq.write_table(table, tmp)
+        elif suffix == ".csv":
+            df.to_csv(tmp, index=False)
+        elif suffix == ".jsonl":
+            df.to_json(tmp, orient="records", lines=True)
+        else:
+            raise DataError(f"{path}: unsupported output type {suffix!r}")
+
+
+def read_metadata(path: str | Path) -> dict:
+    """The ``lara`` metadata record of a parquet file written by :func:`write_table`."""
+    import pyarrow.parquet as pq
+
+    meta = pq.read_schema(path).metadata or {}
+    return json.loads(meta[b"lara"]) if b"lara" in meta else {}
