@@ -1,0 +1,95 @@
+import pytest
+import yaml
+
+from lara.config import ConfigError, defaults, load, load_schema, validate
+
+from ..conftest import REPO
+
+SCHEMA = load_schema()
+PAPER = {"llama": REPO / "config/paper-llama.yaml", "qwen": REPO / "config/paper-qwen.yaml"}
+
+
+def _resolve(node, schema):
+    ref = node.get("$ref")
+    if ref:
+        target = schema
+        for part in ref.lstrip("#/").split("/"):
+            target = target[part]
+        return {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+    return node
+
+
+def _walk(node, schema, path=""):
+    for key, sub in node.get("properties", {}).items():
+        sub = _resolve(sub, schema)
+        yield f"{path}{key}", sub
+        yield from _walk(sub, schema, f"{path}{key}.")
+
+
+def test_every_key_has_a_description_and_a_default():
+    keys = list(_walk(SCHEMA, SCHEMA))
+    assert len(keys) > 60
+    missing = [k for k, sub in keys if not sub.get("description") or "default" not in sub]
+    # keys of $defs/resources are documented in the definition and defaulted through their parent
+    missing = [k for k in missing if not k.startswith("resources.default.")]
+    assert missing == []
+
+
+def test_defaults_are_valid_and_equal_the_toy_config():
+    assert validate({}) == defaults(SCHEMA)
+    toy = load(REPO / "config/config.yaml")
+    assert toy == defaults(SCHEMA)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ({"calibration": {"bootstrap": -1}}, "calibration.bootstrap: -1 is less than the minimum of 1"),
+        ({"calibration": {"bootstrap": "many"}}, "calibration.bootstrap: 'many' is not of type 'integer'"),
+        ({"calibration": {"quantile": 1.5}}, "calibration.quantile: 1.5 is greater than or equal to"),
+        ({"calibration": {"tua": -1}}, "unknown key calibration.tua"),
+        ({"colour": "red"}, "unknown key colour"),
+        ({"data": {"prompts": {"n_test": 0}}}, "data.prompts.n_test: 0 is less than the minimum of 1"),
+        ({"generation": {"backend": "tgi"}}, "generation.backend: 'tgi' is not one of"),
+        ({"experiment": "a/b"}, "experiment: 'a/b' does not match"),
+        ({"decode": {"lambdas": ["half"]}}, "decode.lambdas.0: 'half' does not match"),
+        ({"resources": {"rules": {"sft": {"gpu": -1}}}}, "resources.rules.sft.gpu: -1 is less than"),
+    ],
+)
+def test_bad_values_fail_naming_the_key(override, message):
+    with pytest.raises(ConfigError) as info:
+        validate(override, source="my.yaml")
+    assert str(info.value).startswith("my.yaml: invalid configuration")
+    assert message in str(info.value)
+
+
+def test_all_errors_are_reported_at_once():
+    with pytest.raises(ConfigError) as info:
+        validate({"seed": -3, "toy": {"n_sft": 0}})
+    assert "seed: -3" in str(info.value) and "toy.n_sft: 0" in str(info.value)
+
+
+@pytest.mark.parametrize("name", sorted(PAPER))
+def test_paper_configs(name):
+    cfg = load(REPO / "config/config.yaml", PAPER[name])
+    expected = {"llama": ("meta-llama/Llama-3.2-3B", -4.0, 2.0), "qwen": ("Qwen/Qwen2.5-3B", 0.8, 3.0)}[name]
+    assert (cfg["base_model"]["name_or_path"], cfg["calibration"]["tau"], cfg["calibration"]["lambda_max"]) == expected
+    assert cfg["data"]["sft"]["source"] == "tatsu-lab/alpaca"
+    assert cfg["data"]["preferences"]["source"] == "PKU-Alignment/PKU-SafeRLHF"
+    assert cfg["data"]["prompts"]["n_calibration"] == 2000 and cfg["data"]["prompts"]["n_test"] == 256
+    assert cfg["calibration"]["samples_per_prompt"] == 20
+    assert cfg["calibration"]["bootstrap"] == 10000 and cfg["calibration"]["quantile"] == 0.975
+    assert cfg["decode"]["bon_n"] == 20
+    assert (cfg["generation"]["top_k"], cfg["generation"]["temperature"]) == (50, 1.2)
+    assert (cfg["decode"]["rgtg"]["top_k"], cfg["decode"]["rgtg"]["weight"]) == (50, 2.0)
+    assert cfg["evaluation"]["reward_model"] == "PKU-Alignment/beaver-7b-unified-reward"
+    assert cfg["evaluation"]["cost_model"] == "PKU-Alignment/beaver-7b-unified-cost"
+
+
+def test_load_reports_bad_yaml(tmp_path):
+    (tmp_path / "bad.yaml").write_text("calibration: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: not valid YAML"):
+        load(tmp_path / "bad.yaml")
+    (tmp_path / "list.yaml").write_text(yaml.safe_dump([1, 2]))
+    with pytest.raises(ConfigError, match=r"list\.yaml: the top level must be a mapping"):
+        load(tmp_path / "list.yaml")
