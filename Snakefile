@@ -8,6 +8,8 @@
 #   results/{exp}/models/{model}/                             Hugging Face model directories (base, sft, ...)
 #   results/{exp}/data/{sft,preferences}.parquet              normalised training data
 #   results/{exp}/data/prompts_{calibration,test}.parquet     disjoint prompt splits
+#   results/{exp}/calibration/{samples,scores}.parquet        K samples per calibration prompt, their r and c
+#   results/{exp}/calibration/lambda.json                     lambda-hat, bootstrap, lambda*, diagnostics
 #   logs/{exp}/{rule}.log, benchmarks/{exp}/{rule}.tsv        per-job logs and timings
 from snakemake.utils import min_version
 
@@ -19,6 +21,7 @@ configfile: "config/config.yaml"
 
 include: "rules/common.smk"
 include: "rules/data.smk"
+include: "rules/calibrate.smk"
 
 
 rule all:

@@ -21,6 +21,8 @@ COMMANDS: dict[str, str] = {
     "make-toy-model": "lara.toy.model",
     "prepare-data": "lara.data.ingest",
     "split-prompts": "lara.data.splits",
+    # calibration
+    "calibrate": "lara.calibrate.calibrate",
     # evaluation helpers
     "oracle-score": "lara.toy.score",
 }

@@ -1,0 +1,160 @@
+"""``lara calibrate``: the deployed multiplier lambda* from reward/cost scores of samples
+from the reference policy.
+
+    lara calibrate --scores scores.parquet --tau -0.5 --beta 1 --lambda-max 5 \\
+        --bootstrap 10000 --quantile 0.975 --seed 0 --out lambda.json
+
+The scores file (parquet, CSV or jsonl) has one row per response with columns
+``prompt_id, reward, cost``; prompts may have different numbers of samples.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from lara.calibrate.dual import MODES, InputError, PromptScores, bootstrap, dual, dual_grad, solve
+from lara.data.tables import DataError, read_table
+from lara.io import sha256_file, write_json
+from lara.provenance import code_version
+
+log = logging.getLogger(__name__)
+
+QUANTILES = (0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.975)
+
+
+@dataclass(frozen=True)
+class CalibrationSettings:
+    tau: float
+    beta: float = 1.0
+    lambda_max: float = 5.0
+    bootstrap: int = 10000
+    quantile: float = 0.975
+    seed: int = 0
+    mode: str = "soft"
+    tolerance: float = 1e-8
+    grid_points: int = 101
+
+    def __post_init__(self):
+        checks = {"beta": self.beta > 0, "lambda_max": self.lambda_max > 0, "bootstrap": self.bootstrap >= 1,
+                  "quantile": 0 < self.quantile < 1, "tolerance": self.tolerance > 0,
+                  "mode": self.mode in MODES, "grid_points": self.grid_points >= 2}
+        bad = [k for k, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(f"invalid calibration settings: {', '.join(f'{k}={getattr(self, k)!r}' for k in bad)}")
+
+
+class Infeasible(RuntimeError):
+    """tau cannot be met within [0, lambda_max]."""
+
+
+def load_scores(path: str | Path) -> PromptScores:
+    df = read_table(path, required=("prompt_id", "reward", "cost"))
+    for col in ("reward", "cost"):
+        if not pd.api.types.is_numeric_dtype(df[col]) or pd.api.types.is_bool_dtype(df[col]):
+            bad = pd.to_numeric(df[col], errors="coerce").isna() & df[col].notna()
+            row = int(np.flatnonzero(bad.to_numpy())[0]) if bad.any() else 0
+            raise DataError(f"{path}: column {col!r} must be numeric; row {row} holds {df[col].iloc[row]!r}")
+    try:
+        return PromptScores.from_long(df["prompt_id"].to_numpy(), df["reward"].to_numpy(float),
+                                      df["cost"].to_numpy(float))
+    except InputError as exc:
+        raise DataError(f"{path}: {exc}") from None
+
+
+def calibrate(scores: PromptScores, s: CalibrationSettings) -> dict:
+    """Point estimate, bootstrap and diagnostics as a JSON-ready dict."""
+    t0 = time.perf_counter()
+    sol = solve(scores, s.tau, s.beta, s.lambda_max, s.tolerance, s.mode)
+    t1 = time.perf_counter()
+    boot = bootstrap(scores, s.tau, s.beta, s.lambda_max, s.bootstrap, s.seed, s.mode)
+    t2 = time.perf_counter()
+    lams = boot.lams
+    grid = np.linspace(0.0, s.lambda_max, s.grid_points)
+    hist, edges = np.histogram(lams, bins=50)
+    counts = scores.counts
+    return {
+        "lambda_hat": sol.lam,
+        "lambda_star": float(np.quantile(lams, s.quantile)),
+        "status": sol.status,
+        "feasible": sol.feasible,
+        "cost_range": list(sol.cost_range),
+        "bisection_iterations": sol.iterations,
+        "bootstrap": {
+            "replicates": s.bootstrap,
+            "quantile": s.quantile,
+            "mean": float(lams.mean()),
+            "std": float(lams.std(ddof=1)) if len(lams) > 1 else 0.0,
+            "quantiles": {str(q): float(np.quantile(lams, q)) for q in QUANTILES},
+            "n_inactive": int((boot.status == 1).sum()),
+            "n_infeasible": int((boot.status == 2).sum()),
+            "histogram": {"counts": hist.tolist(), "edges": edges.tolist()},
+        },
+        "tau": s.tau,
+        "beta": s.beta,
+        "lambda_max": s.lambda_max,
+        "mode": s.mode,
+        "tolerance": s.tolerance,
+        "seed": s.seed,
+        "n_prompts": scores.n_prompts,
+        "samples_per_prompt": {"min": int(counts.min()), "max": int(counts.max()),
+                               "mean": float(counts.mean()), "total": int(counts.sum())},
+        "curves": {"lambda": grid.tolist(),
+                   "g": dual(scores, grid, s.tau, s.beta, s.mode).tolist(),
+                   "g_prime": dual_grad(scores, grid, s.tau, s.beta, s.mode).tolist()},
+        "timing_s": {"solve": t1 - t0, "bootstrap": t2 - t1},
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI: lara calibrate
+
+HELP = "calibrate the Lagrange multiplier: bisection on the empirical dual plus a prompt bootstrap"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--scores", required=True, help="parquet/CSV/jsonl with prompt_id, reward, cost")
+    parser.add_argument("--tau", type=float, required=True, help="cost threshold of E[c] <= tau")
+    parser.add_argument("--beta", type=float, default=1.0, help="KL coefficient (ignored by --mode bon)")
+    parser.add_argument("--lambda-max", type=float, default=5.0, help="search interval [0, lambda_max]")
+    parser.add_argument("--bootstrap", type=int, default=10000, help="bootstrap replicates over prompts")
+    parser.add_argument("--quantile", type=float, default=0.975, help="bootstrap quantile deployed as lambda*")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--mode", choices=MODES, default="soft",
+                        help="soft: KL-regularised dual; bon: its beta -> 0 limit, exact for Best-of-N")
+    parser.add_argument("--tolerance", type=float, default=1e-8, help="bisection tolerance in lambda")
+    parser.add_argument("--allow-infeasible", action="store_true",
+                        help="write lambda_max (feasible: false) instead of failing when tau is unreachable")
+    parser.add_argument("--out", required=True, help="output lambda.json")
+
+
+def run(args) -> None:
+    try:
+        s = CalibrationSettings(tau=args.tau, beta=args.beta, lambda_max=args.lambda_max,
+                                bootstrap=args.bootstrap, quantile=args.quantile, seed=args.seed,
+                                mode=args.mode, tolerance=args.tolerance)
+    except ValueError as exc:
+        raise DataError(str(exc)) from None
+    scores = load_scores(args.scores)
+    log.info("%d prompts, %d responses; settings %s", scores.n_prompts, int(scores.counts.sum()), s)
+    result = calibrate(scores, s)
+    lo, hi = result["cost_range"]
+    if not result["feasible"]:
+        msg = (f"tau={s.tau} is not reachable within [0, lambda_max={s.lambda_max}]: the mean cost under "
+               f"pi*_lambda ranges over [{lo:.6g}, {hi:.6g}] (lambda = lambda_max .. 0)")
+        if not args.allow_infeasible:
+            raise DataError(f"{args.scores}: {msg}; raise lambda_max or tau, or pass --allow-infeasible")
+        log.warning("%s; writing lambda_max with feasible=false", msg)
+    result |= {"settings": asdict(s), "scores": {"path": str(args.scores), "sha256": sha256_file(args.scores)},
+               "code": code_version()}
+    write_json(args.out, result)
+    b = result["bootstrap"]
+    log.info("lambda_hat=%.8f (%s), lambda_star=%.8f (q%.3g of %d replicates; mean %.6f, std %.6f), "
+             "cost range [%.4g, %.4g]; solve %.3f s, bootstrap %.3f s", result["lambda_hat"], result["status"],
+             result["lambda_star"], s.quantile, s.bootstrap, b["mean"], b["std"], lo, hi,
+             result["timing_s"]["solve"], result["timing_s"]["bootstrap"])
