@@ -21,6 +21,14 @@ COMMANDS: dict[str, str] = {
     "make-toy-model": "lara.toy.model",
     "prepare-data": "lara.data.ingest",
     "split-prompts": "lara.data.splits",
+    # training
+    "train-sft": "lara.train.sft",
+    "train-reward": "lara.train.reward",
+    "train-cost": "lara.train.cost",
+    "train-partial": "lara.train.partial",
+    # sampling and scoring (calibration, Best-of-N candidates, policies)
+    "sample": "lara.generate",
+    "score": "lara.score",
     # calibration
     "calibrate": "lara.calibrate.calibrate",
     # evaluation helpers

@@ -53,23 +53,40 @@ def merge(base: dict, override: dict) -> dict:
 
 def defaults(schema: dict) -> dict:
     """The configuration made of the schema's defaults alone."""
-    return _fill({}, schema)
+    return _fill({}, schema, schema)
 
 
-def _fill(instance, schema: dict):
+def _resolve(node: dict, root: dict) -> dict:
+    """A schema node with a local ``$ref`` merged in (the node's own keys win)."""
+    ref = node.get("$ref")
+    if not ref:
+        return node
+    target = root
+    for part in ref.removeprefix("#/").split("/"):
+        target = target[part]
+    return {**_resolve(target, root), **{k: v for k, v in node.items() if k != "$ref"}}
+
+
+def _fill(instance, schema: dict, root: dict):
+    """Fill defaults key by key: a missing key takes its default; a given mapping whose
+    schema default is a mapping keeps its own keys and takes the rest from that default."""
+    schema = _resolve(schema, root)
     if schema.get("type") != "object" or not isinstance(instance, dict):
         return instance
     out = dict(instance)
     for key, sub in schema.get("properties", {}).items():
+        default = sub.get("default")
         if key not in out and "default" in sub:
-            out[key] = copy.deepcopy(sub["default"])
+            out[key] = copy.deepcopy(default)
+        elif isinstance(out.get(key), dict) and isinstance(default, dict):
+            out[key] = merge(default, out[key])
         if key in out:
-            out[key] = _fill(out[key], sub)
+            out[key] = _fill(out[key], sub, root)
     extra = schema.get("additionalProperties")
     if isinstance(extra, dict):
         for key in out:
             if key not in schema.get("properties", {}):
-                out[key] = _fill(out[key], extra)
+                out[key] = _fill(out[key], extra, root)
     return out
 
 
@@ -93,7 +110,7 @@ def validate(config: dict, schema: dict | None = None, source: str = "config") -
     from jsonschema import Draft202012Validator
 
     schema = schema or load_schema()
-    filled = _fill(copy.deepcopy(config), schema)
+    filled = _fill(copy.deepcopy(config), schema, schema)
     errors = sorted(Draft202012Validator(schema).iter_errors(filled),
                     key=lambda e: [str(p) for p in e.absolute_path])
     if errors:

@@ -1,0 +1,148 @@
+"""The generator interface: K sampled responses per prompt from a policy, two backends.
+
+* ``hf``: transformers ``generate``, batched with left padding, CPU or GPU;
+* ``vllm``: vLLM on a GPU (an optional dependency: ``pip install -e '.[vllm]'``).
+
+Both write the same schema: ``prompt_id, sample_id, prompt, response, n_tokens``
+(``n_tokens`` counts the generated tokens, EOS included when the model stopped).
+Prompts are wrapped in the Safe-RLHF template here; responses are stored without it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Protocol
+
+import pandas as pd
+
+from lara.template import format_prompt
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("hf", "vllm")
+COLUMNS = ["prompt_id", "sample_id", "prompt", "response", "n_tokens"]
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    top_k: int = 50
+    temperature: float = 1.2
+    max_new_tokens: int = 48
+    batch_size: int = 64
+
+
+class Generator(Protocol):
+    def generate(self, prompt_ids, prompts, n: int, s: GenerationSettings, seed: int) -> pd.DataFrame: ...
+
+
+class HFGenerator:
+    """transformers backend. Deterministic for a seed: each batch reseeds from (seed, batch)."""
+
+    def __init__(self, model_path: str, device: str | None = None, dtype: str = "float32"):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).to(self.device).eval()
+
+    def generate(self, prompt_ids, prompts, n: int, s: GenerationSettings, seed: int) -> pd.DataFrame:
+        import torch
+        from tqdm import tqdm
+
+        tok = self.tokenizer
+        rows = []
+        per_batch = max(1, s.batch_size // n) if n <= s.batch_size else 1
+        batches = range(0, len(prompts), per_batch)
+        for b, lo in enumerate(tqdm(batches, desc="generating", unit="batch", mininterval=10)):
+            chunk_ids, chunk = list(prompt_ids[lo:lo + per_batch]), list(prompts[lo:lo + per_batch])
+            enc = tok([format_prompt(p) for p in chunk], return_tensors="pt", padding=True).to(self.device)
+            torch.manual_seed(seed * 1_000_003 + b)
+            with torch.inference_mode():
+                out = self.model.generate(
+                    **enc, do_sample=True, top_k=s.top_k or None, top_p=1.0, temperature=s.temperature,
+                    max_new_tokens=s.max_new_tokens, num_return_sequences=n,
+                    pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+            new = out[:, enc["input_ids"].shape[1]:].cpu()
+            for j, seq in enumerate(new.tolist()):
+                if tok.eos_token_id in seq:
+                    seq = seq[:seq.index(tok.eos_token_id) + 1]
+                else:
+                    seq = [t for t in seq if t != tok.pad_token_id] if tok.pad_token_id != tok.eos_token_id else seq
+                i, k = divmod(j, n)
+                rows.append((chunk_ids[i], k, chunk[i], tok.decode(seq, skip_special_tokens=True).strip(), len(seq)))
+        return pd.DataFrame(rows, columns=COLUMNS)
+
+
+class VLLMGenerator:
+    """vLLM backend (GPU). ``seed`` seeds every request, so reruns are reproducible."""
+
+    def __init__(self, model_path: str, dtype: str = "bfloat16", **engine_kwargs):
+        try:
+            from vllm import LLM
+        except ImportError as exc:
+            raise RuntimeError("generation.backend 'vllm' needs the vllm package, which is not installed "
+                               "here (pip install -e '.[vllm]' on a GPU machine), or use backend 'hf'") from exc
+        self.llm = LLM(model=model_path, dtype=dtype, **engine_kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+
+    def generate(self, prompt_ids, prompts, n: int, s: GenerationSettings, seed: int) -> pd.DataFrame:
+        from vllm import SamplingParams
+
+        params = SamplingParams(n=n, temperature=s.temperature, top_k=s.top_k or -1,
+                                max_tokens=s.max_new_tokens, seed=seed)
+        outs = self.llm.generate([format_prompt(p) for p in prompts], params)
+        rows = []
+        for pid, prompt, out in zip(prompt_ids, prompts, outs, strict=True):
+            for k, o in enumerate(out.outputs):
+                rows.append((pid, k, prompt, o.text.strip(), len(o.token_ids)))
+        return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def make_generator(backend: str, model_path: str, dtype: str = "float32") -> Generator:
+    if backend == "hf":
+        return HFGenerator(model_path, dtype=dtype)
+    if backend == "vllm":
+        return VLLMGenerator(model_path, dtype=dtype)
+    raise ValueError(f"unknown generation backend {backend!r}; expected one of {BACKENDS}")
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI: lara sample
+
+HELP = "sample K responses per prompt from a policy (generator backends: hf, vllm)"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", required=True, help="policy model directory or hub id")
+    parser.add_argument("--prompts", required=True, help="parquet with prompt_id and prompt columns")
+    parser.add_argument("--n", type=int, required=True, help="responses per prompt")
+    parser.add_argument("--backend", choices=BACKENDS, default="hf")
+    parser.add_argument("--settings", default="{}", help="JSON: top_k, temperature, max_new_tokens, batch_size")
+    parser.add_argument("--max-prompts", type=int, default=None, help="use the first N prompts only")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", required=True, help="output parquet")
+
+
+def run(args) -> None:
+    import json
+
+    from lara.data.tables import read_table, write_table
+    from lara.provenance import code_version
+
+    s = GenerationSettings(**json.loads(args.settings))
+    df = read_table(args.prompts, required=("prompt_id", "prompt"))
+    if args.max_prompts is not None:
+        df = df.iloc[:args.max_prompts]
+    gen = make_generator(args.backend, args.model, args.dtype)
+    log.info("sampling %d x %d responses from %s (%s backend; %s)", len(df), args.n, args.model, args.backend, s)
+    out = gen.generate(df["prompt_id"].tolist(), df["prompt"].tolist(), args.n, s, args.seed)
+    log.info("mean response length %.1f tokens; %.1f%% stopped at EOS", out["n_tokens"].mean(),
+             100 * (out["n_tokens"] < s.max_new_tokens).mean())
+    write_table(out, args.out, {"model": args.model, "backend": args.backend, "settings": s.__dict__,
+                                "n": args.n, "seed": args.seed, "code": code_version()})

@@ -1,0 +1,141 @@
+"""One scorer interface for every later stage: ``score(prompts, responses) -> np.ndarray``.
+
+Backends: a sequence model trained here (reward, cost, partial reward/cost: a
+``*ForSequenceClassification`` directory with ``lara_scorer.json``) and the toy world's
+oracle. The score of a sequence is the head applied at its true last token, found from
+the attention mask (never from the pad token id, which may equal EOS), with position ids
+from the mask, so left- and right-padded batches give the same scores.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from lara.template import format_prompt
+
+log = logging.getLogger(__name__)
+
+SCORER_FILE = "lara_scorer.json"
+
+
+class Scorer(Protocol):
+    def score(self, prompts: Sequence[str], responses: Sequence[str]) -> np.ndarray: ...
+
+
+def encode(tokenizer, prompt: str, response: str, append_eos: bool, max_length: int | None = None) -> list[int]:
+    """Token ids of a templated prompt and its response (+ EOS for complete responses).
+    Training and scoring both go through here, so they see identical sequences."""
+    text = f"{format_prompt(prompt)} {str(response).strip()}".rstrip()
+    ids = tokenizer(text, add_special_tokens=True)["input_ids"]
+    if append_eos:
+        ids = ids + [tokenizer.eos_token_id]
+    if max_length is not None and len(ids) > max_length:
+        ids = ids[:max_length - 1] + [tokenizer.eos_token_id] if append_eos else ids[:max_length]
+    return ids
+
+
+def pad_batch(seqs: list[list[int]], pad_id: int, side: str = "right"):
+    """(input_ids, attention_mask) tensors, padded on ``side``."""
+    import torch
+
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if side == "right":
+            ids[i, :len(s)], mask[i, :len(s)] = torch.tensor(s), 1
+        else:
+            ids[i, width - len(s):], mask[i, width - len(s):] = torch.tensor(s), 1
+    return ids, mask
+
+
+def last_token_index(attention_mask):
+    """Index of the last real token per row, for left- or right-padded batches."""
+    import torch
+
+    positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+    return (positions * attention_mask).argmax(dim=-1)
+
+
+def position_ids(attention_mask):
+    return (attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def sequence_scores(model, input_ids, attention_mask):
+    """Head of a ``*ForSequenceClassification`` model at each row's true last token."""
+    import torch
+
+    backbone = getattr(model, model.base_model_prefix)
+    hidden = backbone(input_ids=input_ids, attention_mask=attention_mask,
+                      position_ids=position_ids(attention_mask), use_cache=False).last_hidden_state
+    rows = torch.arange(input_ids.shape[0], device=input_ids.device)
+    return model.score(hidden[rows, last_token_index(attention_mask)]).squeeze(-1)
+
+
+class SequenceScorer:
+    """A trained reward/cost (or partial) model, batched and device-aware."""
+
+    def __init__(self, path: str | Path, device: str | None = None, batch_size: int = 32,
+                 padding_side: str = "right", dtype: str = "float32"):
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        self.path = Path(path)
+        meta_file = self.path / SCORER_FILE
+        self.meta = json.loads(meta_file.read_text()) if meta_file.exists() else {"append_eos": True}
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.tokenizer = AutoTokenizer.from_pretrained(self.path)
+        self.model = AutoModelForSequenceClassification.from_pretrained(
+            self.path, dtype=getattr(torch, dtype)).to(self.device).eval()
+        self.batch_size = batch_size
+        self.padding_side = padding_side
+        self.max_length = self.meta.get("max_length")
+
+    def encode(self, prompts, responses, append_eos: bool | None = None) -> list[list[int]]:
+        eos = self.meta.get("append_eos", True) if append_eos is None else append_eos
+        return [encode(self.tokenizer, p, r, eos, self.max_length) for p, r in zip(prompts, responses, strict=True)]
+
+    def score_ids(self, seqs: list[list[int]]) -> np.ndarray:
+        import torch
+
+        out = np.empty(len(seqs))
+        order = np.argsort([len(s) for s in seqs], kind="stable")  # similar lengths batch together
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        with torch.inference_mode():
+            for lo in range(0, len(seqs), self.batch_size):
+                idx = order[lo:lo + self.batch_size]
+                ids, mask = pad_batch([seqs[i] for i in idx], pad, self.padding_side)
+                scores = sequence_scores(self.model, ids.to(self.device), mask.to(self.device))
+                out[idx] = scores.float().cpu().numpy()
+        return out
+
+    def score(self, prompts: Sequence[str], responses: Sequence[str]) -> np.ndarray:
+        return self.score_ids(self.encode(prompts, responses))
+
+
+class OracleScorer:
+    """The toy world's oracle as a scorer (``which``: helpfulness or harmfulness)."""
+
+    def __init__(self, which: str):
+        if which not in ("helpfulness", "harmfulness"):
+            raise ValueError(f"which must be helpfulness or harmfulness, got {which!r}")
+        self.which = which
+
+    def score(self, prompts, responses) -> np.ndarray:
+        from lara.toy.world import oracle_scores
+
+        h, c = oracle_scores(prompts, responses)
+        return h if self.which == "helpfulness" else c
+
+
+def load_scorer(spec: str, role: str = "reward", **kwargs) -> Scorer:
+    """``"oracle"`` (toy world; the role picks helpfulness or harmfulness) or a model path."""
+    if spec == "oracle":
+        return OracleScorer("helpfulness" if role == "reward" else "harmfulness")
+    return SequenceScorer(spec, **kwargs)

@@ -1,0 +1,79 @@
+"""``lara train-sft``: supervised fine-tuning of the base model with TRL's SFTTrainer.
+
+Prompt/completion format: the prompt is the user turn in the Safe-RLHF template, the
+completion the reference answer (TRL appends EOS); the loss is on the completion only.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pandas as pd
+
+from lara.template import format_prompt
+from lara.train.common import (
+    TrainSettings,
+    add_common_arguments,
+    progress_callback,
+    quiet_trainer,
+    save_model,
+    seed_everything,
+    split_eval,
+    torch_dtype,
+    train_with_resume,
+    training_arguments,
+)
+
+log = logging.getLogger(__name__)
+
+HELP = "supervised fine-tuning of the base model on Alpaca-schema data (TRL SFTTrainer)"
+
+
+def sft_dataset(df: pd.DataFrame):
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": [format_prompt(p) for p in df["prompt"]],
+                              "completion": [" " + str(o).strip() for o in df["output"]]})
+
+
+def train_sft(model_path: str, data_path: str, checkpoints: str, out: str, s: TrainSettings) -> dict:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    seed_everything(s.seed)
+    df = pd.read_parquet(data_path)
+    train_df, eval_df = split_eval(df, s.eval_fraction, s.seed)
+    log.info("SFT on %d examples (%d held out for validation)", len(train_df), len(eval_df))
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype(s.dtype))
+    args = training_arguments(SFTConfig, s, checkpoints, has_eval=len(eval_df) > 0,
+                              max_length=s.max_length, completion_only_loss=True, packing=False)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=sft_dataset(train_df),
+                         eval_dataset=sft_dataset(eval_df) if len(eval_df) else None,
+                         processing_class=tokenizer, callbacks=[progress_callback()])
+    quiet_trainer(trainer)
+    metrics: dict = {"n_train": len(train_df), "n_eval": len(eval_df)}
+    if len(eval_df):
+        metrics["eval_loss_initial"] = trainer.evaluate()["eval_loss"]
+        log.info("validation loss before training: %.4f", metrics["eval_loss_initial"])
+    result = train_with_resume(trainer, checkpoints)
+    metrics |= {"train_loss": result.training_loss, "global_step": trainer.state.global_step}
+    if len(eval_df):
+        metrics["eval_loss_final"] = trainer.evaluate()["eval_loss"]
+        log.info("validation loss after training: %.4f (was %.4f)", metrics["eval_loss_final"],
+                 metrics["eval_loss_initial"])
+    metrics["log_history"] = trainer.state.log_history
+    save_model(trainer.model, tokenizer, out, kind="sft", settings=s,
+               inputs={"base_model": model_path, "data": data_path}, metrics=metrics)
+    return metrics
+
+
+def add_arguments(parser) -> None:
+    add_common_arguments(parser)
+
+
+def run(args) -> None:
+    s = TrainSettings.from_json(args.settings, seed=args.seed, dtype=args.dtype)
+    train_sft(args.model, args.data, args.checkpoints, args.out, s)
