@@ -21,6 +21,7 @@ configfile: "config/config.yaml"
 
 include: "rules/common.smk"
 include: "rules/data.smk"
+include: "rules/train.smk"
 include: "rules/calibrate.smk"
 
 

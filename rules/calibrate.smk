@@ -1,6 +1,54 @@
-# Calibration stage: the dual multiplier from reward/cost scores of samples from pi_ref.
-# (sample_calibration and score_calibration, which produce scores.parquet, come with the
-# training stage's SFT policy and scorers.)
+# Calibration stage: K samples per calibration prompt from pi_ref (the SFT policy), their
+# reward and cost, and the dual multiplier (bisection + bootstrap) deployed as lambda*.
+
+
+rule sample_calibration:
+    input:
+        prompts="results/{exp}/data/prompts_calibration.parquet",
+        sft="results/{exp}/models/sft",
+    output:
+        "results/{exp}/calibration/samples.parquet",
+    params:
+        options=opts(
+            n=config["calibration"]["samples_per_prompt"],
+            backend=config["generation"]["backend"],
+            dtype=config["base_model"]["dtype"],
+            seed=config["seed"],
+        ),
+        settings=generation_settings(),
+        code=code("lara.generate", "lara.template"),
+    log:
+        "logs/{exp}/sample_calibration.log",
+    benchmark:
+        "benchmarks/{exp}/sample_calibration.tsv"
+    resources:
+        **job_resources("sample_calibration"),
+    conda:
+        "../envs/generate.yaml"
+    shell:
+        "lara sample --model {input.sft} --prompts {input.prompts} {params.options}"
+        " --settings {params.settings:q} --out {output} > {log} 2>&1"
+
+
+rule score_calibration:
+    input:
+        samples="results/{exp}/calibration/samples.parquet",
+        reward="results/{exp}/models/reward",
+        cost="results/{exp}/models/cost",
+    output:
+        "results/{exp}/calibration/scores.parquet",
+    params:
+        code=code("lara.score", "lara.scoring", "lara.template"),
+    log:
+        "logs/{exp}/score_calibration.log",
+    benchmark:
+        "benchmarks/{exp}/score_calibration.tsv"
+    resources:
+        **job_resources("score_calibration"),
+    conda:
+        "../envs/train.yaml"
+    shell:
+        "lara score --input {input.samples} --reward {input.reward} --cost {input.cost} --out {output} > {log} 2>&1"
 
 
 rule calibrate_lambda:
@@ -29,4 +77,4 @@ rule calibrate_lambda:
     conda:
         "../envs/analysis.yaml"
     shell:
-        "lara calibrate --scores {input.scores} {params.options} --out {output} 2> {log}"
+        "lara calibrate --scores {input.scores} {params.options} --out {output} > {log} 2>&1"

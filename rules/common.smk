@@ -23,6 +23,7 @@ TOY_FILES = {
 
 wildcard_constraints:
     exp=EXP,
+    kind="reward|cost",
 
 
 def opts(**options):
@@ -52,6 +53,40 @@ def data_input(kind):
     return [source] if source in TOY_FILES.values() or Path(source).exists() else []
 
 
+# the keys of train.<stage> that each stage's trainer reads (so an unrelated key reruns nothing)
+TRAIN_KEYS = {
+    "common": ("learning_rate", "epochs", "max_steps", "batch_size", "gradient_accumulation_steps",
+               "max_length", "eval_fraction", "save_steps", "logging_steps", "warmup_ratio", "weight_decay"),
+    "sft": (),
+    "reward": ("regularization",),
+    "cost": ("regularization",),
+    "partial": ("regularization", "prefixes_per_pair"),
+    "value": ("target",),
+}
+
+
+def train_settings(stage):
+    """JSON of the train.<stage> settings its trainer uses."""
+    keys = TRAIN_KEYS["common"] + TRAIN_KEYS[stage]
+    return json.dumps({k: config["train"][stage][k] for k in keys}, sort_keys=True)
+
+
+def generation_settings():
+    g = config["generation"]
+    return json.dumps({k: g[k] for k in ("top_k", "temperature", "max_new_tokens", "batch_size")}, sort_keys=True)
+
+
+def base_model_path():
+    """The base model to fine-tune: the toy model directory, or a hub id / local path."""
+    name = config["base_model"]["name_or_path"]
+    return f"{RESULTS}/models/base" if name == "toy" else name
+
+
+def base_model_input():
+    path = base_model_path()
+    return [path] if path == f"{RESULTS}/models/base" or Path(path).exists() else []
+
+
 def job_resources(rule):
     """Resources of a rule from the experiment config: defaults, then per-rule overrides."""
     res = dict(config["resources"]["default"]) | config["resources"]["rules"].get(rule, {})
@@ -73,4 +108,7 @@ def final_outputs():
     ]
     if config["base_model"]["name_or_path"] == "toy":
         targets.append(f"{RESULTS}/models/base")
+    targets += [f"{RESULTS}/models/{m}" for m in ("sft", "reward", "cost")]
+    targets += [f"{RESULTS}/models/{stage}_{kind}" for stage in ("partial", "value") for kind in ("reward", "cost")]
+    targets.append(f"{RESULTS}/calibration/lambda.json")
     return targets

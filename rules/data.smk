@@ -22,7 +22,7 @@ rule make_toy_world:
     shell:
         "lara make-toy-world --settings {params.settings:q} --seed {params.seed}"
         " --alpaca {output.alpaca} --preferences {output.preferences} --prompts {output.prompts}"
-        " 2> {log}"
+        " > {log} 2>&1"
 
 
 rule make_toy_model:
@@ -45,7 +45,7 @@ rule make_toy_model:
         "../envs/train.yaml"
     shell:
         "lara make-toy-model --settings {params.settings:q} --seed {params.seed}"
-        " --alpaca {input.alpaca} --preferences {input.preferences} --out {output} 2> {log}"
+        " --alpaca {input.alpaca} --preferences {input.preferences} --out {output} > {log} 2>&1"
 
 
 rule prepare_sft_data:
@@ -70,7 +70,7 @@ rule prepare_sft_data:
     conda:
         "../envs/analysis.yaml"
     shell:
-        "lara prepare-data --kind sft {params.options} --out {output} 2> {log}"
+        "lara prepare-data --kind sft {params.options} --out {output} > {log} 2>&1"
 
 
 rule prepare_preferences:
@@ -96,7 +96,7 @@ rule prepare_preferences:
     conda:
         "../envs/analysis.yaml"
     shell:
-        "lara prepare-data --kind preferences {params.options} --out {output} 2> {log}"
+        "lara prepare-data --kind preferences {params.options} --out {output} > {log} 2>&1"
 
 
 rule split_prompts:
@@ -125,4 +125,4 @@ rule split_prompts:
         "../envs/analysis.yaml"
     shell:
         "lara split-prompts {params.options}"
-        " --calibration {output.calibration} --test {output.test} 2> {log}"
+        " --calibration {output.calibration} --test {output.test} > {log} 2>&1"

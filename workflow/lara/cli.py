@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "train-reward": "lara.train.reward",
     "train-cost": "lara.train.cost",
     "train-partial": "lara.train.partial",
+    "train-value": "lara.train.value",
     # sampling and scoring (calibration, Best-of-N candidates, policies)
     "sample": "lara.generate",
     "score": "lara.score",

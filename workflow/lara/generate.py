@@ -119,11 +119,12 @@ HELP = "sample K responses per prompt from a policy (generator backends: hf, vll
 
 def add_arguments(parser) -> None:
     parser.add_argument("--model", required=True, help="policy model directory or hub id")
-    parser.add_argument("--prompts", required=True, help="parquet with prompt_id and prompt columns")
+    parser.add_argument("--prompts", required=True,
+                        help="parquet with a prompt column (and prompt_id; derived from the text if absent)")
     parser.add_argument("--n", type=int, required=True, help="responses per prompt")
     parser.add_argument("--backend", choices=BACKENDS, default="hf")
     parser.add_argument("--settings", default="{}", help="JSON: top_k, temperature, max_new_tokens, batch_size")
-    parser.add_argument("--max-prompts", type=int, default=None, help="use the first N prompts only")
+    parser.add_argument("--max-prompts", type=int, default=None, help="a seeded sample of N prompts")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="output parquet")
@@ -135,10 +136,15 @@ def run(args) -> None:
     from lara.data.tables import read_table, write_table
     from lara.provenance import code_version
 
+    from lara.data.splits import prompt_id
+
     s = GenerationSettings(**json.loads(args.settings))
-    df = read_table(args.prompts, required=("prompt_id", "prompt"))
-    if args.max_prompts is not None:
-        df = df.iloc[:args.max_prompts]
+    df = read_table(args.prompts, required=("prompt",))
+    if "prompt_id" not in df.columns:  # e.g. the SFT data: one row per distinct prompt
+        prompts = pd.unique(df["prompt"])
+        df = pd.DataFrame({"prompt_id": [prompt_id(p) for p in prompts], "prompt": prompts})
+    if args.max_prompts is not None and args.max_prompts < len(df):
+        df = df.sample(n=args.max_prompts, random_state=args.seed).sort_index()
     gen = make_generator(args.backend, args.model, args.dtype)
     log.info("sampling %d x %d responses from %s (%s backend; %s)", len(df), args.n, args.model, args.backend, s)
     out = gen.generate(df["prompt_id"].tolist(), df["prompt"].tolist(), args.n, s, args.seed)

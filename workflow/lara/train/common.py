@@ -129,8 +129,36 @@ def quiet_trainer(trainer):
     return trainer
 
 
-def train_with_resume(trainer, checkpoint_dir: str | Path):
-    """Run ``trainer.train``, resuming from the last checkpoint in ``checkpoint_dir`` if any."""
+def fingerprint(settings: TrainSettings, inputs: dict[str, str | Path]) -> dict:
+    """What a checkpoint must have been trained with to be resumed: the settings, and the
+    inputs (data by content hash; a model directory by its provenance record, else its path)."""
+    from lara.io import sha256_file
+
+    def ident(path):
+        p = Path(path)
+        if p.is_file():
+            return sha256_file(p)
+        if (p / "provenance.json").is_file():
+            return sha256_file(p / "provenance.json")
+        return str(path)
+
+    return {"settings": asdict(settings), "inputs": {k: ident(v) for k, v in inputs.items()}}
+
+
+def train_with_resume(trainer, checkpoint_dir: str | Path, fp: dict | None = None):
+    """Run ``trainer.train``, resuming from the last checkpoint in ``checkpoint_dir`` if it was
+    made with the same settings and inputs (``fp``); stale checkpoints are discarded."""
+    import shutil
+
+    checkpoint_dir = Path(checkpoint_dir)
+    stamp = checkpoint_dir / "fingerprint.json"
+    if fp is not None:
+        if stamp.is_file() and json.loads(stamp.read_text()) != json.loads(json.dumps(fp)):
+            log.warning("settings or inputs changed since the checkpoints in %s were made: discarding them",
+                        checkpoint_dir)
+            shutil.rmtree(checkpoint_dir)
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        write_json(stamp, fp)
     resume = last_checkpoint(checkpoint_dir)
     if resume:
         log.info("resuming from %s", resume)

@@ -25,6 +25,7 @@ from lara.scoring import encode, pad_batch, sequence_scores
 from lara.template import PROMPT_TEMPLATE
 from lara.train.common import (
     TrainSettings,
+    fingerprint,
     progress_callback,
     quiet_trainer,
     save_model,
@@ -196,6 +197,12 @@ def evaluate_pairs(hi: np.ndarray, lo: np.ndarray, data: dict, kind: str) -> dic
     if kind == "cost":
         signs = np.concatenate([data["chosen_sign"], data["rejected_sign"]])
         res["sign_accuracy"] = float(np.mean((np.concatenate([hi, lo]) > 0) == (signs > 0)))
+        # pairs whose safety labels differ: the "safer" label is decisive there, while between two
+        # responses of the same safety label it may be a tie broken at random (as in the toy world)
+        differ = np.asarray(data["chosen_sign"]) != np.asarray(data["rejected_sign"])
+        if differ.any():
+            res["pairwise_accuracy_safety_differs"] = float(np.mean((hi > lo)[differ]))
+            res["n_pairs_safety_differs"] = int(differ.sum())
     if "prefix_fraction" in data:
         frac = np.asarray(data["prefix_fraction"])
         bins = [0.0, 0.25, 0.5, 0.75, 1.0]
@@ -238,7 +245,7 @@ def train_preference_model(kind: str, model_path: str, data_path: str, checkpoin
         processing_class=tokenizer, callbacks=[progress_callback()], kind=kind,
         regularization=s.regularization)
     quiet_trainer(trainer)
-    result = train_with_resume(trainer, checkpoints)
+    result = train_with_resume(trainer, checkpoints, fingerprint(s, {"init_model": model_path, "data": data_path}))
     metrics = {"train_loss": result.training_loss, "global_step": trainer.state.global_step,
                "n_train_pairs": len(train_data["chosen_ids"])}
     if has_eval:

@@ -13,6 +13,7 @@ import pandas as pd
 from lara.template import format_prompt
 from lara.train.common import (
     TrainSettings,
+    fingerprint,
     add_common_arguments,
     progress_callback,
     quiet_trainer,
@@ -58,7 +59,7 @@ def train_sft(model_path: str, data_path: str, checkpoints: str, out: str, s: Tr
     if len(eval_df):
         metrics["eval_loss_initial"] = trainer.evaluate()["eval_loss"]
         log.info("validation loss before training: %.4f", metrics["eval_loss_initial"])
-    result = train_with_resume(trainer, checkpoints)
+    result = train_with_resume(trainer, checkpoints, fingerprint(s, {"base_model": model_path, "data": data_path}))
     metrics |= {"train_loss": result.training_loss, "global_step": trainer.state.global_step}
     if len(eval_df):
         metrics["eval_loss_final"] = trainer.evaluate()["eval_loss"]
