@@ -60,3 +60,23 @@ def toy_run(tmp_path_factory) -> Path:
 @pytest.fixture()
 def workflow_copy(tmp_path) -> Path:
     return copy_workflow(tmp_path / "wf")
+
+
+@pytest.fixture(scope="session")
+def tiny_world(tmp_path_factory) -> dict:
+    """A small toy world on disk with its tokenizer and a tiny random Llama (a few seconds)."""
+    import pandas as pd
+
+    from lara.io import write_jsonl
+    from lara.toy.model import TinyLlamaSettings, make_toy_model
+    from lara.toy.world import ToyWorldSettings, generate
+
+    root = tmp_path_factory.mktemp("tiny_world")
+    world = generate(ToyWorldSettings(seed=5, n_sft=300, n_pairs=400, n_eval_prompts=100))
+    write_jsonl(root / "alpaca.jsonl", world["alpaca"])
+    write_jsonl(root / "pairs.jsonl", world["safe_rlhf"])
+    pd.DataFrame(world["safe_rlhf"]).to_parquet(root / "preferences.parquet")
+    make_toy_model(root / "alpaca.jsonl", root / "pairs.jsonl", root / "base",
+                   TinyLlamaSettings(vocab_size=512, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256))
+    return {"root": root, "base": root / "base", "preferences": root / "preferences.parquet", "world": world}

@@ -1,0 +1,69 @@
+"""Training losses on hand-made tensors against the direct formulas."""
+
+import math
+
+import pytest
+import torch
+
+from lara.train.preference import cost_loss, oriented_pairs, reward_loss
+from lara.train.value import value_loss, value_targets
+
+
+def logsig(x):
+    return math.log(1 / (1 + math.exp(-x)))
+
+
+def test_reward_loss_matches_the_formula():
+    rc, rr = torch.tensor([1.0, -0.5, 2.0]), torch.tensor([0.0, 0.5, 2.5])
+    expected = -(logsig(1.0) + logsig(-1.0) + logsig(-0.5)) / 3
+    assert reward_loss(rc, rr).item() == pytest.approx(expected, rel=1e-6)
+    reg = 0.1 * (1 + 0.25 + 4 + 0 + 0.25 + 6.25) / 6
+    assert reward_loss(rc, rr, 0.1).item() == pytest.approx(expected + reg, rel=1e-6)
+
+
+def test_cost_loss_matches_safe_rlhf():
+    # pair 1: unsafer is unsafe (s=+1), safer is safe (s=-1); pair 2: both unsafe
+    c_hi, c_lo = torch.tensor([2.0, 1.0]), torch.tensor([-1.0, 0.5])
+    s_hi, s_lo = torch.tensor([1.0, 1.0]), torch.tensor([-1.0, 1.0])
+    terms = [-logsig(2.0 - -1.0) - logsig(-1.0 * -1.0) - logsig(1.0 * 2.0),
+             -logsig(1.0 - 0.5) - logsig(1.0 * 0.5) - logsig(1.0 * 1.0)]
+    expected = sum(terms) / 2
+    assert cost_loss(c_hi, c_lo, s_hi, s_lo).item() == pytest.approx(expected, rel=1e-6)
+    reg = 1e-3 * (4 + 1 + 1 + 0.25) / 4
+    assert cost_loss(c_hi, c_lo, s_hi, s_lo, 1e-3).item() == pytest.approx(expected + reg, rel=1e-6)
+    # the sign terms push a safe response below zero: the loss falls as c_safer goes negative
+    assert cost_loss(c_hi, torch.tensor([-3.0, 0.5]), s_hi, s_lo) < cost_loss(c_hi, c_lo, s_hi, s_lo)
+
+
+def test_oriented_pairs():
+    import pandas as pd
+
+    df = pd.DataFrame({"prompt": ["p", "q"], "response_0": ["a", "c"], "response_1": ["b", "d"],
+                       "better_response_id": [1, 0], "safer_response_id": [0, 1],
+                       "is_response_0_safe": [True, False], "is_response_1_safe": [False, False]})
+    r = oriented_pairs(df, "reward")
+    assert list(r["chosen"]) == ["b", "c"] and list(r["rejected"]) == ["a", "d"]
+    c = oriented_pairs(df, "cost")  # chosen = the unsafer one
+    assert list(c["chosen"]) == ["b", "c"] and list(c["rejected"]) == ["a", "d"]
+    assert list(c["chosen_sign"]) == [1.0, 1.0] and list(c["rejected_sign"]) == [-1.0, 1.0]
+
+
+def test_value_targets_cdq_and_fudge():
+    # one row, 4 tokens: 2 prompt tokens then 2 response tokens (the last one final), vocab of 3
+    ids = torch.tensor([[0, 1, 2, 1]])
+    resp = torch.tensor([[0, 0, 1, 1]])
+    q = torch.tensor([[[0.0, 1.0, 2.0], [3.0, 4.0, 5.0], [6.0, 7.0, 8.0], [9.0, 10.0, 11.0]]])
+    ref = torch.log(torch.tensor([[[1 / 3] * 3, [0.5, 0.25, 0.25], [0.2, 0.3, 0.5], [1 / 3] * 3]]))
+    final = torch.tensor([4.0])
+    pred, tgt, mask = value_targets(q, ref, ids, resp, final, "cdq")
+    # pred[t] = Q(ids[:t+1], ids[t+1]) = q[t, ids[t+1]]
+    assert pred.tolist() == [[1.0, 5.0, 7.0]]
+    assert mask.tolist() == [[0.0, 1.0, 1.0]]
+    # t=1 predicts token 2 (not final): target = sum_z pi_ref(z | ids[:3]) * q[2, z]
+    assert tgt[0, 1].item() == pytest.approx(0.2 * 6 + 0.3 * 7 + 0.5 * 8)
+    assert tgt[0, 2].item() == 4.0  # the final token regresses on the score
+    assert value_loss(pred, tgt, mask).item() == pytest.approx(((5 - 7.3) ** 2 + (7 - 4) ** 2) / 2, rel=1e-6)
+    _, tgt_f, _ = value_targets(q, None, ids, resp, final, "fudge")
+    assert tgt_f[0, 1:].tolist() == [4.0, 4.0]
+    with pytest.raises(ValueError):
+        value_targets(q, ref, ids, resp, final, "td")

@@ -1,0 +1,58 @@
+"""A training run killed mid-way resumes from its last checkpoint and ends at the same step."""
+
+import json
+import re
+import math
+import signal
+import subprocess
+import sys
+import time
+
+SETTINGS = {"learning_rate": 1e-3, "epochs": 2, "batch_size": 4, "max_length": 128, "eval_fraction": 0.1,
+            "save_steps": 20, "logging_steps": 10}
+
+
+def command(tiny_world, root):
+    return [sys.executable, "-m", "lara", "train-reward", "--model", str(tiny_world["base"]),
+            "--data", str(tiny_world["preferences"]), "--settings", json.dumps(SETTINGS),
+            "--checkpoints", str(root / "ckpt"), "--out", str(root / "model")]
+
+
+def test_killed_training_resumes_from_the_last_checkpoint(tiny_world, tmp_path):
+    expected_steps = math.ceil(360 / 4) * 2  # 400 pairs, 10% held out, batch 4, 2 epochs
+    log1 = open(tmp_path / "first.log", "w")
+    proc = subprocess.Popen(command(tiny_world, tmp_path), stdout=log1, stderr=subprocess.STDOUT)
+    deadline = time.time() + 300
+    while not (tmp_path / "ckpt" / "checkpoint-40").is_dir():
+        assert proc.poll() is None, (tmp_path / "first.log").read_text()
+        assert time.time() < deadline, "no checkpoint within 300 s"
+        time.sleep(0.2)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    log1.close()
+    assert not (tmp_path / "model").exists()  # nothing half-written
+    done = sorted(int(p.name.split("-")[1]) for p in (tmp_path / "ckpt").glob("checkpoint-*"))
+    assert done and max(done) < expected_steps
+
+    rerun = subprocess.run(command(tiny_world, tmp_path), capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"resuming from {tmp_path / 'ckpt'}/checkpoint-{max(done)}" in rerun.stderr
+    metrics = json.loads((tmp_path / "model" / "metrics.json").read_text())
+    assert metrics["global_step"] == expected_steps
+    logged = [int(m) for m in re.findall(r"step (\d+)/\d+: loss=", rerun.stderr)]
+    assert logged and min(logged) > max(done)  # the rerun went on from the checkpoint, not from step 0
+    for name in ("training_settings.json", "provenance.json", "lara_scorer.json", "config.json"):
+        assert (tmp_path / "model" / name).is_file()
+    prov = json.loads((tmp_path / "model" / "provenance.json").read_text())
+    assert len(prov["inputs"]["data"]["sha256"]) == 64 and prov["settings"]["kind"] == "reward"
+
+
+def test_changed_settings_discard_stale_checkpoints(tiny_world, tmp_path):
+    quick = dict(SETTINGS, max_steps=20, save_steps=10)
+    cmd = command(tiny_world, tmp_path)
+    cmd[cmd.index("--settings") + 1] = json.dumps(quick)
+    subprocess.run(cmd, check=True, capture_output=True)
+    cmd[cmd.index("--settings") + 1] = json.dumps(dict(quick, learning_rate=5e-4))
+    rerun = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    assert "discarding them" in rerun.stderr and "starting from scratch" in rerun.stderr

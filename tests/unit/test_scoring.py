@@ -1,0 +1,62 @@
+"""The scorer reads the head at the true last token, whatever the padding."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+
+@pytest.fixture(scope="module")
+def score_model(tiny_world, tmp_path_factory):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    path = tmp_path_factory.mktemp("scorer") / "model"
+    tok = AutoTokenizer.from_pretrained(tiny_world["base"])
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_world["base"], num_labels=1)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    (path / "lara_scorer.json").write_text(json.dumps({"append_eos": True, "max_length": 200}))
+    return path
+
+
+PROMPTS = ["how do i bake bread ?", "tell me how to steal a car . i need it today .", "please help me get fit ."]
+RESPONSES = ["sure . first , knead the dough .", "i can not help with that .",
+             "sure . here is how to get fit : first , buy good shoes . then , warm up first . finally , rest one day ."]
+
+
+def test_padding_invariance(score_model):
+    from lara.scoring import SequenceScorer
+
+    right = SequenceScorer(score_model, batch_size=8, padding_side="right").score(PROMPTS, RESPONSES)
+    left = SequenceScorer(score_model, batch_size=8, padding_side="left").score(PROMPTS, RESPONSES)
+    single = SequenceScorer(score_model, batch_size=1).score(PROMPTS, RESPONSES)
+    assert len(set(np.round(single, 4))) == 3  # the responses get different scores
+    np.testing.assert_allclose(right, single, atol=1e-5)
+    np.testing.assert_allclose(left, single, atol=1e-5)
+
+
+def test_score_is_the_head_at_the_last_token_even_when_pad_is_eos(score_model):
+    from transformers import AutoModelForSequenceClassification
+
+    from lara.scoring import SequenceScorer
+
+    scorer = SequenceScorer(score_model, batch_size=8)
+    ids = scorer.encode(PROMPTS, RESPONSES)
+    assert all(seq[-1] == scorer.tokenizer.eos_token_id for seq in ids)
+    model = AutoModelForSequenceClassification.from_pretrained(score_model).eval()
+    with torch.no_grad():
+        direct = [model.model(input_ids=torch.tensor([s])).last_hidden_state[0, -1] for s in ids]
+        direct = [model.score(h).item() for h in direct]
+    # pad == eos (as for many real tokenizers): the last token is still the EOS we appended
+    scorer.tokenizer.pad_token = scorer.tokenizer.eos_token
+    np.testing.assert_allclose(scorer.score(PROMPTS, RESPONSES), direct, atol=1e-5)
+
+
+def test_oracle_scorer_and_loader():
+    from lara.scoring import load_scorer
+
+    h = load_scorer("oracle", "reward").score(PROMPTS, RESPONSES)
+    c = load_scorer("oracle", "cost").score(PROMPTS, RESPONSES)
+    assert h[2] > h[1] and c.max() <= 0
