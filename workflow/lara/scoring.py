@@ -1,8 +1,8 @@
 """One scorer interface for every later stage: ``score(prompts, responses) -> np.ndarray``.
 
 Backends: a sequence model trained here (reward, cost, partial reward/cost: a
-``*ForSequenceClassification`` directory with ``lara_scorer.json``) and the toy world's
-oracle. The score of a sequence is the head applied at its true last token, found from
+``*ForSequenceClassification`` directory with ``lara_scorer.json``), a CD-Q value model
+(a causal LM whose head scores every next token), and the toy world's oracle. The score of a sequence is the head applied at its true last token, found from
 the attention mask (never from the pad token id, which may equal EOS), with position ids
 from the mask, so left- and right-padded batches give the same scores.
 """
@@ -119,6 +119,51 @@ class SequenceScorer:
         return self.score_ids(self.encode(prompts, responses))
 
 
+class ValueScorer:
+    """A CD-Q value model: its LM head gives Q(prefix, z) for every next token z."""
+
+    def __init__(self, path: str | Path, device: str | None = None, batch_size: int = 32, dtype: str = "float32"):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.path = Path(path)
+        self.meta = json.loads((self.path / SCORER_FILE).read_text())
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.tokenizer = AutoTokenizer.from_pretrained(self.path)
+        self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=getattr(torch, dtype)).to(self.device).eval()
+        self.batch_size = batch_size
+
+    def _forward(self, seqs: list[list[int]]):
+        """Logits at each row's last real token (left padding, positions from the mask)."""
+        import torch
+
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        ids, mask = pad_batch(seqs, pad, side="left")
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        with torch.inference_mode():
+            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask),
+                                use_cache=False).logits
+        return logits[:, -1].float()
+
+    def next_token_values(self, prompts, prefixes) -> np.ndarray:
+        """(B, V): Q(prompt + prefix, z) for every token z, one forward pass per batch."""
+        seqs = [encode(self.tokenizer, p, r, False) for p, r in zip(prompts, prefixes, strict=True)]
+        out = [self._forward(seqs[lo:lo + self.batch_size]).cpu().numpy()
+               for lo in range(0, len(seqs), self.batch_size)]
+        return np.concatenate(out)
+
+    def score(self, prompts, responses) -> np.ndarray:
+        """Q of the final token (EOS) of each complete response: its predicted score."""
+        seqs = [encode(self.tokenizer, p, r, True) for p, r in zip(prompts, responses, strict=True)]
+        out = np.empty(len(seqs))
+        for lo in range(0, len(seqs), self.batch_size):
+            chunk = seqs[lo:lo + self.batch_size]
+            q = self._forward([s[:-1] for s in chunk])
+            last = [s[-1] for s in chunk]
+            out[lo:lo + len(chunk)] = q[range(len(chunk)), last].cpu().numpy()
+        return out
+
+
 class OracleScorer:
     """The toy world's oracle as a scorer (``which``: helpfulness or harmfulness)."""
 
@@ -135,7 +180,12 @@ class OracleScorer:
 
 
 def load_scorer(spec: str, role: str = "reward", **kwargs) -> Scorer:
-    """``"oracle"`` (toy world; the role picks helpfulness or harmfulness) or a model path."""
+    """``"oracle"`` (toy world; the role picks helpfulness or harmfulness), or a model
+    directory: a CD-Q value model if its ``lara_scorer.json`` says so, else a sequence model."""
     if spec == "oracle":
         return OracleScorer("helpfulness" if role == "reward" else "harmfulness")
+    meta_file = Path(spec) / SCORER_FILE
+    if meta_file.is_file() and json.loads(meta_file.read_text()).get("kind", "").startswith("value_"):
+        kwargs.pop("padding_side", None)
+        return ValueScorer(spec, **kwargs)
     return SequenceScorer(spec, **kwargs)
