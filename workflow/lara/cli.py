@@ -32,6 +32,10 @@ COMMANDS: dict[str, str] = {
     "score": "lara.score",
     # calibration
     "calibrate": "lara.calibrate.calibrate",
+    # decoding
+    "select-bon": "lara.decode.bon",
+    "bon-sweep": "lara.decode.sweep",
+    "decode": "lara.decode.rgtg",
     # evaluation helpers
     "oracle-score": "lara.toy.score",
 }

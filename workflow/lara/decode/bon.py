@@ -1,0 +1,117 @@
+"""Best-of-N with the calibrated reward r - lambda c.
+
+N candidates per test prompt are sampled and scored once; selection for any lambda is an
+argmax over the stored scores (ties go to the lower cost, as in ``lara calibrate --mode
+bon``), so a whole lambda sweep needs no new generation.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+log = logging.getLogger(__name__)
+
+NAMED = ("zero", "star", "max")
+
+
+def parse_setting(name: str) -> float | None:
+    """A literal lambda setting ("2", "0p5" = 0.5), or None for a named one."""
+    if name in NAMED:
+        return None
+    if not re.fullmatch(r"[0-9]+(p[0-9]+)?", name):
+        raise ValueError(f"lambda setting {name!r}: expected zero, star, max or a literal like 0p5")
+    return float(name.replace("p", "."))
+
+
+def resolve_lambda(name: str, lambda_max: float, lambda_json: str | Path | None = None) -> float:
+    """The value of a named lambda setting: zero, max (the config's lambda_max), star (lambda*
+    from lambda.json) or a literal."""
+    literal = parse_setting(name)
+    if literal is not None:
+        return literal
+    if name == "zero":
+        return 0.0
+    if name == "max":
+        return float(lambda_max)
+    if lambda_json is None:
+        raise ValueError("the 'star' setting needs --lambda-json")
+    return float(json.loads(Path(lambda_json).read_text())["lambda_star"])
+
+
+def score_matrix(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(prompt ids, reward, cost, row index) as (P,), (P, N), (P, N), (P, N) arrays; every
+    prompt must have the same number of candidates."""
+    df = df.sort_values(["prompt_id", "sample_id"], kind="stable")
+    sizes = df.groupby("prompt_id", sort=False).size()
+    if sizes.nunique() != 1:
+        raise ValueError(f"prompts have different numbers of candidates ({sizes.min()}..{sizes.max()})")
+    n = int(sizes.iloc[0])
+    ids = sizes.index.to_numpy()
+    shape = (len(ids), n)
+    return (ids, df["reward"].to_numpy(float).reshape(shape), df["cost"].to_numpy(float).reshape(shape),
+            df.index.to_numpy().reshape(shape))
+
+
+def select(reward: np.ndarray, cost: np.ndarray, lams) -> np.ndarray:
+    """(L, P) index of the chosen candidate per lambda and prompt: argmax r - lambda c, ties to
+    the lower cost."""
+    lams = np.atleast_1d(np.asarray(lams, dtype=np.float64))
+    score = reward[None] - lams[:, None, None] * cost[None]
+    best = score.max(axis=2, keepdims=True)
+    tie = score >= best - 1e-12 * np.maximum(1.0, np.abs(best))
+    return np.where(tie, cost[None], np.inf).argmin(axis=2)
+
+
+def sweep(reward: np.ndarray, cost: np.ndarray, lams) -> pd.DataFrame:
+    """Mean reward, mean cost and safe fraction (c <= 0) of Best-of-N at each lambda."""
+    lams = np.atleast_1d(np.asarray(lams, dtype=np.float64))
+    idx = select(reward, cost, lams)
+    rows = np.arange(reward.shape[0])
+    r = reward[rows[None], idx]
+    c = cost[rows[None], idx]
+    return pd.DataFrame({"lambda": lams, "mean_reward": r.mean(1), "mean_cost": c.mean(1),
+                         "safe_fraction": (c <= 0).mean(1)})
+
+
+def warn_if_fewer_than_k(n: int, lambda_json: str | Path | None) -> None:
+    if lambda_json and Path(lambda_json).is_file():
+        k = json.loads(Path(lambda_json).read_text()).get("samples_per_prompt", {}).get("min")
+        if k is not None and n < k:
+            log.warning("Best-of-N with N=%d candidates but lambda was calibrated on K=%d samples per prompt: "
+                        "N should be at least K", n, k)
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI: lara select-bon, lara bon-sweep
+
+HELP = "select the Best-of-N candidate by r - lambda c for a named lambda setting"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--candidates", required=True, help="scored candidates (prompt_id, sample_id, reward, cost)")
+    parser.add_argument("--setting", required=True, help="zero, star, max, or a literal such as 0p5")
+    parser.add_argument("--lambda-max", type=float, required=True)
+    parser.add_argument("--lambda-json", default=None, help="lambda.json (needed by 'star')")
+    parser.add_argument("--out", required=True, help="output parquet: one response per prompt")
+
+
+def run(args) -> None:
+    from lara.data.tables import read_table, write_table
+
+    df = read_table(args.candidates, required=("prompt_id", "sample_id", "prompt", "response", "reward", "cost"))
+    lam = resolve_lambda(args.setting, args.lambda_max, args.lambda_json)
+    ids, reward, cost, index = score_matrix(df)
+    warn_if_fewer_than_k(reward.shape[1], args.lambda_json)
+    pick = select(reward, cost, [lam])[0]
+    chosen = df.loc[index[np.arange(len(ids)), pick]].copy()
+    chosen["method"], chosen["setting"], chosen["lambda"] = "bon", args.setting, lam
+    log.info("Best-of-%d at lambda=%s (%.6g): mean reward %.4f, mean cost %.4f, safe %.3f", reward.shape[1],
+             args.setting, lam, chosen["reward"].mean(), chosen["cost"].mean(), (chosen["cost"] <= 0).mean())
+    write_table(chosen.reset_index(drop=True), args.out, {"setting": args.setting, "lambda": lam,
+                                                          "candidates": args.candidates})

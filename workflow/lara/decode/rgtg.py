@@ -1,0 +1,313 @@
+"""Token-level reward-guided decoding with the calibrated reward: ARGS, PARGS and CD-Q.
+
+At every step the policy pi_ref proposes its top-k next tokens z, each scored by
+
+    log pi_ref(z | x, y) + w * (r(x, y z) - lambda * c(x, y z))
+
+and the decoder takes the argmax (``temperature = 0``) or samples from softmax(score / T).
+The scorers differ by method:
+
+* ``args``: the full-sequence reward and cost models applied to the prefix plus z;
+* ``pargs``: the PARGS partial reward and cost models (trained on prefixes);
+* ``cdq``: the CD-Q value models, whose head gives Q(prefix, z) for every z in one pass.
+
+Cached candidate scoring (sequence scorers): the scorer keeps a KV cache of the prefix; the
+k candidates go through one forward as k single-token continuations that attend to the
+cached prefix and to themselves only (a tree-shaped 4D attention mask, all at the same
+position); the chosen candidate's keys and values are then kept and the rest dropped. The
+naive reference re-runs k full sequences per token. Both give the same tokens for a seed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from lara.scoring import encode, pad_batch
+
+log = logging.getLogger(__name__)
+
+METHODS = ("args", "pargs", "cdq")
+
+
+@dataclass(frozen=True)
+class RGTGSettings:
+    top_k: int = 10
+    weight: float = 2.0
+    temperature: float = 0.0
+    max_new_tokens: int = 48
+    batch_size: int = 16
+
+
+def _positions(mask):
+    return (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+class _Stepper:
+    """Incremental causal-LM state: KV cache, 2D mask, logits at the last real token."""
+
+    def __init__(self, model):
+        self.model = model
+        self.dev = next(model.parameters()).device
+
+    def start(self, ids, mask):
+        from transformers import DynamicCache
+
+        self.cache = DynamicCache()
+        self.mask = mask.to(self.dev)
+        out = self.model(input_ids=ids.to(self.dev), attention_mask=self.mask, position_ids=_positions(self.mask),
+                         past_key_values=self.cache, use_cache=True)
+        self.last = out.logits[:, -1].float()
+
+    def commit(self, tokens, choice, alive):
+        import torch
+
+        pos = self.mask.sum(-1, keepdim=True)
+        self.mask = torch.cat([self.mask, alive.to(self.mask.dtype).unsqueeze(1)], dim=1)
+        out = self.model(input_ids=tokens.unsqueeze(1).to(self.dev), attention_mask=self.mask, position_ids=pos,
+                         past_key_values=self.cache, use_cache=True)
+        self.last = out.logits[:, -1].float()
+
+
+class PolicyStepper(_Stepper):
+    def logprobs(self):
+        import torch
+
+        return torch.log_softmax(self.last, dim=-1)
+
+
+class CachedValueScorer(_Stepper):
+    """CD-Q: every candidate's value is read off one forward pass (the last logits)."""
+
+    def candidates(self, cand):
+        return self.last.gather(1, cand.to(self.dev))
+
+
+class NaiveValueScorer:
+    """CD-Q reference: a full forward of prefix + candidate per candidate."""
+
+    def __init__(self, model):
+        self.model, self.dev = model, next(model.parameters()).device
+
+    def start(self, ids, mask):
+        self.ids, self.mask = ids.to(self.dev), mask.to(self.dev)
+
+    def candidates(self, cand):
+        import torch
+
+        b, k = cand.shape
+        out = torch.empty(b, k, device=self.dev)
+        for j in range(k):  # one full forward per candidate: Q(prefix, z_j) read at the prefix's end
+            logits = self.model(input_ids=self.ids, attention_mask=self.mask,
+                                position_ids=_positions(self.mask)).logits
+            out[:, j] = logits[:, -1].float().gather(1, cand[:, j:j + 1].to(self.dev)).squeeze(1)
+        return out
+
+    def commit(self, tokens, choice, alive):
+        import torch
+
+        self.ids = torch.cat([self.ids, tokens.unsqueeze(1).to(self.dev)], 1)
+        self.mask = torch.cat([self.mask, alive.to(self.mask.dtype).unsqueeze(1)], 1)
+
+
+class CachedSequenceScorer:
+    """A reward/cost (or partial) model scoring k candidates per step against a cached prefix."""
+
+    def __init__(self, model):
+        self.model = model
+        self.backbone = getattr(model, model.base_model_prefix)
+        self.dev = next(model.parameters()).device
+
+    def start(self, ids, mask):
+        from transformers import DynamicCache
+
+        self.cache = DynamicCache()
+        self.mask = mask.to(self.dev)
+        self.backbone(input_ids=ids.to(self.dev), attention_mask=self.mask, position_ids=_positions(self.mask),
+                      past_key_values=self.cache, use_cache=True)
+
+    def candidates(self, cand):
+        import torch
+
+        b, k = cand.shape
+        past = self.mask.shape[1]
+        dtype = next(self.model.parameters()).dtype
+        neg = torch.finfo(dtype).min
+        tree = torch.full((b, 1, k, past + k), neg, dtype=dtype, device=self.dev)
+        tree[..., :past] = torch.where(self.mask[:, None, None, :].bool(), 0.0, neg).to(dtype)
+        eye = torch.arange(k, device=self.dev)
+        tree[:, 0, eye, past + eye] = 0.0
+        pos = self.mask.sum(-1, keepdim=True).expand(b, k)
+        hidden = self.backbone(input_ids=cand.to(self.dev), attention_mask=tree, position_ids=pos,
+                               past_key_values=self.cache, use_cache=True).last_hidden_state
+        self._past = past
+        return self.model.score(hidden).squeeze(-1).float()
+
+    def commit(self, tokens, choice, alive):
+        import torch
+
+        past, rows = self._past, torch.arange(choice.shape[0], device=self.dev)
+        for layer in self.cache.layers:  # keep the prefix and the chosen candidate's keys/values
+            keep_k = layer.keys[rows, :, past + choice.to(self.dev)].unsqueeze(2)
+            keep_v = layer.values[rows, :, past + choice.to(self.dev)].unsqueeze(2)
+            layer.keys = torch.cat([layer.keys[:, :, :past], keep_k], dim=2)
+            layer.values = torch.cat([layer.values[:, :, :past], keep_v], dim=2)
+        self.mask = torch.cat([self.mask, alive.to(self.mask.dtype).unsqueeze(1)], dim=1)
+
+
+class NaiveSequenceScorer:
+    """Reference: each candidate scored by a full forward of prefix + candidate (no cache)."""
+
+    def __init__(self, model):
+        self.model = model
+        self.backbone = getattr(model, model.base_model_prefix)
+        self.dev = next(model.parameters()).device
+
+    def start(self, ids, mask):
+        self.ids, self.mask = ids.to(self.dev), mask.to(self.dev)
+
+    def candidates(self, cand):
+        import torch
+
+        b, k = cand.shape
+        out = torch.empty(b, k, device=self.dev)
+        ones = torch.ones(b, 1, dtype=self.mask.dtype, device=self.dev)
+        mask = torch.cat([self.mask, ones], 1)
+        for j in range(k):
+            ids = torch.cat([self.ids, cand[:, j:j + 1].to(self.dev)], 1)
+            hidden = self.backbone(input_ids=ids, attention_mask=mask, position_ids=_positions(mask)).last_hidden_state
+            out[:, j] = self.model.score(hidden[:, -1]).squeeze(-1).float()
+        return out
+
+    def commit(self, tokens, choice, alive):
+        import torch
+
+        self.ids = torch.cat([self.ids, tokens.unsqueeze(1).to(self.dev)], 1)
+        self.mask = torch.cat([self.mask, alive.to(self.mask.dtype).unsqueeze(1)], 1)
+
+
+def make_scorer(model, cached: bool = True):
+    """The stepping scorer for a model directory's model: value (causal LM) or sequence."""
+    is_value = not hasattr(model, "score")
+    if is_value:
+        return CachedValueScorer(model) if cached else NaiveValueScorer(model)
+    return CachedSequenceScorer(model) if cached else NaiveSequenceScorer(model)
+
+
+def decode_batch(policy, reward, cost, tokenizer, prompts, lam: float, s: RGTGSettings, generator=None):
+    """Decode one batch of prompts; returns the generated token lists (EOS included if emitted)."""
+    import torch
+
+    seqs = [encode(tokenizer, p, "", False) for p in prompts]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    ids, mask = pad_batch(seqs, pad, side="left")
+    for m in (policy, reward, cost):
+        m.start(ids, mask)
+    b = len(prompts)
+    alive = torch.ones(b, dtype=torch.bool)
+    out = [[] for _ in range(b)]
+    rows = torch.arange(b)
+    for _ in range(s.max_new_tokens):
+        logp = policy.logprobs().cpu()
+        top_lp, top_ids = logp.topk(s.top_k, dim=-1)
+        r = reward.candidates(top_ids).cpu()
+        c = cost.candidates(top_ids).cpu()
+        score = top_lp + s.weight * (r - lam * c)
+        if s.temperature > 0:
+            choice = torch.multinomial(torch.softmax(score / s.temperature, -1), 1, generator=generator).squeeze(1)
+        else:
+            choice = score.argmax(-1)
+        tokens = torch.where(alive, top_ids[rows, choice], torch.full_like(choice, pad))
+        for i in torch.nonzero(alive).squeeze(1).tolist():
+            out[i].append(int(tokens[i]))
+        for m in (policy, reward, cost):
+            m.commit(tokens, choice, alive)
+        alive &= tokens != tokenizer.eos_token_id
+        if not alive.any():
+            break
+    return out
+
+
+def decode(policy_model, reward_model, cost_model, tokenizer, prompts, lam: float, s: RGTGSettings,
+           seed: int = 0, cached: bool = True):
+    """Decode all prompts in batches; returns the generated token lists."""
+    import torch
+    from tqdm import tqdm
+
+    if policy_model.config.vocab_size != len(tokenizer):
+        log.warning("policy vocabulary %d != tokenizer size %d", policy_model.config.vocab_size, len(tokenizer))
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    with torch.inference_mode():
+        for lo in tqdm(range(0, len(prompts), s.batch_size), desc="decoding", unit="batch", mininterval=10):
+            out += decode_batch(PolicyStepper(policy_model), make_scorer(reward_model, cached),
+                                make_scorer(cost_model, cached), tokenizer, prompts[lo:lo + s.batch_size], lam, s,
+                                gen)
+    return out
+
+
+def load_models(method: str, policy: str, reward: str, cost: str, dtype: str = "float32"):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    td = getattr(torch, dtype)
+    scorer_cls = AutoModelForCausalLM if method == "cdq" else AutoModelForSequenceClassification
+    tok = AutoTokenizer.from_pretrained(policy)
+    pm = AutoModelForCausalLM.from_pretrained(policy, dtype=td).to(dev).eval()
+    rm = scorer_cls.from_pretrained(reward, dtype=td).to(dev).eval()
+    cm = scorer_cls.from_pretrained(cost, dtype=td).to(dev).eval()
+    for name, m in (("reward", rm), ("cost", cm)):
+        if m.config.vocab_size != pm.config.vocab_size:
+            raise ValueError(f"{name} scorer vocabulary ({m.config.vocab_size}) differs from the policy's "
+                             f"({pm.config.vocab_size}): token-level decoding needs one tokenizer")
+    return tok, pm, rm, cm
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI: lara decode
+
+HELP = "token-level decoding with log pi_ref + w (r - lambda c): ARGS, PARGS or CD-Q"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--method", required=True, choices=METHODS)
+    parser.add_argument("--policy", required=True, help="pi_ref (the SFT model)")
+    parser.add_argument("--reward", required=True, help="reward scorer (full, partial or value model)")
+    parser.add_argument("--cost", required=True, help="cost scorer (full, partial or value model)")
+    parser.add_argument("--prompts", required=True, help="parquet with prompt_id, prompt")
+    parser.add_argument("--setting", required=True, help="lambda setting: zero, star, max or a literal (0p5)")
+    parser.add_argument("--lambda-max", type=float, required=True)
+    parser.add_argument("--lambda-json", default=None)
+    parser.add_argument("--settings", default="{}", help="JSON: top_k, weight, temperature, max_new_tokens, batch_size")
+    parser.add_argument("--naive", action="store_true", help="use the uncached reference scorers")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", required=True)
+
+
+def run(args) -> None:
+    import json
+    import time
+
+    import pandas as pd
+
+    from lara.data.tables import read_table, write_table
+    from lara.decode.bon import resolve_lambda
+
+    s = RGTGSettings(**json.loads(args.settings))
+    lam = resolve_lambda(args.setting, args.lambda_max, args.lambda_json)
+    df = read_table(args.prompts, required=("prompt_id", "prompt"))
+    tok, pm, rm, cm = load_models(args.method, args.policy, args.reward, args.cost, args.dtype)
+    log.info("%s decoding of %d prompts at lambda=%s (%.6g), %s", args.method, len(df), args.setting, lam, s)
+    t0 = time.perf_counter()
+    tokens = decode(pm, rm, cm, tok, df["prompt"].tolist(), lam, s, args.seed, cached=not args.naive)
+    elapsed = time.perf_counter() - t0
+    n_tok = sum(len(t) for t in tokens)
+    log.info("%d tokens in %.1f s (%.1f tokens/s)", n_tok, elapsed, n_tok / max(elapsed, 1e-9))
+    out = pd.DataFrame({"prompt_id": df["prompt_id"], "prompt": df["prompt"],
+                        "response": [tok.decode(t, skip_special_tokens=True).strip() for t in tokens],
+                        "n_tokens": [len(t) for t in tokens]})
+    out["method"], out["setting"], out["lambda"] = args.method, args.setting, lam
+    write_table(out, args.out, {"method": args.method, "setting": args.setting, "lambda": lam,
+                                "settings": s.__dict__, "seed": args.seed})
