@@ -10,6 +10,9 @@
 #   results/{exp}/data/prompts_{calibration,test}.parquet     disjoint prompt splits
 #   results/{exp}/calibration/{samples,scores}.parquet        K samples per calibration prompt, their r and c
 #   results/{exp}/calibration/lambda.json                     lambda-hat, bootstrap, lambda*, diagnostics
+#   results/{exp}/decode/bon/{samples,candidates}.parquet     N candidates per test prompt, scored once
+#   results/{exp}/decode/bon/sweep.csv                        Best-of-N lambda sweep (Fig. 1 data)
+#   results/{exp}/decode/{method}/{lam}/responses.parquet     method: bon, args, pargs, cdq; lam: zero, star, max, 0p5
 #   logs/{exp}/{rule}.log, benchmarks/{exp}/{rule}.tsv        per-job logs and timings
 from snakemake.utils import min_version
 
@@ -23,6 +26,7 @@ include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/train.smk"
 include: "rules/calibrate.smk"
+include: "rules/decode.smk"
 
 
 rule all:

@@ -24,6 +24,17 @@ TOY_FILES = {
 wildcard_constraints:
     exp=EXP,
     kind="reward|cost",
+    method="args|pargs|cdq",
+    lam="zero|star|max|[0-9]+(p[0-9]+)?",
+
+
+# the scorer models of each token-level method, by role
+RGTG_SCORERS = {"args": "{kind}", "pargs": "partial_{kind}", "cdq": "value_{kind}"}
+
+
+def rgtg_scorer(kind):
+    """Input function: the reward or cost scorer that a decode_rgtg job's method uses."""
+    return lambda w: f"{RESULTS}/models/" + RGTG_SCORERS[w.method].format(kind=kind)
 
 
 def opts(**options):
@@ -87,6 +98,18 @@ def base_model_input():
     return [path] if path == f"{RESULTS}/models/base" or Path(path).exists() else []
 
 
+def lambda_input(wildcards):
+    """lambda.json for the `star` setting only: zero/max/literal jobs never wait on calibration."""
+    return [f"{RESULTS}/calibration/lambda.json"] if wildcards.lam == "star" else []
+
+
+def lambda_options(setting):
+    options = {"setting": setting, "lambda_max": config["calibration"]["lambda_max"]}
+    if setting == "star":
+        options["lambda_json"] = f"{RESULTS}/calibration/lambda.json"
+    return opts(**options)
+
+
 def job_resources(rule):
     """Resources of a rule from the experiment config: defaults, then per-rule overrides."""
     res = dict(config["resources"]["default"]) | config["resources"]["rules"].get(rule, {})
@@ -111,4 +134,8 @@ def final_outputs():
     targets += [f"{RESULTS}/models/{m}" for m in ("sft", "reward", "cost")]
     targets += [f"{RESULTS}/models/{stage}_{kind}" for stage in ("partial", "value") for kind in ("reward", "cost")]
     targets.append(f"{RESULTS}/calibration/lambda.json")
+    for method in config["decode"]["methods"]:
+        if method == "bon":
+            targets.append(f"{RESULTS}/decode/bon/sweep.csv")
+        targets += [f"{RESULTS}/decode/{method}/{lam}/responses.parquet" for lam in config["decode"]["lambdas"]]
     return targets

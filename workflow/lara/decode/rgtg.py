@@ -37,6 +37,7 @@ class RGTGSettings:
     temperature: float = 0.0
     max_new_tokens: int = 48
     batch_size: int = 16
+    stop_at_eos: bool = True  # False only for benchmarks that need a fixed number of steps
 
 
 def _positions(mask):
@@ -222,7 +223,8 @@ def decode_batch(policy, reward, cost, tokenizer, prompts, lam: float, s: RGTGSe
             out[i].append(int(tokens[i]))
         for m in (policy, reward, cost):
             m.commit(tokens, choice, alive)
-        alive &= tokens != tokenizer.eos_token_id
+        if s.stop_at_eos:
+            alive &= tokens != tokenizer.eos_token_id
         if not alive.any():
             break
     return out

@@ -1,0 +1,119 @@
+# Decoding stage. Best-of-N: N candidates per test prompt sampled and scored once, selected for any
+# lambda without new generation. ARGS / PARGS / CD-Q: token-level decoding with log pi_ref + w (r - lambda c).
+# Lambda settings are named (zero, star, max, or a literal such as 0p5); only `star` reads lambda.json.
+
+
+rule sample_bon:
+    input:
+        prompts="results/{exp}/data/prompts_test.parquet",
+        sft="results/{exp}/models/sft",
+    output:
+        "results/{exp}/decode/bon/samples.parquet",
+    params:
+        options=opts(
+            n=config["decode"]["bon_n"],
+            backend=config["generation"]["backend"],
+            dtype=config["base_model"]["dtype"],
+            seed=config["seed"] + 1,
+        ),
+        settings=generation_settings(),
+        code=code("lara.generate", "lara.template"),
+    log:
+        "logs/{exp}/sample_bon.log",
+    benchmark:
+        "benchmarks/{exp}/sample_bon.tsv"
+    resources:
+        **job_resources("sample_bon"),
+    conda:
+        "../envs/generate.yaml"
+    shell:
+        "lara sample --model {input.sft} --prompts {input.prompts} {params.options}"
+        " --settings {params.settings:q} --out {output} > {log} 2>&1"
+
+
+rule score_bon:
+    input:
+        samples="results/{exp}/decode/bon/samples.parquet",
+        reward="results/{exp}/models/reward",
+        cost="results/{exp}/models/cost",
+    output:
+        "results/{exp}/decode/bon/candidates.parquet",
+    params:
+        code=code("lara.score", "lara.scoring", "lara.template"),
+    log:
+        "logs/{exp}/score_bon.log",
+    benchmark:
+        "benchmarks/{exp}/score_bon.tsv"
+    resources:
+        **job_resources("score_bon"),
+    conda:
+        "../envs/train.yaml"
+    shell:
+        "lara score --input {input.samples} --reward {input.reward} --cost {input.cost} --out {output} > {log} 2>&1"
+
+
+rule select_bon:
+    input:
+        candidates="results/{exp}/decode/bon/candidates.parquet",
+        lam=lambda_input,
+    output:
+        "results/{exp}/decode/bon/{lam}/responses.parquet",
+    params:
+        options=lambda w: lambda_options(w.lam),
+        code=code("lara.decode.bon"),
+    log:
+        "logs/{exp}/select_bon_{lam}.log",
+    resources:
+        **job_resources("select_bon"),
+    conda:
+        "../envs/analysis.yaml"
+    shell:
+        "lara select-bon --candidates {input.candidates} {params.options} --out {output} > {log} 2>&1"
+
+
+rule bon_sweep:
+    input:
+        candidates="results/{exp}/decode/bon/candidates.parquet",
+        lam="results/{exp}/calibration/lambda.json",
+    output:
+        "results/{exp}/decode/bon/sweep.csv",
+    params:
+        grid=json.dumps(config["decode"]["lambda_grid"]),
+        code=code("lara.decode.bon", "lara.decode.sweep"),
+    log:
+        "logs/{exp}/bon_sweep.log",
+    resources:
+        **job_resources("bon_sweep"),
+    conda:
+        "../envs/analysis.yaml"
+    shell:
+        "lara bon-sweep --candidates {input.candidates} --grid {params.grid:q} --lambda-json {input.lam}"
+        " --out {output} > {log} 2>&1"
+
+
+rule decode_rgtg:
+    input:
+        prompts="results/{exp}/data/prompts_test.parquet",
+        sft="results/{exp}/models/sft",
+        reward=rgtg_scorer("reward"),
+        cost=rgtg_scorer("cost"),
+        lam=lambda_input,
+    output:
+        "results/{exp}/decode/{method}/{lam}/responses.parquet",
+    params:
+        options=lambda w: lambda_options(w.lam),
+        settings=json.dumps(config["decode"]["rgtg"], sort_keys=True),
+        seed=config["seed"],
+        code=code("lara.decode", "lara.scoring", "lara.template"),
+    log:
+        "logs/{exp}/decode_{method}_{lam}.log",
+    benchmark:
+        "benchmarks/{exp}/decode_{method}_{lam}.tsv"
+    resources:
+        **job_resources("decode_rgtg"),
+    conda:
+        "../envs/train.yaml"
+    shell:
+        "lara decode --method {wildcards.method} --policy {input.sft} --reward {input.reward} --cost {input.cost}"
+        " --prompts {input.prompts} {params.options} --settings {params.settings:q} --seed {params.seed}"
+        " --out {output} > {log} 2>&1"
