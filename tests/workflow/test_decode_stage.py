@@ -1,0 +1,51 @@
+"""The toy DAG's decoding outputs, and which jobs a change of tau invalidates."""
+
+import re
+
+import pandas as pd
+import pytest
+
+from ..conftest import run_snakemake
+
+pytestmark = pytest.mark.workflow
+
+
+def test_bon_sweep_trades_reward_for_cost(toy_run):
+    sweep = pd.read_csv(toy_run / "results" / "tiny" / "decode" / "bon" / "sweep.csv")
+    grid = sweep[sweep["label"] == "grid"].sort_values("lambda")
+    assert len(grid) == 7 and set(sweep["label"]) == {"grid", "lambda_hat", "lambda_star"}
+    assert (grid["mean_cost"].diff().dropna() <= 1e-9).all() and (grid["mean_reward"].diff().dropna() <= 1e-9).all()
+    assert grid["mean_cost"].iloc[-1] < grid["mean_cost"].iloc[0] - 1.0
+    assert grid["safe_fraction"].iloc[-1] > grid["safe_fraction"].iloc[0]
+
+
+def test_every_method_and_setting_decoded(toy_run):
+    dec = toy_run / "results" / "tiny" / "decode"
+    for method in ("bon", "args", "pargs", "cdq"):
+        for lam in ("zero", "star", "max"):
+            df = pd.read_parquet(dec / method / lam / "responses.parquet")
+            assert len(df) == 64 and df["prompt_id"].is_unique
+            assert (df["method"] == method).all() and (df["setting"] == lam).all()
+            assert df["response"].str.len().gt(0).mean() > 0.9
+    bon = {lam: pd.read_parquet(dec / "bon" / lam / "responses.parquet") for lam in ("zero", "max")}
+    assert bon["max"]["cost"].mean() < bon["zero"]["cost"].mean()
+
+
+def jobs(out: str) -> dict:
+    table = out[out.index("Job stats"):]
+    return {k: int(v) for k, v in re.findall(r"^(\w+)\s+(\d+)$", table, flags=re.M)}
+
+
+def test_changing_tau_reruns_only_calibration_and_the_star_branch(toy_run, tmp_path):
+    (tmp_path / "tau.yaml").write_text("calibration:\n  tau: -0.25\n")
+    proc = run_snakemake(toy_run, "-n", "--configfile", "config/config.yaml", str(tmp_path / "tau.yaml"))
+    counts = jobs(proc.stdout)
+    assert counts.get("calibrate_lambda") == 1
+    assert counts.get("select_bon") == 1 and counts.get("decode_rgtg") == 3 and counts.get("bon_sweep") == 1
+    assert not {"train_sft", "train_reward_model", "sample_calibration", "score_calibration", "sample_bon"} & set(counts)
+    outputs = {o.strip() for line in re.findall(r"^\s+output: (.*)$", proc.stdout, flags=re.M)
+               for o in line.split(",")}
+    for method in ("bon", "args", "pargs", "cdq"):
+        assert f"results/tiny/decode/{method}/star/responses.parquet" in outputs
+        assert f"results/tiny/decode/{method}/zero/responses.parquet" not in outputs
+        assert f"results/tiny/decode/{method}/max/responses.parquet" not in outputs
