@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 CORES  ?= all
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: run test env
+.PHONY: run test env cluster-deps
 
 env: $(STAMP)
 
@@ -18,5 +18,17 @@ $(STAMP): pyproject.toml constraints.txt
 run: $(STAMP)
 	snakemake --cores $(CORES)
 
-test: $(STAMP)
+# The cluster tests start a real local SLURM (munge, MariaDB + slurmdbd, slurmctld, slurmd):
+# install Debian's packages when they are missing and we can (root with apt-get); otherwise
+# those tests are skipped with the reason.
+cluster-deps:
+	@if command -v sbatch >/dev/null && [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/mariadbd ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing SLURM, munge and MariaDB for the cluster tests (apt-get)"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    slurm-wlm slurmctld slurmd slurmdbd munge mariadb-server >/dev/null) \
+	  || echo "could not install the SLURM packages: the cluster tests will be skipped"; \
+	else echo "not root or no apt-get: the cluster tests will be skipped"; fi
+
+test: $(STAMP) cluster-deps
 	pytest

@@ -23,6 +23,12 @@ configfile: "config/config.yaml"
 
 
 include: "rules/common.smk"
+
+
+wildcard_constraints:
+    **WILDCARDS,
+
+
 include: "rules/data.smk"
 include: "rules/train.smk"
 include: "rules/calibrate.smk"

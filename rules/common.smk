@@ -20,12 +20,7 @@ TOY_FILES = {
     "prompts": f"{RESULTS}/toy/prompts.jsonl",
 }
 
-
-wildcard_constraints:
-    exp=EXP,
-    kind="reward|cost",
-    method="args|pargs|cdq",
-    lam="zero|star|max|[0-9]+(p[0-9]+)?",
+WILDCARDS = {"exp": EXP, "kind": "reward|cost", "method": "args|pargs|cdq", "lam": "zero|star|max|[0-9]+(p[0-9]+)?"}
 
 
 # the scorer models of each token-level method, by role
@@ -34,7 +29,7 @@ RGTG_SCORERS = {"args": "{kind}", "pargs": "partial_{kind}", "cdq": "value_{kind
 
 def rgtg_scorer(kind):
     """Input function: the reward or cost scorer that a decode_rgtg job's method uses."""
-    return lambda w: f"{RESULTS}/models/" + RGTG_SCORERS[w.method].format(kind=kind)
+    return lambda w: f"{RESULTS}/models/{RGTG_SCORERS[w.method].format(kind=kind)}"
 
 
 def opts(**options):
@@ -48,7 +43,7 @@ def opts(**options):
 
 
 def code(*modules):
-    """Source hash of the step modules a rule runs: editing them reruns that rule."""
+    """Source hash of the step modules that a job runs; editing them reruns its jobs."""
     return "-".join(source_hash(m) for m in modules)
 
 
@@ -98,6 +93,11 @@ def base_model_input():
     return [path] if path == f"{RESULTS}/models/base" or Path(path).exists() else []
 
 
+def base_model_arg(wildcards, input):
+    """The --model argument of SFT: the base model input when it is a file, else the hub id."""
+    return input.base if input.base else base_model_path()
+
+
 def lambda_input(wildcards):
     """lambda.json for the `star` setting only: zero/max/literal jobs never wait on calibration."""
     return [f"{RESULTS}/calibration/lambda.json"] if wildcards.lam == "star" else []
@@ -111,7 +111,7 @@ def lambda_options(setting):
 
 
 def job_resources(rule):
-    """Resources of a rule from the experiment config: defaults, then per-rule overrides."""
+    """Resources from the experiment config (the defaults, then any per-rule overrides)."""
     res = dict(config["resources"]["default"]) | config["resources"]["rules"].get(rule, {})
     if not res.get("gpu"):
         res.pop("gpu", None)

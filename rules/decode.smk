@@ -104,7 +104,7 @@ rule decode_rgtg:
         options=lambda w: lambda_options(w.lam),
         settings=json.dumps(config["decode"]["rgtg"], sort_keys=True),
         seed=config["seed"],
-        code=code("lara.decode", "lara.scoring", "lara.template"),
+        code=code("lara.decode.rgtg", "lara.decode.bon", "lara.scoring", "lara.template"),
     log:
         "logs/{exp}/decode_{method}_{lam}.log",
     benchmark:

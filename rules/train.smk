@@ -10,7 +10,7 @@ rule train_sft:
     output:
         directory("results/{exp}/models/sft"),
     params:
-        model=base_model_path(),
+        model=base_model_arg,
         settings=train_settings("sft"),
         options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
         code=code("lara.train.common", "lara.train.sft", "lara.scoring", "lara.template"),

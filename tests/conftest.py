@@ -16,7 +16,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 
 REPO = Path(__file__).resolve().parents[1]
-WORKFLOW_FILES = ("Snakefile", "rules", "config", "envs")
+WORKFLOW_FILES = ("Snakefile", "rules", "config", "envs", "slurm")
 
 
 def snakemake_env() -> dict:
@@ -41,9 +41,9 @@ def copy_workflow(dest: Path) -> Path:
     return dest
 
 
-def run_snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+def run_snakemake(workdir: Path, *args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *args]
-    proc = subprocess.run(cmd, cwd=workdir, env=snakemake_env(), capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=workdir, env=snakemake_env() | (env or {}), capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc

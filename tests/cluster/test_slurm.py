@@ -1,0 +1,65 @@
+"""`snakemake --profile slurm` on a real local SLURM cluster (munge, MariaDB + slurmdbd,
+slurmctld, slurmd), started and stopped by this module. The toy DAG's data stage, base model and
+SFT go through sbatch and must match the local run."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from ..conftest import copy_workflow, snakemake_env
+from ..slurm_cluster import LocalSlurm, available
+
+pytestmark = pytest.mark.slurm
+
+TARGETS = ["results/tiny/data/sft.parquet", "results/tiny/data/preferences.parquet",
+           "results/tiny/data/prompts_calibration.parquet", "results/tiny/data/prompts_test.parquet",
+           "results/tiny/models/sft"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    reason = available()
+    if reason:
+        pytest.skip(reason)
+    c = LocalSlurm(tmp_path_factory.mktemp("slurm"))
+    try:
+        c.start()
+    except Exception:
+        print(c.logs())
+        c.stop()
+        raise
+    yield c
+    c.stop()
+
+
+def test_toy_dag_through_sbatch_matches_the_local_run(cluster, toy_run, tmp_path):
+    wf = copy_workflow(tmp_path / "wf")
+    env = snakemake_env() | {"SLURM_CONF": str(cluster.conf)}
+    cmd = [sys.executable, "-m", "snakemake", "--profile", "slurm", "--slurm-init-seconds-before-status-checks", "3",
+           "--jobs", "2", *TARGETS]
+    proc = subprocess.run(cmd, cwd=wf, env=env, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:] + cluster.logs()
+    out = proc.stdout + proc.stderr
+    # every job went through sbatch: SLURM job ids in Snakemake's log and one SLURM log per job
+    ids = set(re.findall(r"SLURM jobid (\d+)", out)) | set(re.findall(r"external jobid '?(\d+)", out))
+    slurm_logs = list((wf / "logs" / "slurm").rglob("*.log"))
+    assert len(slurm_logs) >= 7, out[-3000:]
+    assert len(ids) >= 7 or len({p.stem for p in slurm_logs}) >= 7
+    acct = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "JobID,JobName,State"], env=env, capture_output=True,
+                          text=True).stdout
+    completed = [line for line in acct.splitlines() if line.endswith("COMPLETED")]
+    assert len(completed) >= 7, acct
+    # the outputs match the local run
+    for name in ("sft", "preferences", "prompts_calibration", "prompts_test"):
+        a = pd.read_parquet(wf / "results" / "tiny" / "data" / f"{name}.parquet")
+        b = pd.read_parquet(toy_run / "results" / "tiny" / "data" / f"{name}.parquet")
+        pd.testing.assert_frame_equal(a, b)
+    m_slurm = json.loads((wf / "results" / "tiny" / "models" / "sft" / "metrics.json").read_text())
+    m_local = json.loads((toy_run / "results" / "tiny" / "models" / "sft" / "metrics.json").read_text())
+    assert m_slurm["global_step"] == m_local["global_step"]
+    assert m_slurm["eval_loss_final"] == pytest.approx(m_local["eval_loss_final"], rel=0.05)
+    print(f"SLURM job ids: {sorted(ids, key=int)}; sacct: {len(completed)} completed jobs")

@@ -1,0 +1,67 @@
+"""Precise invalidation, read off Snakemake's own dry run on the finished toy run."""
+
+import os
+import re
+import shutil
+
+import pytest
+
+from ..conftest import REPO, run_snakemake
+
+pytestmark = pytest.mark.workflow
+
+TRAINING = {"train_sft", "train_reward_model", "train_cost_model", "train_partial_model", "train_value_model"}
+
+
+def dry_run(workdir, *args, env=None):
+    proc = run_snakemake(workdir, "-n", *args, env=env)
+    out = proc.stdout + proc.stderr
+    if "Nothing to be done" in out:
+        return {}, set()
+    table = out[out.index("Job stats"):]
+    counts = {k: int(v) for k, v in re.findall(r"^(\w+)\s+(\d+)$", table, flags=re.M)}
+    counts.pop("all", None)
+    outputs = {o.strip() for line in re.findall(r"^\s+output: (.*)$", out, flags=re.M) for o in line.split(",")}
+    return counts, outputs
+
+
+def override(tmp_path, text):
+    path = tmp_path / "override.yaml"
+    path.write_text(text)
+    return ["--configfile", "config/config.yaml", str(path)]
+
+
+def test_no_change_means_no_jobs(toy_run):
+    assert dry_run(toy_run) == ({}, set())
+
+
+def test_sft_learning_rate_reruns_everything_downstream_of_sft(toy_run, tmp_path):
+    counts, _ = dry_run(toy_run, *override(tmp_path, "train:\n  sft:\n    learning_rate: 1.0e-3\n"))
+    assert TRAINING <= set(counts) and counts["train_partial_model"] == 2
+    assert {"sample_calibration", "calibrate_lambda", "sample_bon", "select_bon", "decode_rgtg"} <= set(counts)
+    assert not {"make_toy_world", "make_toy_model", "prepare_sft_data", "prepare_preferences",
+                "split_prompts"} & set(counts)
+
+
+def test_unrelated_training_key_reruns_only_its_stage(toy_run, tmp_path):
+    counts, outputs = dry_run(toy_run, *override(tmp_path, "train:\n  partial:\n    prefixes_per_pair: 5\n"))
+    assert counts.get("train_partial_model") == 2 and counts.get("decode_rgtg") == 3  # pargs x 3 settings
+    assert not {"train_sft", "train_reward_model", "calibrate_lambda", "select_bon"} & set(counts)
+    assert all("/pargs/" in o for o in outputs if "/decode/" in o)
+
+
+def test_editing_a_step_module_reruns_that_step_and_its_downstream(toy_run, tmp_path):
+    # a copy of the package on PYTHONPATH with one step's source edited (Snakemake and the
+    # jobs import lara from there); nothing in the repository is touched
+    pkg = tmp_path / "pkg"
+    shutil.copytree(REPO / "workflow" / "lara", pkg / "lara")
+    with open(pkg / "lara" / "decode" / "sweep.py", "a") as fh:
+        fh.write("\n# an edit\n")
+    env = {"PYTHONPATH": f"{pkg}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    counts, outputs = dry_run(toy_run, env=env)
+    assert counts == {"bon_sweep": 1}, counts
+    with open(pkg / "lara" / "calibrate" / "dual.py", "a") as fh:
+        fh.write("\n# another edit\n")
+    counts, outputs = dry_run(toy_run, env=env)
+    assert counts.get("calibrate_lambda") == 1 and counts.get("decode_rgtg") == 3 and counts.get("select_bon") == 1
+    assert not TRAINING & set(counts) and "sample_calibration" not in counts
