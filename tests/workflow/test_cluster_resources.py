@@ -1,0 +1,50 @@
+"""`snakemake -n --profile slurm` on the paper configs: the full DAG with each job's resources."""
+
+import re
+
+import pytest
+
+from ..conftest import run_snakemake
+
+pytestmark = pytest.mark.workflow
+
+GPU_RULES = {"train_sft", "train_reward_model", "train_cost_model", "train_partial_model", "train_value_model",
+             "sample_value_data", "score_value_data", "sample_calibration", "score_calibration", "sample_bon",
+             "score_bon", "decode_rgtg"}
+CPU_RULES = {"prepare_sft_data", "prepare_preferences", "split_prompts", "calibrate_lambda", "select_bon", "bon_sweep"}
+
+
+def job_resources(out: str) -> dict[str, list[dict]]:
+    jobs: dict[str, list[dict]] = {}
+    for block in re.split(r"\n(?=(?:localrule|rule) \w+:)", out):
+        m = re.match(r"(?:localrule|rule) (\w+):", block)
+        res = re.search(r"^\s+resources: (.*)$", block, flags=re.M)
+        if m and res:
+            pairs = dict(kv.split("=", 1) for kv in res.group(1).split(", "))
+            jobs.setdefault(m.group(1), []).append(pairs)
+    return jobs
+
+
+@pytest.mark.parametrize("paper", ["paper-llama", "paper-qwen"])
+def test_paper_dag_requests_gpus_where_the_paper_used_them(workflow_copy, paper):
+    proc = run_snakemake(workflow_copy, "-n", "--profile", "slurm", "--configfile", f"config/{paper}.yaml")
+    jobs = job_resources(proc.stdout)
+    assert GPU_RULES | CPU_RULES <= set(jobs), set(jobs)
+    assert len(jobs["decode_rgtg"]) == 9 and len(jobs["select_bon"]) == 3 and len(jobs["train_value_model"]) == 2
+    for rule in GPU_RULES:
+        for res in jobs[rule]:
+            assert int(res["gpu"]) >= 1 and int(res["mem_mb"]) >= 64000, (rule, res)
+    for rule in ("train_sft", "train_reward_model", "train_cost_model"):
+        assert all(r["gpu"] == "2" and r["gpu_model"] == "a100" for r in jobs[rule])
+    for rule in CPU_RULES:
+        assert all("gpu" not in r for r in jobs[rule]), rule
+    for rules in jobs.values():
+        for r in rules:
+            if r != {"tmpdir": "/tmp"}:  # the `all` target
+                assert {"runtime", "mem_mb", "cpus_per_task"} <= set(r)
+
+
+def test_toy_config_requests_no_gpus(workflow_copy):
+    proc = run_snakemake(workflow_copy, "-n", "--profile", "slurm")
+    jobs = job_resources(proc.stdout)
+    assert "train_sft" in jobs and all("gpu" not in r for rs in jobs.values() for r in rs)
