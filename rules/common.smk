@@ -8,7 +8,8 @@ from lara import config as lara_config
 from lara.provenance import source_hash
 
 _sources = [str(f) for f in getattr(workflow, "configfiles", [])] or ["config"]
-_validated = lara_config.validate(config, source=", ".join(_sources))
+_schema = lara_config.load_schema(Path(workflow.basedir) / "config" / "schema.yaml")
+_validated = lara_config.validate(config, schema=_schema, source=", ".join(_sources))
 config.clear()
 config.update(_validated)
 

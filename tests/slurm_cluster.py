@@ -83,6 +83,7 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStoragePort=6819
 JobCompType=jobcomp/none
+SlurmctldParameters=enable_configless
 NodeName=localhost NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory={self.memory_mb} State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 """)
@@ -145,7 +146,9 @@ StorageLoc=slurm_acct_db
                        env=self.env, capture_output=True)
         self._spawn([_which("slurmctld"), "-D", "-i", "-f", str(self.conf)], "slurmctld.out")
         _wait(lambda: _port_open(6817), "slurmctld")
-        self._spawn([_which("slurmd"), "-D", "-N", "localhost", "-f", str(self.conf)], "slurmd.out")
+        # configless slurmd: it fetches slurm.conf from slurmctld and points its jobs' SLURM_CONF at
+        # its cached copy, so `srun` inside a batch job finds the cluster
+        self._spawn([_which("slurmd"), "-D", "-N", "localhost", "--conf-server", "localhost:6817"], "slurmd.out")
 
         def node_idle():
             out = subprocess.run(["sinfo", "-h", "-o", "%T"], env=self.env, capture_output=True, text=True).stdout
