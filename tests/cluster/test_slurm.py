@@ -47,12 +47,13 @@ def test_toy_dag_through_sbatch_matches_the_local_run(cluster, toy_run, tmp_path
     # every job went through sbatch: SLURM job ids in Snakemake's log and one SLURM log per job
     ids = set(re.findall(r"SLURM jobid (\d+)", out)) | set(re.findall(r"external jobid '?(\d+)", out))
     slurm_logs = list((wf / "logs" / "slurm").rglob("*.log"))
-    assert len(slurm_logs) >= 7, out[-3000:]
-    assert len(ids) >= 7 or len({p.stem for p in slurm_logs}) >= 7
+    n_jobs = 6  # make_toy_world, prepare_sft_data, prepare_preferences, split_prompts, make_toy_model, train_sft
+    assert len(slurm_logs) == n_jobs, out[-3000:]
+    assert len(ids) == n_jobs and {p.stem for p in slurm_logs} == ids
     acct = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "JobID,JobName,State"], env=env, capture_output=True,
                           text=True).stdout
     completed = [line for line in acct.splitlines() if line.endswith("COMPLETED")]
-    assert len(completed) >= 7, acct
+    assert len(completed) >= n_jobs, acct
     # the outputs match the local run
     for name in ("sft", "preferences", "prompts_calibration", "prompts_test"):
         a = pd.read_parquet(wf / "results" / "tiny" / "data" / f"{name}.parquet")
