@@ -21,6 +21,7 @@ def dry_run(workdir, *args, env=None):
     table = out[out.index("Job stats"):]
     counts = {k: int(v) for k, v in re.findall(r"^(\w+)\s+(\d+)$", table, flags=re.M)}
     counts.pop("all", None)
+    counts.pop("total", None)
     outputs = {o.strip() for line in re.findall(r"^\s+output: (.*)$", out, flags=re.M) for o in line.split(",")}
     return counts, outputs
 
