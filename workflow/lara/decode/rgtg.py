@@ -84,14 +84,26 @@ class CachedValueScorer(_Stepper):
         return self.last.gather(1, cand.to(self.dev))
 
 
-class NaiveValueScorer:
-    """CD-Q reference: a full forward of prefix + candidate per candidate."""
+class _NaiveState:
+    """Reference scorers keep the whole sequence and re-run it from scratch."""
 
     def __init__(self, model):
-        self.model, self.dev = model, next(model.parameters()).device
+        self.model = model
+        self.backbone = getattr(model, model.base_model_prefix)
+        self.dev = next(model.parameters()).device
 
     def start(self, ids, mask):
         self.ids, self.mask = ids.to(self.dev), mask.to(self.dev)
+
+    def commit(self, tokens, choice, alive):
+        import torch
+
+        self.ids = torch.cat([self.ids, tokens.unsqueeze(1).to(self.dev)], 1)
+        self.mask = torch.cat([self.mask, alive.to(self.mask.dtype).unsqueeze(1)], 1)
+
+
+class NaiveValueScorer(_NaiveState):
+    """CD-Q reference: a full forward of the sequence per candidate."""
 
     def candidates(self, cand):
         import torch
@@ -103,12 +115,6 @@ class NaiveValueScorer:
                                 position_ids=_positions(self.mask)).logits
             out[:, j] = logits[:, -1].float().gather(1, cand[:, j:j + 1].to(self.dev)).squeeze(1)
         return out
-
-    def commit(self, tokens, choice, alive):
-        import torch
-
-        self.ids = torch.cat([self.ids, tokens.unsqueeze(1).to(self.dev)], 1)
-        self.mask = torch.cat([self.mask, alive.to(self.mask.dtype).unsqueeze(1)], 1)
 
 
 class CachedSequenceScorer:
@@ -156,16 +162,8 @@ class CachedSequenceScorer:
         self.mask = torch.cat([self.mask, alive.to(self.mask.dtype).unsqueeze(1)], dim=1)
 
 
-class NaiveSequenceScorer:
+class NaiveSequenceScorer(_NaiveState):
     """Reference: each candidate scored by a full forward of prefix + candidate (no cache)."""
-
-    def __init__(self, model):
-        self.model = model
-        self.backbone = getattr(model, model.base_model_prefix)
-        self.dev = next(model.parameters()).device
-
-    def start(self, ids, mask):
-        self.ids, self.mask = ids.to(self.dev), mask.to(self.dev)
 
     def candidates(self, cand):
         import torch
@@ -179,12 +177,6 @@ class NaiveSequenceScorer:
             hidden = self.backbone(input_ids=ids, attention_mask=mask, position_ids=_positions(mask)).last_hidden_state
             out[:, j] = self.model.score(hidden[:, -1]).squeeze(-1).float()
         return out
-
-    def commit(self, tokens, choice, alive):
-        import torch
-
-        self.ids = torch.cat([self.ids, tokens.unsqueeze(1).to(self.dev)], 1)
-        self.mask = torch.cat([self.mask, alive.to(self.mask.dtype).unsqueeze(1)], 1)
 
 
 def make_scorer(model, cached: bool = True):
