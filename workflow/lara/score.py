@@ -27,7 +27,7 @@ def run(args) -> None:
 
     df = read_table(args.input, required=("prompt", "response"))
     for col, spec in (("reward", args.reward), ("cost", args.cost)):
-        scorer = load_scorer(spec, role=col, batch_size=args.batch_size) if spec != "oracle" else load_scorer(spec, col)
+        scorer = load_scorer(spec, role=col, batch_size=args.batch_size)
         log.info("scoring %d responses for %s with %s", len(df), col, spec)
         df[col] = scorer.score(df["prompt"].tolist(), df["response"].tolist())
         if not np.all(np.isfinite(df[col])):
