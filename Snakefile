@@ -13,6 +13,7 @@
 #   results/{exp}/decode/bon/{samples,candidates}.parquet     N candidates per test prompt, scored once
 #   results/{exp}/decode/bon/sweep.csv                        Best-of-N lambda sweep (Fig. 1 data)
 #   results/{exp}/decode/{method}/{lam}/responses.parquet     method: bon, args, pargs, cdq; lam: zero, star, max, 0p5
+#   results/{exp}/decode/{policy}/responses.parquet           policy: sft, safe_rlhf, safedpo (fine-tuned baselines)
 #   logs/{exp}/{rule}.log, benchmarks/{exp}/{rule}.tsv        per-job logs and timings
 from snakemake.utils import min_version
 
@@ -31,6 +32,7 @@ wildcard_constraints:
 
 include: "rules/data.smk"
 include: "rules/train.smk"
+include: "rules/baselines.smk"
 include: "rules/calibrate.smk"
 include: "rules/decode.smk"
 

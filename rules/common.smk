@@ -21,7 +21,8 @@ TOY_FILES = {
     "prompts": f"{RESULTS}/toy/prompts.jsonl",
 }
 
-WILDCARDS = {"exp": EXP, "kind": "reward|cost", "method": "args|pargs|cdq", "lam": "zero|star|max|[0-9]+(p[0-9]+)?"}
+WILDCARDS = {"exp": EXP, "kind": "reward|cost", "method": "args|pargs|cdq", "lam": "zero|star|max|[0-9]+(p[0-9]+)?",
+             "policy": "sft|safe_rlhf|safedpo"}
 
 
 # the scorer models of each token-level method, by role
@@ -73,9 +74,17 @@ TRAIN_KEYS = {
 
 
 def train_settings(stage):
-    """JSON of the train.<stage> settings its trainer uses."""
+    """JSON of the train.<stage> settings its trainer uses (the baselines use their whole section)."""
+    if stage not in TRAIN_KEYS:
+        return json.dumps(config["train"][stage], sort_keys=True)
     keys = TRAIN_KEYS["common"] + TRAIN_KEYS[stage]
     return json.dumps({k: config["train"][stage][k] for k in keys}, sort_keys=True)
+
+
+def launcher(rule):
+    """`lara`, or `accelerate launch` with one process per GPU when the rule asks for several."""
+    gpus = job_resources(rule).get("gpu", 0)
+    return f"accelerate launch --num_processes {gpus} -m lara" if gpus > 1 else "lara"
 
 
 def generation_settings():
@@ -139,4 +148,5 @@ def final_outputs():
         if method == "bon":
             targets.append(f"{RESULTS}/decode/bon/sweep.csv")
         targets += [f"{RESULTS}/decode/{method}/{lam}/responses.parquet" for lam in config["decode"]["lambdas"]]
+    targets += [f"{RESULTS}/decode/{policy}/responses.parquet" for policy in config["decode"]["policies"]]
     return targets

@@ -10,7 +10,7 @@ pytestmark = pytest.mark.workflow
 
 GPU_RULES = {"train_sft", "train_reward_model", "train_cost_model", "train_partial_model", "train_value_model",
              "sample_value_data", "score_value_data", "sample_calibration", "score_calibration", "sample_bon",
-             "score_bon", "decode_rgtg"}
+             "score_bon", "decode_rgtg", "train_safe_rlhf", "train_safedpo", "generate_policy"}
 CPU_RULES = {"prepare_sft_data", "prepare_preferences", "split_prompts", "calibrate_lambda", "select_bon", "bon_sweep"}
 
 
@@ -27,15 +27,21 @@ def job_resources(out: str) -> dict[str, list[dict]]:
 
 @pytest.mark.parametrize("paper", ["paper-llama", "paper-qwen"])
 def test_paper_dag_requests_gpus_where_the_paper_used_them(workflow_copy, paper):
-    proc = run_snakemake(workflow_copy, "-n", "--profile", "slurm", "--configfile", f"config/{paper}.yaml")
+    proc = run_snakemake(workflow_copy, "-n", "--profile", "slurm", "--configfile", f"config/{paper}.yaml",
+                         "--printshellcmds")
     jobs = job_resources(proc.stdout)
+    # multi-GPU training runs one process per GPU under accelerate
+    assert "accelerate launch --num_processes 4 -m lara train-safe-rlhf" in proc.stdout
+    assert "accelerate launch --num_processes 2 -m lara train-safedpo" in proc.stdout
     assert GPU_RULES | CPU_RULES <= set(jobs), set(jobs)
     assert len(jobs["decode_rgtg"]) == 9 and len(jobs["select_bon"]) == 3 and len(jobs["train_value_model"]) == 2
     for rule in GPU_RULES:
         for res in jobs[rule]:
             assert int(res["gpu"]) >= 1 and int(res["mem_mb"]) >= 64000, (rule, res)
-    for rule in ("train_sft", "train_reward_model", "train_cost_model"):
+    for rule in ("train_sft", "train_reward_model", "train_cost_model", "train_safedpo"):
         assert all(r["gpu"] == "2" and r["gpu_model"] == "a100" for r in jobs[rule])
+    assert [(r["gpu"], r["gpu_model"]) for r in jobs["train_safe_rlhf"]] == [("4", "a100")]  # as in the paper
+    assert len(jobs["generate_policy"]) == 3
     for rule in CPU_RULES:
         assert all("gpu" not in r for r in jobs[rule]), rule
     for rules in jobs.values():

@@ -10,7 +10,8 @@ from ..conftest import REPO, run_snakemake
 
 pytestmark = pytest.mark.workflow
 
-TRAINING = {"train_sft", "train_reward_model", "train_cost_model", "train_partial_model", "train_value_model"}
+TRAINING = {"train_sft", "train_reward_model", "train_cost_model", "train_partial_model", "train_value_model",
+            "train_safe_rlhf", "train_safedpo"}
 
 
 def dry_run(workdir, *args, env=None):
@@ -38,7 +39,7 @@ def test_no_change_means_no_jobs(toy_run):
 
 def test_sft_learning_rate_reruns_everything_downstream_of_sft(toy_run, tmp_path):
     counts, _ = dry_run(toy_run, *override(tmp_path, "train:\n  sft:\n    learning_rate: 1.0e-3\n"))
-    assert TRAINING <= set(counts) and counts["train_partial_model"] == 2
+    assert TRAINING <= set(counts) and counts["train_partial_model"] == 2 and counts["generate_policy"] == 3
     assert {"sample_calibration", "calibrate_lambda", "sample_bon", "select_bon", "decode_rgtg"} <= set(counts)
     assert not {"make_toy_world", "make_toy_model", "prepare_sft_data", "prepare_preferences",
                 "split_prompts"} & set(counts)

@@ -27,6 +27,9 @@ COMMANDS: dict[str, str] = {
     "train-cost": "lara.train.cost",
     "train-partial": "lara.train.partial",
     "train-value": "lara.train.value",
+    # baselines that update the weights
+    "train-safe-rlhf": "lara.train.ppo_lag",
+    "train-safedpo": "lara.train.safedpo",
     # sampling and scoring (calibration, Best-of-N candidates, policies)
     "sample": "lara.generate",
     "score": "lara.score",
@@ -36,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "select-bon": "lara.decode.bon",
     "bon-sweep": "lara.decode.sweep",
     "decode": "lara.decode.rgtg",
+    "generate-policy": "lara.decode.policy",
     # evaluation helpers
     "oracle-score": "lara.toy.score",
 }

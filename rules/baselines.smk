@@ -1,0 +1,83 @@
+# Weight-updating baselines: Safe-RLHF (PPO-Lagrangian, own accelerate loop) and SafeDPO (TRL DPOTrainer on
+# safety-transformed pairs), both from the SFT model; then one sampled response per test prompt from each
+# fine-tuned policy (SFT included), in the decoders' output schema. Rules asking for several GPUs run under
+# `accelerate launch` with one process per GPU.
+
+
+rule train_safe_rlhf:
+    input:
+        sft="results/{exp}/models/sft",
+        reward="results/{exp}/models/reward",
+        cost="results/{exp}/models/cost",
+        prompts="results/{exp}/data/preferences.parquet",
+        sft_data="results/{exp}/data/sft.parquet",
+    output:
+        directory("results/{exp}/models/safe_rlhf"),
+    params:
+        launch=launcher("train_safe_rlhf"),
+        settings=train_settings("safe_rlhf"),
+        options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
+        code=code("lara.train.common", "lara.train.ppo_lag", "lara.scoring", "lara.template"),
+    log:
+        "logs/{exp}/train_safe_rlhf.log",
+    benchmark:
+        "benchmarks/{exp}/train_safe_rlhf.tsv"
+    resources:
+        **job_resources("train_safe_rlhf"),
+    conda:
+        "../envs/train.yaml"
+    shell:
+        "{params.launch} train-safe-rlhf --model {input.sft} --reward {input.reward} --cost {input.cost}"
+        " --prompts {input.prompts} --sft-data {input.sft_data} --settings {params.settings:q} {params.options}"
+        " --checkpoints results/{wildcards.exp}/checkpoints/safe_rlhf --out {output} > {log} 2>&1"
+
+
+rule train_safedpo:
+    input:
+        sft="results/{exp}/models/sft",
+        data="results/{exp}/data/preferences.parquet",
+    output:
+        directory("results/{exp}/models/safedpo"),
+    params:
+        launch=launcher("train_safedpo"),
+        settings=train_settings("safedpo"),
+        options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
+        code=code("lara.train.common", "lara.train.safedpo", "lara.template"),
+    log:
+        "logs/{exp}/train_safedpo.log",
+    benchmark:
+        "benchmarks/{exp}/train_safedpo.tsv"
+    resources:
+        **job_resources("train_safedpo"),
+    conda:
+        "../envs/train.yaml"
+    shell:
+        "{params.launch} train-safedpo --model {input.sft} --data {input.data} --settings {params.settings:q}"
+        " {params.options} --checkpoints results/{wildcards.exp}/checkpoints/safedpo --out {output} > {log} 2>&1"
+
+
+rule generate_policy:
+    input:
+        prompts="results/{exp}/data/prompts_test.parquet",
+        model="results/{exp}/models/{policy}",
+    output:
+        "results/{exp}/decode/{policy}/responses.parquet",
+    params:
+        options=opts(
+            backend=config["generation"]["backend"],
+            dtype=config["base_model"]["dtype"],
+            seed=config["seed"] + 2,
+        ),
+        settings=generation_settings(),
+        code=code("lara.decode.policy", "lara.generate", "lara.template"),
+    log:
+        "logs/{exp}/generate_policy_{policy}.log",
+    benchmark:
+        "benchmarks/{exp}/generate_policy_{policy}.tsv"
+    resources:
+        **job_resources("generate_policy"),
+    conda:
+        "../envs/generate.yaml"
+    shell:
+        "lara generate-policy --policy {wildcards.policy} --model {input.model} --prompts {input.prompts}"
+        " {params.options} --settings {params.settings:q} --out {output} > {log} 2>&1"

@@ -1,0 +1,208 @@
+"""``lara train-safedpo``: the SafeDPO baseline (Kim et al. 2025) with TRL's DPOTrainer.
+
+SafeDPO turns the safety-constrained RLHF objective into a single DPO-style loss on pairs
+whose order has been made safety-aware. With y_w the helpfulness-preferred response of a
+PKU-SafeRLHF pair, y_l the other, and h(y) = 1 for an unsafe response (0 for a safe one):
+
+* keep the pair when y_w is safe (whatever y_l is);
+* swap it when y_w is unsafe and y_l is safe (the safe response becomes the winner);
+* when both are unsafe: ``both_unsafe`` = ``drop`` removes the pair, ``keep`` keeps the
+  helpfulness order (see :data:`BOTH_UNSAFE_RULES` and the README for the paper's choice).
+
+and the loss adds a safety margin Delta to the DPO logit of pairs whose (new) winner is safe
+and loser unsafe:
+
+    L = -log sigma( beta * [log pi/pi_ref (y_w) - log pi/pi_ref (y_l)] - Delta * (h(y_l) - h(y_w)) )
+
+TRL's DPOTrainer has no per-example margin, so the margin enters through the precomputed
+reference log-probabilities: shifting log pi_ref(y_w) by Delta * (h(y_l) - h(y_w)) / beta
+turns its sigmoid loss into exactly the loss above (``SafeDPOTrainer``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import pandas as pd
+
+from lara.template import format_prompt
+
+log = logging.getLogger(__name__)
+
+HELP = "SafeDPO baseline: DPO on safety-transformed PKU-SafeRLHF pairs with a safety margin (TRL DPOTrainer)"
+
+BOTH_UNSAFE_RULES = ("drop", "keep")
+
+
+def safedpo_pairs(df: pd.DataFrame, both_unsafe: str = "drop") -> tuple[pd.DataFrame, dict]:
+    """The SafeDPO transformation of PKU-SafeRLHF rows.
+
+    Returns (pairs, counts): ``pairs`` has prompt, chosen, rejected, chosen_unsafe,
+    rejected_unsafe and ``margin_indicator`` = h(rejected) - h(chosen) (1 when a safe response
+    beats an unsafe one, else 0); ``counts`` says how many pairs were kept, swapped, dropped.
+    """
+    if both_unsafe not in BOTH_UNSAFE_RULES:
+        raise ValueError(f"train.safedpo.both_unsafe must be one of {BOTH_UNSAFE_RULES}, not {both_unsafe!r}")
+    rows, counts = [], {"kept": 0, "swapped": 0, "dropped_both_unsafe": 0}
+    for r in df.itertuples(index=False):
+        b = int(r.better_response_id)
+        responses = (r.response_0, r.response_1)
+        unsafe = (not bool(r.is_response_0_safe), not bool(r.is_response_1_safe))
+        w, l = b, 1 - b
+        if unsafe[w] and unsafe[l]:
+            if both_unsafe == "drop":
+                counts["dropped_both_unsafe"] += 1
+                continue
+            counts["kept"] += 1
+        elif unsafe[w] and not unsafe[l]:
+            w, l = l, w
+            counts["swapped"] += 1
+        else:
+            counts["kept"] += 1
+        rows.append({"prompt": r.prompt, "chosen": responses[w], "rejected": responses[l],
+                     "chosen_unsafe": int(unsafe[w]), "rejected_unsafe": int(unsafe[l]),
+                     "margin_indicator": int(unsafe[l]) - int(unsafe[w])})
+    return pd.DataFrame(rows, columns=["prompt", "chosen", "rejected", "chosen_unsafe", "rejected_unsafe",
+                                       "margin_indicator"]), counts
+
+
+def safedpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, margin_indicator, beta: float,
+                 delta: float):
+    """The SafeDPO loss on summed sequence log-probs (a reference for the trainer's result)."""
+    import torch.nn.functional as F
+
+    logits = beta * ((policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)) - delta * margin_indicator
+    return -F.logsigmoid(logits).mean()
+
+
+@dataclass(frozen=True)
+class SafeDPOSettings:
+    """Defaults: the SafeDPO paper's PKU-SafeRLHF settings (beta 0.1, Delta 10, lr 1e-6, 3 epochs)."""
+
+    learning_rate: float = 1e-6
+    epochs: float = 3.0
+    max_steps: int = -1
+    batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    max_length: int = 512
+    eval_fraction: float = 0.0
+    save_steps: int = 500
+    logging_steps: int = 10
+    warmup_ratio: float = 0.03
+    weight_decay: float = 0.05
+    beta: float = 0.1
+    delta: float = 10.0
+    both_unsafe: str = "drop"
+    seed: int = 0
+    dtype: str = "float32"
+
+    @classmethod
+    def from_json(cls, text: str, **overrides) -> SafeDPOSettings:
+        import json
+        from dataclasses import fields
+
+        data = json.loads(text) if text else {}
+        unknown = sorted(set(data) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown train.safedpo settings: {', '.join(unknown)}")
+        return cls(**(data | overrides))
+
+
+def _trainer_class():
+    from trl import DPOTrainer
+
+    class SafeDPOTrainer(DPOTrainer):
+        """DPOTrainer whose precomputed reference log-probs of the chosen responses are shifted by
+        Delta * margin_indicator / beta, which adds the SafeDPO margin to the sigmoid loss."""
+
+        def __init__(self, *args, safety_delta: float = 0.0, **kwargs):
+            self.safety_delta = safety_delta
+            super().__init__(*args, **kwargs)
+
+        def _precompute_ref_logps(self, dataset, name, batch_size):
+            dataset = super()._precompute_ref_logps(dataset, name, batch_size)
+            shift = self.safety_delta / self.beta
+
+            def add_margin(example):
+                return {"ref_chosen_logps": example["ref_chosen_logps"] + shift * example["margin_indicator"]}
+
+            return dataset.map(add_margin, desc=f"Adding the SafeDPO margin to the {name} dataset")
+
+    return SafeDPOTrainer
+
+
+def dpo_dataset(pairs: pd.DataFrame):
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": [format_prompt(p) for p in pairs["prompt"]],
+                              "chosen": [" " + str(c).strip() for c in pairs["chosen"]],
+                              "rejected": [" " + str(c).strip() for c in pairs["rejected"]],
+                              "margin_indicator": [float(m) for m in pairs["margin_indicator"]]})
+
+
+def train_safedpo(model_path: str, data_path: str, checkpoints: str, out: str, s: SafeDPOSettings) -> dict:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import DPOConfig
+
+    from lara.data.tables import read_table
+    from lara.train.common import (
+        TrainSettings,
+        fingerprint,
+        progress_callback,
+        quiet_trainer,
+        save_model,
+        seed_everything,
+        split_eval,
+        torch_dtype,
+        train_with_resume,
+        training_arguments,
+    )
+
+    seed_everything(s.seed)
+    df = read_table(data_path, required=("prompt", "response_0", "response_1", "better_response_id",
+                                         "is_response_0_safe", "is_response_1_safe"))
+    pairs, counts = safedpo_pairs(df, s.both_unsafe)
+    if pairs.empty:
+        raise ValueError(f"{data_path}: no pairs left after the SafeDPO transformation ({counts})")
+    log.info("SafeDPO transformation of %d pairs: %s; %d pairs carry the safety margin", len(df), counts,
+             int(pairs["margin_indicator"].sum()))
+    train_df, eval_df = split_eval(pairs, s.eval_fraction, s.seed)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype(s.dtype))
+    common = TrainSettings(learning_rate=s.learning_rate, epochs=s.epochs, max_steps=s.max_steps,
+                           batch_size=s.batch_size, gradient_accumulation_steps=s.gradient_accumulation_steps,
+                           max_length=s.max_length, save_steps=s.save_steps, logging_steps=s.logging_steps,
+                           warmup_ratio=s.warmup_ratio, weight_decay=s.weight_decay, seed=s.seed, dtype=s.dtype)
+    args = training_arguments(DPOConfig, common, checkpoints, has_eval=len(eval_df) > 0, beta=s.beta,
+                              loss_type=["sigmoid"], max_length=s.max_length, precompute_ref_log_probs=True,
+                              remove_unused_columns=True)
+    trainer = _trainer_class()(model=model, args=args, train_dataset=dpo_dataset(train_df),
+                               eval_dataset=dpo_dataset(eval_df) if len(eval_df) else None,
+                               processing_class=tokenizer, callbacks=[progress_callback()],
+                               safety_delta=s.delta)
+    quiet_trainer(trainer)
+    inputs = {"sft": model_path, "data": data_path}
+    result = train_with_resume(trainer, checkpoints, fingerprint(s, inputs))
+    metrics = {"n_pairs": len(df), "transform": counts, "n_train": len(train_df), "n_eval": len(eval_df),
+               "n_margin": int(pairs["margin_indicator"].sum()), "train_loss": result.training_loss,
+               "global_step": trainer.state.global_step, "log_history": trainer.state.log_history}
+    save_model(trainer.model, tokenizer, out, kind="safedpo", settings=s, inputs=inputs, metrics=metrics)
+    return metrics
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", required=True, help="the SFT model (policy initialisation and reference)")
+    parser.add_argument("--data", required=True, help="PKU-SafeRLHF-schema preferences (parquet)")
+    parser.add_argument("--settings", default="{}", help="JSON of the config's train.safedpo section")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--checkpoints", required=True, help="checkpoint directory (kept across reruns)")
+    parser.add_argument("--out", required=True, help="output model directory")
+
+
+def run(args) -> None:
+    s = SafeDPOSettings.from_json(args.settings, seed=args.seed, dtype=args.dtype)
+    train_safedpo(args.model, args.data, args.checkpoints, args.out, s)
