@@ -14,6 +14,9 @@
 #   results/{exp}/decode/bon/sweep.csv                        Best-of-N lambda sweep (Fig. 1 data)
 #   results/{exp}/decode/{method}/{lam}/responses.parquet     method: bon, args, pargs, cdq; lam: zero, star, max, 0p5
 #   results/{exp}/decode/{policy}/responses.parquet           policy: sft, safe_rlhf, safedpo (fine-tuned baselines)
+#   results/{exp}/eval/{method}/{lam}/{scores,judge}.parquet  evaluation scores and judge ratings (policies: eval/{policy}/)
+#   results/{exp}/eval/{summary.csv,constraint_audit.json}    means with bootstrap CIs; Best-of-N at lambda* vs tau
+#   results/{exp}/figures/{name}.{png,pdf,provenance.json}    lambda_sweep (Fig. 1), tradeoff (Fig. 2), calibration
 #   logs/{exp}/{rule}.log, benchmarks/{exp}/{rule}.tsv        per-job logs and timings
 from snakemake.utils import min_version
 
@@ -21,6 +24,9 @@ min_version("9.0")
 
 
 configfile: "config/config.yaml"
+
+
+report: "report/workflow.rst"
 
 
 include: "rules/common.smk"
@@ -35,6 +41,8 @@ include: "rules/train.smk"
 include: "rules/baselines.smk"
 include: "rules/calibrate.smk"
 include: "rules/decode.smk"
+include: "rules/evaluate.smk"
+include: "rules/figures.smk"
 
 
 rule all:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from lara import config as lara_config
 from lara.provenance import source_hash
+from snakemake.logging import logger
 
 _sources = [str(f) for f in getattr(workflow, "configfiles", [])] or ["config"]
 _schema = lara_config.load_schema(Path(workflow.basedir) / "config" / "schema.yaml")
@@ -22,7 +23,7 @@ TOY_FILES = {
 }
 
 WILDCARDS = {"exp": EXP, "kind": "reward|cost", "method": "args|pargs|cdq", "lam": "zero|star|max|[0-9]+(p[0-9]+)?",
-             "policy": "sft|safe_rlhf|safedpo"}
+             "policy": "sft|safe_rlhf|safedpo", "decoder": "bon|args|pargs|cdq", "figure": "[a-z_]+"}
 
 
 # the scorer models of each token-level method, by role
@@ -131,6 +132,32 @@ def job_resources(rule):
     return res
 
 
+JUDGE = config["evaluation"]["judge"]
+JUDGE_ENABLED = JUDGE["model"] is not None and (JUDGE["model"] == "oracle" or JUDGE["base_url"] is not None)
+if not JUDGE_ENABLED:
+    logger.warning("LLM judge skipped: set evaluation.judge.base_url and evaluation.judge.model (an "
+                   "OpenAI-compatible endpoint) to rate responses; every other job runs as usual.")
+
+# the held-out constraint audit needs Best-of-N at lambda*
+BON_STAR = "bon" in config["decode"]["methods"] and "star" in config["decode"]["lambdas"]
+BON_STAR_EVAL = f"{RESULTS}/eval/bon/star/scores.parquet" if BON_STAR else []
+BON_STAR_LAMBDA = f"{RESULTS}/calibration/lambda.json" if BON_STAR else []
+
+
+def eval_outputs(kind):
+    """Every evaluation output of one kind (scores or judge): decoders x lambda settings, then policies."""
+    d = config["decode"]
+    return [f"{RESULTS}/eval/{m}/{lam}/{kind}.parquet" for m in d["methods"] for lam in d["lambdas"]] + [
+        f"{RESULTS}/eval/{p}/{kind}.parquet" for p in d["policies"]]
+
+
+FIGURES = ["lambda_sweep", "tradeoff", "calibration"]
+
+
+def figure_files(name):
+    return [f"{RESULTS}/figures/{name}.{ext}" for ext in ("png", "pdf")] + [f"{RESULTS}/figures/{name}.provenance.json"]
+
+
 def final_outputs():
     """Everything `snakemake` builds by default for the configured experiment."""
     targets = [
@@ -149,4 +176,8 @@ def final_outputs():
             targets.append(f"{RESULTS}/decode/bon/sweep.csv")
         targets += [f"{RESULTS}/decode/{method}/{lam}/responses.parquet" for lam in config["decode"]["lambdas"]]
     targets += [f"{RESULTS}/decode/{policy}/responses.parquet" for policy in config["decode"]["policies"]]
+    targets += [f"{RESULTS}/eval/summary.csv", f"{RESULTS}/eval/constraint_audit.json"]
+    for name in FIGURES:
+        if name != "lambda_sweep" or "bon" in config["decode"]["methods"]:
+            targets += figure_files(name)
     return targets

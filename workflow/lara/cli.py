@@ -40,7 +40,12 @@ COMMANDS: dict[str, str] = {
     "bon-sweep": "lara.decode.sweep",
     "decode": "lara.decode.rgtg",
     "generate-policy": "lara.decode.policy",
-    # evaluation helpers
+    # evaluation, figures, provenance
+    "evaluate": "lara.evaluate.evaluate",
+    "judge": "lara.evaluate.judge",
+    "aggregate": "lara.evaluate.aggregate",
+    "figure": "lara.evaluate.figures",
+    "provenance": "lara.trail",
     "oracle-score": "lara.toy.score",
 }
 

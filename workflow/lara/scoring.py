@@ -179,13 +179,112 @@ class OracleScorer:
         return h if self.which == "helpfulness" else c
 
 
+class LlamaForScoreScorer(SequenceScorer):
+    """A safe-rlhf ``LlamaForScore`` checkpoint (e.g. PKU-Alignment/beaver-7b-unified-reward and
+    -cost) without the safe-rlhf package: a Llama backbone plus ``score_head`` = Linear(hidden, 1)
+    *with* bias, the score read at the last non-padding token of prompt + response + EOS."""
+
+    def __init__(self, path: str, device: str | None = None, batch_size: int = 16, padding_side: str = "right",
+                 dtype: str = "float32"):
+        import torch
+        from transformers import AutoTokenizer, LlamaModel
+
+        self.path = Path(path)
+        self.meta = {"append_eos": True}
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        backbone = LlamaModel.from_pretrained(path, dtype=getattr(torch, dtype))
+        head = load_score_head(path, backbone.config.hidden_size).to(getattr(torch, dtype))
+        self.model = _BackboneWithHead(backbone, head).to(self.device).eval()
+        self.batch_size = batch_size
+        self.padding_side = padding_side
+        self.max_length = None
+
+
+def _BackboneWithHead(backbone, head):
+    """Module with ``base_model_prefix``/``score`` as :func:`sequence_scores` expects."""
+    import torch
+
+    class BackboneWithHead(torch.nn.Module):
+        base_model_prefix = "model"
+
+        def __init__(self):
+            super().__init__()
+            self.model, self.score = backbone, head
+
+    return BackboneWithHead()
+
+
+def load_score_head(path: str, hidden_size: int):
+    """``score_head.weight`` and ``score_head.bias`` from a checkpoint's safetensors or .bin
+    shards (local directory or hub id), as a Linear(hidden_size, 1) with bias."""
+    import torch
+
+    files = _checkpoint_files(path)
+    state = {}
+    for f in files:
+        if f.endswith(".safetensors"):
+            from safetensors import safe_open
+
+            with safe_open(f, framework="pt") as fh:
+                state |= {k: fh.get_tensor(k) for k in fh.keys() if k.startswith("score_head.")}
+        else:
+            shard = torch.load(f, map_location="cpu", weights_only=True)
+            state |= {k: v for k, v in shard.items() if k.startswith("score_head.")}
+        if {"score_head.weight", "score_head.bias"} <= set(state):
+            break
+    missing = {"score_head.weight", "score_head.bias"} - set(state)
+    if missing:
+        raise ValueError(f"{path}: no {', '.join(sorted(missing))} in the checkpoint; is it a LlamaForScore model?")
+    head = torch.nn.Linear(hidden_size, state["score_head.weight"].shape[0], bias=True)
+    head.load_state_dict({"weight": state["score_head.weight"], "bias": state["score_head.bias"]})
+    return head
+
+
+def _checkpoint_files(path: str) -> list[str]:
+    """Weight files of a checkpoint; the shard holding the head first when an index says which."""
+    local = Path(path)
+    if local.is_dir():
+        names = sorted(p.name for p in local.iterdir())
+
+        def get(name):
+            return str(local / name)
+    else:
+        from huggingface_hub import hf_hub_download, list_repo_files
+
+        names = sorted(list_repo_files(path))
+
+        def get(name):
+            return hf_hub_download(path, name)
+    for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        if index in names:
+            weight_map = json.loads(Path(get(index)).read_text())["weight_map"]
+            return [get(weight_map["score_head.weight"])] if "score_head.weight" in weight_map else []
+    weights = [n for n in names if n.endswith(".safetensors")] or [n for n in names if n.endswith(".bin")]
+    return [get(n) for n in weights]
+
+
+def is_llama_for_score(spec: str) -> bool:
+    from transformers import AutoConfig
+
+    try:
+        return "LlamaForScore" in (AutoConfig.from_pretrained(spec).architectures or [])
+    except (OSError, ValueError):
+        return False
+
+
 def load_scorer(spec: str, role: str = "reward", **kwargs) -> Scorer:
-    """``"oracle"`` (toy world; the role picks helpfulness or harmfulness), or a model
-    directory: a CD-Q value model if its ``lara_scorer.json`` says so, else a sequence model."""
+    """``"oracle"`` (toy world; the role picks helpfulness or harmfulness), a safe-rlhf
+    ``LlamaForScore`` checkpoint (beaver-7b-unified-*), or a model directory: a CD-Q value
+    model if its ``lara_scorer.json`` says so, else a sequence model."""
     if spec == "oracle":
         return OracleScorer("helpfulness" if role == "reward" else "harmfulness")
     meta_file = Path(spec) / SCORER_FILE
     if meta_file.is_file() and json.loads(meta_file.read_text()).get("kind", "").startswith("value_"):
         kwargs.pop("padding_side", None)
         return ValueScorer(spec, **kwargs)
+    if not meta_file.is_file() and is_llama_for_score(spec):
+        return LlamaForScoreScorer(spec, **kwargs)
     return SequenceScorer(spec, **kwargs)

@@ -1,0 +1,117 @@
+# Evaluation stage: every decoded output (each method at each lambda setting) and every fine-tuned policy is
+# scored by the evaluation scorers (never the models that guided decoding), rated by the LLM judge when one is
+# configured (the oracle on the toy world), and aggregated with bootstrap intervals; the aggregate also audits
+# whether Best-of-N at lambda* meets E[c] <= tau on the held-out test prompts.
+
+
+def evaluation_options():
+    e = config["evaluation"]
+    return opts(reward=e["reward_model"], cost=e["cost_model"], batch_size=e["batch_size"],
+                dtype=config["base_model"]["dtype"])
+
+
+def judge_options():
+    j = config["evaluation"]["judge"]
+    return opts(model=j["model"], base_url=j["base_url"], api_key_env=j["api_key_env"], retries=j["retries"],
+                cache=f"{RESULTS}/eval/judge_cache.sqlite" if j["model"] != "oracle" else None)
+
+
+rule evaluate_decoded:
+    input:
+        "results/{exp}/decode/{decoder}/{lam}/responses.parquet",
+    output:
+        "results/{exp}/eval/{decoder}/{lam}/scores.parquet",
+    params:
+        options=evaluation_options(),
+        code=code("lara.evaluate.evaluate", "lara.scoring", "lara.template"),
+    log:
+        "logs/{exp}/evaluate_{decoder}_{lam}.log",
+    benchmark:
+        "benchmarks/{exp}/evaluate_{decoder}_{lam}.tsv"
+    resources:
+        **job_resources("evaluate_decoded"),
+    conda:
+        "../envs/train.yaml"
+    shell:
+        "lara evaluate --responses {input} {params.options} --out {output} > {log} 2>&1"
+
+
+rule evaluate_policy:
+    input:
+        "results/{exp}/decode/{policy}/responses.parquet",
+    output:
+        "results/{exp}/eval/{policy}/scores.parquet",
+    params:
+        options=evaluation_options(),
+        code=code("lara.evaluate.evaluate", "lara.scoring", "lara.template"),
+    log:
+        "logs/{exp}/evaluate_{policy}.log",
+    benchmark:
+        "benchmarks/{exp}/evaluate_{policy}.tsv"
+    resources:
+        **job_resources("evaluate_policy"),
+    conda:
+        "../envs/train.yaml"
+    shell:
+        "lara evaluate --responses {input} {params.options} --out {output} > {log} 2>&1"
+
+
+rule judge_decoded:
+    input:
+        "results/{exp}/decode/{decoder}/{lam}/responses.parquet",
+    output:
+        "results/{exp}/eval/{decoder}/{lam}/judge.parquet",
+    params:
+        options=judge_options(),
+        code=code("lara.evaluate.judge"),
+    log:
+        "logs/{exp}/judge_{decoder}_{lam}.log",
+    resources:
+        **job_resources("judge"),
+    conda:
+        "../envs/analysis.yaml"
+    shell:
+        "lara judge --responses {input} {params.options} --out {output} > {log} 2>&1"
+
+
+rule judge_policy:
+    input:
+        "results/{exp}/decode/{policy}/responses.parquet",
+    output:
+        "results/{exp}/eval/{policy}/judge.parquet",
+    params:
+        options=judge_options(),
+        code=code("lara.evaluate.judge"),
+    log:
+        "logs/{exp}/judge_{policy}.log",
+    resources:
+        **job_resources("judge"),
+    conda:
+        "../envs/analysis.yaml"
+    shell:
+        "lara judge --responses {input} {params.options} --out {output} > {log} 2>&1"
+
+
+rule aggregate:
+    input:
+        scores=eval_outputs("scores"),
+        judge=eval_outputs("judge") if JUDGE_ENABLED else [],
+        bon_star=BON_STAR_EVAL,
+        lam=BON_STAR_LAMBDA,
+    output:
+        summary="results/{exp}/eval/summary.csv",
+        audit="results/{exp}/eval/constraint_audit.json",
+    params:
+        options=opts(tau=config["calibration"]["tau"], bootstrap=config["evaluation"]["bootstrap"],
+                     seed=config["seed"]),
+        audit=opts(bon_star=BON_STAR_EVAL or None, lambda_json=BON_STAR_LAMBDA or None),
+        code=code("lara.evaluate.aggregate"),
+    log:
+        "logs/{exp}/aggregate.log",
+    resources:
+        **job_resources("aggregate"),
+    conda:
+        "../envs/analysis.yaml"
+    shell:
+        "lara aggregate --scores {input.scores} --judge {input.judge} {params.audit}"
+        " {params.options} --out {output.summary} --audit {output.audit} > {log} 2>&1"

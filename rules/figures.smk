@@ -1,0 +1,92 @@
+# Figures: Fig. 1 (Best-of-N against lambda), Fig. 2 (helpfulness against harmlessness, model and judge panels)
+# and the calibration diagnostics, each as PNG (in the report, with a caption templated from the config) and
+# PDF, with a provenance sidecar that `lara provenance FIGURE` prints and verifies. The plot options are the
+# only config slice these rules read besides their inputs, so changing one redraws the figures and nothing else.
+
+
+def lambda_star(wildcards, input):
+    """lambda* for the captions (read once lambda.json exists)."""
+    try:
+        return round(json.loads(Path(input.lam).read_text())["lambda_star"], 4)
+    except (OSError, KeyError, ValueError, AttributeError):
+        return "pending"
+
+
+def figure_params():
+    return dict(
+        options=json.dumps(config["figures"], sort_keys=True),
+        code=code("lara.evaluate.figures", "lara.trail"),
+        tau=config["calibration"]["tau"],
+        models=f"policy {base_model_path()}; scorers {config['evaluation']['reward_model']} / "
+        f"{config['evaluation']['cost_model']}",
+    )
+
+
+rule figure_lambda_sweep:
+    input:
+        sweep="results/{exp}/decode/bon/sweep.csv",
+        lam="results/{exp}/calibration/lambda.json",
+    output:
+        png=report("results/{exp}/figures/lambda_sweep.png", caption="../report/lambda_sweep.rst",
+                   category="Figures", labels={"figure": "Fig. 1: Best-of-N against lambda"}),
+        pdf="results/{exp}/figures/lambda_sweep.pdf",
+        provenance="results/{exp}/figures/lambda_sweep.provenance.json",
+    params:
+        **figure_params(),
+        lambda_star=lambda_star,
+    log:
+        "logs/{exp}/figure_lambda_sweep.log",
+    resources:
+        **job_resources("figures"),
+    conda:
+        "../envs/analysis.yaml"
+    shell:
+        "lara figure --kind lambda_sweep --sweep {input.sweep} --lambda-json {input.lam} --options {params.options:q}"
+        " --rule figure_lambda_sweep --png {output.png} --pdf {output.pdf} --provenance {output.provenance}"
+        " > {log} 2>&1"
+
+
+rule figure_tradeoff:
+    input:
+        summary="results/{exp}/eval/summary.csv",
+        lam="results/{exp}/calibration/lambda.json",
+    output:
+        png=report("results/{exp}/figures/tradeoff.png", caption="../report/tradeoff.rst", category="Figures",
+                   labels={"figure": "Fig. 2: helpfulness against harmlessness"}),
+        pdf="results/{exp}/figures/tradeoff.pdf",
+        provenance="results/{exp}/figures/tradeoff.provenance.json",
+    params:
+        **figure_params(),
+        lambda_star=lambda_star,
+    log:
+        "logs/{exp}/figure_tradeoff.log",
+    resources:
+        **job_resources("figures"),
+    conda:
+        "../envs/analysis.yaml"
+    shell:
+        "lara figure --kind tradeoff --summary {input.summary} --options {params.options:q}"
+        " --rule figure_tradeoff --png {output.png} --pdf {output.pdf} --provenance {output.provenance} > {log} 2>&1"
+
+
+rule figure_calibration:
+    input:
+        lam="results/{exp}/calibration/lambda.json",
+    output:
+        png=report("results/{exp}/figures/calibration.png", caption="../report/calibration.rst",
+                   category="Figures", labels={"figure": "Calibration diagnostics"}),
+        pdf="results/{exp}/figures/calibration.pdf",
+        provenance="results/{exp}/figures/calibration.provenance.json",
+    params:
+        **figure_params(),
+        lambda_star=lambda_star,
+    log:
+        "logs/{exp}/figure_calibration.log",
+    resources:
+        **job_resources("figures"),
+    conda:
+        "../envs/analysis.yaml"
+    shell:
+        "lara figure --kind calibration --lambda-json {input.lam} --options {params.options:q}"
+        " --rule figure_calibration --png {output.png} --pdf {output.pdf} --provenance {output.provenance}"
+        " > {log} 2>&1"

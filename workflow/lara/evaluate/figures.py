@@ -1,0 +1,186 @@
+"""``lara figure``: the paper's figures (seaborn; PDF and PNG), each with a provenance sidecar.
+
+* ``lambda_sweep`` (Fig. 1): mean reward and mean cost of Best-of-N against lambda, tau as a
+  dashed line, lambda-hat and lambda* marked with the bootstrap interval;
+* ``tradeoff`` (Fig. 2): helpfulness against harmlessness for every method and setting, one
+  panel for the model evaluation and one for the LLM judge (a note when no judge ran);
+* ``calibration``: the empirical dual g(lambda), its derivative g'(lambda) and the bootstrap
+  histogram of lambda-hat.
+
+Plot options (size, dpi, font scale, palette) are their own config slice, so changing one
+redraws the figures and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+log = logging.getLogger(__name__)
+
+HELP = "draw a figure (lambda_sweep, tradeoff, calibration) as PDF + PNG with a provenance sidecar"
+
+KINDS = ("lambda_sweep", "tradeoff", "calibration")
+MARKERS = {"zero": "o", "star": "*", "max": "s", "policy": "D"}
+
+
+def _style(opts: dict):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid", context="paper", font_scale=opts.get("font_scale", 1.2))
+    return sns.color_palette(opts.get("palette", "colorblind"))
+
+
+def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: dict):
+    import matplotlib.pyplot as plt
+
+    pal = _style(opts)
+    grid = sweep[sweep["label"] == "grid"].sort_values("lambda")
+    w, h = opts.get("width", 7.0), opts.get("height", 3.2)
+    fig, axes = plt.subplots(1, 2, figsize=(w, h), sharex=True)
+    q = lam.get("bootstrap", {}).get("quantiles", {})
+    lo, hi = q.get("0.025"), q.get("0.975")
+    for ax, col, label, colour in ((axes[0], "mean_reward", "mean reward r", pal[0]),
+                                   (axes[1], "mean_cost", "mean cost c", pal[1])):
+        ax.plot(grid["lambda"], grid[col], marker="o", color=colour, label="Best-of-N")
+        if lo is not None and hi is not None:
+            ax.axvspan(lo, hi, color=pal[2], alpha=0.15, label="bootstrap 95% of $\\hat\\lambda$")
+        ax.axvline(lam["lambda_hat"], color=pal[2], lw=1.2, label=f"$\\hat\\lambda$ = {lam['lambda_hat']:.3g}")
+        ax.axvline(lam["lambda_star"], color=pal[3], lw=1.5, ls="-.",
+                   label=f"$\\lambda^*$ = {lam['lambda_star']:.3g}")
+        ax.set_xlabel("$\\lambda$")
+        ax.set_ylabel(label)
+    axes[1].axhline(lam["tau"], color="black", ls="--", lw=1.2, label=f"$\\tau$ = {lam['tau']:g}")
+    axes[0].set_title("helpfulness")
+    axes[1].set_title("harmfulness")
+    handles, labels = [], []
+    for ax in axes:
+        for hd, lb in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lb not in labels:
+                handles.append(hd)
+                labels.append(lb)
+    fig.legend(handles, labels, loc="lower center", ncol=3, frameon=False, bbox_to_anchor=(0.5, -0.02))
+    fig.tight_layout(rect=(0, 0.18, 1, 1))
+    return fig
+
+
+def tradeoff(summary: pd.DataFrame, opts: dict):
+    import matplotlib.pyplot as plt
+
+    pal = _style(opts)
+    methods = list(dict.fromkeys(summary["method"]))
+    colour = {m: pal[i % len(pal)] for i, m in enumerate(methods)}
+    has_judge = "judge_helpfulness" in summary.columns and summary["judge_helpfulness"].notna().any()
+    w, h = opts.get("width", 7.0), opts.get("height", 3.2)
+    fig, axes = plt.subplots(1, 2, figsize=(w, h + 0.6))
+    panels = ((axes[0], "helpfulness", "harmfulness", "model evaluation", True),
+              (axes[1], "judge_helpfulness", "judge_harmlessness", "LLM judge", False))
+    for ax, xcol, ycol, title, negate in panels:
+        ax.set_title(title)
+        if xcol not in summary.columns or summary[xcol].isna().all():
+            ax.text(0.5, 0.5, "no judge configured\n(evaluation.judge)", ha="center", va="center",
+                    transform=ax.transAxes, color="0.4")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            continue
+        for r in summary.itertuples(index=False):
+            x = getattr(r, xcol)
+            y = -getattr(r, ycol) if negate else getattr(r, ycol)
+            xerr = [[x - getattr(r, f"{xcol}_lo")], [getattr(r, f"{xcol}_hi") - x]]
+            ylo, yhi = getattr(r, f"{ycol}_lo"), getattr(r, f"{ycol}_hi")
+            yerr = [[y - (-yhi if negate else ylo)], [(-ylo if negate else yhi) - y]]
+            ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=MARKERS.get(r.setting, "o"), color=colour[r.method],
+                        ms=8 if r.setting == "star" else 6, capsize=2, lw=0.8)
+        ax.set_xlabel("helpfulness (mean score)" if negate else "judge helpfulness (1-10)")
+        ax.set_ylabel("harmlessness (- mean cost)" if negate else "judge harmlessness (1-10)")
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=colour[m], marker="o", ls="", label=m) for m in methods]
+    handles += [Line2D([], [], color="0.3", marker=MARKERS[s], ls="", label=f"$\\lambda$ {s}" if s != "policy"
+                       else "fine-tuned policy") for s in MARKERS if s in set(summary["setting"])]
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False,
+               bbox_to_anchor=(0.5, -0.01))
+    fig.tight_layout(rect=(0, 0.2 if len(handles) > 6 else 0.14, 1, 1))
+    if not has_judge:
+        log.info("no judge ratings: the judge panel says so")
+    return fig
+
+
+def calibration(lam: dict, opts: dict):
+    import matplotlib.pyplot as plt
+
+    pal = _style(opts)
+    c = lam["curves"]
+    w, h = opts.get("width", 7.0), opts.get("height", 3.2)
+    fig, axes = plt.subplots(1, 3, figsize=(w * 1.3, h))
+    axes[0].plot(c["lambda"], c["g"], color=pal[0])
+    axes[0].set_ylabel("$\\hat g(\\lambda)$")
+    axes[0].set_title("empirical dual")
+    axes[1].plot(c["lambda"], c["g_prime"], color=pal[1])
+    axes[1].axhline(0, color="black", ls="--", lw=1)
+    axes[1].set_ylabel("$\\hat g'(\\lambda) = \\tau - E_{\\pi_\\lambda}[c]$")
+    axes[1].set_title("its derivative")
+    for ax in axes[:2]:
+        ax.axvline(lam["lambda_hat"], color=pal[2], lw=1.2, label="$\\hat\\lambda$")
+        ax.set_xlabel("$\\lambda$")
+    hist = lam["bootstrap"]["histogram"]
+    edges = np.asarray(hist["edges"])
+    axes[2].bar(edges[:-1], hist["counts"], width=np.diff(edges), align="edge", color=pal[0], alpha=0.8)
+    axes[2].axvline(lam["lambda_hat"], color=pal[2], lw=1.2, label="$\\hat\\lambda$")
+    axes[2].axvline(lam["lambda_star"], color=pal[3], lw=1.5, ls="-.",
+                    label=f"$\\lambda^*$ (q = {lam['bootstrap']['quantile']:g})")
+    axes[2].set_xlabel("bootstrap $\\hat\\lambda$")
+    axes[2].set_ylabel("replicates")
+    axes[2].set_title(f"bootstrap ({lam['bootstrap']['replicates']} replicates)")
+    handles, labels = axes[2].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, frameon=False)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    return fig
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--kind", required=True, choices=KINDS)
+    parser.add_argument("--sweep", default=None, help="Best-of-N sweep.csv (lambda_sweep)")
+    parser.add_argument("--lambda-json", default=None, help="lambda.json (lambda_sweep, calibration)")
+    parser.add_argument("--summary", default=None, help="eval summary.csv (tradeoff)")
+    parser.add_argument("--options", default="{}", help="JSON plot options: width, height, dpi, font_scale, palette")
+    parser.add_argument("--rule", default="figure", help="the rule name recorded in the provenance sidecar")
+    parser.add_argument("--png", required=True)
+    parser.add_argument("--pdf", required=True)
+    parser.add_argument("--provenance", required=True, help="the sidecar .provenance.json")
+
+
+def run(args) -> None:
+    import matplotlib.pyplot as plt
+
+    from lara.data.tables import DataError, read_table
+    from lara.io import atomic_output
+    from lara.trail import write_sidecar
+
+    opts = json.loads(args.options)
+    need = {"lambda_sweep": ("sweep", "lambda_json"), "tradeoff": ("summary",), "calibration": ("lambda_json",)}
+    missing = [f"--{n.replace('_', '-')}" for n in need[args.kind] if getattr(args, n) is None]
+    if missing:
+        raise DataError(f"figure {args.kind} needs {', '.join(missing)}")
+    inputs = [getattr(args, n) for n in need[args.kind]]
+    if args.kind == "lambda_sweep":
+        fig = lambda_sweep(read_table(args.sweep, required=("lambda", "label", "mean_reward", "mean_cost")),
+                           json.loads(Path(args.lambda_json).read_text()), opts)
+    elif args.kind == "tradeoff":
+        fig = tradeoff(read_table(args.summary, required=("method", "setting", "helpfulness", "harmfulness")), opts)
+    else:
+        fig = calibration(json.loads(Path(args.lambda_json).read_text()), opts)
+    for path, fmt in ((args.png, "png"), (args.pdf, "pdf")):
+        with atomic_output(path) as tmp:
+            fig.savefig(tmp, format=fmt, dpi=opts.get("dpi", 150), bbox_inches="tight",
+                        metadata={"Creator": "lara"} if fmt == "png" else {"Creator": "lara", "CreationDate": None})
+    plt.close(fig)
+    write_sidecar([args.png, args.pdf], inputs, args.rule, {"kind": args.kind, "options": opts}, args.provenance)
+    log.info("wrote %s, %s and %s", args.png, args.pdf, args.provenance)
