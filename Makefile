@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 CORES  ?= all
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: run test env cluster-deps
+.PHONY: run test env cluster-deps browser-deps
 
 env: $(STAMP)
 
@@ -30,5 +30,14 @@ cluster-deps:
 	  || echo "could not install the SLURM packages: the cluster tests will be skipped"; \
 	else echo "not root or no apt-get: the cluster tests will be skipped"; fi
 
-test: $(STAMP) cluster-deps
+# The report test screenshots the Snakemake report in headless Chromium (Debian's package).
+browser-deps:
+	@if command -v chromium >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing Chromium for the report test (apt-get)"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	  || echo "could not install Chromium: the report screenshot is skipped"; \
+	else echo "not root or no apt-get: the report screenshot is skipped"; fi
+
+test: $(STAMP) cluster-deps browser-deps
 	pytest

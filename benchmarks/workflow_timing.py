@@ -24,7 +24,7 @@ def main() -> None:
     p.add_argument("--cores", default="2")
     args = p.parse_args()
     work = Path(args.keep or tempfile.mkdtemp(prefix="lara-bench-"))
-    for name in ("Snakefile", "rules", "config", "envs", "slurm"):
+    for name in ("Snakefile", "rules", "config", "envs", "slurm", "report"):
         src = REPO / name
         (shutil.copytree if src.is_dir() else shutil.copy2)(src, work / name)
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", HF_HUB_OFFLINE="1")

@@ -158,6 +158,36 @@ def figure_files(name):
     return [f"{RESULTS}/figures/{name}.{ext}" for ext in ("png", "pdf")] + [f"{RESULTS}/figures/{name}.provenance.json"]
 
 
+def evaluation_options():
+    e = config["evaluation"]
+    return opts(reward=e["reward_model"], cost=e["cost_model"], batch_size=e["batch_size"],
+                dtype=config["base_model"]["dtype"])
+
+
+def judge_options():
+    j = config["evaluation"]["judge"]
+    return opts(model=j["model"], base_url=j["base_url"], api_key_env=j["api_key_env"], retries=j["retries"],
+                cache=f"{RESULTS}/eval/judge_cache.sqlite" if j["model"] != "oracle" else None)
+
+
+def lambda_star(wildcards, input):
+    """lambda* for the captions (read once lambda.json exists)."""
+    try:
+        return round(json.loads(Path(input.lam).read_text())["lambda_star"], 4)
+    except (OSError, KeyError, ValueError, AttributeError):
+        return "pending"
+
+
+def figure_params():
+    return dict(
+        options=json.dumps(config["figures"], sort_keys=True),
+        code=code("lara.evaluate.figures", "lara.trail"),
+        tau=config["calibration"]["tau"],
+        models=f"policy {base_model_path()}; scorers {config['evaluation']['reward_model']} / "
+        f"{config['evaluation']['cost_model']}",
+    )
+
+
 def final_outputs():
     """Everything `snakemake` builds by default for the configured experiment."""
     targets = [

@@ -4,18 +4,6 @@
 # whether Best-of-N at lambda* meets E[c] <= tau on the held-out test prompts.
 
 
-def evaluation_options():
-    e = config["evaluation"]
-    return opts(reward=e["reward_model"], cost=e["cost_model"], batch_size=e["batch_size"],
-                dtype=config["base_model"]["dtype"])
-
-
-def judge_options():
-    j = config["evaluation"]["judge"]
-    return opts(model=j["model"], base_url=j["base_url"], api_key_env=j["api_key_env"], retries=j["retries"],
-                cache=f"{RESULTS}/eval/judge_cache.sqlite" if j["model"] != "oracle" else None)
-
-
 rule evaluate_decoded:
     input:
         "results/{exp}/decode/{decoder}/{lam}/responses.parquet",

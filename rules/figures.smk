@@ -4,24 +4,6 @@
 # only config slice these rules read besides their inputs, so changing one redraws the figures and nothing else.
 
 
-def lambda_star(wildcards, input):
-    """lambda* for the captions (read once lambda.json exists)."""
-    try:
-        return round(json.loads(Path(input.lam).read_text())["lambda_star"], 4)
-    except (OSError, KeyError, ValueError, AttributeError):
-        return "pending"
-
-
-def figure_params():
-    return dict(
-        options=json.dumps(config["figures"], sort_keys=True),
-        code=code("lara.evaluate.figures", "lara.trail"),
-        tau=config["calibration"]["tau"],
-        models=f"policy {base_model_path()}; scorers {config['evaluation']['reward_model']} / "
-        f"{config['evaluation']['cost_model']}",
-    )
-
-
 rule figure_lambda_sweep:
     input:
         sweep="results/{exp}/decode/bon/sweep.csv",

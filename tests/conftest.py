@@ -16,7 +16,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 
 REPO = Path(__file__).resolve().parents[1]
-WORKFLOW_FILES = ("Snakefile", "rules", "config", "envs", "slurm")
+WORKFLOW_FILES = ("Snakefile", "rules", "config", "envs", "slurm", "report")
 
 
 def snakemake_env() -> dict:

@@ -1,0 +1,135 @@
+"""Evaluation, figures, report and the provenance audit on the finished toy run."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ..conftest import run_snakemake
+from .test_invalidation import dry_run, override
+
+pytestmark = pytest.mark.workflow
+
+FIGURES = ("lambda_sweep", "tradeoff", "calibration")
+
+
+def test_summary_covers_every_method_setting_and_policy(toy_run):
+    s = pd.read_csv(toy_run / "results/tiny/eval/summary.csv")
+    pairs = set(zip(s["method"], s["setting"], strict=True))
+    for m in ("bon", "args", "pargs", "cdq"):
+        assert {(m, "zero"), (m, "star"), (m, "max")} <= pairs
+    assert {("sft", "policy"), ("safe_rlhf", "policy"), ("safedpo", "policy")} <= pairs
+    assert (s["n"] == 64).all()
+    for col in ("helpfulness", "harmfulness", "safe_rate", "judge_helpfulness", "judge_harmlessness"):
+        assert (s[f"{col}_lo"] <= s[col] + 1e-12).all() and (s[col] <= s[f"{col}_hi"] + 1e-12).all(), col
+    # lambda trades helpfulness for harmlessness: Best-of-N at lambda_max is less harmful than at 0
+    bon = s[s["method"] == "bon"].set_index("setting")
+    assert bon.loc["max", "harmfulness"] < bon.loc["zero", "harmfulness"]
+    assert bon.loc["max", "judge_harmlessness"] > bon.loc["zero", "judge_harmlessness"]
+
+
+def test_constraint_audit_is_reported(toy_run):
+    audit = json.loads((toy_run / "results/tiny/eval/constraint_audit.json").read_text())
+    lam = json.loads((toy_run / "results/tiny/calibration/lambda.json").read_text())
+    star = pd.read_parquet(toy_run / "results/tiny/eval/bon/star/scores.parquet")
+    assert audit["tau"] == -0.5 and audit["lambda_star"] == lam["lambda_star"]
+    assert audit["mean_cost"] == pytest.approx(star["decoder_cost"].mean())
+    assert audit["ci95"][0] <= audit["mean_cost"] <= audit["ci95"][1]
+    assert audit["verdict"] in ("met (upper 95% bound below tau)", "met on average, not with 95% confidence",
+                                "violated")
+    summary = pd.read_csv(toy_run / "results/tiny/eval/summary.csv")
+    assert (summary["audit_verdict"] == audit["verdict"]).all()
+
+
+def test_figures_exist_as_png_and_pdf_with_sidecars(toy_run):
+    from PIL import Image
+
+    for name in FIGURES:
+        png = toy_run / f"results/tiny/figures/{name}.png"
+        pdf = toy_run / f"results/tiny/figures/{name}.pdf"
+        assert pdf.read_bytes()[:5] == b"%PDF-"
+        img = np.asarray(Image.open(png).convert("L"), dtype=float)
+        assert img.shape[0] > 300 and img.shape[1] > 600 and img.std() > 20  # not blank
+        record = json.loads((toy_run / f"results/tiny/figures/{name}.provenance.json").read_text())
+        assert {"figure", "trail", "code", "software", "seeds", "host", "device", "params"} <= set(record)
+        rules = {e["rule"] for e in record["trail"]}
+        assert {"calibrate_lambda", "score_calibration", "sample_calibration", "train_sft", "make_toy_world"} <= rules
+    record = json.loads((toy_run / "results/tiny/figures/tradeoff.provenance.json").read_text())
+    rules = {e["rule"] for e in record["trail"]}
+    assert {"aggregate", "evaluate_decoded", "judge_policy", "train_safe_rlhf", "train_safedpo", "decode_rgtg"} <= rules
+    calib = next(e for e in record["trail"] if e["rule"] == "calibrate_lambda")
+    assert any("--tau -0.5" in p for p in calib["params"]) and calib["seed"] == 0
+
+
+def _provenance(toy_run, figure):
+    return subprocess.run([sys.executable, "-m", "lara", "provenance", figure], cwd=toy_run, capture_output=True,
+                          text=True)
+
+
+def test_provenance_audit_holds_and_catches_an_altered_input(toy_run):
+    ok = _provenance(toy_run, "results/tiny/figures/lambda_sweep.png")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "provenance holds" in ok.stdout and "rule calibrate_lambda" in ok.stdout and "seed 0" in ok.stdout
+    target = toy_run / "results/tiny/calibration/scores.parquet"
+    backup = target.with_suffix(".bak")
+    shutil.copy2(target, backup)
+    try:
+        df = pd.read_parquet(target)
+        df.loc[0, "cost"] += 1.0  # a deliberately altered upstream input
+        df.to_parquet(target)
+        broken = _provenance(toy_run, "results/tiny/figures/lambda_sweep.png")
+        assert broken.returncode == 1
+        assert "PROVENANCE BROKEN: results/tiny/calibration/scores.parquet" in broken.stdout
+        assert broken.stdout.count("PROVENANCE BROKEN") == 1
+    finally:
+        shutil.move(backup, target)
+    assert _provenance(toy_run, "results/tiny/figures/lambda_sweep.png").returncode == 0
+
+
+def test_report_renders_in_headless_chromium(toy_run, tmp_path):
+    report = tmp_path / "report.html"
+    run_snakemake(toy_run, "--report", str(report))
+    html = report.read_text()
+    for name in FIGURES:
+        assert f"{name}.png" in html
+    assert "deployed \\u03bb* = 0.3" in html or "deployed λ* = 0.3" in html  # caption templated with lambda*
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium is not installed (make test installs it with apt where it can)")
+    shot = tmp_path / "report.png"
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    f"--user-data-dir={tmp_path / 'chrome'}", "--window-size=1400,1000",
+                    "--virtual-time-budget=10000", f"--screenshot={shot}", report.as_uri()],
+                   check=True, capture_output=True, timeout=180)
+    from PIL import Image
+
+    img = np.asarray(Image.open(shot).convert("RGB"), dtype=float)
+    assert img.shape[:2] == (1000, 1400)
+    assert img.std() > 20 and len(np.unique(img.reshape(-1, 3), axis=0)) > 50  # rendered, not a blank page
+
+
+def test_plot_option_reruns_only_the_figures(toy_run, tmp_path):
+    counts, outputs = dry_run(toy_run, *override(tmp_path, "figures:\n  dpi: 120\n"))
+    assert counts == {"figure_lambda_sweep": 1, "figure_tradeoff": 1, "figure_calibration": 1}, counts
+
+
+def test_tau_reruns_only_the_star_evaluations(toy_run, tmp_path):
+    counts, outputs = dry_run(toy_run, *override(tmp_path, "calibration:\n  tau: -0.25\n"))
+    assert counts.get("evaluate_decoded") == 4 and counts.get("judge_decoded") == 4  # 4 decoders at star
+    assert counts.get("aggregate") == 1 and counts.get("figure_tradeoff") == 1
+    assert not {"evaluate_policy", "judge_policy", "train_safe_rlhf", "train_safedpo"} & set(counts)
+    evals = {o for o in outputs if "/eval/" in o and o.endswith(".parquet")}
+    assert evals and all("/star/" in o for o in evals)
+
+
+def test_without_a_judge_its_jobs_are_skipped_with_a_message(toy_run, tmp_path):
+    proc = run_snakemake(toy_run, "-n", *override(tmp_path, "evaluation:\n  judge: {model: null}\n"))
+    out = proc.stdout + proc.stderr
+    assert "LLM judge skipped" in out
+    assert "judge_decoded" not in out and "judge_policy" not in out
+    assert "rule aggregate" in out  # its inputs changed: it reruns without the judge columns
