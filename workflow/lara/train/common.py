@@ -145,20 +145,26 @@ def fingerprint(settings: TrainSettings, inputs: dict[str, str | Path]) -> dict:
     return {"settings": asdict(settings), "inputs": {k: ident(v) for k, v in inputs.items()}}
 
 
+def discard_stale_checkpoints(checkpoint_dir: Path, fp: dict) -> None:
+    """Delete ``checkpoint_dir`` when its checkpoints were made with other settings or inputs
+    than ``fp``, then stamp it with ``fp``."""
+    import shutil
+
+    stamp = checkpoint_dir / "fingerprint.json"
+    if stamp.is_file() and json.loads(stamp.read_text()) != json.loads(json.dumps(fp)):
+        log.warning("settings or inputs changed since the checkpoints in %s were made: discarding them",
+                    checkpoint_dir)
+        shutil.rmtree(checkpoint_dir)
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    write_json(stamp, fp)
+
+
 def train_with_resume(trainer, checkpoint_dir: str | Path, fp: dict | None = None):
     """Run ``trainer.train``, resuming from the last checkpoint in ``checkpoint_dir`` if it was
     made with the same settings and inputs (``fp``); stale checkpoints are discarded."""
-    import shutil
-
     checkpoint_dir = Path(checkpoint_dir)
-    stamp = checkpoint_dir / "fingerprint.json"
     if fp is not None:
-        if stamp.is_file() and json.loads(stamp.read_text()) != json.loads(json.dumps(fp)):
-            log.warning("settings or inputs changed since the checkpoints in %s were made: discarding them",
-                        checkpoint_dir)
-            shutil.rmtree(checkpoint_dir)
-        checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        write_json(stamp, fp)
+        discard_stale_checkpoints(checkpoint_dir, fp)
     resume = last_checkpoint(checkpoint_dir)
     if resume:
         log.info("resuming from %s", resume)

@@ -243,17 +243,6 @@ def _last_checkpoint(checkpoint_dir: Path) -> Path | None:
     return max(done, key=lambda p: int(p.name.split("-")[1])) if done else None
 
 
-def _prepare_checkpoints(checkpoint_dir: Path, fp: dict, main: bool) -> None:
-    stamp = checkpoint_dir / "fingerprint.json"
-    if main:
-        if stamp.is_file() and json.loads(stamp.read_text()) != json.loads(json.dumps(fp)):
-            log.warning("settings or inputs changed since the checkpoints in %s were made: discarding them",
-                        checkpoint_dir)
-            shutil.rmtree(checkpoint_dir)
-        checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        stamp.write_text(json.dumps(fp, indent=1))
-
-
 def train_safe_rlhf(sft_path: str, reward_path: str, cost_path: str, prompts_path: str, sft_data_path: str | None,
                     checkpoints: str, out: str, s: PPOLagSettings) -> dict:
     import torch
@@ -266,7 +255,7 @@ def train_safe_rlhf(sft_path: str, reward_path: str, cost_path: str, prompts_pat
     from lara.data.tables import read_table
     from lara.scoring import SequenceScorer, encode, pad_batch, position_ids
     from lara.template import format_prompt
-    from lara.train.common import fingerprint, save_model, torch_dtype
+    from lara.train.common import discard_stale_checkpoints, fingerprint, save_model, torch_dtype
 
     cuda = torch.cuda.is_available()
     mixed = {"bfloat16": "bf16", "float16": "fp16"}.get(s.dtype, "no") if cuda else "no"
@@ -320,7 +309,8 @@ def train_safe_rlhf(sft_path: str, reward_path: str, cost_path: str, prompts_pat
     if ptx is not None:
         inputs["sft_data"] = sft_data_path
     checkpoint_dir = Path(checkpoints)
-    _prepare_checkpoints(checkpoint_dir, fingerprint(s, inputs), accelerator.is_main_process)
+    if accelerator.is_main_process:
+        discard_stale_checkpoints(checkpoint_dir, fingerprint(s, inputs))
     accelerator.wait_for_everyone()
     state = LoopState(step=0, log_lambda=math.log(s.lambda_init), window=[], history=[])
     resume = _last_checkpoint(checkpoint_dir)
