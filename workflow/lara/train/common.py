@@ -20,6 +20,15 @@ from lara.provenance import record
 
 log = logging.getLogger(__name__)
 
+def settings_from_json(cls, text: str, section: str, **overrides):
+    """A settings dataclass from the JSON of a config section, refusing unknown keys."""
+    data = json.loads(text) if text else {}
+    unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+        raise ValueError(f"unknown {section} settings: {', '.join(unknown)}")
+    return cls(**(data | overrides))
+
+
 @dataclass(frozen=True)
 class TrainSettings:
     learning_rate: float = 1e-3
@@ -43,12 +52,7 @@ class TrainSettings:
 
     @classmethod
     def from_json(cls, text: str, **overrides) -> TrainSettings:
-        data = json.loads(text) if text else {}
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ValueError(f"unknown training settings: {', '.join(unknown)}")
-        return cls(**(data | overrides))
+        return settings_from_json(cls, text, "training", **overrides)
 
 
 def device() -> str:

@@ -33,7 +33,7 @@ import logging
 import math
 import shutil
 from collections import deque
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -85,12 +85,9 @@ class PPOLagSettings:
 
     @classmethod
     def from_json(cls, text: str, **overrides) -> PPOLagSettings:
-        data = json.loads(text) if text else {}
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ValueError(f"unknown train.safe_rlhf settings: {', '.join(unknown)}")
-        return cls(**(data | overrides))
+        from lara.train.common import settings_from_json
+
+        return settings_from_json(cls, text, "train.safe_rlhf", **overrides)
 
 
 # ---------------------------------------------------------------------------------------------

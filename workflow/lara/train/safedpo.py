@@ -99,14 +99,9 @@ class SafeDPOSettings:
 
     @classmethod
     def from_json(cls, text: str, **overrides) -> SafeDPOSettings:
-        import json
-        from dataclasses import fields
+        from lara.train.common import settings_from_json
 
-        data = json.loads(text) if text else {}
-        unknown = sorted(set(data) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ValueError(f"unknown train.safedpo settings: {', '.join(unknown)}")
-        return cls(**(data | overrides))
+        return settings_from_json(cls, text, "train.safedpo", **overrides)
 
 
 def _trainer_class():
