@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 CORES  ?= all
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: run test env cluster-deps browser-deps
+.PHONY: run test env cluster-deps browser-deps slurm-up slurm-down
 
 env: $(STAMP)
 
@@ -29,6 +29,14 @@ cluster-deps:
 	    slurm-wlm slurmctld slurmd slurmdbd munge mariadb-server >/dev/null) \
 	  || echo "could not install the SLURM packages: the cluster tests will be skipped"; \
 	else echo "not root or no apt-get: the cluster tests will be skipped"; fi
+
+# A single-node SLURM on this machine (state in .slurm/), to try `snakemake --profile slurm` by hand;
+# the cluster tests start their own. See slurm/local_cluster.py and the README.
+slurm-up: cluster-deps
+	$(PYTHON) slurm/local_cluster.py up .slurm
+
+slurm-down:
+	$(PYTHON) slurm/local_cluster.py down .slurm
 
 # The report test screenshots the Snakemake report in headless Chromium (Debian's package).
 browser-deps:

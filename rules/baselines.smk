@@ -22,6 +22,7 @@ rule train_safe_rlhf:
         "logs/{exp}/train_safe_rlhf.log",
     benchmark:
         "benchmarks/{exp}/train_safe_rlhf.tsv"
+    threads: job_threads("train_safe_rlhf")
     resources:
         **job_resources("train_safe_rlhf"),
     conda:
@@ -47,6 +48,7 @@ rule train_safedpo:
         "logs/{exp}/train_safedpo.log",
     benchmark:
         "benchmarks/{exp}/train_safedpo.tsv"
+    threads: job_threads("train_safedpo")
     resources:
         **job_resources("train_safedpo"),
     conda:
@@ -74,6 +76,7 @@ rule generate_policy:
         "logs/{exp}/generate_policy_{policy}.log",
     benchmark:
         "benchmarks/{exp}/generate_policy_{policy}.tsv"
+    threads: job_threads("generate_policy")
     resources:
         **job_resources("generate_policy"),
     conda:

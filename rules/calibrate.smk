@@ -21,6 +21,7 @@ rule sample_calibration:
         "logs/{exp}/sample_calibration.log",
     benchmark:
         "benchmarks/{exp}/sample_calibration.tsv"
+    threads: job_threads("sample_calibration")
     resources:
         **job_resources("sample_calibration"),
     conda:
@@ -43,6 +44,7 @@ rule score_calibration:
         "logs/{exp}/score_calibration.log",
     benchmark:
         "benchmarks/{exp}/score_calibration.tsv"
+    threads: job_threads("score_calibration")
     resources:
         **job_resources("score_calibration"),
     conda:
@@ -72,6 +74,7 @@ rule calibrate_lambda:
         "logs/{exp}/calibrate_lambda.log",
     benchmark:
         "benchmarks/{exp}/calibrate_lambda.tsv"
+    threads: job_threads("calibrate_lambda")
     resources:
         **job_resources("calibrate_lambda"),
     conda:

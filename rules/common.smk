@@ -1,18 +1,29 @@
 # Shared by every stage: config validation (before any job runs), input functions,
 # resources and target lists. No rules here.
 import json
+import os
 import shlex
+import sys
 from pathlib import Path
 
 from lara import config as lara_config
 from lara.provenance import source_hash
+from lara.runtime import cpu_kernel_environment
 from snakemake.logging import logger
+
+# The rules call `lara`: the one installed beside the Python that runs Snakemake comes first, so
+# `.venv/bin/snakemake ...` works without activating the environment (a rule's conda env, when
+# --use-conda is on, still comes first inside its job). Jobs inherit this environment.
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 _sources = [str(f) for f in getattr(workflow, "configfiles", [])] or ["config"]
 _schema = lara_config.load_schema(Path(workflow.basedir) / "config" / "schema.yaml")
 _validated = lara_config.validate(config, schema=_schema, source=", ".join(_sources))
 config.clear()
 config.update(_validated)
+
+# The CPU kernels every job runs (numerics.cpu_kernels; see lara.runtime): exported to the jobs.
+os.environ.update(cpu_kernel_environment(config["numerics"]["cpu_kernels"]))
 
 EXP = config["experiment"]
 RESULTS = f"results/{EXP}"
@@ -132,6 +143,12 @@ def job_resources(rule):
     return res
 
 
+def job_threads(rule):
+    """The threads a job uses (= its cpus_per_task): Snakemake caps them at --cores and exports
+    them as OMP_NUM_THREADS/MKL_NUM_THREADS, which `lara` hands to torch."""
+    return job_resources(rule).get("cpus_per_task", 1)
+
+
 JUDGE = config["evaluation"]["judge"]
 JUDGE_ENABLED = JUDGE["model"] is not None and (JUDGE["model"] == "oracle" or JUDGE["base_url"] is not None)
 if not JUDGE_ENABLED:
@@ -170,21 +187,20 @@ def judge_options():
                 cache=f"{RESULTS}/eval/judge_cache.sqlite" if j["model"] != "oracle" else None)
 
 
-def lambda_star(wildcards, input):
-    """lambda* for the captions (read once lambda.json exists)."""
+def figure_shows(wildcards, output):
+    """What a figure shows (policy, scorers, N, tau, lambda-hat, lambda*), for its report caption: the
+    figure job reads it from its inputs and their jobs' records into the provenance sidecar."""
     try:
-        return round(json.loads(Path(input.lam).read_text())["lambda_star"], 4)
-    except (OSError, KeyError, ValueError, AttributeError):
-        return "pending"
+        return json.loads(Path(output.provenance).read_text())["shows"]
+    except (OSError, KeyError, ValueError):
+        return {}
 
 
 def figure_params():
     return dict(
         options=json.dumps(config["figures"], sort_keys=True),
         code=code("lara.evaluate.figures", "lara.trail"),
-        tau=config["calibration"]["tau"],
-        models=f"policy {base_model_path()}; scorers {config['evaluation']['reward_model']} / "
-        f"{config['evaluation']['cost_model']}",
+        shows=figure_shows,
     )
 
 

@@ -15,6 +15,7 @@ rule make_toy_world:
         "logs/{exp}/make_toy_world.log",
     benchmark:
         "benchmarks/{exp}/make_toy_world.tsv"
+    threads: job_threads("make_toy_world")
     resources:
         **job_resources("make_toy_world"),
     conda:
@@ -39,6 +40,7 @@ rule make_toy_model:
         "logs/{exp}/make_toy_model.log",
     benchmark:
         "benchmarks/{exp}/make_toy_model.tsv"
+    threads: job_threads("make_toy_model")
     resources:
         **job_resources("make_toy_model"),
     conda:
@@ -65,6 +67,7 @@ rule prepare_sft_data:
         "logs/{exp}/prepare_sft_data.log",
     benchmark:
         "benchmarks/{exp}/prepare_sft_data.tsv"
+    threads: job_threads("prepare_sft_data")
     resources:
         **job_resources("prepare_sft_data"),
     conda:
@@ -91,6 +94,7 @@ rule prepare_preferences:
         "logs/{exp}/prepare_preferences.log",
     benchmark:
         "benchmarks/{exp}/prepare_preferences.tsv"
+    threads: job_threads("prepare_preferences")
     resources:
         **job_resources("prepare_preferences"),
     conda:
@@ -119,6 +123,7 @@ rule split_prompts:
         "logs/{exp}/split_prompts.log",
     benchmark:
         "benchmarks/{exp}/split_prompts.tsv"
+    threads: job_threads("split_prompts")
     resources:
         **job_resources("split_prompts"),
     conda:

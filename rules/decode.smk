@@ -22,6 +22,7 @@ rule sample_bon:
         "logs/{exp}/sample_bon.log",
     benchmark:
         "benchmarks/{exp}/sample_bon.tsv"
+    threads: job_threads("sample_bon")
     resources:
         **job_resources("sample_bon"),
     conda:
@@ -44,6 +45,7 @@ rule score_bon:
         "logs/{exp}/score_bon.log",
     benchmark:
         "benchmarks/{exp}/score_bon.tsv"
+    threads: job_threads("score_bon")
     resources:
         **job_resources("score_bon"),
     conda:
@@ -63,6 +65,7 @@ rule select_bon:
         code=code("lara.decode.bon"),
     log:
         "logs/{exp}/select_bon_{lam}.log",
+    threads: job_threads("select_bon")
     resources:
         **job_resources("select_bon"),
     conda:
@@ -82,6 +85,7 @@ rule bon_sweep:
         code=code("lara.decode.bon", "lara.decode.sweep"),
     log:
         "logs/{exp}/bon_sweep.log",
+    threads: job_threads("bon_sweep")
     resources:
         **job_resources("bon_sweep"),
     conda:
@@ -109,6 +113,7 @@ rule decode_rgtg:
         "logs/{exp}/decode_{method}_{lam}.log",
     benchmark:
         "benchmarks/{exp}/decode_{method}_{lam}.tsv"
+    threads: job_threads("decode_rgtg")
     resources:
         **job_resources("decode_rgtg"),
     conda:

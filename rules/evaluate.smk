@@ -16,6 +16,7 @@ rule evaluate_decoded:
         "logs/{exp}/evaluate_{decoder}_{lam}.log",
     benchmark:
         "benchmarks/{exp}/evaluate_{decoder}_{lam}.tsv"
+    threads: job_threads("evaluate_decoded")
     resources:
         **job_resources("evaluate_decoded"),
     conda:
@@ -36,6 +37,7 @@ rule evaluate_policy:
         "logs/{exp}/evaluate_{policy}.log",
     benchmark:
         "benchmarks/{exp}/evaluate_{policy}.tsv"
+    threads: job_threads("evaluate_policy")
     resources:
         **job_resources("evaluate_policy"),
     conda:
@@ -54,6 +56,7 @@ rule judge_decoded:
         code=code("lara.evaluate.judge"),
     log:
         "logs/{exp}/judge_{decoder}_{lam}.log",
+    threads: job_threads("judge")
     resources:
         **job_resources("judge"),
     conda:
@@ -72,6 +75,7 @@ rule judge_policy:
         code=code("lara.evaluate.judge"),
     log:
         "logs/{exp}/judge_{policy}.log",
+    threads: job_threads("judge")
     resources:
         **job_resources("judge"),
     conda:
@@ -96,6 +100,7 @@ rule aggregate:
         code=code("lara.evaluate.aggregate"),
     log:
         "logs/{exp}/aggregate.log",
+    threads: job_threads("aggregate")
     resources:
         **job_resources("aggregate"),
     conda:

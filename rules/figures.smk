@@ -15,9 +15,9 @@ rule figure_lambda_sweep:
         provenance="results/{exp}/figures/lambda_sweep.provenance.json",
     params:
         **figure_params(),
-        lambda_star=lambda_star,
     log:
         "logs/{exp}/figure_lambda_sweep.log",
+    threads: job_threads("figures")
     resources:
         **job_resources("figures"),
     conda:
@@ -39,15 +39,15 @@ rule figure_tradeoff:
         provenance="results/{exp}/figures/tradeoff.provenance.json",
     params:
         **figure_params(),
-        lambda_star=lambda_star,
     log:
         "logs/{exp}/figure_tradeoff.log",
+    threads: job_threads("figures")
     resources:
         **job_resources("figures"),
     conda:
         "../envs/analysis.yaml"
     shell:
-        "lara figure --kind tradeoff --summary {input.summary} --options {params.options:q}"
+        "lara figure --kind tradeoff --summary {input.summary} --lambda-json {input.lam} --options {params.options:q}"
         " --rule figure_tradeoff --png {output.png} --pdf {output.pdf} --provenance {output.provenance} > {log} 2>&1"
 
 
@@ -61,9 +61,9 @@ rule figure_calibration:
         provenance="results/{exp}/figures/calibration.provenance.json",
     params:
         **figure_params(),
-        lambda_star=lambda_star,
     log:
         "logs/{exp}/figure_calibration.log",
+    threads: job_threads("figures")
     resources:
         **job_resources("figures"),
     conda:

@@ -18,6 +18,7 @@ rule train_sft:
         "logs/{exp}/train_sft.log",
     benchmark:
         "benchmarks/{exp}/train_sft.tsv"
+    threads: job_threads("train_sft")
     resources:
         **job_resources("train_sft"),
     conda:
@@ -41,6 +42,7 @@ rule train_reward_model:
         "logs/{exp}/train_reward_model.log",
     benchmark:
         "benchmarks/{exp}/train_reward_model.tsv"
+    threads: job_threads("train_reward_model")
     resources:
         **job_resources("train_reward_model"),
     conda:
@@ -64,6 +66,7 @@ rule train_cost_model:
         "logs/{exp}/train_cost_model.log",
     benchmark:
         "benchmarks/{exp}/train_cost_model.tsv"
+    threads: job_threads("train_cost_model")
     resources:
         **job_resources("train_cost_model"),
     conda:
@@ -87,6 +90,7 @@ rule train_partial_model:
         "logs/{exp}/train_partial_{kind}.log",
     benchmark:
         "benchmarks/{exp}/train_partial_{kind}.tsv"
+    threads: job_threads("train_partial_model")
     resources:
         **job_resources("train_partial_model"),
     conda:
@@ -117,6 +121,7 @@ rule sample_value_data:
         "logs/{exp}/sample_value_data.log",
     benchmark:
         "benchmarks/{exp}/sample_value_data.tsv"
+    threads: job_threads("sample_value_data")
     resources:
         **job_resources("sample_value_data"),
     conda:
@@ -139,6 +144,7 @@ rule score_value_data:
         "logs/{exp}/score_value_data.log",
     benchmark:
         "benchmarks/{exp}/score_value_data.tsv"
+    threads: job_threads("score_value_data")
     resources:
         **job_resources("score_value_data"),
     conda:
@@ -161,6 +167,7 @@ rule train_value_model:
         "logs/{exp}/train_value_{kind}.log",
     benchmark:
         "benchmarks/{exp}/train_value_{kind}.tsv"
+    threads: job_threads("train_value_model")
     resources:
         **job_resources("train_value_model"),
     conda:

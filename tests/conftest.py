@@ -3,6 +3,8 @@ rerunning the DAG in every test."""
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -27,6 +29,15 @@ def snakemake_env() -> dict:
     env["HF_HUB_OFFLINE"] = "1"
     env["HF_DATASETS_OFFLINE"] = "1"
     return env
+
+
+@functools.cache
+def local_slurm():
+    """The repository's local-SLURM module (slurm/local_cluster.py, also behind `make slurm-up`)."""
+    spec = importlib.util.spec_from_file_location("lara_local_slurm", REPO / "slurm" / "local_cluster.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def copy_workflow(dest: Path) -> Path:

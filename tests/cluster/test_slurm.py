@@ -10,8 +10,9 @@ import sys
 import pandas as pd
 import pytest
 
-from ..conftest import copy_workflow, snakemake_env
-from ..slurm_cluster import LocalSlurm, available
+from ..conftest import copy_workflow, local_slurm, snakemake_env
+
+LocalSlurm, available = local_slurm().LocalSlurm, local_slurm().available
 
 pytestmark = pytest.mark.slurm
 

@@ -49,6 +49,10 @@ COMMANDS: dict[str, str] = {
     "oracle-score": "lara.toy.score",
 }
 
+# the steps that run torch models: they get deterministic algorithms and exactly the job's threads
+TORCH_COMMANDS = {"make-toy-model", "train-sft", "train-reward", "train-cost", "train-partial", "train-value",
+                  "train-safe-rlhf", "train-safedpo", "sample", "score", "decode", "generate-policy", "evaluate"}
+
 log = logging.getLogger("lara")
 
 
@@ -77,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     settings = {k: v for k, v in vars(args).items() if not k.startswith("_")}
     log.info("lara %s %s", args.command, settings)
     log.info("code version %s", code_version())
+    if args.command in TORCH_COMMANDS:
+        from lara.runtime import configure_torch
+
+        configure_torch()
     start = time.perf_counter()
     try:
         args._run(args)

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lara.io import sha256_path
+from lara.runtime import numerics_record
 
 SOFTWARE = ("lara", "torch", "transformers", "trl", "datasets", "tokenizers", "accelerate",
             "numpy", "pandas", "scipy", "snakemake")
@@ -62,6 +63,17 @@ def software_versions() -> dict:
     return {name: _version(name) for name in SOFTWARE} | {"python": platform.python_version()}
 
 
+def cpu_model() -> str:
+    """The CPU's model name (float results can differ between CPU families)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} ({platform.machine()})"
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def record(settings: dict, inputs: dict[str, str] | None = None, seed: int | None = None,
            device: str | None = None) -> dict:
     """A provenance record: settings, input hashes, code and software versions, host."""
@@ -72,6 +84,8 @@ def record(settings: dict, inputs: dict[str, str] | None = None, seed: int | Non
         "code": code_version(),
         "software": software_versions(),
         "host": socket.gethostname(),
+        "cpu": cpu_model(),
         "device": device or "cpu",
+        "numerics": numerics_record(),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }

@@ -91,8 +91,9 @@ def build_trail(inputs: list[str], root: Path = Path(".")) -> list[dict]:
 
 
 def write_sidecar(figures: list[str], inputs: list[str], rule: str, params: dict, out: str | Path,
-                  root: Path = Path(".")) -> dict:
-    """Write the provenance sidecar of a figure (its PNG and PDF files) atomically."""
+                  root: Path = Path("."), trail: list[dict] | None = None, shows: dict | None = None) -> dict:
+    """Write the provenance sidecar of a figure (its PNG and PDF files) atomically; ``shows`` (what
+    the figure shows, which the report caption prints) is stored with it."""
     from lara.io import atomic_output, sha256_path, write_json
     from lara.provenance import code_version, software_versions
 
@@ -102,10 +103,10 @@ def write_sidecar(figures: list[str], inputs: list[str], rule: str, params: dict
         device = "cuda" if torch.cuda.is_available() else "cpu"
     except ImportError:
         device = "cpu"
-    trail = build_trail(list(inputs), root)
+    trail = build_trail(list(inputs), root) if trail is None else trail
     record = {
         "figure": [{"path": f, "sha256": sha256_path(root / f)} for f in figures],
-        "rule": rule, "params": params, "inputs": list(inputs),
+        "rule": rule, "params": params, "inputs": list(inputs), "shows": shows or {},
         "code": code_version(), "software": software_versions(), "host": socket.gethostname(), "device": device,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "seeds": {e["path"]: e["seed"] for e in trail if e.get("seed") is not None},

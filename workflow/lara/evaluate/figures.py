@@ -145,10 +145,63 @@ def calibration(lam: dict, opts: dict):
     return fig
 
 
+def _records(trail: list[dict]) -> dict[str, dict]:
+    """The steps' own records (parquet metadata, model provenance) along a trail, by path."""
+    return {e["path"]: e["lara"] for e in trail if isinstance(e.get("lara"), dict)}
+
+
+def _sampled_and_scored(records: dict[str, dict], scores_suffix: str) -> dict:
+    """Policy, N and scorers behind a scored sample table (``.../candidates.parquet``, ``.../scores.parquet``)."""
+    scored = next((rec for path, rec in records.items() if path.endswith(scores_suffix)), {})
+    sampled = records.get(scored.get("input"), {})
+    return {"policy": sampled.get("model", "unknown"), "n": sampled.get("n"),
+            "reward_model": scored.get("reward", "unknown"), "cost_model": scored.get("cost", "unknown")}
+
+
+def describe(kind: str, trail: list[dict], lam: dict | None = None, summary: pd.DataFrame | None = None) -> dict:
+    """What a figure shows, read from its inputs and the records of the jobs that made them (never
+    from the configuration): the policy and scorers behind the data, N, tau, lambda-hat, lambda*."""
+    records = _records(trail)
+    shows: dict = {"kind": kind}
+    if lam is not None:
+        shows |= {"tau": lam["tau"], "lambda_hat": round(lam["lambda_hat"], 4),
+                  "lambda_star": round(lam["lambda_star"], 4), "calibration_mode": lam.get("mode"),
+                  "beta": lam.get("beta"), "calibration_prompts": lam.get("n_prompts"),
+                  "bootstrap_replicates": lam.get("bootstrap", {}).get("replicates"),
+                  "quantile": lam.get("bootstrap", {}).get("quantile")}
+        shows["calibrated_on"] = _sampled_and_scored(records, "calibration/scores.parquet")
+    if kind == "lambda_sweep":
+        shows["best_of_n"] = _sampled_and_scored(records, "bon/candidates.parquet")
+    if summary is not None:
+        shows["rows"] = [f"{m}/{s}" for m, s in zip(summary["method"], summary["setting"], strict=True)]
+        scorers = {(rec.get("reward"), rec.get("cost")) for path, rec in records.items()
+                   if "/eval/" in path and path.endswith("/scores.parquet")}
+        shows["evaluation"] = [{"reward_model": r, "cost_model": c} for r, c in sorted(scorers, key=str)]
+        judges = {rec.get("judge") for path, rec in records.items() if path.endswith("/judge.parquet")}
+        shows["judge"] = sorted(str(j) for j in judges if j) or None
+    return shows
+
+
+def summary_line(shows: dict) -> str:
+    """One sentence of what a figure shows, for its PNG/PDF metadata."""
+    parts = [f"{shows['kind']}"]
+    for key in ("best_of_n", "calibrated_on"):
+        if key in shows:
+            d = shows[key]
+            parts.append(f"{key.replace('_', ' ')}: policy {d['policy']} (N = {d['n']}), "
+                         f"scorers {d['reward_model']} / {d['cost_model']}")
+    if "tau" in shows:
+        parts.append(f"tau = {shows['tau']:g}, lambda-hat = {shows['lambda_hat']}, lambda* = {shows['lambda_star']}"
+                     f" ({shows['calibration_mode']} calibration)")
+    for ev in shows.get("evaluation", []):
+        parts.append(f"evaluated by {ev['reward_model']} / {ev['cost_model']}")
+    return "; ".join(parts)
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("--kind", required=True, choices=KINDS)
     parser.add_argument("--sweep", default=None, help="Best-of-N sweep.csv (lambda_sweep)")
-    parser.add_argument("--lambda-json", default=None, help="lambda.json (lambda_sweep, calibration)")
+    parser.add_argument("--lambda-json", default=None, help="lambda.json (lambda_sweep, calibration; tradeoff: optional)")
     parser.add_argument("--summary", default=None, help="eval summary.csv (tradeoff)")
     parser.add_argument("--options", default="{}", help="JSON plot options: width, height, dpi, font_scale, palette")
     parser.add_argument("--rule", default="figure", help="the rule name recorded in the provenance sidecar")
@@ -162,25 +215,33 @@ def run(args) -> None:
 
     from lara.data.tables import DataError, read_table
     from lara.io import atomic_output
-    from lara.trail import write_sidecar
+    from lara.trail import build_trail, write_sidecar
 
     opts = json.loads(args.options)
     need = {"lambda_sweep": ("sweep", "lambda_json"), "tradeoff": ("summary",), "calibration": ("lambda_json",)}
     missing = [f"--{n.replace('_', '-')}" for n in need[args.kind] if getattr(args, n) is None]
     if missing:
         raise DataError(f"figure {args.kind} needs {', '.join(missing)}")
-    inputs = [getattr(args, n) for n in need[args.kind]]
+    inputs = [getattr(args, n) for n in ("sweep", "summary", "lambda_json") if getattr(args, n) is not None]
+    lam = json.loads(Path(args.lambda_json).read_text()) if args.lambda_json else None
+    summary = None
     if args.kind == "lambda_sweep":
-        fig = lambda_sweep(read_table(args.sweep, required=("lambda", "label", "mean_reward", "mean_cost")),
-                           json.loads(Path(args.lambda_json).read_text()), opts)
+        fig = lambda_sweep(read_table(args.sweep, required=("lambda", "label", "mean_reward", "mean_cost")), lam, opts)
     elif args.kind == "tradeoff":
-        fig = tradeoff(read_table(args.summary, required=("method", "setting", "helpfulness", "harmfulness")), opts)
+        summary = read_table(args.summary, required=("method", "setting", "helpfulness", "harmfulness"))
+        fig = tradeoff(summary, opts)
     else:
-        fig = calibration(json.loads(Path(args.lambda_json).read_text()), opts)
+        fig = calibration(lam, opts)
+    trail = build_trail(inputs)
+    shows = describe(args.kind, trail, lam, summary)
+    line = summary_line(shows)
     for path, fmt in ((args.png, "png"), (args.pdf, "pdf")):
+        meta = {"Creator": "lara", "Description": line} if fmt == "png" else \
+            {"Creator": "lara", "Subject": line, "CreationDate": None}
         with atomic_output(path) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=opts.get("dpi", 150), bbox_inches="tight",
-                        metadata={"Creator": "lara"} if fmt == "png" else {"Creator": "lara", "CreationDate": None})
+            fig.savefig(tmp, format=fmt, dpi=opts.get("dpi", 150), bbox_inches="tight", metadata=meta)
     plt.close(fig)
-    write_sidecar([args.png, args.pdf], inputs, args.rule, {"kind": args.kind, "options": opts}, args.provenance)
+    write_sidecar([args.png, args.pdf], inputs, args.rule, {"kind": args.kind, "options": opts}, args.provenance,
+                  trail=trail, shows=shows)
+    log.info("%s", line)
     log.info("wrote %s, %s and %s", args.png, args.pdf, args.provenance)

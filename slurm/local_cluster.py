@@ -1,20 +1,33 @@
-"""A real single-node SLURM cluster on localhost for the cluster tests: munged, MariaDB +
-slurmdbd (so the executor plugin's default `sacct` status path is exercised), slurmctld and
-slurmd, all with their state in one temporary directory, started and stopped by the tests.
+"""A real single-node SLURM cluster on localhost: munged, MariaDB + slurmdbd (so `sacct`, the
+executor plugin's default status path, works), slurmctld and slurmd, all with their state in one
+directory. The cluster tests start and stop it; so can a user, to try `snakemake --profile slurm`:
 
-Needs Debian's slurm-wlm, slurmdbd, munge and mariadb-server (`make test` installs them where
-apt-get is available and it runs as root) and root, since the daemons run as root here.
+    make slurm-up        # = python slurm/local_cluster.py up .slurm   (prints the SLURM_CONF to export)
+    export SLURM_CONF=$PWD/.slurm/etc/slurm.conf
+    snakemake --profile slurm        # every job an sbatch job; watch them in squeue / sacct
+    make slurm-down      # = python slurm/local_cluster.py down .slurm
+
+Needs Debian's slurm-wlm, slurmdbd, munge and mariadb-server (`make test` and `make slurm-up`
+install them where apt-get is available and they run as root) and root, since the daemons run as
+root here. Stopping also removes the configuration cache that a configless slurmd leaves in
+/run/slurm/conf: left behind, it points every SLURM client (and so every Snakemake start, through
+the executor plugin's `scontrol` probe) at a controller that no longer answers, ~10 s each.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
+
+# where a configless slurmd caches the configuration for the clients on its node
+CONF_CACHE = Path("/run/slurm/conf")
 
 DAEMONS = ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd", "sacctmgr", "sbatch")
 
@@ -40,6 +53,39 @@ def _wait(check, what: str, timeout: float = 60.0) -> None:
     raise RuntimeError(f"timed out waiting for {what}")
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie child of this process counts as gone
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)  # each daemon leads its own session (start_new_session)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        os.waitpid(pid, os.WNOHANG)  # reap it when it is our child
+    except ChildProcessError:
+        pass
+
+
+def remove_conf_cache() -> None:
+    """Remove a configless slurmd's configuration cache (/run/slurm/conf, a link into its spool)."""
+    if CONF_CACHE.is_symlink() or CONF_CACHE.is_file():
+        CONF_CACHE.unlink()
+    elif CONF_CACHE.is_dir():
+        shutil.rmtree(CONF_CACHE, ignore_errors=True)
+
+
 def _port_open(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
@@ -47,10 +93,10 @@ def _port_open(port: int) -> bool:
 
 class LocalSlurm:
     def __init__(self, root: Path, cpus: int = 2, memory_mb: int = 20000):
-        self.root = Path(root)
+        self.root = Path(root).resolve()
         self.cpus, self.memory_mb = cpus, memory_mb
-        self.procs: list[subprocess.Popen] = []
         self.conf = self.root / "etc" / "slurm.conf"
+        self.pids = self.root / "run" / "daemons.pids"  # every daemon started, so `down` can stop them
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
 
     # -- configuration ---------------------------------------------------------------------
@@ -106,14 +152,24 @@ StorageLoc=slurm_acct_db
 
     # -- start / stop ----------------------------------------------------------------------
     def _spawn(self, args: list[str], log: str) -> subprocess.Popen:
-        fh = open(self.root / "log" / log, "ab")
-        proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
-        self.procs.append(proc)
+        with open(self.root / "log" / log, "ab") as fh:
+            proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+        with open(self.pids, "a") as fh:
+            fh.write(f"{proc.pid}\n")
         return proc
+
+    def running(self) -> bool:
+        return self.pids.exists() and any(_alive(pid) for pid in self._pids())
+
+    def _pids(self) -> list[int]:
+        return [int(line) for line in self.pids.read_text().split()] if self.pids.exists() else []
 
     def start(self) -> LocalSlurm:
         r = self.root
+        if self.running():
+            raise RuntimeError(f"a local SLURM cluster is already running from {r} (stop it first)")
         self._write_configs()
+        self.pids.unlink(missing_ok=True)
         # munged on its default socket (/run/munge), which every SLURM client and daemon uses
         Path("/run/munge").mkdir(parents=True, exist_ok=True)
         key = r / "munge" / "munge.key"
@@ -158,15 +214,55 @@ StorageLoc=slurm_acct_db
         return self
 
     def stop(self) -> None:
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in reversed(self.procs):
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-        self.procs.clear()
+        """Stop every daemon this cluster started (newest first) and remove the slurmd's
+        configuration cache, so no client keeps looking for this controller."""
+        pids = self._pids()[::-1]
+        for pid in pids:
+            _signal_group(pid, signal.SIGTERM)
+        deadline = time.time() + 20
+        while time.time() < deadline and any(_alive(pid) for pid in pids):
+            time.sleep(0.2)
+        for pid in pids:
+            _signal_group(pid, signal.SIGKILL)
+        self.pids.unlink(missing_ok=True)
+        remove_conf_cache()
 
     def logs(self) -> str:
         return "\n".join(f"== {p.name}\n{p.read_text()[-3000:]}" for p in sorted((self.root / "log").glob("*")))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Start or stop a single-node SLURM cluster on localhost.")
+    parser.add_argument("action", choices=("up", "down", "status"))
+    parser.add_argument("root", nargs="?", default=".slurm", help="state directory (default: .slurm)")
+    parser.add_argument("--cpus", type=int, default=os.cpu_count() or 2, help="CPUs of the node")
+    parser.add_argument("--memory-mb", type=int, default=20000, help="memory of the node in MiB")
+    args = parser.parse_args(argv)
+    cluster = LocalSlurm(Path(args.root), cpus=args.cpus, memory_mb=args.memory_mb)
+    if args.action == "up":
+        reason = available()
+        if reason:
+            print(f"cannot start a local SLURM cluster: {reason}", file=sys.stderr)
+            return 1
+        try:
+            cluster.start()
+        except Exception as exc:
+            print(f"local SLURM cluster failed to start: {exc}\n{cluster.logs()}", file=sys.stderr)
+            cluster.stop()
+            return 1
+        print(f"local SLURM cluster up ({args.cpus} CPUs, {args.memory_mb} MiB; state in {cluster.root}).\n"
+              f"Point the SLURM clients at it:\n  export SLURM_CONF={cluster.conf}\n"
+              f"then e.g. `snakemake --profile slurm`, `squeue`, `sacct`; stop it with `make slurm-down`.")
+    elif args.action == "down":
+        was_running = cluster.running()
+        cluster.stop()
+        what = "local SLURM cluster stopped" if was_running else "no local SLURM cluster was running"
+        print(f"{what} (state in {cluster.root}); unset SLURM_CONF in shells that exported it")
+    else:
+        print("running" if cluster.running() else "not running")
+        return 0 if cluster.running() else 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
