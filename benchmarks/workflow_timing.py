@@ -35,6 +35,7 @@ def main() -> None:
         work = Path(args.finished)
     else:
         work = Path(args.keep or tempfile.mkdtemp(prefix="lara-bench-"))
+        work.mkdir(parents=True, exist_ok=True)
         for name in ("Snakefile", "rules", "config", "envs", "slurm", "report"):
             src = REPO / name
             (shutil.copytree if src.is_dir() else shutil.copy2)(src, work / name)
