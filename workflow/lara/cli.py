@@ -56,13 +56,17 @@ TORCH_COMMANDS = {"make-toy-model", "train-sft", "train-reward", "train-cost", "
 log = logging.getLogger("lara")
 
 
-def make_parser() -> argparse.ArgumentParser:
+def make_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand, or of ``only`` (importing just that step's module, so one
+    step starts without paying for the imports of the others)."""
     parser = argparse.ArgumentParser(
         prog="lara", description="LARA: Lagrangian Reward Augmentation for safe inference-time "
         "alignment. Each subcommand is one step of the Snakemake workflow.")
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module_name in COMMANDS.items():
+        if only is not None and name != only:
+            continue
         module = importlib.import_module(module_name)
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
@@ -70,8 +74,21 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_in(argv: list[str]) -> str | None:
+    """The subcommand named on the command line, if it is the first positional argument."""
+    rest = list(argv)
+    while rest and rest[0].startswith("-"):
+        opt = rest.pop(0)
+        if opt == "--log-level" and rest:
+            rest.pop(0)
+        elif opt in ("-h", "--help"):
+            return None
+    return rest[0] if rest and rest[0] in COMMANDS else None
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = make_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = make_parser(_command_in(argv)).parse_args(argv)
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from lara.config import ConfigError

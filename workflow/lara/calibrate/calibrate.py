@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lara.calibrate.dual import MODES, InputError, PromptScores, bootstrap, dual, dual_grad, solve
+from lara.calibrate.dual import MODES, InputError, PromptScores, bootstrap, dual, dual_grad, mean_cost, solve
 from lara.data.tables import DataError, read_table
 from lara.io import sha256_file, write_json
 from lara.provenance import code_version
@@ -37,13 +37,15 @@ class CalibrationSettings:
     quantile: float = 0.975
     seed: int = 0
     mode: str = "soft"
+    bon_n: int | None = None  # Best-of-N mode: the decoder's N (None = K, every sample)
     tolerance: float = 1e-8
     grid_points: int = 101
 
     def __post_init__(self):
         checks = {"beta": self.beta > 0, "lambda_max": self.lambda_max > 0, "bootstrap": self.bootstrap >= 1,
                   "quantile": 0 < self.quantile < 1, "tolerance": self.tolerance > 0,
-                  "mode": self.mode in MODES, "grid_points": self.grid_points >= 2}
+                  "mode": self.mode in MODES, "grid_points": self.grid_points >= 2,
+                  "bon_n": self.bon_n is None or self.bon_n >= 1}
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
             raise ValueError(f"invalid calibration settings: {', '.join(f'{k}={getattr(self, k)!r}' for k in bad)}")
@@ -69,18 +71,38 @@ def load_scores(path: str | Path) -> PromptScores:
 
 def calibrate(scores: PromptScores, s: CalibrationSettings) -> dict:
     """Point estimate, bootstrap and diagnostics as a JSON-ready dict."""
+    k_min = int(scores.counts.min())
+    bon_n = None
+    steps = None
     t0 = time.perf_counter()
-    sol = solve(scores, s.tau, s.beta, s.lambda_max, s.tolerance, s.mode)
+    if s.mode == "bon":
+        from lara.calibrate.bestofn import steps as bon_steps
+
+        bon_n = s.bon_n  # None: each prompt's K (all its samples)
+        if bon_n is not None and bon_n > k_min:
+            raise ValueError(f"Best-of-N calibration with N = {bon_n} (bon_n) needs N <= K, but the scores have "
+                             f"K = {k_min} samples per prompt (the fewest of any prompt)")
+        steps = bon_steps(scores.reward, scores.cost, scores.mask, bon_n, s.lambda_max)
+    sol = solve(scores, s.tau, s.beta, s.lambda_max, s.tolerance, s.mode, bon_n=bon_n, bon_steps=steps)
     t1 = time.perf_counter()
-    boot = bootstrap(scores, s.tau, s.beta, s.lambda_max, s.bootstrap, s.seed, s.mode)
+    boot = bootstrap(scores, s.tau, s.beta, s.lambda_max, s.bootstrap, s.seed, s.mode, bon_n=bon_n,
+                     bon_steps=steps)
     t2 = time.perf_counter()
     lams = boot.lams
     grid = np.linspace(0.0, s.lambda_max, s.grid_points)
     hist, edges = np.histogram(lams, bins=50)
     counts = scores.counts
+    lambda_star = float(np.quantile(lams, s.quantile))
+    decoder_cost = mean_cost(scores, [sol.lam, lambda_star], s.beta, s.mode, bon_n=bon_n)
     return {
         "lambda_hat": sol.lam,
-        "lambda_star": float(np.quantile(lams, s.quantile)),
+        "lambda_star": lambda_star,
+        # which decoder these lambdas are for, and its calibration-set expected cost at them
+        "decoder": ({"kind": "best_of_n", "n": bon_n or (k_min if counts.min() == counts.max() else None),
+                     "k": k_min} if s.mode == "bon"
+                    else {"kind": "gibbs_tilt", "beta": s.beta}),
+        "decoder_cost_at_lambda_hat": float(decoder_cost[0]),
+        "decoder_cost_at_lambda_star": float(decoder_cost[1]),
         "status": sol.status,
         "feasible": sol.feasible,
         "cost_range": list(sol.cost_range),
@@ -106,7 +128,7 @@ def calibrate(scores: PromptScores, s: CalibrationSettings) -> dict:
                                "mean": float(counts.mean()), "total": int(counts.sum())},
         "curves": {"lambda": grid.tolist(),
                    "g": dual(scores, grid, s.tau, s.beta, s.mode).tolist(),
-                   "g_prime": dual_grad(scores, grid, s.tau, s.beta, s.mode).tolist()},
+                   "g_prime": dual_grad(scores, grid, s.tau, s.beta, s.mode, bon_n=bon_n).tolist()},
         "timing_s": {"solve": t1 - t0, "bootstrap": t2 - t1},
     }
 
@@ -126,7 +148,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--quantile", type=float, default=0.975, help="bootstrap quantile deployed as lambda*")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--mode", choices=MODES, default="soft",
-                        help="soft: KL-regularised dual; bon: its beta -> 0 limit, exact for Best-of-N")
+                        help="soft: the KL-regularised dual (Algorithm 1), which targets the Gibbs tilt "
+                        "pi_ref exp((r - lambda c) / beta), not argmax Best-of-N; bon: exact for Best-of-N "
+                        "with --bon-n candidates drawn from the K samples")
+    parser.add_argument("--bon-n", type=int, default=None,
+                        help="bon mode: the decoder's N (default: K, the samples per prompt); N > K is an error")
     parser.add_argument("--tolerance", type=float, default=1e-8, help="bisection tolerance in lambda")
     parser.add_argument("--allow-infeasible", action="store_true",
                         help="write lambda_max (feasible: false) instead of failing when tau is unreachable")
@@ -137,12 +163,15 @@ def run(args) -> None:
     try:
         s = CalibrationSettings(tau=args.tau, beta=args.beta, lambda_max=args.lambda_max,
                                 bootstrap=args.bootstrap, quantile=args.quantile, seed=args.seed,
-                                mode=args.mode, tolerance=args.tolerance)
+                                mode=args.mode, bon_n=args.bon_n, tolerance=args.tolerance)
     except ValueError as exc:
         raise DataError(str(exc)) from None
     scores = load_scores(args.scores)
     log.info("%d prompts, %d responses; settings %s", scores.n_prompts, int(scores.counts.sum()), s)
-    result = calibrate(scores, s)
+    try:
+        result = calibrate(scores, s)
+    except ValueError as exc:
+        raise DataError(f"{args.scores}: {exc}") from None
     lo, hi = result["cost_range"]
     if not result["feasible"]:
         msg = (f"tau={s.tau} is not reachable within [0, lambda_max={s.lambda_max}]: the mean cost under "
@@ -154,6 +183,8 @@ def run(args) -> None:
                "code": code_version()}
     write_json(args.out, result)
     b = result["bootstrap"]
+    log.info("decoder %s: expected cost %.6g at lambda_hat, %.6g at lambda_star (tau %g)", result["decoder"],
+             result["decoder_cost_at_lambda_hat"], result["decoder_cost_at_lambda_star"], s.tau)
     log.info("lambda_hat=%.8f (%s), lambda_star=%.8f (q%.3g of %d replicates; mean %.6f, std %.6f), "
              "cost range [%.4g, %.4g]; solve %.3f s, bootstrap %.3f s", result["lambda_hat"], result["status"],
              result["lambda_star"], s.quantile, s.bootstrap, b["mean"], b["std"], lo, hi,

@@ -113,21 +113,18 @@ def tilted_moments(s: PromptScores, lams, beta: float, chunk: int = 32):
     return lme, cbar, var
 
 
-def bon_selected_cost(s: PromptScores, lams) -> np.ndarray:
-    """Cost of the sample maximising r - lam c per prompt and lam (ties: the lower cost)."""
-    lams = np.atleast_1d(np.asarray(lams, dtype=np.float64))
-    out = np.empty((s.n_prompts, len(lams)))
-    for j, lam in enumerate(lams):
-        score = np.where(s.mask, s.reward - lam * s.cost, -np.inf)
-        best = score.max(axis=1, keepdims=True)
-        tie = score >= best - 1e-12 * np.maximum(1.0, np.abs(best))
-        out[:, j] = np.where(tie, s.cost, np.inf).min(axis=1)
-    return out
+def bon_selected_cost(s: PromptScores, lams, n: int | None = None) -> np.ndarray:
+    """(P, L) exact expected cost of Best-of-n (n = K: the argmax of all K samples) per prompt and
+    lam, ties as the decoder breaks them (:mod:`lara.calibrate.bestofn`)."""
+    from lara.calibrate.bestofn import expected_cost
+
+    return expected_cost(s.reward, s.cost, s.mask, lams, n)
 
 
-def mean_cost(s: PromptScores, lams, beta: float, mode: str = "soft", weights=None) -> np.ndarray:
+def mean_cost(s: PromptScores, lams, beta: float, mode: str = "soft", weights=None,
+              bon_n: int | None = None) -> np.ndarray:
     """(Weighted) mean over prompts of the tilted (or Best-of-N) expected cost at each lam."""
-    cbar = bon_selected_cost(s, lams) if mode == "bon" else tilted_moments(s, lams, beta)[1]
+    cbar = bon_selected_cost(s, lams, bon_n) if mode == "bon" else tilted_moments(s, lams, beta)[1]
     w = np.full(s.n_prompts, 1.0 / s.n_prompts) if weights is None else np.asarray(weights)
     return w @ cbar
 
@@ -143,9 +140,10 @@ def dual(s: PromptScores, lams, tau: float, beta: float, mode: str = "soft") -> 
     return beta * lme.mean(axis=0) + lams * tau
 
 
-def dual_grad(s: PromptScores, lams, tau: float, beta: float, mode: str = "soft") -> np.ndarray:
-    """g'(lam) = tau - mean cbar(lam)."""
-    return tau - mean_cost(s, lams, beta, mode)
+def dual_grad(s: PromptScores, lams, tau: float, beta: float, mode: str = "soft",
+              bon_n: int | None = None) -> np.ndarray:
+    """g'(lam) = tau - mean cbar(lam) (Best-of-N: tau - the mean expected Best-of-n cost)."""
+    return tau - mean_cost(s, lams, beta, mode, bon_n=bon_n)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -165,14 +163,22 @@ class Solution:
 
 
 def solve(s: PromptScores, tau: float, beta: float, lam_max: float, tol: float = 1e-8,
-          mode: str = "soft") -> Solution:
+          mode: str = "soft", bon_n: int | None = None, bon_steps=None) -> Solution:
     """Minimise g over [0, lam_max] by bisection on g' to ``tol`` in lam.
 
     g'(0) >= 0: the constraint is inactive, lam = 0. g'(lam_max) < 0: tau is not reachable
     within [0, lam_max]; lam = lam_max is returned with status "infeasible" (never silently).
+    Best-of-N mode is exact: the smallest lam whose expected Best-of-n cost is <= tau.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode == "bon":
+        from lara.calibrate.bestofn import roots, steps
+
+        st = bon_steps or steps(s.reward, s.cost, s.mask, bon_n, lam_max)
+        lam, status = roots(st, np.full((1, s.n_prompts), 1.0 / s.n_prompts), tau, lam_max)
+        cost_range = (float(st.end.mean()), float(st.start.mean()))
+        return Solution(float(lam[0]), ("interior", "inactive", "infeasible")[status[0]], cost_range, 0)
     ends = mean_cost(s, [0.0, lam_max], beta, mode)
     cost_range = (float(ends[1]), float(ends[0]))
     if tau - ends[0] >= 0:
@@ -187,7 +193,7 @@ def solve(s: PromptScores, tau: float, beta: float, lam_max: float, tol: float =
         else:
             lo = mid
         it += 1
-    return Solution(hi if mode == "bon" else 0.5 * (lo + hi), "interior", cost_range, it)
+    return Solution(0.5 * (lo + hi), "interior", cost_range, it)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,10 +240,11 @@ def _hermite_root(x0, h, y0, y1, d0, d1, iters: int = 60):
 
 
 def bootstrap(s: PromptScores, tau: float, beta: float, lam_max: float, n_boot: int, seed: int,
-              mode: str = "soft", coarse: int = 16, fine: int = 256, chunk: int = 1000) -> Bootstrap:
+              mode: str = "soft", coarse: int = 16, fine: int = 256, chunk: int = 1000,
+              bon_n: int | None = None, bon_steps=None) -> Bootstrap:
     """Minimisers of the dual for ``n_boot`` resamples of the prompts (see module docstring)."""
     if mode == "bon":
-        return _bootstrap_bon(s, tau, lam_max, n_boot, seed, chunk)
+        return _bootstrap_bon(s, tau, lam_max, n_boot, seed, chunk, bon_n, bon_steps)
     n = s.n_prompts
     grid = np.linspace(0.0, lam_max, coarse + 1)
     _, cg, vg = tilted_moments(s, grid, beta)
@@ -301,63 +308,17 @@ def bootstrap(s: PromptScores, tau: float, beta: float, lam_max: float, n_boot: 
     return Bootstrap(lams, status)
 
 
-def bon_breakpoints(s: PromptScores, lam_max: float):
-    """Where each prompt's Best-of-N selection changes on [0, lam_max]: arrays
-    (lam, prompt, cost change), sorted by lam, plus the selected costs at lam = 0."""
-    n = s.n_prompts
-    sel0 = bon_selected_cost(s, [0.0])[:, 0]
-    cur = np.where(s.mask, s.reward, -np.inf)
-    cur = np.where(np.isclose(cur, cur.max(1, keepdims=True), rtol=0, atol=1e-12) & s.mask,
-                   s.cost, np.inf).argmin(axis=1)
-    at = np.zeros(n)
-    out_l, out_i, out_d = [], [], []
-    active = np.ones(n, dtype=bool)
-    rows = np.arange(n)
-    for _ in range(s.reward.shape[1]):
-        rc, cc = s.reward[rows, cur][:, None], s.cost[rows, cur][:, None]
-        lower = s.mask & (s.cost < cc)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            cross = np.where(lower, (rc - s.reward) / (cc - s.cost), np.inf)
-        cross = np.where(cross < at[:, None], np.inf, cross)  # only ahead of the current lam
-        nxt = cross.min(axis=1)
-        tie = np.isclose(cross, nxt[:, None], rtol=0, atol=1e-12) & np.isfinite(cross)
-        pick = np.where(tie, s.cost, np.inf).argmin(axis=1)
-        step = active & np.isfinite(nxt) & (nxt <= lam_max)
-        if not step.any():
-            break
-        out_l.append(nxt[step])
-        out_i.append(rows[step])
-        out_d.append(s.cost[rows[step], pick[step]] - s.cost[rows[step], cur[step]])
-        cur = np.where(step, pick, cur)
-        at = np.where(step, nxt, at)
-        active &= step
-    lam = np.concatenate(out_l) if out_l else np.empty(0)
-    prompt = np.concatenate(out_i) if out_i else np.empty(0, dtype=np.int64)
-    delta = np.concatenate(out_d) if out_d else np.empty(0)
-    order = np.argsort(lam, kind="stable")
-    return lam[order], prompt[order], delta[order], sel0
-
-
 def _bootstrap_bon(s: PromptScores, tau: float, lam_max: float, n_boot: int, seed: int,
-                   chunk: int) -> Bootstrap:
-    """Exact Best-of-N replicate roots: the first breakpoint at which the replicate's mean
-    selected cost drops to tau or below."""
-    bl, bp, bd, sel0 = bon_breakpoints(s, lam_max)
-    n = s.n_prompts
+                   chunk: int, bon_n: int | None, bon_steps=None) -> Bootstrap:
+    """Exact Best-of-n replicate roots: for each replicate, the first crossing at which its mean
+    expected Best-of-n cost drops to tau or below (:func:`lara.calibrate.bestofn.roots`)."""
+    from lara.calibrate.bestofn import roots, steps
+
+    st = bon_steps or steps(s.reward, s.cost, s.mask, bon_n, lam_max)
     rng = np.random.default_rng(seed)
     lams = np.empty(n_boot)
     status = np.zeros(n_boot, dtype=np.int8)
     for lo in range(0, n_boot, chunk):
-        w = resample_weights(rng, n, min(chunk, n_boot - lo))
-        start = w @ sel0  # mean selected cost at lam = 0
-        # mean selected cost after each breakpoint: start + cumulative weighted changes
-        path = start[:, None] + np.cumsum(w[:, bp] * bd, axis=1)
-        below = path <= tau
-        first = np.argmax(below, axis=1)
-        out = np.where(below.any(axis=1), bl[first] if len(bl) else lam_max, lam_max)
-        st = np.where(below.any(axis=1), 0, 2).astype(np.int8)
-        inactive = start <= tau
-        out[inactive], st[inactive] = 0.0, 1
-        lams[lo:lo + len(w)] = out
-        status[lo:lo + len(w)] = st
+        w = resample_weights(rng, s.n_prompts, min(chunk, n_boot - lo))
+        lams[lo:lo + len(w)], status[lo:lo + len(w)] = roots(st, w, tau, lam_max)
     return Bootstrap(lams, status)

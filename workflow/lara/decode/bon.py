@@ -1,8 +1,8 @@
 """Best-of-N with the calibrated reward r - lambda c.
 
 N candidates per test prompt are sampled and scored once; selection for any lambda is an
-argmax over the stored scores (ties go to the lower cost, as in ``lara calibrate --mode
-bon``), so a whole lambda sweep needs no new generation.
+argmax over the stored scores (ties go to the lower cost, then the lower sample index: the
+order ``lara calibrate --mode bon`` uses, :func:`lara.calibrate.bestofn.order`), so a whole lambda sweep needs no new generation.
 """
 
 from __future__ import annotations
@@ -60,12 +60,11 @@ def score_matrix(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
 
 def select(reward: np.ndarray, cost: np.ndarray, lams) -> np.ndarray:
     """(L, P) index of the chosen candidate per lambda and prompt: argmax r - lambda c, ties to
-    the lower cost."""
+    the lower cost (the order ``lara calibrate --mode bon`` calibrates, one shared function)."""
+    from lara.calibrate.bestofn import select as select_one
+
     lams = np.atleast_1d(np.asarray(lams, dtype=np.float64))
-    score = reward[None] - lams[:, None, None] * cost[None]
-    best = score.max(axis=2, keepdims=True)
-    tie = score >= best - 1e-12 * np.maximum(1.0, np.abs(best))
-    return np.where(tie, cost[None], np.inf).argmin(axis=2)
+    return np.stack([select_one(reward, cost, lam) for lam in lams]).reshape(len(lams), reward.shape[0])
 
 
 def sweep(reward: np.ndarray, cost: np.ndarray, lams) -> pd.DataFrame:

@@ -1,0 +1,149 @@
+"""Exact Best-of-N calibration for N <= K against brute force: every N-subset enumerated, the
+decoder's own selection inside each, and per-replicate roots found by scanning every crossing."""
+
+import itertools
+import json
+import subprocess
+import sys
+from math import comb
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lara.calibrate.bestofn import expected_cost, order, rank_probabilities, roots, select, steps
+from lara.calibrate.calibrate import CalibrationSettings, calibrate
+from lara.calibrate.dual import PromptScores, bootstrap, resample_indices, solve
+from lara.decode.bon import select as decoder_select
+
+
+def gaussian(seed, p, k, rho=0.5):
+    rng = np.random.default_rng(seed)
+    r = rng.normal(size=(p, k))
+    return r, rho * r + rng.normal(size=(p, k))
+
+
+def brute_expected_cost(r, c, lam, n):
+    """Mean over every n-subset of the cost the decoder picks inside it."""
+    p, k = r.shape
+    total = np.zeros(p)
+    subsets = list(itertools.combinations(range(k), n))
+    for sub in subsets:
+        sub = np.asarray(sub)
+        pick = decoder_select(r[:, sub], c[:, sub], [lam])[0]
+        total += c[np.arange(p), sub[pick]]
+    return total / len(subsets)
+
+
+def test_rank_probabilities_are_the_hypergeometric_winner_law():
+    for k, n in ((20, 1), (20, 4), (20, 20), (7, 3)):
+        p = rank_probabilities(k, n)
+        assert p.sum() == pytest.approx(1.0)
+        expected = [comb(k - q - 1, n - 1) / comb(k, n) for q in range(k)]
+        np.testing.assert_allclose(p, expected, rtol=1e-12, atol=1e-300)
+    with pytest.raises(ValueError, match="N = 21, K = 20"):
+        rank_probabilities(20, 21)
+
+
+@pytest.mark.parametrize("n", [1, 4, 20])
+def test_expected_cost_equals_enumerating_every_subset(n):
+    k = 20
+    r, c = gaussian(n, 3 if n == 4 else 6, k)  # 4845 subsets for N = 4: keep the prompts few
+    mask = np.ones_like(r, dtype=bool)
+    for lam in (0.0, 0.37, 1.5):
+        np.testing.assert_allclose(expected_cost(r, c, mask, [lam], n)[:, 0], brute_expected_cost(r, c, lam, n),
+                                   atol=1e-12)
+
+
+def test_ties_are_broken_as_the_decoder_breaks_them():
+    r = np.array([[1.0, 1.0, 1.0, 0.0]])
+    c = np.array([[2.0, -1.0, -1.0, -5.0]])
+    # r - 0 c ties three ways: the lower cost first, then the lower index
+    assert order(r, c, 0.0)[0].tolist() == [1, 2, 0, 3]
+    assert select(r, c, 0.0)[0] == decoder_select(r, c, [0.0])[0, 0] == 1
+    # exactly at a crossing the lower-cost sample already wins (the value after the crossing)
+    r2, c2 = np.array([[1.0, 0.0]]), np.array([[1.0, -1.0]])
+    assert select(r2, c2, 0.5)[0] == 1 and select(r2, c2, 0.5 - 1e-9)[0] == 0
+
+
+@pytest.mark.parametrize("n", [1, 3, 6])
+@pytest.mark.parametrize("discrete", [False, True])
+def test_calibrated_lambda_is_the_first_crossing_meeting_tau(n, discrete):
+    rng = np.random.default_rng(7)
+    p, k, lam_max = 25, 6, 4.0
+    if discrete:  # many exact ties and several samples crossing at one lambda
+        r = rng.integers(0, 4, size=(p, k)).astype(float)
+        c = rng.integers(-2, 3, size=(p, k)).astype(float)
+    else:
+        r, c = gaussian(3, p, k)
+    mask = np.ones_like(r, dtype=bool)
+    st = steps(r, c, mask, n, lam_max)
+    assert (st.delta < 0).all() and (np.diff(st.lam) >= 0).all()
+    # every crossing of every pair, and the brute-force mean at each
+    cands = {0.0, lam_max}
+    for i in range(p):
+        for a, b in itertools.combinations(range(k), 2):
+            if c[i, a] != c[i, b]:
+                lam = (r[i, a] - r[i, b]) / (c[i, a] - c[i, b])
+                if 0 < lam <= lam_max:
+                    cands.add(lam)
+    cands = np.array(sorted(cands))
+    means = np.array([brute_expected_cost(r, c, lam, n).mean() for lam in cands])
+    assert (np.diff(means) <= 1e-12).all()  # nonincreasing in lambda
+    # the step path reproduces the brute-force means at every crossing
+    path = np.array([st.start.mean() + st.delta[st.lam <= lam].sum() / p for lam in cands])
+    np.testing.assert_allclose(path, means, atol=1e-12)
+    s = PromptScores(r, c, mask, np.arange(p))
+    for tau in np.unique(means)[1:-1][:: max(1, len(np.unique(means)) // 5)]:
+        sol = solve(s, tau, 1.0, lam_max, mode="bon", bon_n=n)
+        exact = cands[np.argmax(means <= tau + 1e-12)]
+        assert sol.status == "interior" and sol.lam == pytest.approx(exact, abs=1e-12)
+
+
+def test_bootstrap_replicates_are_exact():
+    r, c = gaussian(11, 30, 8)
+    s = PromptScores(r, c, np.ones_like(r, dtype=bool), np.arange(30))
+    n, tau, lam_max = 3, -0.6, 5.0
+    boot = bootstrap(s, tau, 1.0, lam_max, 60, seed=5, mode="bon", bon_n=n)
+    for lam_b, idx in zip(boot.lams, resample_indices(5, 30, 60), strict=True):
+        sub = PromptScores(r[idx], c[idx], s.mask[idx], idx)
+        assert lam_b == pytest.approx(solve(sub, tau, 1.0, lam_max, mode="bon", bon_n=n).lam, abs=1e-12)
+    # weights given directly: the same roots
+    w = np.stack([np.bincount(idx, minlength=30) / 30 for idx in resample_indices(5, 30, 60)])
+    lams, status = roots(steps(r, c, s.mask, n, lam_max), w, tau, lam_max)
+    np.testing.assert_allclose(lams, boot.lams, atol=1e-12)
+
+
+def test_bon_mode_meets_tau_where_soft_mode_does_not():
+    """The issue's case: on Gaussian (r, c) with N = K = 20, soft lambda* (beta = 1) misses tau for
+    Best-of-N; the bon-mode lambda* meets it (on the calibration prompts) at the boundary."""
+    r, c = gaussian(0, 2000, 20)
+    s = PromptScores(r, c, np.ones_like(r, dtype=bool), np.arange(2000))
+    for tau in (0.3, -0.5):
+        bon = calibrate(s, CalibrationSettings(tau=tau, mode="bon", bon_n=20, bootstrap=200))
+        soft = calibrate(s, CalibrationSettings(tau=tau, mode="soft", beta=1.0, bootstrap=200))
+        assert bon["decoder"] == {"kind": "best_of_n", "n": 20, "k": 20}
+        assert soft["decoder"] == {"kind": "gibbs_tilt", "beta": 1.0}
+        at = expected_cost(r, c, s.mask, [bon["lambda_hat"], soft["lambda_hat"]], 20).mean(axis=0)
+        assert at[0] <= tau and bon["decoder_cost_at_lambda_hat"] == pytest.approx(at[0])
+        assert abs(at[1] - tau) > 0.05  # soft lambda-hat misses the Best-of-N boundary
+        # bon lambda-hat is the boundary: any smaller lambda violates tau
+        assert expected_cost(r, c, s.mask, [bon["lambda_hat"] * (1 - 1e-6)], 20).mean() > tau
+
+
+def test_cli_bon_n_larger_than_k_names_both(tmp_path):
+    r, c = gaussian(1, 5, 4)
+    path = tmp_path / "scores.parquet"
+    pd.DataFrame({"prompt_id": np.repeat(np.arange(5), 4).astype(str), "reward": r.ravel(),
+                  "cost": c.ravel()}).to_parquet(path)
+    out = tmp_path / "lambda.json"
+    proc = subprocess.run([sys.executable, "-m", "lara", "calibrate", "--scores", str(path), "--tau", "0",
+                           "--mode", "bon", "--bon-n", "5", "--bootstrap", "50", "--out", str(out)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "N = 5" in proc.stderr and "K = 4" in proc.stderr and not out.exists()
+    proc = subprocess.run([sys.executable, "-m", "lara", "calibrate", "--scores", str(path), "--tau", "0",
+                           "--mode", "bon", "--bon-n", "2", "--bootstrap", "50", "--allow-infeasible",
+                           "--out", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    lam = json.loads(out.read_text())
+    assert lam["decoder"] == {"kind": "best_of_n", "n": 2, "k": 4} and lam["mode"] == "bon"

@@ -1,0 +1,252 @@
+"""Exact Best-of-N calibration for any N <= K. Pure numpy, no I/O.
+
+A prompt has K scored samples from pi_ref. The Best-of-N decoder draws N candidates and keeps the
+argmax of r - lam c. If the N candidates are a uniformly random N-subset of the K samples, the
+sample ranked j-th from the bottom (1-based, by :func:`order`) is the winner with probability
+
+    p_j = C(j - 1, N - 1) / C(K, N)
+
+(it must be drawn, and the other N - 1 drawn ones must all rank below it), so the prompt's
+expected Best-of-N cost is the U-statistic v(lam) = sum_j p_j c_(j)(lam), exactly. v is piecewise
+constant in lam and nonincreasing: it changes only where two samples' scores cross, at
+lam_ab = (r_a - r_b) / (c_a - c_b), where the lower-cost sample a overtakes b and v changes by
+(p_{j+1} - p_j) (c_a - c_b) <= 0 (j the rank the pair shares). Ties rank the lower cost higher
+(then the lower sample index), which is the decoder's rule too, so v at a crossing already has the
+value after it: the smallest lam with mean v <= tau is attained, at a crossing.
+
+The bootstrap reweights prompts by multinomial counts; every replicate's root is found exactly:
+a coarse grid (matrix product of the weights with per-prompt cumulative changes), a fine grid
+inside the bracketing cell, then a scan over the crossings inside the fine cell.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import gammaln
+
+TIE_RTOL = 1e-12  # scores within this (relative, at least absolute 1e-12) of each other are tied
+
+
+# ---------------------------------------------------------------------------------------------
+# The decoder's order (shared with lara.decode.bon)
+
+
+def order(reward: np.ndarray, cost: np.ndarray, lam: float, mask: np.ndarray | None = None) -> np.ndarray:
+    """(P, K) sample indices per prompt, best first, by r - lam c: scores within ``TIE_RTOL`` of
+    each other tie, a tie goes to the lower cost, then to the lower index. Masked samples last."""
+    score = reward - lam * cost
+    if mask is not None:
+        score = np.where(mask, score, -np.inf)
+    by_score = np.argsort(-score, axis=1, kind="stable")
+    s_sorted = np.take_along_axis(score, by_score, axis=1)
+    with np.errstate(invalid="ignore"):
+        gap = s_sorted[:, :-1] - s_sorted[:, 1:]
+        tol = TIE_RTOL * np.maximum(1.0, np.abs(s_sorted[:, :-1]))
+        new_group = ~(gap <= tol)  # -inf - -inf is nan: masked samples form their own groups
+    group = np.concatenate([np.zeros((len(score), 1), dtype=np.int64), np.cumsum(new_group, axis=1)], axis=1)
+    c_sorted = np.take_along_axis(cost, by_score, axis=1)
+    rank_in = np.lexsort((by_score, c_sorted, group), axis=1)
+    return np.take_along_axis(by_score, rank_in, axis=1)
+
+
+def select(reward: np.ndarray, cost: np.ndarray, lam: float, mask: np.ndarray | None = None) -> np.ndarray:
+    """(P,) index of the Best-of-N choice per prompt (the first of :func:`order`)."""
+    return order(reward, cost, lam, mask)[:, 0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Rank probabilities and the expected cost
+
+
+def rank_probabilities(k: int, n: int) -> np.ndarray:
+    """(k,) probability that the sample ranked q-th from the top (q = 0 best) wins Best-of-n over
+    a uniformly random n-subset of k samples: C(k - q - 1, n - 1) / C(k, n)."""
+    if not 1 <= n <= k:
+        raise ValueError(f"Best-of-N needs 1 <= N <= K, got N = {n}, K = {k}")
+    j = np.arange(k, 0, -1)  # rank from the bottom of the q-th best
+    ok = j >= n
+    logp = np.full(k, -np.inf)
+    logp[ok] = (gammaln(j[ok]) - gammaln(n) - gammaln(j[ok] - n + 1)) - (gammaln(k + 1) - gammaln(n + 1)
+                                                                          - gammaln(k - n + 1))
+    p = np.exp(logp)
+    return p / p.sum()
+
+
+def _prob_table(counts: np.ndarray, kmax: int, n: int | None) -> np.ndarray:
+    """(P, kmax) rank probabilities per prompt (its own K; n = None: n = K, the argmax of all its
+    samples), zero on padded slots."""
+    out = np.zeros((len(counts), kmax))
+    for k in np.unique(counts):
+        out[counts == k, :k] = rank_probabilities(int(k), int(k) if n is None else n)
+    return out
+
+
+def expected_cost(reward, cost, mask, lams, n: int | None) -> np.ndarray:
+    """(P, L) exact expected Best-of-n cost per prompt at each lam (n = None: each prompt's K)."""
+    lams = np.atleast_1d(np.asarray(lams, dtype=np.float64))
+    counts = mask.sum(axis=1)
+    probs = _prob_table(counts, reward.shape[1], n)
+    out = np.empty((reward.shape[0], len(lams)))
+    for t, lam in enumerate(lams):
+        idx = order(reward, cost, lam, mask)
+        out[:, t] = (probs * np.take_along_axis(np.where(mask, cost, 0.0), idx, axis=1)).sum(axis=1)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Where v changes: every crossing in (0, lam_max], with its change
+
+
+@dataclass(frozen=True)
+class Steps:
+    """Every change of the prompts' expected costs on (0, lam_max], sorted by lam."""
+
+    lam: np.ndarray  # (T,)
+    prompt: np.ndarray  # (T,) int
+    delta: np.ndarray  # (T,) <= 0
+    start: np.ndarray  # (P,) expected cost at lam = 0
+    end: np.ndarray  # (P,) expected cost at lam_max
+
+
+def steps(reward, cost, mask, n: int | None, lam_max: float) -> Steps:
+    """Every change of each prompt's expected Best-of-n cost on (0, lam_max] (n = None: each
+    prompt's own K)."""
+    p_count, kmax = reward.shape
+    counts = mask.sum(axis=1)
+    if n is not None and n > counts.min():
+        raise ValueError(f"Best-of-N with N = {n} but a prompt has only K = {int(counts.min())} samples "
+                         f"(N must be <= K)")
+    probs = _prob_table(counts, kmax, n)
+    start = expected_cost(reward, cost, mask, [0.0], n)[:, 0]
+    end = expected_cost(reward, cost, mask, [lam_max], n)[:, 0]
+    a, b = np.triu_indices(kmax, 1)
+    ra, rb, ca, cb = reward[:, a], reward[:, b], cost[:, a], cost[:, b]
+    valid = mask[:, a] & mask[:, b] & (ca != cb)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cross = (ra - rb) / (ca - cb)
+    valid &= (cross > 0) & (cross <= lam_max)
+    pi, pair = np.nonzero(valid)
+    lam = cross[pi, pair]
+    if len(lam) == 0:
+        return Steps(np.empty(0), np.empty(0, dtype=np.int64), np.empty(0), start, end)
+    ia, ib = a[pair], b[pair]
+    # the lower-cost sample overtakes the other: put it in `lo`
+    swap = cost[pi, ia] > cost[pi, ib]
+    lo = np.where(swap, ib, ia)
+    hi = np.where(swap, ia, ib)
+    # scores of every sample of the prompt at the crossing, relative to the pair's common score
+    sc = reward[pi] - lam[:, None] * cost[pi]
+    s_star = reward[pi, lo] - lam * cost[pi, lo]
+    tol = TIE_RTOL * np.maximum(1.0, np.abs(s_star))
+    diff = sc - s_star[:, None]
+    live = mask[pi]
+    below = ((diff < -tol[:, None]) & live).sum(axis=1)
+    tied = ((np.abs(diff) <= tol[:, None]) & live).sum(axis=1)  # 2 for a clean crossing
+    # rank from the top of the higher of the two after the swap: (K_i - 1 - below) - 1 ... from the bottom j = below + 1
+    k_i = counts[pi]
+    q_low = k_i - 1 - below  # top-rank index of the pair's lower slot (rank below + 1 from the bottom)
+    q_high = q_low - 1
+    p_low = probs[pi, q_low]
+    p_high = probs[pi, q_high]
+    delta = (p_high - p_low) * (cost[pi, lo] - cost[pi, hi])
+    # several samples tied at one crossing, or two crossings of a prompt at the same lam: the
+    # prompt's changes are recomputed from its expected cost at each of its crossings
+    dup = _same_lam_in_prompt(pi, lam)
+    messy = np.unique(pi[(tied > 2) | dup])
+    keep = ~np.isin(pi, messy) & (delta != 0)
+    out_l, out_p, out_d = [lam[keep]], [pi[keep]], [delta[keep]]
+    for i in messy:
+        pts = np.unique(lam[pi == i])
+        v = expected_cost(reward[i:i + 1], cost[i:i + 1], mask[i:i + 1], np.concatenate([[0.0], pts]), n)[0]
+        d = np.diff(v)  # exactly <= 0; sums taken in different orders round: drop that noise
+        nz = d < -1e-12 * np.maximum(1.0, np.abs(v[1:]))
+        out_l.append(pts[nz])
+        out_p.append(np.full(nz.sum(), i))
+        out_d.append(d[nz])
+    lam_all, p_all, d_all = np.concatenate(out_l), np.concatenate(out_p), np.concatenate(out_d)
+    srt = np.argsort(lam_all, kind="stable")
+    return Steps(lam_all[srt], p_all[srt].astype(np.int64), d_all[srt], start, end)
+
+
+def _same_lam_in_prompt(pi: np.ndarray, lam: np.ndarray) -> np.ndarray:
+    """True for crossings that share their lam (within tolerance) with another of the same prompt."""
+    srt = np.lexsort((lam, pi))
+    ps, ls = pi[srt], lam[srt]
+    close = (ps[1:] == ps[:-1]) & (np.abs(ls[1:] - ls[:-1]) <= TIE_RTOL * np.maximum(1.0, np.abs(ls[1:])))
+    flag = np.zeros(len(lam), dtype=bool)
+    flag[srt[1:][close]] = True
+    flag[srt[:-1][close]] = True
+    return flag
+
+
+# ---------------------------------------------------------------------------------------------
+# Roots: the smallest lam whose (weighted) mean expected cost is <= tau
+
+
+def roots(st: Steps, weights: np.ndarray, tau: float, lam_max: float, coarse: int = 64,
+          fine: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """For each row of ``weights`` (B, P) (prompt weights summing to 1): the smallest lam in
+    [0, lam_max] with sum_i w_i v_i(lam) <= tau, and a status (0 interior, 1 inactive:
+    already at lam = 0, 2 infeasible: not even at lam_max, reported as lam_max). Exact."""
+    w = np.atleast_2d(weights)
+    tau = tau + _eps(tau)  # compare sums with a rounding slack, the same at every level
+    at0 = w @ st.start
+    atmax = w @ st.end
+    out = np.full(len(w), float(lam_max))
+    status = np.full(len(w), 2, dtype=np.int8)
+    inactive = at0 <= tau
+    out[inactive], status[inactive] = 0.0, 1
+    rows = np.flatnonzero(~inactive & (atmax <= tau))
+    status[rows] = 0
+    if len(rows) == 0:
+        return out, status
+    n = len(st.start)
+    # level 1: coarse cells of [0, lam_max]
+    edges = np.linspace(0.0, lam_max, coarse + 1)
+    edges[-1] = lam_max
+    cell = np.clip(np.searchsorted(edges, st.lam, side="left"), 1, coarse)  # lam in (edges[c-1], edges[c]]
+    cum = _cumulative(st.prompt, st.delta, cell, n, coarse)  # (n, coarse + 1) change up to each edge
+    path = at0[rows, None] + w[rows] @ cum
+    c = np.argmax(path <= tau, axis=1)  # first edge at or below tau (>= 1)
+    base_lo = path[np.arange(len(rows)), c - 1]
+    for cc in np.unique(c):
+        sel = c == cc
+        r_sel = rows[sel]
+        in_cell = cell == cc
+        lo_edge, hi_edge = edges[cc - 1], edges[cc]
+        sub = np.linspace(lo_edge, hi_edge, fine + 1)
+        sub[-1] = hi_edge
+        lam_c, p_c, d_c = st.lam[in_cell], st.prompt[in_cell], st.delta[in_cell]
+        fcell = np.clip(np.searchsorted(sub, lam_c, side="left"), 1, fine)
+        cum2 = _cumulative(p_c, d_c, fcell, n, fine)
+        path2 = base_lo[sel, None] + w[r_sel] @ cum2
+        f = np.argmax(path2 <= tau, axis=1)
+        f = np.maximum(f, 1)
+        base2 = path2[np.arange(len(r_sel)), f - 1]
+        # level 3: scan the crossings inside each replicate's fine cell
+        for ff in np.unique(f):
+            sel2 = f == ff
+            r2 = r_sel[sel2]
+            in_f = fcell == ff
+            lam_f, p_f, d_f = lam_c[in_f], p_c[in_f], d_c[in_f]
+            scan = base2[sel2, None] + np.cumsum(w[np.ix_(r2, p_f)] * d_f, axis=1)
+            hit = scan <= tau
+            first = np.argmax(hit, axis=1)
+            found = hit.any(axis=1)
+            out[r2] = np.where(found, lam_f[first] if len(lam_f) else sub[ff], sub[ff])
+    return out, status
+
+
+def _eps(tau: float) -> float:
+    """Rounding slack of a weighted sum compared with tau (the sums are accumulated differently
+    on the grid and in the scan)."""
+    return 1e-12 * max(1.0, abs(tau))
+
+
+def _cumulative(prompt, delta, cell, n: int, cells: int) -> np.ndarray:
+    """(n, cells + 1): per prompt, the total change at lam <= each edge (edge 0 = the start)."""
+    per = np.zeros((n, cells + 1))
+    np.add.at(per, (prompt, cell), delta)
+    return np.cumsum(per, axis=1)
