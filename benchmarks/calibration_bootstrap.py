@@ -1,17 +1,27 @@
 """Benchmark: LARA bootstrap of lambda (N prompts x K samples, NB replicates) against a naive
-reference in the same process (an exact root per replicate: scipy's brentq on g'_b).
+reference in the same process.
+
+* soft mode: an exact root per replicate with scipy's brentq on g'_b;
+* bon mode (Best-of-n for each --bon-n): per replicate, bisection over the sorted crossings of the
+  resampled prompts with the expected Best-of-n cost evaluated directly (sorting every prompt's
+  samples at each probe); plus the wall time of the whole `lara calibrate --mode bon` command
+  (process start, reading the scores, solve, bootstrap, writing lambda.json; goal <= 2 s).
 
     python benchmarks/calibration_bootstrap.py            # N=2000, K=20, NB=10000 (the paper's size)
     python benchmarks/calibration_bootstrap.py --naive-replicates 1000   # extrapolate the naive time
 
-Prints both times, their ratio and the largest |lambda difference| over the replicates both ran.
+Prints the times, their ratios and the largest |lambda difference| over the replicates both ran.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -43,6 +53,8 @@ def main() -> None:
     p.add_argument("--beta", type=float, default=1.0)
     p.add_argument("--lambda-max", type=float, default=5.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bon-n", type=int, nargs="*", default=[4, 8, 20], help="Best-of-n sizes to time (bon mode)")
+    p.add_argument("--bon-naive-replicates", type=int, default=10)
     args = p.parse_args()
 
     s = PromptScores.from_long(*synthetic_scores(args.prompts, args.samples, args.seed))
@@ -75,6 +87,52 @@ def main() -> None:
     print(f"naive (brentq) : {t_naive:8.3f} s{note}")
     print(f"speed-up       : {t_naive / t_fast:8.1f}x   (goal >= 50x)")
     print(f"max |lambda diff| over {m} replicates: {np.abs(ref - fast.lams[:m]).max():.3e}   (goal <= 1e-6)")
+    for n in args.bon_n:
+        bench_bon(s, n, args)
+
+
+def bench_bon(s, n: int, args) -> None:
+    import pandas as pd
+
+    from lara.calibrate.bestofn import expected_cost, steps
+    from lara.calibrate.dual import bootstrap, resample_indices
+
+    tau, lam_max, nb = args.tau, args.lambda_max, args.replicates
+    t0 = time.perf_counter()
+    fast = bootstrap(s, tau, 1.0, lam_max, nb, args.seed, mode="bon", bon_n=n)
+    t_fast = time.perf_counter() - t0
+
+    def naive(idx):
+        r, c, m = s.reward[idx], s.cost[idx], s.mask[idx]
+        mean = lambda lam: expected_cost(r, c, m, [lam], n).mean()  # noqa: E731
+        if mean(0.0) <= tau:
+            return 0.0
+        if mean(lam_max) > tau:
+            return lam_max
+        cands = np.unique(steps(r, c, m, n, lam_max).lam)  # where the mean can change
+        lo, hi = -1, len(cands) - 1  # invariant: mean(cands[hi]) <= tau < mean(cands[lo]) (lo = -1: lam 0)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if mean(cands[mid]) <= tau else (mid, hi)
+        return cands[hi]
+
+    m = min(args.bon_naive_replicates, nb)
+    t0 = time.perf_counter()
+    ref = np.array([naive(idx) for _, idx in zip(range(m), resample_indices(args.seed, s.n_prompts, nb))])
+    t_naive = (time.perf_counter() - t0) * nb / m
+    with tempfile.TemporaryDirectory() as tmp:
+        scores = Path(tmp) / "scores.parquet"
+        pd.DataFrame({"prompt_id": np.repeat(s.prompt_ids, s.counts), "reward": s.reward[s.mask],
+                      "cost": s.cost[s.mask]}).to_parquet(scores)
+        cmd = [sys.executable, "-m", "lara", "--log-level", "WARNING", "calibrate", "--scores", str(scores),
+               "--tau", str(tau), "--lambda-max", str(lam_max), "--bootstrap", str(nb), "--mode", "bon",
+               "--bon-n", str(n), "--allow-infeasible", "--out", str(Path(tmp) / "lambda.json")]
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True)
+        t_cli = time.perf_counter() - t0
+    print(f"bon N={n:<3d}: bootstrap {t_fast:6.3f} s; naive bisection over crossings {t_naive:8.1f} s "
+          f"(extrapolated from {m}); speed-up {t_naive / t_fast:7.1f}x; max |lambda diff| "
+          f"{np.abs(ref - fast.lams[:m]).max():.1e}; whole `lara calibrate` {t_cli:5.2f} s (goal <= 2 s)")
 
 
 if __name__ == "__main__":

@@ -66,6 +66,7 @@ rule calibrate_lambda:
             bootstrap=config["calibration"]["bootstrap"],
             quantile=config["calibration"]["quantile"],
             mode=config["calibration"]["mode"],
+            bon_n=config["decode"]["bon_n"] if config["calibration"]["mode"] == "bon" else None,
             tolerance=config["calibration"]["tolerance"],
             seed=config["seed"],
         ),

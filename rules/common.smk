@@ -126,7 +126,7 @@ def lambda_input(wildcards):
 
 
 def lambda_options(setting):
-    options = {"setting": setting, "lambda_max": config["calibration"]["lambda_max"]}
+    options = {"setting": setting, "lambda_max": config["decode"]["lambda_max"]}
     if setting == "star":
         options["lambda_json"] = f"{RESULTS}/calibration/lambda.json"
     return opts(**options)

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from math import comb
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -147,3 +148,15 @@ def test_cli_bon_n_larger_than_k_names_both(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lam = json.loads(out.read_text())
     assert lam["decoder"] == {"kind": "best_of_n", "n": 2, "k": 4} and lam["mode"] == "bon"
+
+
+def test_config_rejects_a_best_of_n_larger_than_the_calibration_samples():
+    from lara.config import ConfigError, load_yaml, validate
+
+    base = load_yaml(Path(__file__).resolve().parents[2] / "config" / "config.yaml")
+    assert validate(base)["calibration"]["mode"] == "bon"
+    bad = base | {"decode": base["decode"] | {"bon_n": 21}}
+    with pytest.raises(ConfigError, match=r"decode.bon_n: .*N = 21.*K = 20"):
+        validate(bad)
+    # in soft mode N is free (the soft dual does not depend on N)
+    validate(bad | {"calibration": base["calibration"] | {"mode": "soft"}})

@@ -113,10 +113,22 @@ def validate(config: dict, schema: dict | None = None, source: str = "config") -
     filled = _fill(copy.deepcopy(config), schema, schema)
     errors = sorted(Draft202012Validator(schema).iter_errors(filled),
                     key=lambda e: [str(p) for p in e.absolute_path])
-    if errors:
-        lines = "\n".join(f"  - {_describe(e)}" for e in errors)
+    problems = [_describe(e) for e in errors] or _cross_checks(filled)
+    if problems:
+        lines = "\n".join(f"  - {p}" for p in problems)
         raise ConfigError(f"{source}: invalid configuration:\n{lines}")
     return filled
+
+
+def _cross_checks(config: dict) -> list[str]:
+    """Constraints between keys that a JSON Schema cannot state."""
+    problems = []
+    cal, dec = config.get("calibration", {}), config.get("decode", {})
+    if cal.get("mode") == "bon" and dec.get("bon_n", 0) > cal.get("samples_per_prompt", 0):
+        problems.append(f"decode.bon_n: Best-of-N with N = {dec['bon_n']} is calibrated (calibration.mode: bon) on "
+                        f"calibration.samples_per_prompt = K = {cal['samples_per_prompt']} samples per prompt; "
+                        f"N must be <= K")
+    return problems
 
 
 def load(*paths: str | Path, overrides: dict | None = None, schema: dict | None = None) -> dict:
