@@ -73,7 +73,10 @@ def test_all_errors_are_reported_at_once():
 def test_paper_configs(name):
     cfg = load(REPO / "config/config.yaml", PAPER[name])
     expected = {"llama": ("meta-llama/Llama-3.2-3B", -4.0, 2.0), "qwen": ("Qwen/Qwen2.5-3B", 0.8, 3.0)}[name]
-    assert (cfg["base_model"]["name_or_path"], cfg["calibration"]["tau"], cfg["calibration"]["lambda_max"]) == expected
+    assert (cfg["base_model"]["name_or_path"], cfg["calibration"]["tau"], cfg["decode"]["lambda_max"]) == expected
+    # Best-of-N is calibrated for the decoder that uses it: bon mode with the decoder's N
+    assert cfg["calibration"]["mode"] == "bon" and cfg["decode"]["bon_n"] == 20
+    assert cfg["calibration"]["lambda_max"] >= cfg["decode"]["lambda_max"]  # the search bound covers the max setting
     assert cfg["data"]["sft"]["source"] == "tatsu-lab/alpaca"
     assert cfg["data"]["preferences"]["source"] == "PKU-Alignment/PKU-SafeRLHF"
     assert cfg["data"]["prompts"]["n_calibration"] == 2000 and cfg["data"]["prompts"]["n_test"] == 256
