@@ -2,9 +2,9 @@
 reference in the same process.
 
 * soft mode: an exact root per replicate with scipy's brentq on g'_b;
-* bon mode (Best-of-n for each --bon-n): per replicate, bisection over the sorted crossings of the
-  resampled prompts with the expected Best-of-n cost evaluated directly (sorting every prompt's
-  samples at each probe); plus the wall time of the whole `lara calibrate --mode bon` command
+* bon mode (Best-of-n for each --bon-n): per replicate, bisection over the sorted crossings of all
+  prompts (found once; a replicate's mean can only change there) with the replicate's expected
+  Best-of-n cost evaluated directly at each probe (sorting every prompt's samples); plus the wall time of the whole `lara calibrate --mode bon` command
   (process start, reading the scores, solve, bootstrap, writing lambda.json; goal <= 2 s).
 
     python benchmarks/calibration_bootstrap.py            # N=2000, K=20, NB=10000 (the paper's size)
@@ -102,6 +102,8 @@ def bench_bon(s, n: int, args) -> None:
     fast = bootstrap(s, tau, 1.0, lam_max, nb, args.seed, mode="bon", bon_n=n)
     t_fast = time.perf_counter() - t0
 
+    cands = np.unique(steps(s.reward, s.cost, s.mask, n, lam_max).lam)  # where any prompt's cost changes
+
     def naive(idx):
         r, c, m = s.reward[idx], s.cost[idx], s.mask[idx]
         mean = lambda lam: expected_cost(r, c, m, [lam], n).mean()  # noqa: E731
@@ -109,7 +111,6 @@ def bench_bon(s, n: int, args) -> None:
             return 0.0
         if mean(lam_max) > tau:
             return lam_max
-        cands = np.unique(steps(r, c, m, n, lam_max).lam)  # where the mean can change
         lo, hi = -1, len(cands) - 1  # invariant: mean(cands[hi]) <= tau < mean(cands[lo]) (lo = -1: lam 0)
         while hi - lo > 1:
             mid = (lo + hi) // 2
