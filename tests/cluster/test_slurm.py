@@ -35,6 +35,9 @@ def cluster(tmp_path_factory):
         raise
     yield c
     c.stop()
+    # a configless slurmd's cache left behind would send every later SLURM client (and every
+    # Snakemake start, through the executor plugin's scontrol probe) to this dead controller
+    assert not local_slurm().CONF_CACHE.exists(), "stop() left /run/slurm/conf behind"
 
 
 def test_toy_dag_through_sbatch_matches_the_local_run(cluster, toy_run, tmp_path):
