@@ -59,22 +59,32 @@ rule calibrate_lambda:
     output:
         "results/{exp}/calibration/lambda.json",
     params:
-        options=opts(
-            tau=config["calibration"]["tau"],
-            beta=config["calibration"]["beta"],
-            lambda_max=config["calibration"]["lambda_max"],
-            bootstrap=config["calibration"]["bootstrap"],
-            quantile=config["calibration"]["quantile"],
-            mode=config["calibration"]["mode"],
-            bon_n=config["decode"]["bon_n"] if config["calibration"]["mode"] == "bon" else None,
-            tolerance=config["calibration"]["tolerance"],
-            seed=config["seed"],
-        ),
+        options=calibration_options(config["decode"]["bon_n"]),
         code=code("lara.calibrate"),
     log:
         "logs/{exp}/calibrate_lambda.log",
     benchmark:
         "benchmarks/{exp}/calibrate_lambda.tsv"
+    threads: job_threads("calibrate_lambda")
+    resources:
+        **job_resources("calibrate_lambda"),
+    conda:
+        "../envs/analysis.yaml"
+    shell:
+        "lara calibrate --scores {input.scores} {params.options} --out {output} > {log} 2>&1"
+
+
+# Best-of-N with other N (decode.sweep_n) for Fig. 1, each calibrated for its own N (bon mode only)
+rule calibrate_lambda_for_n:
+    input:
+        scores="results/{exp}/calibration/scores.parquet",
+    output:
+        "results/{exp}/calibration/lambda_bon{n}.json",
+    params:
+        options=lambda w: calibration_options(int(w.n)),
+        code=code("lara.calibrate"),
+    log:
+        "logs/{exp}/calibrate_lambda_bon{n}.log",
     threads: job_threads("calibrate_lambda")
     resources:
         **job_resources("calibrate_lambda"),

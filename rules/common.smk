@@ -33,7 +33,7 @@ TOY_FILES = {
     "prompts": f"{RESULTS}/toy/prompts.jsonl",
 }
 
-WILDCARDS = {"exp": EXP, "kind": "reward|cost", "method": "args|pargs|cdq", "lam": "zero|star|max|[0-9]+(p[0-9]+)?",
+WILDCARDS = {"exp": EXP, "n": "[0-9]+", "kind": "reward|cost", "method": "args|pargs|cdq", "lam": "zero|star|max|[0-9]+(p[0-9]+)?",
              "policy": "sft|safe_rlhf|safedpo", "decoder": "bon|args|pargs|cdq", "figure": "[a-z_]+"}
 
 
@@ -120,6 +120,28 @@ def base_model_arg(wildcards, input):
     return input.base if input.base else base_model_path()
 
 
+def calibration_options(bon_n):
+    """Options of `lara calibrate`; bon_n is used in bon mode (the Best-of-N size calibrated for)."""
+    c = config["calibration"]
+    return opts(tau=c["tau"], beta=c["beta"], lambda_max=c["lambda_max"], bootstrap=c["bootstrap"],
+                quantile=c["quantile"], mode=c["mode"], bon_n=bon_n if c["mode"] == "bon" else None,
+                tolerance=c["tolerance"], seed=config["seed"])
+
+
+def sweep_sizes():
+    """The Best-of-N sizes of Fig. 1: decode.sweep_n plus the decoder's own N."""
+    return sorted(set(config["decode"]["sweep_n"]) | {config["decode"]["bon_n"]})
+
+
+def sweep_lambda_inputs():
+    """lambda.json (the decoder's N) and, in bon mode, one calibration per other sweep size."""
+    main = f"{RESULTS}/calibration/lambda.json"
+    if config["calibration"]["mode"] != "bon":
+        return [main]
+    return [main] + [f"{RESULTS}/calibration/lambda_bon{n}.json" for n in sweep_sizes()
+                     if n != config["decode"]["bon_n"]]
+
+
 def lambda_input(wildcards):
     """lambda.json for the `star` setting only: zero/max/literal jobs never wait on calibration."""
     return [f"{RESULTS}/calibration/lambda.json"] if wildcards.lam == "star" else []
@@ -159,6 +181,7 @@ if not JUDGE_ENABLED:
 BON_STAR = "bon" in config["decode"]["methods"] and "star" in config["decode"]["lambdas"]
 BON_STAR_EVAL = f"{RESULTS}/eval/bon/star/scores.parquet" if BON_STAR else []
 BON_STAR_LAMBDA = f"{RESULTS}/calibration/lambda.json" if BON_STAR else []
+BON_SWEEP = f"{RESULTS}/decode/bon/sweep.csv" if BON_STAR else []
 
 
 def eval_outputs(kind):

@@ -62,7 +62,7 @@ rule select_bon:
         "results/{exp}/decode/bon/{lam}/responses.parquet",
     params:
         options=lambda w: lambda_options(w.lam),
-        code=code("lara.decode.bon"),
+        code=code("lara.decode.bon", "lara.calibrate.bestofn"),
     log:
         "logs/{exp}/select_bon_{lam}.log",
     threads: job_threads("select_bon")
@@ -77,12 +77,15 @@ rule select_bon:
 rule bon_sweep:
     input:
         candidates="results/{exp}/decode/bon/candidates.parquet",
-        lam="results/{exp}/calibration/lambda.json",
+        lam=sweep_lambda_inputs(),
     output:
         "results/{exp}/decode/bon/sweep.csv",
     params:
         grid=json.dumps(config["decode"]["lambda_grid"]),
-        code=code("lara.decode.bon", "lara.decode.sweep"),
+        options=opts(tau=config["calibration"]["tau"], bootstrap=config["evaluation"]["bootstrap"],
+                     seed=config["seed"]),
+        sizes=" ".join(str(n) for n in sweep_sizes()),
+        code=code("lara.decode.bon", "lara.decode.sweep", "lara.calibrate.bestofn"),
     log:
         "logs/{exp}/bon_sweep.log",
     threads: job_threads("bon_sweep")
@@ -92,7 +95,7 @@ rule bon_sweep:
         "../envs/analysis.yaml"
     shell:
         "lara bon-sweep --candidates {input.candidates} --grid {params.grid:q} --lambda-json {input.lam}"
-        " --out {output} > {log} 2>&1"
+        " --n {params.sizes} {params.options} --out {output} > {log} 2>&1"
 
 
 rule decode_rgtg:

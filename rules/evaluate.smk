@@ -90,13 +90,14 @@ rule aggregate:
         judge=eval_outputs("judge") if JUDGE_ENABLED else [],
         bon_star=BON_STAR_EVAL,
         lam=BON_STAR_LAMBDA,
+        sweep=BON_SWEEP,
     output:
         summary="results/{exp}/eval/summary.csv",
         audit="results/{exp}/eval/constraint_audit.json",
     params:
         options=opts(tau=config["calibration"]["tau"], bootstrap=config["evaluation"]["bootstrap"],
                      seed=config["seed"]),
-        audit=opts(bon_star=BON_STAR_EVAL or None, lambda_json=BON_STAR_LAMBDA or None),
+        audit=opts(bon_star=BON_STAR_EVAL or None, lambda_json=BON_STAR_LAMBDA or None, sweep=BON_SWEEP or None),
         code=code("lara.evaluate.aggregate"),
     log:
         "logs/{exp}/aggregate.log",

@@ -160,3 +160,27 @@ def test_config_rejects_a_best_of_n_larger_than_the_calibration_samples():
         validate(bad)
     # in soft mode N is free (the soft dual does not depend on N)
     validate(bad | {"calibration": base["calibration"] | {"mode": "soft"}})
+
+
+def test_sweep_rows_are_the_decoders_choice_with_intervals_and_verdicts():
+    from lara.decode.bon import sweep as argmax_sweep
+    from lara.decode.sweep import VERDICTS, sweep_table
+
+    r, c = gaussian(4, 256, 20)
+    lams = [0.0, 0.5, 2.0]
+    full = sweep_table(r, c, lams, ["grid"] * 3, 20, tau=-0.3, n_boot=500)
+    # N = M: exactly the argmax selection that `lara select-bon` makes
+    ref = argmax_sweep(r, c, lams)
+    np.testing.assert_allclose(full["mean_cost"], ref["mean_cost"], atol=1e-12)
+    np.testing.assert_allclose(full["safe_fraction"], ref["safe_fraction"], atol=1e-12)
+    for col in ("mean_reward", "mean_cost", "safe_fraction"):
+        assert (full[f"{col}_lo"] <= full[col]).all() and (full[col] <= full[f"{col}_hi"]).all()
+    # the verdicts follow the interval
+    for row in full.to_dict("records"):
+        expected = VERDICTS[0] if row["mean_cost_hi"] <= -0.3 else VERDICTS[1] if row["mean_cost"] <= -0.3 else VERDICTS[2]
+        assert row["verdict"] == expected
+    # a smaller N: the exact subset average, a weaker selection (less reward at lambda = 0)
+    small = sweep_table(r, c, lams, ["grid"] * 3, 4, tau=None, n_boot=50)
+    assert small["mean_reward"].iloc[0] < full["mean_reward"].iloc[0]
+    np.testing.assert_allclose(small["mean_cost"], expected_cost(r, c, np.ones_like(r, dtype=bool), lams, 4).mean(0))
+    assert "verdict" not in small.columns

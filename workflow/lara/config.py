@@ -128,6 +128,9 @@ def _cross_checks(config: dict) -> list[str]:
         problems.append(f"decode.bon_n: Best-of-N with N = {dec['bon_n']} is calibrated (calibration.mode: bon) on "
                         f"calibration.samples_per_prompt = K = {cal['samples_per_prompt']} samples per prompt; "
                         f"N must be <= K")
+    too_big = [n for n in dec.get("sweep_n", []) if n > dec.get("bon_n", 0)]
+    if too_big:
+        problems.append(f"decode.sweep_n: {too_big} exceed decode.bon_n = {dec['bon_n']} (the candidates per test prompt)")
     return problems
 
 

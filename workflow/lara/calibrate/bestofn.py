@@ -85,13 +85,19 @@ def _prob_table(counts: np.ndarray, kmax: int, n: int | None) -> np.ndarray:
 
 def expected_cost(reward, cost, mask, lams, n: int | None) -> np.ndarray:
     """(P, L) exact expected Best-of-n cost per prompt at each lam (n = None: each prompt's K)."""
+    return expected(reward, cost, mask, lams, n, cost)
+
+
+def expected(reward, cost, mask, lams, n: int | None, values: np.ndarray) -> np.ndarray:
+    """(P, L) exact expectation of ``values`` (P, K) at the Best-of-n choice, per prompt and lam."""
     lams = np.atleast_1d(np.asarray(lams, dtype=np.float64))
     counts = mask.sum(axis=1)
     probs = _prob_table(counts, reward.shape[1], n)
+    vals = np.where(mask, values, 0.0)
     out = np.empty((reward.shape[0], len(lams)))
     for t, lam in enumerate(lams):
         idx = order(reward, cost, lam, mask)
-        out[:, t] = (probs * np.take_along_axis(np.where(mask, cost, 0.0), idx, axis=1)).sum(axis=1)
+        out[:, t] = (probs * np.take_along_axis(vals, idx, axis=1)).sum(axis=1)
     return out
 
 

@@ -1,4 +1,15 @@
-"""``lara bon-sweep``: the Best-of-N lambda sweep (the data of the paper's Fig. 1)."""
+"""``lara bon-sweep``: the Best-of-N lambda sweep on the test prompts (the data of the paper's Fig. 1)
+with the held-out constraint audit at every lambda.
+
+For each N in ``--n`` (each at most the M candidates stored per test prompt) and each lambda, the
+expected reward, cost and safe fraction of Best-of-N over a random N-subset of a prompt's M
+candidates (exact: the rank average of :mod:`lara.calibrate.bestofn`; N = M is the argmax that
+``lara select-bon`` picks), averaged over test prompts, with a percentile bootstrap 95 % interval
+over prompts. The verdict compares the cost with tau: "met" when the interval's upper end is at or
+below tau, "met on average" when only the mean is, else "violated". Rows labelled
+``lambda_hat``/``lambda_star`` are each N's calibrated values (from the lambda.json calibrated for
+that N).
+"""
 
 from __future__ import annotations
 
@@ -7,38 +18,94 @@ import logging
 import time
 
 import numpy as np
+import pandas as pd
 
-from lara.decode.bon import score_matrix, sweep, warn_if_fewer_than_k
+from lara.decode.bon import score_matrix, warn_if_fewer_than_k
 
 log = logging.getLogger(__name__)
 
-HELP = "Best-of-N lambda sweep: mean reward, mean cost and safe fraction over a lambda grid"
+HELP = "Best-of-N lambda sweep with the held-out constraint audit at every lambda, for one or more N"
+
+VERDICTS = ("met (upper 95% bound at or below tau)", "met on average, not with 95% confidence", "violated")
+
+
+def verdict(mean: float, hi: float, tau: float) -> str:
+    return VERDICTS[0] if hi <= tau else VERDICTS[1] if mean <= tau else VERDICTS[2]
+
+
+def bootstrap_means(per_prompt: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
+    """(n_boot, L) means over prompt resamples of per-prompt values (P, L)."""
+    p = per_prompt.shape[0]
+    rng = np.random.default_rng(seed)
+    w = np.stack([np.bincount(rng.integers(0, p, p), minlength=p) for _ in range(n_boot)]) / p
+    return w @ per_prompt
+
+
+def sweep_table(reward: np.ndarray, cost: np.ndarray, lams, labels, n: int, tau: float | None,
+                n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """One row per lambda: Best-of-n expected reward, cost and safe fraction on the test prompts,
+    each with a bootstrap 95 % interval over prompts, and the verdict against tau."""
+    from lara.calibrate.bestofn import expected
+
+    mask = np.ones_like(reward, dtype=bool)
+    lams = np.asarray(lams, dtype=np.float64)
+    cols = {"mean_reward": reward, "mean_cost": cost, "safe_fraction": (cost <= 0).astype(float)}
+    table = pd.DataFrame({"n": n, "lambda": lams, "label": labels})
+    for name, values in cols.items():
+        per_prompt = expected(reward, cost, mask, lams, n, values)
+        boots = bootstrap_means(per_prompt, n_boot, seed)
+        table[name] = per_prompt.mean(axis=0)
+        table[f"{name}_lo"], table[f"{name}_hi"] = np.quantile(boots, [0.025, 0.975], axis=0)
+    if tau is not None:
+        table["tau"] = tau
+        table["verdict"] = [verdict(m, h, tau) for m, h in zip(table["mean_cost"], table["mean_cost_hi"], strict=True)]
+    return table
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--candidates", required=True, help="scored candidates (prompt_id, sample_id, reward, cost)")
     parser.add_argument("--grid", required=True, help="JSON list of lambda values")
-    parser.add_argument("--lambda-json", default=None, help="lambda.json: adds lambda-hat and lambda*")
+    parser.add_argument("--lambda-json", nargs="*", default=[],
+                        help="lambda.json files, each calibrated for one Best-of-N size (their decoder.n): add that "
+                        "N's lambda-hat and lambda* rows")
+    parser.add_argument("--n", type=int, nargs="*", default=None,
+                        help="Best-of-N sizes to sweep (default: the candidates per prompt)")
+    parser.add_argument("--tau", type=float, default=None, help="the cost budget: adds the audit verdicts")
+    parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap replicates over test prompts")
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="output CSV")
 
 
 def run(args) -> None:
-    from lara.data.tables import read_table, write_table
+    from lara.data.tables import DataError, read_table, write_table
 
     df = read_table(args.candidates, required=("prompt_id", "sample_id", "reward", "cost"))
     _, reward, cost, _ = score_matrix(df)
-    warn_if_fewer_than_k(reward.shape[1], args.lambda_json)
-    lams = [float(x) for x in json.loads(args.grid)]
-    labels = ["grid"] * len(lams)
-    if args.lambda_json:
-        rec = json.loads(open(args.lambda_json).read())
-        lams += [rec["lambda_hat"], rec["lambda_star"]]
-        labels += ["lambda_hat", "lambda_star"]
+    m = reward.shape[1]
+    sizes = args.n or [m]
+    too_big = [n for n in sizes if not 1 <= n <= m]
+    if too_big:
+        raise DataError(f"{args.candidates}: Best-of-N sizes {too_big} need 1 <= N <= {m}, the candidates per prompt")
+    calibrated = {}
+    for path in args.lambda_json:
+        rec = json.loads(open(path).read())
+        n = (rec.get("decoder") or {}).get("n") or m
+        calibrated[int(n)] = rec
+        warn_if_fewer_than_k(m, path)
+    grid = [float(x) for x in json.loads(args.grid)]
     t0 = time.perf_counter()
-    table = sweep(reward, cost, np.asarray(lams))
-    log.info("sweep of %d lambdas x %d prompts x %d candidates in %.4f s", len(lams), *reward.shape,
-             time.perf_counter() - t0)
-    table.insert(1, "label", labels)
-    for row in table.itertuples(index=False):
-        log.info("lambda=%.4f (%s): mean reward %.4f, mean cost %.4f, safe %.3f", row[0], row[1], row[2], row[3], row[4])
+    tables = []
+    for n in sizes:
+        lams, labels = list(grid), ["grid"] * len(grid)
+        if n in calibrated:
+            lams += [calibrated[n]["lambda_hat"], calibrated[n]["lambda_star"]]
+            labels += ["lambda_hat", "lambda_star"]
+        tables.append(sweep_table(reward, cost, lams, labels, n, args.tau, args.bootstrap, args.seed))
+    table = pd.concat(tables, ignore_index=True)
+    log.info("sweep of %d rows (N in %s) x %d prompts x %d candidates in %.3f s", len(table), sizes, reward.shape[0],
+             m, time.perf_counter() - t0)
+    for r in table.to_dict("records"):
+        log.info("N=%d lambda=%.4f (%s): mean reward %.4f, mean cost %.4f [%.4f, %.4f], safe %.3f%s", r["n"],
+                 r["lambda"], r["label"], r["mean_reward"], r["mean_cost"], r["mean_cost_lo"], r["mean_cost_hi"],
+                 r["safe_fraction"], f": {r['verdict']}" if args.tau is not None else "")
     write_table(table, args.out)

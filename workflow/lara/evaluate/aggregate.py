@@ -7,7 +7,9 @@ percentile bootstrap interval over test prompts (``_lo``, ``_hi``).
 
 The audit asks whether Best-of-N at lambda* meets E[c] <= tau on the *test* prompts, with c the
 cost model that calibration used (tau is in its units): the mean decoder cost of the selected
-responses with its bootstrap interval, and whether the interval's upper end is below tau.
+responses with its bootstrap interval, and whether the interval's upper end is below tau; with
+``--sweep`` (the Best-of-N sweep), the same verdict at every lambda of the sweep for the decoder's N
+(``by_lambda``) and for the other N drawn in Fig. 1 (``by_n``).
 """
 
 from __future__ import annotations
@@ -53,6 +55,12 @@ def summarise(scores: pd.DataFrame, judge: pd.DataFrame | None, n_boot: int, see
     return pd.DataFrame(rows)
 
 
+def star_n(lambda_json: str, sweep: str) -> int:
+    """The N that lambda.json was calibrated for (else the sweep's largest N)."""
+    n = (json.loads(open(lambda_json).read()).get("decoder") or {}).get("n")
+    return int(n) if n else int(pd.read_csv(sweep)["n"].max())
+
+
 def constraint_audit(bon_star: pd.DataFrame, tau: float, lambda_json: dict, n_boot: int, seed: int) -> dict:
     mean, lo, hi = bootstrap_ci(bon_star["decoder_cost"], n_boot, seed=seed)
     return {"question": "does Best-of-N at lambda* meet E[c] <= tau on the test prompts?",
@@ -64,11 +72,24 @@ def constraint_audit(bon_star: pd.DataFrame, tau: float, lambda_json: dict, n_bo
                         "met on average, not with 95% confidence" if mean <= tau else "violated")}
 
 
+def sweep_audit(sweep: pd.DataFrame, n: int) -> dict:
+    """The sweep's per-lambda verdicts: the decoder's N, and every N."""
+    cols = ["lambda", "label", "mean_cost", "mean_cost_lo", "mean_cost_hi", "verdict", "mean_reward"]
+
+    def rows(g):
+        g = g.sort_values(["lambda", "label"])
+        return [{**r, "ci95": [r.pop("mean_cost_lo"), r.pop("mean_cost_hi")]} for r in g[cols].to_dict("records")]
+
+    return {"by_lambda": rows(sweep[sweep["n"] == n]),
+            "by_n": {str(k): rows(g) for k, g in sweep.groupby("n")}}
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("--scores", nargs="+", required=True, help="evaluate outputs (parquet)")
     parser.add_argument("--judge", nargs="*", default=[], help="judge outputs (parquet), if any")
     parser.add_argument("--bon-star", default=None, help="evaluated Best-of-N at lambda* (for the audit)")
     parser.add_argument("--lambda-json", default=None)
+    parser.add_argument("--sweep", default=None, help="the Best-of-N sweep.csv: the audit at every lambda")
     parser.add_argument("--tau", type=float, required=True)
     parser.add_argument("--bootstrap", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
@@ -90,8 +111,9 @@ def run(args) -> None:
         audit = constraint_audit(star, args.tau, json.loads(open(args.lambda_json).read()), args.bootstrap, args.seed)
         log.info("constraint audit: Best-of-N at lambda*=%.4g: mean cost %.4f, 95%% CI [%.4f, %.4f], tau %.4g: %s",
                  audit["lambda_star"], audit["mean_cost"], *audit["ci95"], args.tau, audit["verdict"])
-        summary["audit_bon_star_mean_cost"] = audit["mean_cost"]
-        summary["audit_verdict"] = audit["verdict"]
+        if args.sweep:
+            audit |= sweep_audit(read_table(args.sweep, required=("n", "lambda", "label", "mean_cost", "verdict")),
+                                 int(star_n(args.lambda_json, args.sweep)))
     for r in summary.itertuples(index=False):
         log.info("%-10s %-7s helpfulness %.3f harmfulness %.3f safe %.3f", r.method, r.setting, r.helpfulness,
                  r.harmfulness, r.safe_rate)

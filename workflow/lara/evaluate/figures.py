@@ -39,27 +39,49 @@ def _style(opts: dict):
 
 
 def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: dict):
+    """Fig. 1: Best-of-N mean reward and cost on the test prompts against lambda, one curve (with its
+    bootstrap 95 % band) per N; tau, the decoder's lambda-hat (with its bootstrap band) and lambda*,
+    each other N's lambda* as a marker, and shading where the audit says the decoder's N meets tau."""
     import matplotlib.pyplot as plt
 
     pal = _style(opts)
-    grid = sweep[sweep["label"] == "grid"].sort_values("lambda")
+    if "n" not in sweep.columns:
+        sweep = sweep.assign(n=0)
+    main_n = (lam.get("decoder") or {}).get("n") or int(sweep["n"].max())
+    sizes = sorted(sweep["n"].unique())
+    colour = {n: pal[i % len(pal)] for i, n in enumerate(sizes)}
     w, h = opts.get("width", 7.0), opts.get("height", 3.2)
     fig, axes = plt.subplots(1, 2, figsize=(w, h), sharex=True)
-    q = lam.get("bootstrap", {}).get("quantiles", {})
-    lo, hi = q.get("0.025"), q.get("0.975")
-    for ax, col, label, colour in ((axes[0], "mean_reward", "mean reward r", pal[0]),
-                                   (axes[1], "mean_cost", "mean cost c", pal[1])):
-        ax.plot(grid["lambda"], grid[col], marker="o", color=colour, label="Best-of-N")
+    for ax, col, label in ((axes[0], "mean_reward", "mean reward r"), (axes[1], "mean_cost", "mean cost c")):
+        for n in sizes:
+            g = sweep[(sweep["n"] == n) & (sweep["label"] == "grid")].sort_values("lambda")
+            ax.plot(g["lambda"], g[col], marker="o", ms=3, color=colour[n], lw=2 if n == main_n else 1.2,
+                    label=f"Best-of-{n}" if n else "Best-of-N")
+            if f"{col}_lo" in g.columns:
+                ax.fill_between(g["lambda"], g[f"{col}_lo"], g[f"{col}_hi"], color=colour[n], alpha=0.12, lw=0)
+            star = sweep[(sweep["n"] == n) & (sweep["label"] == "lambda_star")]
+            if n != main_n and len(star):
+                ax.plot(star["lambda"], star[col], marker="*", ms=10, ls="none", color=colour[n],
+                        label=f"$\\lambda^*$ for N = {n}")
+        q = lam.get("bootstrap", {}).get("quantiles", {})
+        lo, hi = q.get("0.025"), q.get("0.975")
         if lo is not None and hi is not None:
-            ax.axvspan(lo, hi, color=pal[2], alpha=0.15, label="bootstrap 95% of $\\hat\\lambda$")
-        ax.axvline(lam["lambda_hat"], color=pal[2], lw=1.2, label=f"$\\hat\\lambda$ = {lam['lambda_hat']:.3g}")
-        ax.axvline(lam["lambda_star"], color=pal[3], lw=1.5, ls="-.",
-                   label=f"$\\lambda^*$ = {lam['lambda_star']:.3g}")
+            ax.axvspan(lo, hi, color="grey", alpha=0.12, label="bootstrap 95% of $\\hat\\lambda$")
+        ax.axvline(lam["lambda_hat"], color="grey", lw=1.2, label=f"$\\hat\\lambda$ = {lam['lambda_hat']:.3g}")
+        ax.axvline(lam["lambda_star"], color="black", lw=1.5, ls="-.",
+                   label=f"$\\lambda^*$ = {lam['lambda_star']:.3g} (N = {main_n})")
         ax.set_xlabel("$\\lambda$")
         ax.set_ylabel(label)
-    axes[1].axhline(lam["tau"], color="black", ls="--", lw=1.2, label=f"$\\tau$ = {lam['tau']:g}")
+    tau = lam["tau"]
+    axes[1].axhline(tau, color="black", ls="--", lw=1.2, label=f"$\\tau$ = {tau:g}")
+    if "verdict" in sweep.columns:
+        g = sweep[(sweep["n"] == main_n) & (sweep["label"] == "grid")].sort_values("lambda")
+        met = g[g["mean_cost_hi"] <= tau]
+        if len(met):
+            axes[1].axvspan(met["lambda"].min(), g["lambda"].max(), color="green", alpha=0.08,
+                            label=f"audit: N = {main_n} meets $\\tau$ (95%)")
     axes[0].set_title("helpfulness")
-    axes[1].set_title("harmfulness")
+    axes[1].set_title("harmfulness (test prompts)")
     handles, labels = [], []
     for ax in axes:
         for hd, lb in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -67,7 +89,7 @@ def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: dict):
                 handles.append(hd)
                 labels.append(lb)
     fig.legend(handles, labels, loc="lower center", ncol=3, frameon=False, bbox_to_anchor=(0.5, -0.02))
-    fig.tight_layout(rect=(0, 0.18, 1, 1))
+    fig.tight_layout(rect=(0, 0.26, 1, 1))
     return fig
 
 
@@ -226,7 +248,8 @@ def run(args) -> None:
     lam = json.loads(Path(args.lambda_json).read_text()) if args.lambda_json else None
     summary = None
     if args.kind == "lambda_sweep":
-        fig = lambda_sweep(read_table(args.sweep, required=("lambda", "label", "mean_reward", "mean_cost")), lam, opts)
+        fig = lambda_sweep(read_table(args.sweep, required=("n", "lambda", "label", "mean_reward", "mean_cost")),
+                           lam, opts)
     elif args.kind == "tradeoff":
         summary = read_table(args.summary, required=("method", "setting", "helpfulness", "harmfulness"))
         fig = tradeoff(summary, opts)

@@ -221,7 +221,7 @@ class ToyWorldSettings:
     seed: int = 0
     n_sft: int = 2000
     n_pairs: int = 2000
-    n_eval_prompts: int = 400
+    n_eval_prompts: int = 600
     harmful_fraction: float = 0.5
     harmful_compliance: float = 0.5
     preference_noise: float = 0.0
