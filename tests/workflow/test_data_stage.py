@@ -23,7 +23,7 @@ def test_toy_data_stage_outputs(toy_run):
     test = pd.read_parquet(res / "data" / "prompts_test.parquet")
     assert len(sft) == 2000 and list(sft.columns) == ["instruction", "input", "output", "prompt"]
     assert len(prefs) == 2000 and prefs["safer_response_id"].isin([0, 1]).all()
-    assert (len(cal), len(test)) == (200, 64)
+    assert (len(cal), len(test)) == (200, 256)
     assert not set(cal["prompt"]) & set(test["prompt"])
     # calibration and test prompts are held out of every training prompt
     assert not (set(cal["prompt"]) | set(test["prompt"])) & (set(prefs["prompt"]) | set(sft["prompt"]))

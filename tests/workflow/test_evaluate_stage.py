@@ -1,6 +1,7 @@
 """Evaluation, figures, report and the provenance audit on the finished toy run."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -23,7 +24,7 @@ def test_summary_covers_every_method_setting_and_policy(toy_run):
     for m in ("bon", "args", "pargs", "cdq"):
         assert {(m, "zero"), (m, "star"), (m, "max")} <= pairs
     assert {("sft", "policy"), ("safe_rlhf", "policy"), ("safedpo", "policy")} <= pairs
-    assert (s["n"] == 64).all()
+    assert (s["n"] == 256).all()
     for col in ("helpfulness", "harmfulness", "safe_rate", "judge_helpfulness", "judge_harmlessness"):
         assert (s[f"{col}_lo"] <= s[col] + 1e-12).all() and (s[col] <= s[f"{col}_hi"] + 1e-12).all(), col
     # lambda trades helpfulness for harmlessness: Best-of-N at lambda_max is less harmful than at 0
@@ -41,8 +42,13 @@ def test_constraint_audit_is_reported(toy_run):
     assert audit["ci95"][0] <= audit["mean_cost"] <= audit["ci95"][1]
     assert audit["verdict"] in ("met (upper 95% bound below tau)", "met on average, not with 95% confidence",
                                 "violated")
+    # the audit at every lambda of the sweep, for the decoder's N and each other N; not repeated in the summary
+    sweep = pd.read_csv(toy_run / "results/tiny/decode/bon/sweep.csv")
+    assert len(audit["by_lambda"]) == (sweep["n"] == 20).sum() and set(audit["by_n"]) == {"4", "8", "20"}
+    for row in audit["by_lambda"]:
+        assert row["ci95"][0] <= row["mean_cost"] <= row["ci95"][1]
     summary = pd.read_csv(toy_run / "results/tiny/eval/summary.csv")
-    assert (summary["audit_verdict"] == audit["verdict"]).all()
+    assert not [c for c in summary.columns if c.startswith("audit")]
 
 
 def test_figures_exist_as_png_and_pdf_with_sidecars(toy_run):
@@ -96,7 +102,11 @@ def test_report_renders_in_headless_chromium(toy_run, tmp_path):
     html = report.read_text()
     for name in FIGURES:
         assert f"{name}.png" in html
-    assert "deployed \\u03bb* = 0.3" in html or "deployed λ* = 0.3" in html  # caption templated with lambda*
+    # the captions carry this run's lambda* as the rule renders it (round(lambda_star, 4) in rules/common.smk),
+    # read from the run's own lambda.json: its value depends on the machine's floating point, the caption must not
+    lam = json.loads((toy_run / "results/tiny/calibration/lambda.json").read_text())
+    shown = re.escape(str(round(lam["lambda_star"], 4)))
+    assert re.search(rf"deployed (?:λ|\\u03bb)\* = {shown}(?![0-9])", html), "caption without this run's lambda*"
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.skip("chromium is not installed (make test installs it with apt where it can)")

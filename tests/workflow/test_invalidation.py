@@ -61,7 +61,8 @@ def test_editing_a_step_module_reruns_that_step_and_its_downstream(toy_run, tmp_
         fh.write("\n# an edit\n")
     env = {"PYTHONPATH": f"{pkg}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     counts, outputs = dry_run(toy_run, env=env)
-    assert counts == {"bon_sweep": 1, "figure_lambda_sweep": 1}, counts  # the sweep and its figure
+    # the sweep, its figure, and the audit that reads it (with the summary's figure)
+    assert counts == {"bon_sweep": 1, "figure_lambda_sweep": 1, "aggregate": 1, "figure_tradeoff": 1}, counts
     with open(pkg / "lara" / "calibrate" / "dual.py", "a") as fh:
         fh.write("\n# another edit\n")
     counts, outputs = dry_run(toy_run, env=env)

@@ -6,7 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from lara.calibrate.dual import PromptScores, mean_cost
+from lara.scoring import load_scorer
 from lara.toy.world import oracle_scores
+from lara.train.common import split_eval
+from lara.train.preference import oriented_pairs
 
 pytestmark = pytest.mark.workflow
 
@@ -20,10 +24,30 @@ def test_sft_validation_loss_falls(toy_run):
     assert m["eval_loss_final"] < 0.5 * m["eval_loss_initial"]
 
 
+def held_out_pairs(run, kind):
+    """The held-out pairs of a preference model, as its trainer split them (pure numpy, seeded)."""
+    settings = json.loads((run / "results/tiny/models" / kind / "training_settings.json").read_text())
+    pairs = oriented_pairs(pd.read_parquet(run / "results/tiny/data/preferences.parquet"), kind)
+    return split_eval(pairs, settings["eval_fraction"], settings["seed"])[1]
+
+
 def test_reward_and_cost_models_learn_the_preferences(toy_run):
     reward = metrics(toy_run, "reward")["held_out"]
     cost = metrics(toy_run, "cost")["held_out"]
-    assert reward["pairwise_accuracy"] >= 0.9
+    # The toy world labels a pair whose helpfulness ties by a coin flip (16% of the held-out pairs),
+    # so the overall accuracy carries a per-machine coin-flip term (about +-0.014) and can land on
+    # either side of any fixed bar near 0.92. On the pairs the oracle decides the reward model must
+    # be right (1.0 on both CPU kernel paths measured; the bar leaves 8 of ~170 pairs).
+    pairs = held_out_pairs(toy_run, "reward")
+    scorer = load_scorer(str(toy_run / "results/tiny/models/reward"), "reward", batch_size=64)
+    hi, lo = (scorer.score(list(pairs["prompt"]), list(pairs[side])) for side in ("chosen", "rejected"))
+    helpfulness = {side: oracle_scores(pairs["prompt"], pairs[side])[0] for side in ("chosen", "rejected")}
+    decisive = helpfulness["chosen"] != helpfulness["rejected"]
+    assert len(pairs) == reward["n_pairs"] and decisive.sum() >= 100
+    assert np.mean((hi > lo)[decisive]) >= 0.95
+    # metrics.json reports the same model (one near-tie may flip between the trainer's and the scorer's batching)
+    assert abs(np.mean(hi > lo) - reward["pairwise_accuracy"]) <= 1 / len(pairs) + 1e-12
+    # safety labels are deterministic (no ties): 1.0 and >= 0.9975 on both CPU kernel paths measured
     assert cost["sign_accuracy"] >= 0.9
     assert cost["pairwise_accuracy_safety_differs"] >= 0.9 and cost["n_pairs_safety_differs"] >= 30
 
@@ -61,10 +85,33 @@ def test_calibration_samples_scores_and_lambda(toy_run):
     assert len(samples) == 200 * 20 and samples.groupby("prompt_id").size().eq(20).all()
     scores = pd.read_parquet(cal / "scores.parquet")
     assert np.isfinite(scores[["reward", "cost"]].to_numpy()).all()
-    # the learned scorers agree with the toy world's judge on the policy's own samples
+    # the learned scorers agree with the toy world's judge on the policy's own samples: the reward
+    # correlates with the oracle's helpfulness (0.64 on both CPU kernel paths measured), and the cost
+    # ranks the oracle's unsafe samples above its safe ones (AUC 0.87-0.88 measured; its Pearson
+    # correlation with the oracle's harm score sat at 0.51-0.52, a coin flip against a bar of 0.5)
     h, c = oracle_scores(scores["prompt"], scores["response"])
     assert np.corrcoef(scores["reward"], h)[0, 1] > 0.5
-    assert np.corrcoef(scores["cost"], c)[0, 1] > 0.5
+    unsafe = c > 0
+    assert 50 <= unsafe.sum() <= len(c) - 50
+    ranks = scores["cost"].rank().to_numpy()
+    auc = (ranks[unsafe].sum() - unsafe.sum() * (unsafe.sum() + 1) / 2) / (unsafe.sum() * (~unsafe).sum())
+    assert auc > 0.75, auc
     lam = json.loads((cal / "lambda.json").read_text())
-    assert lam["feasible"] and lam["n_prompts"] == 200 and lam["tau"] == -0.5
-    assert 0 < lam["lambda_hat"] <= lam["lambda_star"] <= 5.0
+    assert lam["feasible"] and lam["n_prompts"] == 200 and lam["tau"] == -0.5 and lam["lambda_max"] == 5.0
+    # lambda-hat solves the dual on the run's own scores, to the bisection tolerance: E_lam[c] is
+    # decreasing in lambda and crosses tau inside [lambda-hat - tol, lambda-hat + tol] (or the constraint
+    # is inactive and lambda-hat = 0: whether SFT's tilted cost exceeds tau on the full sample is itself
+    # a ~2-sigma outcome of training, 2% of the bootstrap replicates were inactive on one kernel path)
+    s = PromptScores.from_long(scores["prompt_id"].to_numpy(), scores["reward"].to_numpy(), scores["cost"].to_numpy())
+    cost_at = lambda x: mean_cost(s, [x], lam["beta"], lam["mode"])[0]  # noqa: E731
+    tau, tol, lam_hat = lam["tau"], lam["tolerance"], lam["lambda_hat"]
+    assert lam["status"] in ("interior", "inactive")
+    if lam["status"] == "interior":
+        assert cost_at(max(lam_hat - tol, 0.0)) > tau >= cost_at(lam_hat + tol)
+    else:
+        assert lam_hat == 0.0 and cost_at(0.0) <= tau
+    # lambda* is the bootstrap's upper quantile: positive (the constraint binds in far more than 2.5%
+    # of the resamples), at or above the full-sample root, within lambda_max
+    boot = lam["bootstrap"]
+    assert lam["lambda_star"] == boot["quantiles"][str(boot["quantile"])]
+    assert 0 <= lam_hat <= lam["lambda_star"] <= lam["lambda_max"] and lam["lambda_star"] > 0
