@@ -247,9 +247,11 @@ def run(args) -> None:
     inputs = [getattr(args, n) for n in ("sweep", "summary", "lambda_json") if getattr(args, n) is not None]
     lam = json.loads(Path(args.lambda_json).read_text()) if args.lambda_json else None
     summary = None
+    sizes = None
     if args.kind == "lambda_sweep":
-        fig = lambda_sweep(read_table(args.sweep, required=("n", "lambda", "label", "mean_reward", "mean_cost")),
-                           lam, opts)
+        sweep = read_table(args.sweep, required=("n", "lambda", "label", "mean_reward", "mean_cost"))
+        sizes = sorted(int(n) for n in sweep["n"].unique())
+        fig = lambda_sweep(sweep, lam, opts)
     elif args.kind == "tradeoff":
         summary = read_table(args.summary, required=("method", "setting", "helpfulness", "harmfulness"))
         fig = tradeoff(summary, opts)
@@ -257,7 +259,8 @@ def run(args) -> None:
         fig = calibration(lam, opts)
     trail = build_trail(inputs)
     shows = describe(args.kind, trail, lam, summary)
-    line = summary_line(shows)
+    if sizes:
+        shows["sizes"] = sizes    line = summary_line(shows)
     for path, fmt in ((args.png, "png"), (args.pdf, "pdf")):
         meta = {"Creator": "lara", "Description": line} if fmt == "png" else \
             {"Creator": "lara", "Subject": line, "CreationDate": None}
