@@ -260,7 +260,8 @@ def run(args) -> None:
     trail = build_trail(inputs)
     shows = describe(args.kind, trail, lam, summary)
     if sizes:
-        shows["sizes"] = sizes    line = summary_line(shows)
+        shows["sizes"] = sizes
+    line = summary_line(shows)
     for path, fmt in ((args.png, "png"), (args.pdf, "pdf")):
         meta = {"Creator": "lara", "Description": line} if fmt == "png" else \
             {"Creator": "lara", "Subject": line, "CreationDate": None}
