@@ -73,6 +73,22 @@ def data_input(kind):
     return [source] if source in TOY_FILES.values() or Path(source).exists() else []
 
 
+def calibration_preferences_input():
+    """The preference data, when the calibration prompts come from it (data.prompts.calibration_from)."""
+    if config["data"]["prompts"]["calibration_from"] == "preferences":
+        return [f"{RESULTS}/data/preferences.parquet"]
+    return []
+
+
+def held_out_options():
+    """Where calibration prompts come from the preference data: that file, and the reward/cost
+    trainers' eval_fraction:seed, whose held-out pairs' prompts it must avoid."""
+    if not calibration_preferences_input():
+        return ""
+    pairs = sorted({f"{config['train'][k]['eval_fraction']}:{config['seed']}" for k in ("reward", "cost")})
+    return shlex.join(["--calibration-preferences", calibration_preferences_input()[0], "--exclude-held-out", *pairs])
+
+
 # the keys of train.<stage> that each stage's trainer reads (so an unrelated key reruns nothing)
 TRAIN_KEYS = {
     "common": ("learning_rate", "epochs", "max_steps", "batch_size", "gradient_accumulation_steps",

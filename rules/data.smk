@@ -105,7 +105,8 @@ rule prepare_preferences:
 
 rule split_prompts:
     input:
-        data_input("prompts"),
+        pool=data_input("prompts"),
+        preferences=calibration_preferences_input(),
     output:
         calibration="results/{exp}/data/prompts_calibration.parquet",
         test="results/{exp}/data/prompts_test.parquet",
@@ -118,6 +119,7 @@ rule split_prompts:
             n_test=config["data"]["prompts"]["n_test"],
             seed=config["seed"],
         ),
+        exclude=held_out_options(),
         code=code("lara.data"),
     log:
         "logs/{exp}/split_prompts.log",
@@ -129,5 +131,5 @@ rule split_prompts:
     conda:
         "../envs/analysis.yaml"
     shell:
-        "lara split-prompts {params.options}"
+        "lara split-prompts {params.options} {params.exclude}"
         " --calibration {output.calibration} --test {output.test} > {log} 2>&1"

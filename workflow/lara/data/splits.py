@@ -1,4 +1,12 @@
-"""Disjoint calibration and test prompt splits from a prompt pool."""
+"""Disjoint calibration and test prompt splits.
+
+By default both come from one prompt pool (deduplicated, shuffled, cut in two). With
+``--calibration-preferences`` the calibration prompts come instead from the preference data (the
+reward and cost models' *training* partition, as in the paper: PKU-SafeRLHF train prompts) and the
+test prompts from the pool; calibration then excludes every prompt of the test pool and every
+prompt of the reward/cost models' held-out evaluation pairs (``--exclude-held-out FRACTION:SEED``,
+the trainers' own split), so no prompt the results are judged on is calibrated on.
+"""
 
 from __future__ import annotations
 
@@ -48,6 +56,37 @@ def split_prompts(prompts: pd.Series, n_calibration: int, n_test: int, seed: int
             frame.iloc[n_calibration:].reset_index(drop=True))
 
 
+def _normalise(texts) -> pd.Series:
+    return pd.Series(list(texts), dtype=object).map(lambda t: " ".join(str(t).split()))
+
+
+def held_out_pair_prompts(preferences: pd.DataFrame, held_out: list[tuple[float, int]]) -> set[str]:
+    """Prompts of the preference pairs that the reward/cost trainers hold out for evaluation: their
+    split is a seeded permutation of the pair rows (``lara.train.common.split_eval``)."""
+    from lara.train.common import split_eval
+
+    out: set[str] = set()
+    for fraction, seed in held_out:
+        _, evaluation = split_eval(preferences[["prompt"]].reset_index(drop=True), fraction, seed)
+        out |= set(_normalise(evaluation["prompt"]))
+    return out
+
+
+def split_from_training(pool: pd.Series, preferences: pd.DataFrame, n_calibration: int, n_test: int, seed: int,
+                        held_out: list[tuple[float, int]], source: str = "prompts",
+                        preferences_source: str = "preferences") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Test prompts from ``pool``; calibration prompts from the preference data's prompts, minus the
+    whole test pool and the held-out evaluation pairs' prompts."""
+    _, test = split_prompts(pool, 0, n_test, seed, source)
+    banned = set(_normalise(pool)) | held_out_pair_prompts(preferences, held_out)
+    candidates = pd.Series([t for t in pd.unique(_normalise(preferences["prompt"])) if t not in banned], dtype=object)
+    if len(candidates) < n_calibration:
+        raise DataError(f"{preferences_source}: {len(candidates)} training prompts outside the test pool and the "
+                        f"held-out evaluation pairs, but n_calibration = {n_calibration} are needed")
+    cal, _ = split_prompts(candidates, n_calibration, 0, seed + 1, preferences_source)
+    return cal, test
+
+
 # ---------------------------------------------------------------------------------------------
 # CLI: lara split-prompts
 
@@ -61,6 +100,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--n-calibration", type=int, required=True)
     parser.add_argument("--n-test", type=int, required=True)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--calibration-preferences", default=None,
+                        help="draw the calibration prompts from this preference data (parquet) instead of the pool")
+    parser.add_argument("--exclude-held-out", nargs="*", default=[], metavar="FRACTION:SEED",
+                        help="with --calibration-preferences: the reward/cost trainers' eval_fraction and seed, "
+                        "whose held-out pairs' prompts are never calibration prompts")
     parser.add_argument("--calibration", required=True, help="output parquet")
     parser.add_argument("--test", required=True, help="output parquet")
 
@@ -70,8 +114,21 @@ def run(args) -> None:
                       n_calibration=args.n_calibration, n_test=args.n_test, seed=args.seed)
     raw, origin = load_source(s.source, s.split)
     _require(raw, (s.column,), s.source)
-    cal, test = split_prompts(_text(raw, s.column, s.source), s.n_calibration, s.n_test, s.seed, s.source)
+    pool = _text(raw, s.column, s.source)
     meta = {"settings": asdict(s), "origin": origin, "rows_in": len(raw), "code": code_version()}
+    if args.calibration_preferences:
+        from lara.data.tables import read_table
+
+        prefs = read_table(args.calibration_preferences, required=("prompt",))
+        try:
+            held_out = [(float(f), int(sd)) for f, sd in (x.split(":") for x in args.exclude_held_out)]
+        except ValueError:
+            raise DataError(f"--exclude-held-out {args.exclude_held_out}: expected FRACTION:SEED pairs") from None
+        cal, test = split_from_training(pool, prefs, s.n_calibration, s.n_test, s.seed, held_out, s.source,
+                                        args.calibration_preferences)
+        meta |= {"calibration_from": args.calibration_preferences, "excluded_held_out": held_out}
+    else:
+        cal, test = split_prompts(pool, s.n_calibration, s.n_test, s.seed, s.source)
     write_table(cal, args.calibration, meta | {"split_role": "calibration"})
     try:
         write_table(test, args.test, meta | {"split_role": "test"})

@@ -1,0 +1,52 @@
+"""Calibration prompts from the reward/cost models' training partition: disjoint by text from the
+test pool and from the pairs the trainers hold out for evaluation."""
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from lara.data.splits import held_out_pair_prompts, split_from_training
+from lara.toy.world import ToyWorldSettings, generate
+from lara.train.common import split_eval
+from lara.train.preference import oriented_pairs
+
+WORLD = generate(ToyWorldSettings(seed=2, n_sft=100, n_pairs=600, n_eval_prompts=300))
+
+
+def test_held_out_prompts_are_the_trainers_own_evaluation_pairs():
+    prefs = pd.DataFrame(WORLD["safe_rlhf"])
+    for kind in ("reward", "cost"):
+        _, evaluation = split_eval(oriented_pairs(prefs, kind), 0.1, 3)
+        assert held_out_pair_prompts(prefs, [(0.1, 3)]) == {" ".join(p.split()) for p in evaluation["prompt"]}
+
+
+def test_calibration_from_training_prompts_is_disjoint_from_test_and_held_out_pairs():
+    prefs = pd.DataFrame(WORLD["safe_rlhf"])
+    # a test pool that shares some prompts with the preference data, to prove they are removed
+    pool = pd.Series([p["prompt"] for p in WORLD["prompts"]] + list(prefs["prompt"].iloc[:40]))
+    cal, test = split_from_training(pool, prefs, 120, 100, seed=0, held_out=[(0.1, 0), (0.2, 0)])
+    assert len(cal) == 120 and len(test) == 100
+    cal_text, test_text = set(cal["prompt"]), set(test["prompt"])
+    assert not cal_text & test_text
+    assert not cal_text & {" ".join(p.split()) for p in pool}  # nothing of the test pool at all
+    assert not cal_text & held_out_pair_prompts(prefs, [(0.1, 0), (0.2, 0)])
+    assert cal_text <= {" ".join(p.split()) for p in prefs["prompt"]}  # from the training partition
+    with pytest.raises(Exception, match="n_calibration = 5000"):
+        split_from_training(pool, prefs, 5000, 100, seed=0, held_out=[(0.1, 0)])
+
+
+def test_cli_draws_calibration_from_the_preferences(tmp_path):
+    prefs = tmp_path / "preferences.parquet"
+    pd.DataFrame(WORLD["safe_rlhf"]).to_parquet(prefs)
+    pool = tmp_path / "pool.jsonl"
+    pd.DataFrame(WORLD["prompts"]).to_json(pool, orient="records", lines=True)
+    cal, test = tmp_path / "cal.parquet", tmp_path / "test.parquet"
+    proc = subprocess.run([sys.executable, "-m", "lara", "split-prompts", "--source", str(pool), "--n-calibration", "50",
+                           "--n-test", "40", "--calibration-preferences", str(prefs), "--exclude-held-out", "0.1:0",
+                           "--calibration", str(cal), "--test", str(test)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    c, t = pd.read_parquet(cal), pd.read_parquet(test)
+    assert len(c) == 50 and len(t) == 40 and not set(c["prompt"]) & set(t["prompt"])
+    assert set(c["prompt"]) <= set(pd.read_parquet(prefs)["prompt"].map(lambda p: " ".join(p.split())))
