@@ -78,12 +78,19 @@ def sweep(reward: np.ndarray, cost: np.ndarray, lams) -> pd.DataFrame:
                          "safe_fraction": (c <= 0).mean(1)})
 
 
-def warn_if_fewer_than_k(n: int, lambda_json: str | Path | None) -> None:
-    if lambda_json and Path(lambda_json).is_file():
-        k = json.loads(Path(lambda_json).read_text()).get("samples_per_prompt", {}).get("min")
-        if k is not None and n < k:
-            log.warning("Best-of-N with N=%d candidates but lambda was calibrated on K=%d samples per prompt: "
-                        "N should be at least K", n, k)
+def warn_if_calibrated_for_another_decoder(n: int, lambda_json: str | Path | None) -> None:
+    """Warn when lambda.json was calibrated for another decoder than Best-of-n."""
+    if not (lambda_json and Path(lambda_json).is_file()):
+        return
+    rec = json.loads(Path(lambda_json).read_text())
+    decoder = rec.get("decoder") or {}
+    if decoder.get("kind") == "best_of_n" and decoder.get("n") not in (None, n):
+        log.warning("Best-of-N with N=%d candidates but %s was calibrated for Best-of-%s", n, lambda_json,
+                    decoder["n"])
+    elif decoder.get("kind") == "gibbs_tilt":
+        log.warning("%s was calibrated in soft mode (the Gibbs tilt at beta=%s), not for argmax Best-of-%d: "
+                    "calibrate with --mode bon --bon-n %d for the expected-cost guarantee", lambda_json,
+                    decoder.get("beta"), n, n)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -106,7 +113,7 @@ def run(args) -> None:
     df = read_table(args.candidates, required=("prompt_id", "sample_id", "prompt", "response", "reward", "cost"))
     lam = resolve_lambda(args.setting, args.lambda_max, args.lambda_json)
     ids, reward, cost, index = score_matrix(df)
-    warn_if_fewer_than_k(reward.shape[1], args.lambda_json)
+    warn_if_calibrated_for_another_decoder(reward.shape[1], args.lambda_json)
     pick = select(reward, cost, [lam])[0]
     chosen = df.loc[index[np.arange(len(ids)), pick]].copy()
     chosen["method"], chosen["setting"], chosen["lambda"] = "bon", args.setting, lam

@@ -20,7 +20,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from lara.decode.bon import score_matrix, warn_if_fewer_than_k
+from lara.decode.bon import score_matrix
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,6 @@ def run(args) -> None:
         rec = json.loads(open(path).read())
         n = (rec.get("decoder") or {}).get("n") or m
         calibrated[int(n)] = rec
-        warn_if_fewer_than_k(m, path)
     grid = [float(x) for x in json.loads(args.grid)]
     t0 = time.perf_counter()
     tables = []
