@@ -8,7 +8,9 @@ For prompt i with samples k (from pi_ref), a_ik(lam) = (r_ik - lam c_ik) / beta 
 
 so g' is nondecreasing and the minimiser over [0, Lambda] is found by bisection on g'.
 In the Best-of-N limit (beta -> 0, ``mode="bon"``) the softmax becomes the argmax of
-r - lam c (ties go to the lower cost, the limit from the right) and g' is a step function.
+r - lam c (ties go to the lower cost, the limit from the right) and g' is a step function;
+``mode="bon"`` with ``bon_n = N <= K`` is exact for Best-of-N over N of the K samples
+(:mod:`lara.calibrate.bestofn`, which solves and bootstraps that mode).
 
 Bootstrap. A replicate reweights prompts by multinomial counts n_b, and
 g'_b(lam) = tau - sum_i (n_bi / N) cbar_i(lam). The per-prompt curves cbar_i do not
