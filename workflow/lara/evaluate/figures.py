@@ -72,6 +72,9 @@ def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: dict):
                    label=f"$\\lambda^*$ = {lam['lambda_star']:.3g} (N = {main_n})")
         ax.set_xlabel("$\\lambda$")
         ax.set_ylabel(label)
+        positive = np.sort(sweep.loc[sweep["lambda"] > 0, "lambda"].unique())
+        if len(positive) and positive[-1] / positive[0] > 20:  # a small lambda* next to a wide grid
+            ax.set_xscale("symlog", linthresh=positive[0])
     tau = lam["tau"]
     axes[1].axhline(tau, color="black", ls="--", lw=1.2, label=f"$\\tau$ = {tau:g}")
     if "verdict" in sweep.columns:
