@@ -91,4 +91,4 @@ rule calibrate_lambda_for_n:
     conda:
         "../envs/analysis.yaml"
     shell:
-        "lara calibrate --scores {input.scores} {params.options} --out {output} > {log} 2>&1"
+        "lara calibrate --scores {input.scores:q} {params.options} --out {output:q} > {log:q} 2>&1"

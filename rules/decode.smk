@@ -84,7 +84,7 @@ rule bon_sweep:
         grid=json.dumps(config["decode"]["lambda_grid"]),
         options=opts(tau=config["calibration"]["tau"], bootstrap=config["evaluation"]["bootstrap"],
                      seed=config["seed"]),
-        sizes=" ".join(str(n) for n in sweep_sizes()),
+        sizes=sweep_sizes(),
         code=code("lara.decode.bon", "lara.decode.sweep", "lara.calibrate.bestofn"),
     log:
         "logs/{exp}/bon_sweep.log",
@@ -94,8 +94,8 @@ rule bon_sweep:
     conda:
         "../envs/analysis.yaml"
     shell:
-        "lara bon-sweep --candidates {input.candidates} --grid {params.grid:q} --lambda-json {input.lam}"
-        " --n {params.sizes} {params.options} --out {output} > {log} 2>&1"
+        "lara bon-sweep --candidates {input.candidates:q} --grid {params.grid:q} --lambda-json {input.lam:q}"
+        " --n {params.sizes:q} {params.options} --out {output:q} > {log:q} 2>&1"
 
 
 rule decode_rgtg:
