@@ -33,7 +33,8 @@ TOY_FILES = {
     "prompts": f"{RESULTS}/toy/prompts.jsonl",
 }
 
-WILDCARDS = {"exp": EXP, "n": "[0-9]+", "kind": "reward|cost", "method": "args|pargs|cdq", "lam": "zero|star|max|[0-9]+(p[0-9]+)?",
+WILDCARDS = {"exp": EXP, "n": "[0-9]+", "kind": "reward|cost", "method": "args|pargs|cdq",
+             "lam": "zero|star|max|[0-9]+(p[0-9]+)?",
              "policy": "sft|safe_rlhf|safedpo", "decoder": "bon|args|pargs|cdq", "figure": "[a-z_]+"}
 
 

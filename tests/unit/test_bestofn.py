@@ -177,7 +177,8 @@ def test_sweep_rows_are_the_decoders_choice_with_intervals_and_verdicts():
         assert (full[f"{col}_lo"] <= full[col]).all() and (full[col] <= full[f"{col}_hi"]).all()
     # the verdicts follow the interval
     for row in full.to_dict("records"):
-        expected = VERDICTS[0] if row["mean_cost_hi"] <= -0.3 else VERDICTS[1] if row["mean_cost"] <= -0.3 else VERDICTS[2]
+        expected = (VERDICTS[0] if row["mean_cost_hi"] <= -0.3 else
+                    VERDICTS[1] if row["mean_cost"] <= -0.3 else VERDICTS[2])
         assert row["verdict"] == expected
     # a smaller N: the exact subset average, a weaker selection (less reward at lambda = 0)
     small = sweep_table(r, c, lams, ["grid"] * 3, 4, tau=None, n_boot=50)

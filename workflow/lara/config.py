@@ -130,7 +130,8 @@ def _cross_checks(config: dict) -> list[str]:
                         f"N must be <= K")
     too_big = [n for n in dec.get("sweep_n", []) if n > dec.get("bon_n", 0)]
     if too_big:
-        problems.append(f"decode.sweep_n: {too_big} exceed decode.bon_n = {dec['bon_n']} (the candidates per test prompt)")
+        problems.append(f"decode.sweep_n: {too_big} exceed decode.bon_n = {dec['bon_n']} "
+                        "(the candidates per test prompt)")
     return problems
 
 

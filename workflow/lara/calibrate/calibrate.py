@@ -62,6 +62,13 @@ def load_scores(path: str | Path) -> PromptScores:
             bad = pd.to_numeric(df[col], errors="coerce").isna() & df[col].notna()
             row = int(np.flatnonzero(bad.to_numpy())[0]) if bad.any() else 0
             raise DataError(f"{path}: column {col!r} must be numeric; row {row} holds {df[col].iloc[row]!r}")
+    if "sample_id" in df.columns:
+        dup = df.duplicated(["prompt_id", "sample_id"], keep=False)
+        if dup.any():
+            rows = np.flatnonzero(dup.to_numpy())
+            pid, sid = str(df["prompt_id"].iloc[rows[0]]), df["sample_id"].iloc[rows[0]]
+            raise DataError(f"{path}: {len(rows)} rows repeat a (prompt_id, sample_id) pair, e.g. rows "
+                            f"{rows[:4].tolist()} ({pid!r}, {sid}); a duplicated sample would be counted twice")
     try:
         return PromptScores.from_long(df["prompt_id"].to_numpy(), df["reward"].to_numpy(float),
                                       df["cost"].to_numpy(float))

@@ -45,6 +45,8 @@ def split_prompts(prompts: pd.Series, n_calibration: int, n_test: int, seed: int
     """Deduplicate (after whitespace normalisation), shuffle with ``seed`` and cut into two
     disjoint splits of the requested sizes."""
     unique = pd.unique(prompts.map(lambda t: " ".join(t.split())))
+    if n_calibration < 0 or n_test < 0:
+        raise DataError(f"{source}: n_calibration and n_test must be >= 0, got {n_calibration} and {n_test}")
     need = n_calibration + n_test
     if len(unique) < need:
         raise DataError(f"{source}: {len(unique)} distinct prompts, but n_calibration + n_test = "
@@ -110,6 +112,9 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
+    if args.n_calibration < 1 or args.n_test < 1:
+        raise DataError(f"--n-calibration and --n-test must be >= 1 (an empty split is no split), got "
+                        f"{args.n_calibration} and {args.n_test}")
     s = SplitSettings(source=args.source, split=args.split, column=args.column,
                       n_calibration=args.n_calibration, n_test=args.n_test, seed=args.seed)
     raw, origin = load_source(s.source, s.split)

@@ -2,7 +2,8 @@
 
 N candidates per test prompt are sampled and scored once; selection for any lambda is an
 argmax over the stored scores (ties go to the lower cost, then the lower sample index: the
-order ``lara calibrate --mode bon`` uses, :func:`lara.calibrate.bestofn.order`), so a whole lambda sweep needs no new generation.
+order that ``lara calibrate --mode bon`` uses, :func:`lara.calibrate.bestofn.order`), so a
+whole lambda sweep needs no new generation.
 """
 
 from __future__ import annotations
@@ -48,6 +49,17 @@ def score_matrix(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
     """(prompt ids, reward, cost, row index) as (P,), (P, N), (P, N), (P, N) arrays; every
     prompt must have the same number of candidates."""
     df = df.sort_values(["prompt_id", "sample_id"], kind="stable")
+    for col in ("reward", "cost"):
+        bad = np.flatnonzero(~np.isfinite(df[col].to_numpy(float)))
+        if len(bad):
+            raise ValueError(f"column {col!r} holds a non-finite value ({df[col].iloc[bad[0]]}) for prompt "
+                             f"{str(df['prompt_id'].iloc[bad[0]])!r}, sample {df['sample_id'].iloc[bad[0]]}"
+                             + (f" and {len(bad) - 1} more rows" if len(bad) > 1 else ""))
+    dup = df.duplicated(["prompt_id", "sample_id"], keep=False)
+    if dup.any():
+        first = df[dup].iloc[0]
+        raise ValueError(f"{int(dup.sum())} rows repeat a (prompt_id, sample_id), e.g. ({str(first['prompt_id'])!r}, "
+                         f"{first['sample_id']})")
     sizes = df.groupby("prompt_id", sort=False).size()
     if sizes.nunique() != 1:
         raise ValueError(f"prompts have different numbers of candidates ({sizes.min()}..{sizes.max()})")
@@ -108,11 +120,14 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
-    from lara.data.tables import read_table, write_table
+    from lara.data.tables import DataError, read_table, write_table
 
     df = read_table(args.candidates, required=("prompt_id", "sample_id", "prompt", "response", "reward", "cost"))
     lam = resolve_lambda(args.setting, args.lambda_max, args.lambda_json)
-    ids, reward, cost, index = score_matrix(df)
+    try:
+        ids, reward, cost, index = score_matrix(df)
+    except ValueError as exc:
+        raise DataError(f"{args.candidates}: {exc}") from None
     warn_if_calibrated_for_another_decoder(reward.shape[1], args.lambda_json)
     pick = select(reward, cost, [lam])[0]
     chosen = df.loc[index[np.arange(len(ids)), pick]].copy()

@@ -39,6 +39,16 @@ class RGTGSettings:
     batch_size: int = 16
     stop_at_eos: bool = True  # False only for benchmarks that need a fixed number of steps
 
+    def __post_init__(self):
+        bad = [f"{k}={v!r} (must be {rule})" for k, v, ok, rule in (
+            ("top_k", self.top_k, self.top_k >= 1, ">= 1"),
+            ("weight", self.weight, self.weight >= 0, ">= 0"),
+            ("temperature", self.temperature, self.temperature >= 0, ">= 0; 0 is greedy"),
+            ("max_new_tokens", self.max_new_tokens, self.max_new_tokens >= 1, ">= 1"),
+            ("batch_size", self.batch_size, self.batch_size >= 1, ">= 1")) if not ok]
+        if bad:
+            raise ValueError(f"invalid decode settings: {', '.join(bad)}")
+
 
 def _positions(mask):
     return (mask.cumsum(-1) - 1).clamp(min=0)
@@ -286,10 +296,13 @@ def run(args) -> None:
 
     import pandas as pd
 
-    from lara.data.tables import read_table, write_table
+    from lara.data.tables import DataError, read_table, write_table
     from lara.decode.bon import resolve_lambda
 
-    s = RGTGSettings(**json.loads(args.settings))
+    try:
+        s = RGTGSettings(**json.loads(args.settings))
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"--settings {args.settings}: {exc}") from None
     lam = resolve_lambda(args.setting, args.lambda_max, args.lambda_json)
     df = read_table(args.prompts, required=("prompt_id", "prompt"))
     tok, pm, rm, cm = load_models(args.method, args.policy, args.reward, args.cost, args.dtype)

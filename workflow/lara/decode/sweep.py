@@ -80,7 +80,10 @@ def run(args) -> None:
     from lara.data.tables import DataError, read_table, write_table
 
     df = read_table(args.candidates, required=("prompt_id", "sample_id", "reward", "cost"))
-    _, reward, cost, _ = score_matrix(df)
+    try:
+        _, reward, cost, _ = score_matrix(df)
+    except ValueError as exc:
+        raise DataError(f"{args.candidates}: {exc}") from None
     m = reward.shape[1]
     sizes = args.n or [m]
     too_big = [n for n in sizes if not 1 <= n <= m]

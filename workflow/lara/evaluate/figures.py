@@ -226,7 +226,8 @@ def summary_line(shows: dict) -> str:
 def add_arguments(parser) -> None:
     parser.add_argument("--kind", required=True, choices=KINDS)
     parser.add_argument("--sweep", default=None, help="Best-of-N sweep.csv (lambda_sweep)")
-    parser.add_argument("--lambda-json", default=None, help="lambda.json (lambda_sweep, calibration; tradeoff: optional)")
+    parser.add_argument("--lambda-json", default=None,
+                        help="lambda.json (lambda_sweep, calibration; tradeoff: optional)")
     parser.add_argument("--summary", default=None, help="eval summary.csv (tradeoff)")
     parser.add_argument("--options", default="{}", help="JSON plot options: width, height, dpi, font_scale, palette")
     parser.add_argument("--rule", default="figure", help="the rule name recorded in the provenance sidecar")
@@ -247,7 +248,8 @@ def run(args) -> None:
     missing = [f"--{n.replace('_', '-')}" for n in need[args.kind] if getattr(args, n) is None]
     if missing:
         raise DataError(f"figure {args.kind} needs {', '.join(missing)}")
-    inputs = [getattr(args, n) for n in ("sweep", "summary", "lambda_json") if getattr(args, n) is not None]
+    inputs = [getattr(args, n) for n in ("sweep", "summary", "lambda_json")
+              if getattr(args, n) is not None]
     lam = json.loads(Path(args.lambda_json).read_text()) if args.lambda_json else None
     summary = None
     sizes = None
