@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +74,6 @@ def configure_torch() -> dict:
 def numerics_record() -> dict:
     """What decided this process's numerics, for provenance records."""
     record = {k: os.environ[k] for k in KERNEL_VARIABLES if k in os.environ}
-    import sys
-
     if "torch" in sys.modules:
         torch = sys.modules["torch"]
         record["torch_threads"] = torch.get_num_threads()

@@ -85,19 +85,20 @@ def _prob_table(counts: np.ndarray, kmax: int, n: int | None) -> np.ndarray:
 
 def expected_cost(reward, cost, mask, lams, n: int | None) -> np.ndarray:
     """(P, L) exact expected Best-of-n cost per prompt at each lam (n = None: each prompt's K)."""
-    return expected(reward, cost, mask, lams, n, cost)
+    return expected(reward, cost, mask, lams, n, cost)[0]
 
 
-def expected(reward, cost, mask, lams, n: int | None, values: np.ndarray) -> np.ndarray:
-    """(P, L) exact expectation of ``values`` (P, K) at the Best-of-n choice, per prompt and lam."""
+def expected(reward, cost, mask, lams, n: int | None, *values: np.ndarray) -> np.ndarray:
+    """(V, P, L) exact expectation of each of ``values`` (P, K) at the Best-of-n choice, per prompt
+    and lam (the order is computed once per lam for all of them)."""
     lams = np.atleast_1d(np.asarray(lams, dtype=np.float64))
     counts = mask.sum(axis=1)
     probs = _prob_table(counts, reward.shape[1], n)
-    vals = np.where(mask, values, 0.0)
-    out = np.empty((reward.shape[0], len(lams)))
+    vals = np.stack([np.where(mask, v, 0.0) for v in values])
+    out = np.empty((len(values), reward.shape[0], len(lams)))
     for t, lam in enumerate(lams):
         idx = order(reward, cost, lam, mask)
-        out[:, t] = (probs * np.take_along_axis(vals, idx, axis=1)).sum(axis=1)
+        out[:, :, t] = (probs[None] * np.take_along_axis(vals, np.broadcast_to(idx, vals.shape), axis=2)).sum(axis=2)
     return out
 
 

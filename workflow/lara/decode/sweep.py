@@ -51,8 +51,7 @@ def sweep_table(reward: np.ndarray, cost: np.ndarray, lams, labels, n: int, tau:
     lams = np.asarray(lams, dtype=np.float64)
     cols = {"mean_reward": reward, "mean_cost": cost, "safe_fraction": (cost <= 0).astype(float)}
     table = pd.DataFrame({"n": n, "lambda": lams, "label": labels})
-    for name, values in cols.items():
-        per_prompt = expected(reward, cost, mask, lams, n, values)
+    for name, per_prompt in zip(cols, expected(reward, cost, mask, lams, n, *cols.values()), strict=True):
         boots = bootstrap_means(per_prompt, n_boot, seed)
         table[name] = per_prompt.mean(axis=0)
         table[f"{name}_lo"], table[f"{name}_hi"] = np.quantile(boots, [0.025, 0.975], axis=0)
