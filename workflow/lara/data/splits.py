@@ -40,11 +40,15 @@ def prompt_id(text: str) -> str:
     return "p" + hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
+def _normalise(texts) -> pd.Series:
+    return pd.Series(list(texts), dtype=object).map(lambda t: " ".join(str(t).split()))
+
+
 def split_prompts(prompts: pd.Series, n_calibration: int, n_test: int, seed: int,
                   source: str = "prompts") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Deduplicate (after whitespace normalisation), shuffle with ``seed`` and cut into two
     disjoint splits of the requested sizes."""
-    unique = pd.unique(prompts.map(lambda t: " ".join(t.split())))
+    unique = pd.unique(_normalise(prompts))
     if n_calibration < 0 or n_test < 0:
         raise DataError(f"{source}: n_calibration and n_test must be >= 0, got {n_calibration} and {n_test}")
     need = n_calibration + n_test
@@ -56,10 +60,6 @@ def split_prompts(prompts: pd.Series, n_calibration: int, n_test: int, seed: int
     frame = pd.DataFrame({"prompt_id": [prompt_id(t) for t in chosen], "prompt": chosen})
     return (frame.iloc[:n_calibration].reset_index(drop=True),
             frame.iloc[n_calibration:].reset_index(drop=True))
-
-
-def _normalise(texts) -> pd.Series:
-    return pd.Series(list(texts), dtype=object).map(lambda t: " ".join(str(t).split()))
 
 
 def held_out_pair_prompts(preferences: pd.DataFrame, held_out: list[tuple[float, int]]) -> set[str]:

@@ -35,10 +35,9 @@ def verdict(mean: float, hi: float, tau: float) -> str:
 
 def bootstrap_means(per_prompt: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
     """(n_boot, L) means over prompt resamples of per-prompt values (P, L)."""
-    p = per_prompt.shape[0]
-    rng = np.random.default_rng(seed)
-    w = np.stack([np.bincount(rng.integers(0, p, p), minlength=p) for _ in range(n_boot)]) / p
-    return w @ per_prompt
+    from lara.calibrate.dual import resample_weights
+
+    return resample_weights(np.random.default_rng(seed), per_prompt.shape[0], n_boot) @ per_prompt
 
 
 def sweep_table(reward: np.ndarray, cost: np.ndarray, lams, labels, n: int, tau: float | None,
