@@ -17,7 +17,7 @@ rule train_safe_rlhf:
         launch=launcher("train_safe_rlhf"),
         settings=train_settings("safe_rlhf"),
         options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
-        code=code("lara.train.common", "lara.train.ppo_lag", "lara.scoring", "lara.template"),
+        code=step_code("train-safe-rlhf"),
     log:
         "logs/{exp}/train_safe_rlhf.log",
     benchmark:
@@ -43,7 +43,7 @@ rule train_safedpo:
         launch=launcher("train_safedpo"),
         settings=train_settings("safedpo"),
         options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
-        code=code("lara.train.common", "lara.train.safedpo", "lara.template"),
+        code=step_code("train-safedpo"),
     log:
         "logs/{exp}/train_safedpo.log",
     benchmark:
@@ -71,7 +71,7 @@ rule generate_policy:
             seed=config["seed"] + 2,
         ),
         settings=generation_settings(),
-        code=code("lara.decode.policy", "lara.generate", "lara.template"),
+        code=step_code("generate-policy"),
     log:
         "logs/{exp}/generate_policy_{policy}.log",
     benchmark:

@@ -16,7 +16,7 @@ rule sample_calibration:
             seed=config["seed"],
         ),
         settings=generation_settings(),
-        code=code("lara.generate", "lara.template"),
+        code=step_code("sample"),
     log:
         "logs/{exp}/sample_calibration.log",
     benchmark:
@@ -39,7 +39,7 @@ rule score_calibration:
     output:
         "results/{exp}/calibration/scores.parquet",
     params:
-        code=code("lara.score", "lara.scoring", "lara.template"),
+        code=step_code("score"),
     log:
         "logs/{exp}/score_calibration.log",
     benchmark:
@@ -60,7 +60,7 @@ rule calibrate_lambda:
         "results/{exp}/calibration/lambda.json",
     params:
         options=calibration_options(config["decode"]["bon_n"]),
-        code=code("lara.calibrate"),
+        code=step_code("calibrate"),
     log:
         "logs/{exp}/calibrate_lambda.log",
     benchmark:
@@ -82,7 +82,7 @@ rule calibrate_lambda_for_n:
         "results/{exp}/calibration/lambda_bon{n}.json",
     params:
         options=lambda w: calibration_options(int(w.n)),
-        code=code("lara.calibrate"),
+        code=step_code("calibrate"),
     log:
         "logs/{exp}/calibrate_lambda_bon{n}.log",
     threads: job_threads("calibrate_lambda")

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from lara import config as lara_config
-from lara.provenance import source_hash
+from lara.codehash import step_code  # a rule's code param: lara COMMAND's import closure, hashed
 from lara.runtime import cpu_kernel_environment
 from snakemake.logging import logger
 
@@ -55,11 +55,6 @@ def opts(**options):
         if value is not None:
             parts += [f"--{key.replace('_', '-')}", str(value)]
     return shlex.join(parts)
-
-
-def code(*modules):
-    """Source hash of the step modules that a job runs; editing them reruns its jobs."""
-    return "-".join(source_hash(m) for m in modules)
 
 
 def data_source(kind):
@@ -239,7 +234,7 @@ def figure_shows(wildcards, output):
 def figure_params():
     return dict(
         options=json.dumps(config["figures"], sort_keys=True),
-        code=code("lara.evaluate.figures", "lara.trail"),
+        code=step_code("figure"),
         shows=figure_shows,
     )
 

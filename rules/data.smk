@@ -10,7 +10,7 @@ rule make_toy_world:
     params:
         settings=json.dumps({k: v for k, v in config["toy"].items() if k not in ("tokenizer", "model")}),
         seed=config["seed"],
-        code=code("lara.toy.world", "lara.toy.make_world"),
+        code=step_code("make-toy-world"),
     log:
         "logs/{exp}/make_toy_world.log",
     benchmark:
@@ -35,7 +35,7 @@ rule make_toy_model:
     params:
         settings=json.dumps(config["toy"]["tokenizer"] | config["toy"]["model"]),
         seed=config["seed"],
-        code=code("lara.toy.model"),
+        code=step_code("make-toy-model"),
     log:
         "logs/{exp}/make_toy_model.log",
     benchmark:
@@ -62,7 +62,7 @@ rule prepare_sft_data:
             max_examples=config["data"]["sft"]["max_examples"],
             seed=config["seed"],
         ),
-        code=code("lara.data"),
+        code=step_code("prepare-data"),
     log:
         "logs/{exp}/prepare_sft_data.log",
     benchmark:
@@ -89,7 +89,7 @@ rule prepare_preferences:
             inconsistent=config["data"]["preferences"]["inconsistent"],
             seed=config["seed"],
         ),
-        code=code("lara.data"),
+        code=step_code("prepare-data"),
     log:
         "logs/{exp}/prepare_preferences.log",
     benchmark:
@@ -120,7 +120,7 @@ rule split_prompts:
             seed=config["seed"],
         ),
         exclude=held_out_options(),
-        code=code("lara.data"),
+        code=step_code("split-prompts"),
     log:
         "logs/{exp}/split_prompts.log",
     benchmark:

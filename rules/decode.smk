@@ -17,7 +17,7 @@ rule sample_bon:
             seed=config["seed"] + 1,
         ),
         settings=generation_settings(),
-        code=code("lara.generate", "lara.template"),
+        code=step_code("sample"),
     log:
         "logs/{exp}/sample_bon.log",
     benchmark:
@@ -40,7 +40,7 @@ rule score_bon:
     output:
         "results/{exp}/decode/bon/candidates.parquet",
     params:
-        code=code("lara.score", "lara.scoring", "lara.template"),
+        code=step_code("score"),
     log:
         "logs/{exp}/score_bon.log",
     benchmark:
@@ -62,7 +62,7 @@ rule select_bon:
         "results/{exp}/decode/bon/{lam}/responses.parquet",
     params:
         options=lambda w: lambda_options(w.lam),
-        code=code("lara.decode.bon", "lara.calibrate.bestofn"),
+        code=step_code("select-bon"),
     log:
         "logs/{exp}/select_bon_{lam}.log",
     threads: job_threads("select_bon")
@@ -85,7 +85,7 @@ rule bon_sweep:
         options=opts(tau=config["calibration"]["tau"], bootstrap=config["evaluation"]["bootstrap"],
                      seed=config["seed"]),
         sizes=sweep_sizes(),
-        code=code("lara.decode.bon", "lara.decode.sweep", "lara.calibrate.bestofn"),
+        code=step_code("bon-sweep"),
     log:
         "logs/{exp}/bon_sweep.log",
     threads: job_threads("bon_sweep")
@@ -111,7 +111,7 @@ rule decode_rgtg:
         options=lambda w: lambda_options(w.lam),
         settings=json.dumps(config["decode"]["rgtg"], sort_keys=True),
         seed=config["seed"],
-        code=code("lara.decode.rgtg", "lara.decode.bon", "lara.scoring", "lara.template"),
+        code=step_code("decode"),
     log:
         "logs/{exp}/decode_{method}_{lam}.log",
     benchmark:

@@ -11,7 +11,7 @@ rule evaluate_decoded:
         "results/{exp}/eval/{decoder}/{lam}/scores.parquet",
     params:
         options=evaluation_options(),
-        code=code("lara.evaluate.evaluate", "lara.scoring", "lara.template"),
+        code=step_code("evaluate"),
     log:
         "logs/{exp}/evaluate_{decoder}_{lam}.log",
     benchmark:
@@ -32,7 +32,7 @@ rule evaluate_policy:
         "results/{exp}/eval/{policy}/scores.parquet",
     params:
         options=evaluation_options(),
-        code=code("lara.evaluate.evaluate", "lara.scoring", "lara.template"),
+        code=step_code("evaluate"),
     log:
         "logs/{exp}/evaluate_{policy}.log",
     benchmark:
@@ -53,7 +53,7 @@ rule judge_decoded:
         "results/{exp}/eval/{decoder}/{lam}/judge.parquet",
     params:
         options=judge_options(),
-        code=code("lara.evaluate.judge"),
+        code=step_code("judge"),
     log:
         "logs/{exp}/judge_{decoder}_{lam}.log",
     threads: job_threads("judge")
@@ -72,7 +72,7 @@ rule judge_policy:
         "results/{exp}/eval/{policy}/judge.parquet",
     params:
         options=judge_options(),
-        code=code("lara.evaluate.judge"),
+        code=step_code("judge"),
     log:
         "logs/{exp}/judge_{policy}.log",
     threads: job_threads("judge")
@@ -98,7 +98,7 @@ rule aggregate:
         options=opts(tau=config["calibration"]["tau"], bootstrap=config["evaluation"]["bootstrap"],
                      seed=config["seed"]),
         audit=opts(bon_star=BON_STAR_EVAL or None, lambda_json=BON_STAR_LAMBDA or None, sweep=BON_SWEEP or None),
-        code=code("lara.evaluate.aggregate"),
+        code=step_code("aggregate"),
     log:
         "logs/{exp}/aggregate.log",
     threads: job_threads("aggregate")

@@ -13,7 +13,7 @@ rule train_sft:
         model=base_model_arg,
         settings=train_settings("sft"),
         options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
-        code=code("lara.train.common", "lara.train.sft", "lara.scoring", "lara.template"),
+        code=step_code("train-sft"),
     log:
         "logs/{exp}/train_sft.log",
     benchmark:
@@ -37,7 +37,7 @@ rule train_reward_model:
     params:
         settings=train_settings("reward"),
         options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
-        code=code("lara.train.common", "lara.train.preference", "lara.train.reward", "lara.scoring"),
+        code=step_code("train-reward"),
     log:
         "logs/{exp}/train_reward_model.log",
     benchmark:
@@ -61,7 +61,7 @@ rule train_cost_model:
     params:
         settings=train_settings("cost"),
         options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
-        code=code("lara.train.common", "lara.train.preference", "lara.train.cost", "lara.scoring"),
+        code=step_code("train-cost"),
     log:
         "logs/{exp}/train_cost_model.log",
     benchmark:
@@ -85,7 +85,7 @@ rule train_partial_model:
     params:
         settings=train_settings("partial"),
         options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
-        code=code("lara.train.common", "lara.train.preference", "lara.train.partial", "lara.scoring"),
+        code=step_code("train-partial"),
     log:
         "logs/{exp}/train_partial_{kind}.log",
     benchmark:
@@ -116,7 +116,7 @@ rule sample_value_data:
             seed=config["seed"],
         ),
         settings=generation_settings(),
-        code=code("lara.generate", "lara.template"),
+        code=step_code("sample"),
     log:
         "logs/{exp}/sample_value_data.log",
     benchmark:
@@ -139,7 +139,7 @@ rule score_value_data:
     output:
         "results/{exp}/value/scores.parquet",
     params:
-        code=code("lara.score", "lara.scoring", "lara.template"),
+        code=step_code("score"),
     log:
         "logs/{exp}/score_value_data.log",
     benchmark:
@@ -162,7 +162,7 @@ rule train_value_model:
     params:
         settings=train_settings("value"),
         options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
-        code=code("lara.train.common", "lara.train.value", "lara.scoring"),
+        code=step_code("train-value"),
     log:
         "logs/{exp}/train_value_{kind}.log",
     benchmark:

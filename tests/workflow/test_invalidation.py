@@ -52,19 +52,74 @@ def test_unrelated_training_key_reruns_only_its_stage(toy_run, tmp_path):
     assert all("/pargs/" in o for o in outputs if "/decode/" in o)
 
 
-def test_editing_a_step_module_reruns_that_step_and_its_downstream(toy_run, tmp_path):
-    # a copy of the package on PYTHONPATH with one step's source edited (Snakemake and the
-    # jobs import lara from there); nothing in the repository is touched
+def package_copy(tmp_path):
+    """A copy of the package on PYTHONPATH (Snakemake and the jobs import lara from there), so a
+    test edits step sources without touching the repository."""
     pkg = tmp_path / "pkg"
-    shutil.copytree(REPO / "workflow" / "lara", pkg / "lara")
-    with open(pkg / "lara" / "decode" / "sweep.py", "a") as fh:
-        fh.write("\n# an edit\n")
-    env = {"PYTHONPATH": f"{pkg}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    shutil.copytree(REPO / "workflow" / "lara", pkg / "lara", ignore=shutil.ignore_patterns("__pycache__"))
+    return pkg / "lara", {"PYTHONPATH": f"{pkg}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+
+def append(path, text):
+    with open(path, "a") as fh:
+        fh.write(text)
+
+
+def own_code_changed(workdir, env):
+    """The rules whose own params changed (not those rerun because an input will change): with the
+    config untouched, that is their code param."""
+    proc = run_snakemake(workdir, "-n", env=env)
+    out = proc.stdout + proc.stderr
+    rules = set()
+    for block in re.split(r"(?m)^(?=(?:local)?rule \w+:)", out):
+        m = re.match(r"(?:local)?rule (\w+):", block)
+        if m and re.search(r"reason:.*Params have changed since last execution", block):
+            rules.add(m.group(1))
+    return rules
+
+
+def test_comment_and_docstring_edits_rerun_nothing(toy_run, tmp_path):
+    lara, env = package_copy(tmp_path)
+    for rel in ("decode/rgtg.py", "decode/bon.py", "calibrate/dual.py", "scoring.py"):
+        path = lara / rel
+        path.write_text(path.read_text().replace('"""', '"""Reworded docstring. ', 1))
+        append(path, "\n\n# an added comment\n")
+    assert dry_run(toy_run, env=env) == ({}, set())
+
+
+def test_editing_a_step_module_reruns_that_step_and_its_downstream(toy_run, tmp_path):
+    lara, env = package_copy(tmp_path)
+    append(lara / "decode" / "sweep.py", "\nAN_EDIT = 1\n")
     counts, outputs = dry_run(toy_run, env=env)
     # the sweep, its figure, and the audit that reads it (with the summary's figure)
     assert counts == {"bon_sweep": 1, "figure_lambda_sweep": 1, "aggregate": 1, "figure_tradeoff": 1}, counts
-    with open(pkg / "lara" / "calibrate" / "dual.py", "a") as fh:
-        fh.write("\n# another edit\n")
+    append(lara / "calibrate" / "dual.py", "\nANOTHER_EDIT = 1\n")
     counts, outputs = dry_run(toy_run, env=env)
     assert counts.get("calibrate_lambda") == 1 and counts.get("decode_rgtg") == 3 and counts.get("select_bon") == 1
     assert not TRAINING & set(counts) and "sample_calibration" not in counts
+
+
+# the rules whose step imports the shared module (read from the sources by hand; the unit test
+# tests/unit/test_codehash.py checks the import walker against a regex reading of every module)
+TEMPLATE_USERS = {"make_toy_model", "prepare_sft_data", "prepare_preferences", "split_prompts", "train_sft",
+                  "train_reward_model", "train_cost_model", "train_partial_model", "train_value_model",
+                  "train_safe_rlhf", "train_safedpo", "sample_calibration", "sample_value_data", "sample_bon",
+                  "score_calibration", "score_value_data", "score_bon", "decode_rgtg", "generate_policy",
+                  "evaluate_decoded", "evaluate_policy"}
+
+
+@pytest.mark.parametrize("rel, users", [
+    ("template.py", TEMPLATE_USERS),
+    ("data/tables.py", None),  # None: every rule but those whose step never reads a table
+])
+def test_a_shared_module_edit_reruns_exactly_the_steps_that_import_it(toy_run, tmp_path, rel, users):
+    lara, env = package_copy(tmp_path)
+    append(lara / rel, "\nSHARED_EDIT = 1\n")
+    changed = own_code_changed(toy_run, env)
+    if users is None:  # lara.data.tables: the table reader/writer of nearly every step
+        untouched = {"make_toy_world", "make_toy_model", "train_sft", "train_reward_model", "train_cost_model",
+                     "train_partial_model"}
+        assert not changed & untouched and {"prepare_sft_data", "calibrate_lambda", "select_bon", "bon_sweep",
+                                            "aggregate", "figure_tradeoff"} <= changed, changed
+    else:
+        assert changed == users, changed ^ users
