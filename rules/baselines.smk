@@ -15,7 +15,7 @@ rule train_safe_rlhf:
         directory("results/{exp}/models/safe_rlhf"),
     params:
         launch=launcher("train_safe_rlhf"),
-        settings=train_settings("safe_rlhf"),
+        settings=step_settings("train.safe_rlhf"),
         options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
         code=step_code("train-safe-rlhf"),
     log:
@@ -41,7 +41,7 @@ rule train_safedpo:
         directory("results/{exp}/models/safedpo"),
     params:
         launch=launcher("train_safedpo"),
-        settings=train_settings("safedpo"),
+        settings=step_settings("train.safedpo"),
         options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
         code=step_code("train-safedpo"),
     log:
@@ -66,11 +66,10 @@ rule generate_policy:
         "results/{exp}/decode/{policy}/responses.parquet",
     params:
         options=opts(
-            backend=config["generation"]["backend"],
             dtype=config["base_model"]["dtype"],
             seed=config["seed"] + 2,
         ),
-        settings=generation_settings(),
+        settings=step_settings("generation"),
         code=step_code("generate-policy"),
     log:
         "logs/{exp}/generate_policy_{policy}.log",

@@ -11,11 +11,10 @@ rule sample_calibration:
     params:
         options=opts(
             n=config["calibration"]["samples_per_prompt"],
-            backend=config["generation"]["backend"],
             dtype=config["base_model"]["dtype"],
             seed=config["seed"],
         ),
-        settings=generation_settings(),
+        settings=step_settings("generation"),
         code=step_code("sample"),
     log:
         "logs/{exp}/sample_calibration.log",
@@ -59,6 +58,7 @@ rule calibrate_lambda:
     output:
         "results/{exp}/calibration/lambda.json",
     params:
+        settings=step_settings("calibration"),
         options=calibration_options(config["decode"]["bon_n"]),
         code=step_code("calibrate"),
     log:
@@ -71,7 +71,8 @@ rule calibrate_lambda:
     conda:
         "../envs/analysis.yaml"
     shell:
-        "lara calibrate --scores {input.scores} {params.options} --out {output} > {log} 2>&1"
+        "lara calibrate --scores {input.scores:q} --settings {params.settings:q} {params.options}"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 # Best-of-N with other N (decode.sweep_n) for Fig. 1, each calibrated for its own N (bon mode only)
@@ -81,6 +82,7 @@ rule calibrate_lambda_for_n:
     output:
         "results/{exp}/calibration/lambda_bon{n}.json",
     params:
+        settings=step_settings("calibration"),
         options=lambda w: calibration_options(int(w.n)),
         code=step_code("calibrate"),
     log:
@@ -91,4 +93,5 @@ rule calibrate_lambda_for_n:
     conda:
         "../envs/analysis.yaml"
     shell:
-        "lara calibrate --scores {input.scores:q} {params.options} --out {output:q} > {log:q} 2>&1"
+        "lara calibrate --scores {input.scores:q} --settings {params.settings:q} {params.options}"
+        " --out {output:q} > {log:q} 2>&1"

@@ -85,35 +85,16 @@ def held_out_options():
     return shlex.join(["--calibration-preferences", calibration_preferences_input()[0], "--exclude-held-out", *pairs])
 
 
-# the keys of train.<stage> that each stage's trainer reads (so an unrelated key reruns nothing)
-TRAIN_KEYS = {
-    "common": ("learning_rate", "epochs", "max_steps", "batch_size", "gradient_accumulation_steps",
-               "max_length", "eval_fraction", "save_steps", "logging_steps", "warmup_ratio", "weight_decay"),
-    "sft": (),
-    "reward": ("regularization",),
-    "cost": ("regularization",),
-    "partial": ("regularization", "prefixes_per_pair"),
-    "value": ("target",),
-}
-
-
-def train_settings(stage):
-    """JSON of the train.<stage> settings its trainer uses (the baselines use their whole section)."""
-    if stage not in TRAIN_KEYS:
-        return json.dumps(config["train"][stage], sort_keys=True)
-    keys = TRAIN_KEYS["common"] + TRAIN_KEYS[stage]
-    return json.dumps({k: config["train"][stage][k] for k in keys}, sort_keys=True)
+def step_settings(section):
+    """The --settings JSON of a config section whose keys a step's settings dataclass owns
+    (lara.settings.SECTIONS): exactly those keys, sorted, so it changes when one of them does."""
+    return lara_config.settings_json(config, section, _schema)
 
 
 def launcher(rule):
     """`lara`, or `accelerate launch` with one process per GPU when the rule asks for several."""
     gpus = job_resources(rule).get("gpu", 0)
     return f"accelerate launch --num_processes {gpus} -m lara" if gpus > 1 else "lara"
-
-
-def generation_settings():
-    g = config["generation"]
-    return json.dumps({k: g[k] for k in ("top_k", "temperature", "max_new_tokens", "batch_size")}, sort_keys=True)
 
 
 def base_model_path():
@@ -133,11 +114,9 @@ def base_model_arg(wildcards, input):
 
 
 def calibration_options(bon_n):
-    """Options of `lara calibrate`; bon_n is used in bon mode (the Best-of-N size calibrated for)."""
-    c = config["calibration"]
-    return opts(tau=c["tau"], beta=c["beta"], lambda_max=c["lambda_max"], bootstrap=c["bootstrap"],
-                quantile=c["quantile"], mode=c["mode"], bon_n=bon_n if c["mode"] == "bon" else None,
-                tolerance=c["tolerance"], seed=config["seed"])
+    """The options of `lara calibrate` besides its settings: the seed, and in bon mode the Best-of-N
+    size calibrated for."""
+    return opts(bon_n=bon_n if config["calibration"]["mode"] == "bon" else None, seed=config["seed"])
 
 
 def sweep_sizes():

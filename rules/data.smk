@@ -8,7 +8,7 @@ rule make_toy_world:
         preferences="results/{exp}/toy/safe_rlhf.jsonl",
         prompts="results/{exp}/toy/prompts.jsonl",
     params:
-        settings=json.dumps({k: v for k, v in config["toy"].items() if k not in ("tokenizer", "model")}),
+        settings=step_settings("toy"),
         seed=config["seed"],
         code=step_code("make-toy-world"),
     log:
@@ -33,8 +33,8 @@ rule make_toy_model:
     output:
         directory("results/{exp}/models/base"),
     params:
-        settings=json.dumps(config["toy"]["tokenizer"] | config["toy"]["model"]),
-        seed=config["seed"],
+        settings=step_settings("toy.model"),
+        options=opts(vocab_size=config["toy"]["tokenizer"]["vocab_size"], seed=config["seed"]),
         code=step_code("make-toy-model"),
     log:
         "logs/{exp}/make_toy_model.log",
@@ -46,7 +46,7 @@ rule make_toy_model:
     conda:
         "../envs/train.yaml"
     shell:
-        "lara make-toy-model --settings {params.settings:q} --seed {params.seed}"
+        "lara make-toy-model --settings {params.settings:q} {params.options}"
         " --alpaca {input.alpaca} --preferences {input.preferences} --out {output} > {log} 2>&1"
 
 
@@ -56,12 +56,8 @@ rule prepare_sft_data:
     output:
         "results/{exp}/data/sft.parquet",
     params:
-        options=opts(
-            source=data_source("sft"),
-            split=config["data"]["sft"]["split"],
-            max_examples=config["data"]["sft"]["max_examples"],
-            seed=config["seed"],
-        ),
+        settings=step_settings("data.sft"),
+        options=opts(source=data_source("sft"), seed=config["seed"]),
         code=step_code("prepare-data"),
     log:
         "logs/{exp}/prepare_sft_data.log",
@@ -73,7 +69,7 @@ rule prepare_sft_data:
     conda:
         "../envs/analysis.yaml"
     shell:
-        "lara prepare-data --kind sft {params.options} --out {output} > {log} 2>&1"
+        "lara prepare-data --kind sft --settings {params.settings:q} {params.options} --out {output:q} > {log:q} 2>&1"
 
 
 rule prepare_preferences:
@@ -82,13 +78,8 @@ rule prepare_preferences:
     output:
         "results/{exp}/data/preferences.parquet",
     params:
-        options=opts(
-            source=data_source("preferences"),
-            split=config["data"]["preferences"]["split"],
-            max_examples=config["data"]["preferences"]["max_examples"],
-            inconsistent=config["data"]["preferences"]["inconsistent"],
-            seed=config["seed"],
-        ),
+        settings=step_settings("data.preferences"),
+        options=opts(source=data_source("preferences"), seed=config["seed"]),
         code=step_code("prepare-data"),
     log:
         "logs/{exp}/prepare_preferences.log",
@@ -100,7 +91,8 @@ rule prepare_preferences:
     conda:
         "../envs/analysis.yaml"
     shell:
-        "lara prepare-data --kind preferences {params.options} --out {output} > {log} 2>&1"
+        "lara prepare-data --kind preferences --settings {params.settings:q} {params.options} --out {output:q}"
+        " > {log:q} 2>&1"
 
 
 rule split_prompts:
@@ -111,14 +103,8 @@ rule split_prompts:
         calibration="results/{exp}/data/prompts_calibration.parquet",
         test="results/{exp}/data/prompts_test.parquet",
     params:
-        options=opts(
-            source=data_source("prompts"),
-            split=config["data"]["prompts"]["split"],
-            column=config["data"]["prompts"]["column"],
-            n_calibration=config["data"]["prompts"]["n_calibration"],
-            n_test=config["data"]["prompts"]["n_test"],
-            seed=config["seed"],
-        ),
+        settings=step_settings("data.prompts"),
+        options=opts(source=data_source("prompts"), seed=config["seed"]),
         exclude=held_out_options(),
         code=step_code("split-prompts"),
     log:
@@ -131,5 +117,5 @@ rule split_prompts:
     conda:
         "../envs/analysis.yaml"
     shell:
-        "lara split-prompts {params.options} {params.exclude}"
+        "lara split-prompts --settings {params.settings:q} {params.options} {params.exclude}"
         " --calibration {output.calibration} --test {output.test} > {log} 2>&1"

@@ -12,11 +12,10 @@ rule sample_bon:
     params:
         options=opts(
             n=config["decode"]["bon_n"],
-            backend=config["generation"]["backend"],
             dtype=config["base_model"]["dtype"],
             seed=config["seed"] + 1,
         ),
-        settings=generation_settings(),
+        settings=step_settings("generation"),
         code=step_code("sample"),
     log:
         "logs/{exp}/sample_bon.log",
@@ -109,7 +108,7 @@ rule decode_rgtg:
         "results/{exp}/decode/{method}/{lam}/responses.parquet",
     params:
         options=lambda w: lambda_options(w.lam),
-        settings=json.dumps(config["decode"]["rgtg"], sort_keys=True),
+        settings=step_settings("decode.rgtg"),
         seed=config["seed"],
         code=step_code("decode"),
     log:

@@ -11,7 +11,7 @@ rule train_sft:
         directory("results/{exp}/models/sft"),
     params:
         model=base_model_arg,
-        settings=train_settings("sft"),
+        settings=step_settings("train.sft"),
         options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
         code=step_code("train-sft"),
     log:
@@ -35,7 +35,7 @@ rule train_reward_model:
     output:
         directory("results/{exp}/models/reward"),
     params:
-        settings=train_settings("reward"),
+        settings=step_settings("train.reward"),
         options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
         code=step_code("train-reward"),
     log:
@@ -59,7 +59,7 @@ rule train_cost_model:
     output:
         directory("results/{exp}/models/cost"),
     params:
-        settings=train_settings("cost"),
+        settings=step_settings("train.cost"),
         options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
         code=step_code("train-cost"),
     log:
@@ -83,7 +83,7 @@ rule train_partial_model:
     output:
         directory("results/{exp}/models/partial_{kind}"),
     params:
-        settings=train_settings("partial"),
+        settings=step_settings("train.partial"),
         options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
         code=step_code("train-partial"),
     log:
@@ -111,11 +111,10 @@ rule sample_value_data:
         options=opts(
             n=config["train"]["value"]["samples_per_prompt"],
             max_prompts=config["train"]["value"]["n_prompts"],
-            backend=config["generation"]["backend"],
             dtype=config["base_model"]["dtype"],
             seed=config["seed"],
         ),
-        settings=generation_settings(),
+        settings=step_settings("generation"),
         code=step_code("sample"),
     log:
         "logs/{exp}/sample_value_data.log",
@@ -160,7 +159,7 @@ rule train_value_model:
     output:
         directory("results/{exp}/models/value_{kind}"),
     params:
-        settings=train_settings("value"),
+        settings=step_settings("train.value"),
         options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
         code=step_code("train-value"),
     log:

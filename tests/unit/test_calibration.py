@@ -217,11 +217,11 @@ def test_bon_selection_helper_breaks_ties_towards_lower_cost():
 
 def test_calibrate_is_deterministic_for_a_seed_and_cli_writes_the_record(tmp_path):
     s = heterogeneous(10)
-    settings = CalibrationSettings(tau=0.0, beta=1.0, lambda_max=5.0, bootstrap=500, seed=4)
+    settings = CalibrationSettings(tau=0.0, beta=1.0, lambda_max=5.0, bootstrap=500, seed=4, mode="soft")
     a, b = calibrate(s, settings), calibrate(s, settings)
     a.pop("timing_s"), b.pop("timing_s")
     assert a == b
-    c = calibrate(s, CalibrationSettings(tau=0.0, beta=1.0, lambda_max=5.0, bootstrap=500, seed=5))
+    c = calibrate(s, CalibrationSettings(tau=0.0, beta=1.0, lambda_max=5.0, bootstrap=500, seed=5, mode="soft"))
     assert c["lambda_hat"] == a["lambda_hat"] and c["lambda_star"] != a["lambda_star"]
     assert a["bootstrap"]["quantiles"]["0.975"] == a["lambda_star"] >= a["bootstrap"]["quantiles"]["0.5"]
 
@@ -232,7 +232,7 @@ def test_calibrate_is_deterministic_for_a_seed_and_cli_writes_the_record(tmp_pat
     pd.DataFrame(rows, columns=["prompt_id", "reward", "cost"]).to_parquet(path)
     outs = []
     for name in ("one.json", "two.json"):
-        subprocess.run([sys.executable, "-m", "lara", "calibrate", "--scores", str(path), "--tau", "0",
+        subprocess.run([sys.executable, "-m", "lara", "calibrate", "--scores", str(path), "--tau", "0", "--mode", "soft",
                         "--beta", "1", "--lambda-max", "5", "--bootstrap", "500", "--quantile", "0.975",
                         "--seed", "4", "--out", str(tmp_path / name)], check=True, capture_output=True)
         outs.append(json.loads((tmp_path / name).read_text()))
@@ -251,7 +251,8 @@ def test_calibrate_is_deterministic_for_a_seed_and_cli_writes_the_record(tmp_pat
 def test_cli_infeasible_fails_unless_allowed(tmp_path):
     path = tmp_path / "scores.csv"
     pd.DataFrame({"prompt_id": [0, 0, 1, 1], "reward": [1.0, 0.0, 2.0, 0.0], "cost": [1.0, 0.5, 2.0, 1.0]}).to_csv(path, index=False)
-    base = [sys.executable, "-m", "lara", "calibrate", "--scores", str(path), "--tau", "-1", "--bootstrap", "20"]
+    base = [sys.executable, "-m", "lara", "calibrate", "--scores", str(path), "--tau", "-1", "--bootstrap", "20",
+            "--mode", "soft"]
     proc = subprocess.run(base + ["--out", str(tmp_path / "a.json")], capture_output=True, text=True)
     s = PromptScores.from_long([0, 0, 1, 1], [1.0, 0.0, 2.0, 0.0], [1.0, 0.5, 2.0, 1.0])
     lo, hi = mean_cost(s, [5.0, 0.0], 1.0)

@@ -8,7 +8,7 @@ import sys
 import pandas as pd
 import pytest
 
-from lara.data.ingest import IngestSettings, ingest, load_source
+from lara.data.ingest import IngestSettings, PreferenceIngestSettings, ingest, load_source
 from lara.data.splits import split_prompts
 from lara.data.tables import DataError, read_metadata
 from lara.toy.world import ToyWorldSettings, generate
@@ -30,7 +30,7 @@ def write(df: pd.DataFrame, path):
 def test_every_file_type_gives_the_same_table(tmp_path, suffix):
     pairs = write(pd.DataFrame(WORLD["safe_rlhf"]), tmp_path / f"pairs{suffix}")
     sft = write(pd.DataFrame(WORLD["alpaca"]), tmp_path / f"sft{suffix}")
-    df, meta = ingest("preferences", IngestSettings(source=str(pairs)))
+    df, meta = ingest("preferences", PreferenceIngestSettings(source=str(pairs)))
     assert len(df) == 60 and meta["rows_out"] == 60 and meta["origin"]["kind"] == "file"
     assert df["better_response_id"].dtype == "int64" and df["is_response_0_safe"].dtype == bool
     assert df.to_dict("records") == pd.DataFrame(WORLD["safe_rlhf"])[df.columns].to_dict("records")
@@ -70,7 +70,7 @@ def test_missing_file(tmp_path):
 def test_missing_column_names_file_and_column(tmp_path):
     path = write(pd.DataFrame(WORLD["safe_rlhf"]).drop(columns=["safer_response_id"]), tmp_path / "p.jsonl")
     with pytest.raises(DataError, match=r"p\.jsonl: missing column\(s\) safer_response_id"):
-        ingest("preferences", IngestSettings(source=str(path)))
+        ingest("preferences", PreferenceIngestSettings(source=str(path)))
 
 
 def test_empty_data(tmp_path):
@@ -87,13 +87,13 @@ def test_bad_label_values_name_column_and_row(tmp_path):
     df.loc[7, "better_response_id"] = 2
     path = write(df, tmp_path / "p.jsonl")
     with pytest.raises(DataError, match=r"column 'better_response_id' must be 0 or 1; row 7"):
-        ingest("preferences", IngestSettings(source=str(path)))
+        ingest("preferences", PreferenceIngestSettings(source=str(path)))
     df = pd.DataFrame(WORLD["safe_rlhf"])
     df["is_response_1_safe"] = df["is_response_1_safe"].astype(object)
     df.loc[3, "is_response_1_safe"] = "maybe"
     path = write(df, tmp_path / "q.jsonl")
     with pytest.raises(DataError, match=r"column 'is_response_1_safe' must be a boolean; row 3"):
-        ingest("preferences", IngestSettings(source=str(path)))
+        ingest("preferences", PreferenceIngestSettings(source=str(path)))
     df = pd.DataFrame(WORLD["alpaca"])
     df.loc[5, "output"] = "   "
     path = write(df, tmp_path / "s.jsonl")
@@ -107,8 +107,8 @@ def test_inconsistent_safety_labels(tmp_path):
         rows[i].update(safer_response_id=0, is_response_0_safe=False, is_response_1_safe=True)
     path = write(pd.DataFrame(rows), tmp_path / "p.jsonl")
     with pytest.raises(DataError, match=r"p\.jsonl: column 'safer_response_id' .* 2 rows \(4, 9\)"):
-        ingest("preferences", IngestSettings(source=str(path)))
-    df, meta = ingest("preferences", IngestSettings(source=str(path), inconsistent="drop"))
+        ingest("preferences", PreferenceIngestSettings(source=str(path)))
+    df, meta = ingest("preferences", PreferenceIngestSettings(source=str(path), inconsistent="drop"))
     assert len(df) == 58 and meta["rows_dropped"] == 2
 
 

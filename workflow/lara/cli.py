@@ -16,6 +16,7 @@ import time
 COMMANDS: dict[str, str] = {
     # configuration
     "validate-config": "lara.config",
+    "settings-schema": "lara.settings",
     # data
     "make-toy-world": "lara.toy.make_world",
     "make-toy-model": "lara.toy.model",

@@ -9,11 +9,13 @@ The Snakefile calls :func:`validate` before any job is scheduled.
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import yaml
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "config" / "schema.yaml"
+SETTINGS_SCHEMA = "settings.schema.yaml"  # generated from the step settings (lara.settings), beside the schema
 
 
 class ConfigError(ValueError):
@@ -21,8 +23,62 @@ class ConfigError(ValueError):
 
 
 def load_schema(path: str | Path | None = None) -> dict:
-    with open(path or SCHEMA_PATH) as fh:
-        return yaml.safe_load(fh)
+    """The schema, with each ``x-settings: SECTION`` node given the keys of that section's step
+    settings from ``settings.schema.yaml`` (generated from the dataclasses that own them)."""
+    path = Path(path or SCHEMA_PATH)
+    with open(path) as fh:
+        schema = yaml.safe_load(fh)
+    generated_path = path.parent / SETTINGS_SCHEMA
+    generated = None
+    for node in _nodes(schema):
+        if "x-settings" not in node:
+            continue
+        if generated is None:
+            with open(generated_path) as fh:
+                generated = yaml.safe_load(fh)
+        section = node["x-settings"]
+        if section not in generated:
+            raise ConfigError(f"{path}: x-settings {section!r} is not a section of {generated_path}")
+        twice = sorted(set(node.get("properties", {})) & set(generated[section]["properties"]))
+        if twice:
+            raise ConfigError(f"{path}: {section} keys {twice} are owned by the step settings "
+                              f"({generated_path.name}); remove them from the schema")
+        node["properties"] = {**generated[section]["properties"], **node.get("properties", {})}
+        node["x-settings-keys"] = list(generated[section]["properties"])
+        node.setdefault("additionalProperties", False)
+        node.setdefault("type", "object")
+    return schema
+
+
+def _nodes(node):
+    """Every mapping in a schema, depth first."""
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _nodes(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _nodes(value)
+
+
+def section(config: dict, dotted: str) -> dict:
+    """The config section at a dotted path (``train.sft``)."""
+    node = config
+    for part in dotted.split("."):
+        node = node[part]
+    return node
+
+
+def settings_json(config: dict, dotted: str, schema: dict) -> str:
+    """The JSON that a rule hands its step as ``--settings``: the section's step-settings keys (the
+    dataclass's config keys, read from the merged schema), sorted, so it changes exactly when they do."""
+    node = schema
+    for part in dotted.split("."):
+        node = _resolve(node, schema)["properties"][part]
+    if "x-settings-keys" not in node:
+        raise ConfigError(f"{dotted}: no step settings own this section (x-settings)")
+    values = section(config, dotted)
+    return json.dumps({k: values[k] for k in node["x-settings-keys"]}, sort_keys=True)
 
 
 def load_yaml(path: str | Path) -> dict:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Literal, Protocol
 
 import pandas as pd
 
+from lara.settings import Settings, add_settings_arguments, read_settings, setting
 from lara.template import format_prompt
 
 log = logging.getLogger(__name__)
@@ -25,11 +26,16 @@ COLUMNS = ["prompt_id", "sample_id", "prompt", "response", "n_tokens"]
 
 
 @dataclass(frozen=True)
-class GenerationSettings:
-    top_k: int = 50
-    temperature: float = 1.2
-    max_new_tokens: int = 48
-    batch_size: int = 64
+class GenerationSettings(Settings):
+    """generation: sampling from a policy (calibration samples, Best-of-N candidates, baselines)."""
+
+    SECTION: ClassVar[str] = "generation"
+
+    backend: Literal["hf", "vllm"] = setting("hf", "Generator backend: transformers (CPU/GPU) or vLLM (GPU).")
+    top_k: int = setting(50, "Top-k sampling (0 = off).", minimum=0)
+    temperature: float = setting(1.2, "Sampling temperature.", exclusive_minimum=0)
+    max_new_tokens: int = setting(48, "Longest response in tokens.", minimum=1)
+    batch_size: int = setting(64, "Prompts per generation batch.", minimum=1)
 
 
 class Generator(Protocol):
@@ -122,8 +128,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--prompts", required=True,
                         help="parquet with a prompt column (and prompt_id; derived from the text if absent)")
     parser.add_argument("--n", type=int, required=True, help="responses per prompt")
-    parser.add_argument("--backend", choices=BACKENDS, default="hf")
-    parser.add_argument("--settings", default="{}", help="JSON: top_k, temperature, max_new_tokens, batch_size")
+    add_settings_arguments(parser, GenerationSettings)
     parser.add_argument("--max-prompts", type=int, default=None, help="a seeded sample of N prompts")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--seed", type=int, default=0)
@@ -131,24 +136,22 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
-    import json
-
     from lara.data.tables import read_table, write_table
     from lara.provenance import code_version
 
     from lara.data.splits import prompt_id
 
-    s = GenerationSettings(**json.loads(args.settings))
+    s = read_settings(args, GenerationSettings)
     df = read_table(args.prompts, required=("prompt",))
     if "prompt_id" not in df.columns:  # e.g. the SFT data: one row per distinct prompt
         prompts = pd.unique(df["prompt"])
         df = pd.DataFrame({"prompt_id": [prompt_id(p) for p in prompts], "prompt": prompts})
     if args.max_prompts is not None and args.max_prompts < len(df):
         df = df.sample(n=args.max_prompts, random_state=args.seed).sort_index()
-    gen = make_generator(args.backend, args.model, args.dtype)
-    log.info("sampling %d x %d responses from %s (%s backend; %s)", len(df), args.n, args.model, args.backend, s)
+    gen = make_generator(s.backend, args.model, args.dtype)
+    log.info("sampling %d x %d responses from %s (%s)", len(df), args.n, args.model, s)
     out = gen.generate(df["prompt_id"].tolist(), df["prompt"].tolist(), args.n, s, args.seed)
     log.info("mean response length %.1f tokens; %.1f%% stopped at EOS", out["n_tokens"].mean(),
              100 * (out["n_tokens"] < s.max_new_tokens).mean())
-    write_table(out, args.out, {"model": args.model, "backend": args.backend, "settings": s.__dict__,
+    write_table(out, args.out, {"model": args.model, "backend": s.backend, "settings": s.__dict__,
                                 "n": args.n, "seed": args.seed, "code": code_version()})

@@ -14,14 +14,16 @@ import logging
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar, Literal
 
 import numpy as np
 import pandas as pd
 
-from lara.calibrate.dual import MODES, InputError, PromptScores, bootstrap, dual, dual_grad, mean_cost, solve
+from lara.calibrate.dual import InputError, PromptScores, bootstrap, dual, dual_grad, mean_cost, solve
 from lara.data.tables import DataError, read_table
 from lara.io import sha256_file, write_json
 from lara.provenance import code_version
+from lara.settings import Settings, add_settings_arguments, read_settings, setting
 
 log = logging.getLogger(__name__)
 
@@ -29,26 +31,30 @@ QUANTILES = (0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.975)
 
 
 @dataclass(frozen=True)
-class CalibrationSettings:
-    tau: float
-    beta: float = 1.0
-    lambda_max: float = 5.0
-    bootstrap: int = 10000
-    quantile: float = 0.975
-    seed: int = 0
-    mode: str = "soft"
-    bon_n: int | None = None  # Best-of-N mode: the decoder's N (None = K, every sample)
-    tolerance: float = 1e-8
-    grid_points: int = 101
+class CalibrationSettings(Settings):
+    """calibration: the dual calibration of lambda (the K samples per prompt are the sampler's key)."""
 
-    def __post_init__(self):
-        checks = {"beta": self.beta > 0, "lambda_max": self.lambda_max > 0, "bootstrap": self.bootstrap >= 1,
-                  "quantile": 0 < self.quantile < 1, "tolerance": self.tolerance > 0,
-                  "mode": self.mode in MODES, "grid_points": self.grid_points >= 2,
-                  "bon_n": self.bon_n is None or self.bon_n >= 1}
-        bad = [k for k, ok in checks.items() if not ok]
-        if bad:
-            raise ValueError(f"invalid calibration settings: {', '.join(f'{k}={getattr(self, k)!r}' for k in bad)}")
+    SECTION: ClassVar[str] = "calibration"
+
+    tau: float = setting(help="Cost threshold tau of the constraint E[c] <= tau.")
+    beta: float = setting(1.0, "Soft mode only: the KL coefficient beta of the dual; its lambda targets the Gibbs "
+                               "tilt pi_ref exp((r - lambda c) / beta), not argmax Best-of-N (the paper does not "
+                               "state beta).", exclusive_minimum=0)
+    lambda_max: float = setting(5.0, "Upper end Lambda of the calibration's search interval [0, Lambda] (not the "
+                                     "decoders' `max` setting: decode.lambda_max).", exclusive_minimum=0)
+    bootstrap: int = setting(10000, "Bootstrap replicates over prompts.", minimum=1)
+    quantile: float = setting(0.975, "Bootstrap quantile deployed as lambda*.", exclusive_minimum=0,
+                              exclusive_maximum=1)
+    mode: Literal["soft", "bon"] = setting(
+        "bon", "bon: exact for the Best-of-N decoder with N = decode.bon_n drawn from the K samples (lambda-hat = "
+               "the smallest lambda whose expected Best-of-N cost is <= tau); soft: Algorithm 1's KL-regularised "
+               "dual at beta (targets the Gibbs tilt). The token-level decoders use the same lambda* (a heuristic).")
+    tolerance: float = setting(1e-8, "Bisection tolerance in lambda.", exclusive_minimum=0)
+    seed: int = setting(0, "The experiment seed (config key seed).", minimum=0, config=False)
+    bon_n: int | None = setting(None, "Bon mode: the decoder's N (config key decode.bon_n; None = K, every "
+                                      "sample).", minimum=1, config=False)
+    grid_points: int = setting(101, "Points of the diagnostic curves of g and g' over [0, Lambda].", minimum=2,
+                               config=False)
 
 
 class Infeasible(RuntimeError):
@@ -148,31 +154,17 @@ HELP = "calibrate the Lagrange multiplier: bisection on the empirical dual plus 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--scores", required=True, help="parquet/CSV/jsonl with prompt_id, reward, cost")
-    parser.add_argument("--tau", type=float, required=True, help="cost threshold of E[c] <= tau")
-    parser.add_argument("--beta", type=float, default=1.0, help="KL coefficient (ignored by --mode bon)")
-    parser.add_argument("--lambda-max", type=float, default=5.0, help="search interval [0, lambda_max]")
-    parser.add_argument("--bootstrap", type=int, default=10000, help="bootstrap replicates over prompts")
-    parser.add_argument("--quantile", type=float, default=0.975, help="bootstrap quantile deployed as lambda*")
+    add_settings_arguments(parser, CalibrationSettings)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--mode", choices=MODES, default="soft",
-                        help="soft: the KL-regularised dual (Algorithm 1), which targets the Gibbs tilt "
-                        "pi_ref exp((r - lambda c) / beta), not argmax Best-of-N; bon: exact for Best-of-N "
-                        "with --bon-n candidates drawn from the K samples")
     parser.add_argument("--bon-n", type=int, default=None,
                         help="bon mode: the decoder's N (default: K, the samples per prompt); N > K is an error")
-    parser.add_argument("--tolerance", type=float, default=1e-8, help="bisection tolerance in lambda")
     parser.add_argument("--allow-infeasible", action="store_true",
                         help="write lambda_max (feasible: false) instead of failing when tau is unreachable")
     parser.add_argument("--out", required=True, help="output lambda.json")
 
 
 def run(args) -> None:
-    try:
-        s = CalibrationSettings(tau=args.tau, beta=args.beta, lambda_max=args.lambda_max,
-                                bootstrap=args.bootstrap, quantile=args.quantile, seed=args.seed,
-                                mode=args.mode, bon_n=args.bon_n, tolerance=args.tolerance)
-    except ValueError as exc:
-        raise DataError(str(exc)) from None
+    s = read_settings(args, CalibrationSettings, seed=args.seed, bon_n=args.bon_n)
     scores = load_scores(args.scores)
     log.info("%d prompts, %d responses; settings %s", scores.n_prompts, int(scores.counts.sum()), s)
     try:

@@ -13,6 +13,7 @@ import logging
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar, Literal
 
 import numpy as np
 import pandas as pd
@@ -20,6 +21,7 @@ import pandas as pd
 from lara.data.tables import DataError, write_table
 from lara.io import sha256_file
 from lara.provenance import code_version
+from lara.settings import Settings, add_settings_arguments, read_settings, setting
 from lara.template import alpaca_user_text
 
 log = logging.getLogger(__name__)
@@ -34,12 +36,30 @@ KINDS = ("sft", "preferences")
 
 
 @dataclass(frozen=True)
-class IngestSettings:
-    source: str
-    split: str = "train"
-    max_examples: int | None = None
-    inconsistent: str = "error"  # preferences only: "error" or "drop"
-    seed: int = 0
+class IngestSettings(Settings):
+    """data.sft: one data set read, validated and normalised."""
+
+    SECTION: ClassVar[str] = "data.sft"
+
+    source: str = setting(help="A local file/dir or hub dataset id (the rule resolves config key source, "
+                               "where toy names the toy world's file).", config=False)
+    split: str = setting("train", "Dataset split to read.")
+    max_examples: int | None = setting(None, "Keep the first N rows after shuffling (null = all).", minimum=1)
+    seed: int = setting(0, "The experiment seed (config key seed).", minimum=0, config=False)
+
+
+@dataclass(frozen=True)
+class PreferenceIngestSettings(IngestSettings):
+    """data.preferences: the safety preference pairs."""
+
+    SECTION: ClassVar[str] = "data.preferences"
+
+    inconsistent: Literal["error", "drop"] = setting(
+        "error", "Rows whose safer response is labelled unsafe while the other is safe: fail naming the row "
+                 "(error) or drop them and log how many (drop, as Safe-RLHF does).")
+
+
+SETTINGS = {"sft": IngestSettings, "preferences": PreferenceIngestSettings}
 
 
 def load_source(source: str, split: str) -> tuple[pd.DataFrame, dict]:
@@ -187,7 +207,7 @@ def ingest(kind: str, s: IngestSettings) -> tuple[pd.DataFrame, dict]:
     if kind == "sft":
         df = normalise_sft(raw, s.source)
     else:
-        df, dropped = normalise_preferences(raw, s.source, s.inconsistent)
+        df, dropped = normalise_preferences(raw, s.source, getattr(s, "inconsistent", "error"))
     if len(df) == 0:
         raise DataError(f"{s.source}: no rows left after validation")
     df = subsample(df, s.max_examples, s.seed)
@@ -205,16 +225,14 @@ HELP = "ingest, validate and normalise Alpaca-schema (sft) or PKU-SafeRLHF-schem
 def add_arguments(parser) -> None:
     parser.add_argument("--kind", required=True, choices=KINDS)
     parser.add_argument("--source", required=True, help="local file/dir or hub dataset id")
-    parser.add_argument("--split", default="train")
-    parser.add_argument("--max-examples", type=int, default=None)
-    parser.add_argument("--inconsistent", choices=("error", "drop"), default="error")
+    add_settings_arguments(parser, PreferenceIngestSettings,
+                           section_help="JSON of the config's data.sft or data.preferences section")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="output parquet")
 
 
 def run(args) -> None:
-    s = IngestSettings(source=args.source, split=args.split, max_examples=args.max_examples,
-                       inconsistent=args.inconsistent, seed=args.seed)
+    s = read_settings(args, SETTINGS[args.kind], source=args.source, seed=args.seed)
     df, meta = ingest(args.kind, s)
     write_table(df, args.out, meta)
     log.info("%s: %d rows in, %d dropped, %d written to %s", s.source, meta["rows_in"],

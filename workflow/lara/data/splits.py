@@ -14,6 +14,7 @@ import hashlib
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -21,18 +22,24 @@ import pandas as pd
 from lara.data.ingest import _require, _text, load_source
 from lara.data.tables import DataError, write_table
 from lara.provenance import code_version
+from lara.settings import Settings, add_settings_arguments, read_settings, setting
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class SplitSettings:
-    source: str
-    split: str = "test"
-    column: str = "prompt"
-    n_calibration: int = 200
-    n_test: int = 64
-    seed: int = 0
+class SplitSettings(Settings):
+    """data.prompts: the calibration and test prompt splits."""
+
+    SECTION: ClassVar[str] = "data.prompts"
+
+    source: str = setting(help="A local file/dir or hub dataset id (the rule resolves config key source, "
+                               "where toy names the toy world's prompt pool).", config=False)
+    split: str = setting("test", "Dataset split to read.")
+    column: str = setting("prompt", "Column holding the prompt text.")
+    n_calibration: int = setting(200, "Calibration prompts (N).", minimum=1)
+    n_test: int = setting(256, "Test prompts (the paper uses 256).", minimum=1)
+    seed: int = setting(0, "The experiment seed (config key seed).", minimum=0, config=False)
 
 
 def prompt_id(text: str) -> str:
@@ -97,10 +104,7 @@ HELP = "draw disjoint calibration and test prompt splits from a prompt pool"
 
 def add_arguments(parser) -> None:
     parser.add_argument("--source", required=True, help="local file/dir or hub dataset id")
-    parser.add_argument("--split", default="test")
-    parser.add_argument("--column", default="prompt")
-    parser.add_argument("--n-calibration", type=int, required=True)
-    parser.add_argument("--n-test", type=int, required=True)
+    add_settings_arguments(parser, SplitSettings)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--calibration-preferences", default=None,
                         help="draw the calibration prompts from this preference data (parquet) instead of the pool")
@@ -112,11 +116,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
-    if args.n_calibration < 1 or args.n_test < 1:
-        raise DataError(f"--n-calibration and --n-test must be >= 1 (an empty split is no split), got "
-                        f"{args.n_calibration} and {args.n_test}")
-    s = SplitSettings(source=args.source, split=args.split, column=args.column,
-                      n_calibration=args.n_calibration, n_test=args.n_test, seed=args.seed)
+    s = read_settings(args, SplitSettings, source=args.source, seed=args.seed)
     raw, origin = load_source(s.source, s.split)
     _require(raw, (s.column,), s.source)
     pool = _text(raw, s.column, s.source)

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import logging
 
+from lara.generate import GenerationSettings
+from lara.settings import add_settings_arguments, read_settings
+
 log = logging.getLogger(__name__)
 
 HELP = "sample one response per test prompt from a fine-tuned policy (SFT, Safe-RLHF, SafeDPO)"
@@ -21,22 +24,19 @@ def add_arguments(parser) -> None:
     parser.add_argument("--policy", required=True, choices=POLICIES, help="which policy (names the method column)")
     parser.add_argument("--model", required=True, help="the policy's model directory")
     parser.add_argument("--prompts", required=True, help="test prompts (prompt_id, prompt)")
-    parser.add_argument("--backend", choices=("hf", "vllm"), default="hf")
-    parser.add_argument("--settings", default="{}", help="JSON: top_k, temperature, max_new_tokens, batch_size")
+    add_settings_arguments(parser, GenerationSettings)
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="output parquet: one response per prompt")
 
 
 def run(args) -> None:
-    import json
-
     from lara.data.tables import read_table, write_table
-    from lara.generate import GenerationSettings, make_generator
+    from lara.generate import make_generator
 
-    s = GenerationSettings(**json.loads(args.settings))
+    s = read_settings(args, GenerationSettings)
     df = read_table(args.prompts, required=("prompt_id", "prompt"))
-    gen = make_generator(args.backend, args.model, args.dtype)
+    gen = make_generator(s.backend, args.model, args.dtype)
     log.info("%s policy: one response to each of %d prompts (%s)", args.policy, len(df), s)
     out = gen.generate(df["prompt_id"].tolist(), df["prompt"].tolist(), 1, s, args.seed)
     out = out.drop(columns=["sample_id"])

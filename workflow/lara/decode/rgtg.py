@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import ClassVar
 
 from lara.scoring import encode, pad_batch
+from lara.settings import Settings, add_settings_arguments, read_settings, setting
 
 log = logging.getLogger(__name__)
 
@@ -31,23 +33,18 @@ METHODS = ("args", "pargs", "cdq")
 
 
 @dataclass(frozen=True)
-class RGTGSettings:
-    top_k: int = 10
-    weight: float = 2.0
-    temperature: float = 0.0
-    max_new_tokens: int = 48
-    batch_size: int = 16
-    stop_at_eos: bool = True  # False only for benchmarks that need a fixed number of steps
+class RGTGSettings(Settings):
+    """decode.rgtg: token-level reward-guided decoding (ARGS / PARGS / CD-Q)."""
 
-    def __post_init__(self):
-        bad = [f"{k}={v!r} (must be {rule})" for k, v, ok, rule in (
-            ("top_k", self.top_k, self.top_k >= 1, ">= 1"),
-            ("weight", self.weight, self.weight >= 0, ">= 0"),
-            ("temperature", self.temperature, self.temperature >= 0, ">= 0; 0 is greedy"),
-            ("max_new_tokens", self.max_new_tokens, self.max_new_tokens >= 1, ">= 1"),
-            ("batch_size", self.batch_size, self.batch_size >= 1, ">= 1")) if not ok]
-        if bad:
-            raise ValueError(f"invalid decode settings: {', '.join(bad)}")
+    SECTION: ClassVar[str] = "decode.rgtg"
+
+    top_k: int = setting(10, "Candidate tokens per step (paper k = 50).", minimum=1)
+    weight: float = setting(2.0, "Weight w of r - lambda c in the token score.", minimum=0)
+    temperature: float = setting(0.0, "Softmax temperature over token scores (0 = greedy).", minimum=0)
+    max_new_tokens: int = setting(48, "Longest response in tokens.", minimum=1)
+    batch_size: int = setting(16, "Prompts decoded together.", minimum=1, config=False)
+    stop_at_eos: bool = setting(True, "False only for benchmarks that need a fixed number of steps.",
+                                config=False)
 
 
 def _positions(mask):
@@ -283,7 +280,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--setting", required=True, help="lambda setting: zero, star, max or a literal (0p5)")
     parser.add_argument("--lambda-max", type=float, required=True)
     parser.add_argument("--lambda-json", default=None)
-    parser.add_argument("--settings", default="{}", help="JSON: top_k, weight, temperature, max_new_tokens, batch_size")
+    add_settings_arguments(parser, RGTGSettings)
     parser.add_argument("--naive", action="store_true", help="use the uncached reference scorers")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--seed", type=int, default=0)
@@ -291,18 +288,14 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
-    import json
     import time
 
     import pandas as pd
 
-    from lara.data.tables import DataError, read_table, write_table
+    from lara.data.tables import read_table, write_table
     from lara.decode.bon import resolve_lambda
 
-    try:
-        s = RGTGSettings(**json.loads(args.settings))
-    except (TypeError, ValueError) as exc:
-        raise DataError(f"--settings {args.settings}: {exc}") from None
+    s = read_settings(args, RGTGSettings)
     lam = resolve_lambda(args.setting, args.lambda_max, args.lambda_json)
     df = read_table(args.prompts, required=("prompt_id", "prompt"))
     tok, pm, rm, cm = load_models(args.method, args.policy, args.reward, args.cost, args.dtype)

@@ -6,13 +6,13 @@ hub dataset or any local file.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
 import numpy as np
 
 from lara.io import write_jsonl
+from lara.settings import add_settings_arguments, read_settings
 from lara.toy.world import ToyWorldSettings, generate, oracle_scores
 
 log = logging.getLogger(__name__)
@@ -21,7 +21,7 @@ HELP = "generate the embedded toy safety world (Alpaca data, PKU-SafeRLHF pairs,
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--settings", default="{}", help="JSON of the config's toy section")
+    add_settings_arguments(parser, ToyWorldSettings)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--alpaca", required=True, help="output: Alpaca-schema jsonl")
     parser.add_argument("--preferences", required=True, help="output: PKU-SafeRLHF-schema jsonl")
@@ -29,7 +29,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
-    s = ToyWorldSettings.from_dict(json.loads(args.settings) | {"seed": args.seed})
+    s = read_settings(args, ToyWorldSettings, seed=args.seed)
     log.info("toy world settings: %s", s)
     world = generate(s)
     sft = world["alpaca"]

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import argparse
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pandas as pd
 
 from lara.io import atomic_output, write_json
 from lara.provenance import record
+from lara.settings import Settings, add_settings_arguments, read_settings, setting
 from lara.template import alpaca_user_text, format_prompt
 
 log = logging.getLogger(__name__)
@@ -25,16 +27,20 @@ SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
 
 
 @dataclass(frozen=True)
-class TinyLlamaSettings:
-    vocab_size: int = 1024
-    hidden_size: int = 64
-    intermediate_size: int = 176
-    num_hidden_layers: int = 2
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    max_position_embeddings: int = 256
-    seed: int = 0
-    extra: dict = field(default_factory=dict)
+class TinyLlamaSettings(Settings):
+    """toy.model: the tiny Llama-architecture base model (transformers LlamaConfig fields)."""
+
+    SECTION: ClassVar[str] = "toy.model"
+
+    vocab_size: int = setting(1024, "Vocabulary size incl. special tokens (config key toy.tokenizer.vocab_size).",
+                              minimum=300, config=False)
+    hidden_size: int = setting(64, "Model width.", minimum=1)
+    intermediate_size: int = setting(176, "MLP width.", minimum=1)
+    num_hidden_layers: int = setting(2, "Decoder layers.", minimum=1)
+    num_attention_heads: int = setting(4, "Attention heads.", minimum=1)
+    num_key_value_heads: int = setting(2, "Key/value heads (GQA).", minimum=1)
+    max_position_embeddings: int = setting(256, "Context length.", minimum=1)
+    seed: int = setting(0, "The experiment seed (config key seed).", minimum=0, config=False)
 
 
 def corpus(alpaca_path: str | Path, pairs_path: str | Path) -> list[str]:
@@ -78,7 +84,7 @@ def build_model(tokenizer, s: TinyLlamaSettings):
         num_hidden_layers=s.num_hidden_layers, num_attention_heads=s.num_attention_heads,
         num_key_value_heads=s.num_key_value_heads, max_position_embeddings=s.max_position_embeddings,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True, **s.extra)
+        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
     torch.manual_seed(s.seed)
     model = LlamaForCausalLM(config)
     model.generation_config = GenerationConfig(
@@ -118,13 +124,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpaca", required=True, help="toy Alpaca-schema jsonl")
     parser.add_argument("--preferences", required=True, help="toy PKU-SafeRLHF-schema jsonl")
     parser.add_argument("--out", required=True, help="output model directory")
-    parser.add_argument("--settings", default="{}", help="JSON: vocab_size and LlamaConfig sizes")
+    add_settings_arguments(parser, TinyLlamaSettings)
+    parser.add_argument("--vocab-size", type=int, default=None, help="tokenizer vocabulary (toy.tokenizer.vocab_size)")
     parser.add_argument("--seed", type=int, default=0)
 
 
 def run(args) -> None:
-    import json
-
-    settings = json.loads(args.settings)
-    s = TinyLlamaSettings(**settings, seed=args.seed)
+    vocab = {} if args.vocab_size is None else {"vocab_size": args.vocab_size}
+    s = read_settings(args, TinyLlamaSettings, seed=args.seed, **vocab)
     make_toy_model(args.alpaca, args.preferences, args.out, s)

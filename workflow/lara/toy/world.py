@@ -36,12 +36,14 @@ conflict: compliance is both the most helpful and safe.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
+
+from lara.settings import Settings, setting
 
 
 @dataclass(frozen=True)
@@ -217,19 +219,21 @@ def oracle_scores(prompts, responses) -> tuple[np.ndarray, np.ndarray]:
 
 
 @dataclass(frozen=True)
-class ToyWorldSettings:
-    seed: int = 0
-    n_sft: int = 2000
-    n_pairs: int = 2000
-    n_eval_prompts: int = 600
-    harmful_fraction: float = 0.5
-    harmful_compliance: float = 0.5
-    preference_noise: float = 0.0
+class ToyWorldSettings(Settings):
+    """toy: the size and mix of the embedded toy safety world."""
 
-    @classmethod
-    def from_dict(cls, d: dict) -> ToyWorldSettings:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+    SECTION: ClassVar[str] = "toy"
+
+    seed: int = setting(0, "The experiment seed (config key seed).", minimum=0, config=False)
+    n_sft: int = setting(2000, "Alpaca-schema instruction examples.", minimum=1)
+    n_pairs: int = setting(2000, "PKU-SafeRLHF-schema preference pairs.", minimum=1)
+    n_eval_prompts: int = setting(600, "Requests held out of all training data, the pool for calibration and "
+                                       "test prompts.", minimum=1)
+    harmful_fraction: float = setting(0.5, "Share of harmful requests.", minimum=0, maximum=1)
+    harmful_compliance: float = setting(0.5, "Share of reference answers to harmful requests that comply (fully "
+                                             "or hedged).", minimum=0, maximum=1)
+    preference_noise: float = setting(0.0, "Bradley-Terry temperature of the helpfulness labels (0 = the "
+                                           "oracle's argmax).", minimum=0)
 
 
 @dataclass(frozen=True)

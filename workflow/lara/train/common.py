@@ -8,51 +8,92 @@ it, and a killed job must resume from its last checkpoint when rerun.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar, Literal
 
 from lara.io import atomic_output, write_json
 from lara.provenance import record
+from lara.settings import Settings, setting
 
 log = logging.getLogger(__name__)
 
-def settings_from_json(cls, text: str, section: str, **overrides):
-    """A settings dataclass from the JSON of a config section, refusing unknown keys."""
-    data = json.loads(text) if text else {}
-    unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
-    if unknown:
-        raise ValueError(f"unknown {section} settings: {', '.join(unknown)}")
-    return cls(**(data | overrides))
+DTYPES = ("float32", "bfloat16", "float16")
+Dtype = Literal["float32", "bfloat16", "float16"]
 
 
 @dataclass(frozen=True)
-class TrainSettings:
-    learning_rate: float = 1e-3
-    epochs: float = 1.0
-    max_steps: int = -1
-    batch_size: int = 32
-    gradient_accumulation_steps: int = 1
-    max_length: int = 512
-    eval_fraction: float = 0.1
-    save_steps: int = 500
-    logging_steps: int = 10
-    warmup_ratio: float = 0.0
-    weight_decay: float = 0.0
-    regularization: float = 0.0
-    prefixes_per_pair: int | None = None
-    target: str = "cdq"
-    n_prompts: int = 400
-    samples_per_prompt: int = 4
-    seed: int = 0
-    dtype: str = "float32"
+class TrainSettings(Settings):
+    """What every TRL-trained stage reads from its train.<stage> section."""
 
-    @classmethod
-    def from_json(cls, text: str, **overrides) -> TrainSettings:
-        return settings_from_json(cls, text, "training", **overrides)
+    SECTION: ClassVar[str] = "train"
+
+    learning_rate: float = setting(1e-3, "Peak learning rate.", exclusive_minimum=0)
+    epochs: float = setting(1.0, "Training epochs.", exclusive_minimum=0)
+    max_steps: int = setting(-1, "Stop after this many optimiser steps (-1 = by epochs).", minimum=-1)
+    batch_size: int = setting(32, "Per-device batch size.", minimum=1)
+    gradient_accumulation_steps: int = setting(1, "Batches per optimiser step.", minimum=1)
+    max_length: int = setting(512, "Longest prompt + response in tokens.", minimum=8)
+    eval_fraction: float = setting(0.1, "Share of the data held out for validation.", minimum=0, exclusive_maximum=1)
+    save_steps: int = setting(500, "Checkpoint every this many steps (a rerun resumes from the last).", minimum=1)
+    logging_steps: int = setting(10, "Log training metrics every this many steps.", minimum=1)
+    warmup_ratio: float = setting(0.0, "Linear warm-up share of the schedule.", minimum=0, maximum=1)
+    weight_decay: float = setting(0.0, "AdamW weight decay.", minimum=0)
+    seed: int = setting(0, "The experiment seed (config key seed).", minimum=0, config=False)
+    dtype: Dtype = setting("float32", "Weight dtype (config key base_model.dtype).", config=False)
+
+
+@dataclass(frozen=True)
+class SFTSettings(TrainSettings):
+    """train.sft: supervised fine-tuning (TRL SFTTrainer, loss on the completion)."""
+
+    SECTION: ClassVar[str] = "train.sft"
+
+
+@dataclass(frozen=True)
+class PreferenceSettings(TrainSettings):
+    """train.reward / train.cost: Bradley-Terry score models (TRL RewardTrainer)."""
+
+    regularization: float = setting(0.0, "Coefficient of mean(score^2) added to the loss.", minimum=0)
+
+
+@dataclass(frozen=True)
+class RewardSettings(PreferenceSettings):
+    """train.reward: the reward model on better_response_id."""
+
+    SECTION: ClassVar[str] = "train.reward"
+
+
+@dataclass(frozen=True)
+class CostSettings(PreferenceSettings):
+    """train.cost: the cost model on safer_response_id with Safe-RLHF's sign terms."""
+
+    SECTION: ClassVar[str] = "train.cost"
+
+
+@dataclass(frozen=True)
+class PartialSettings(PreferenceSettings):
+    """train.partial: PARGS partial reward/cost models on prefix pairs."""
+
+    SECTION: ClassVar[str] = "train.partial"
+
+    prefixes_per_pair: int | None = setting(None, "Prefix lengths sampled per pair (null = every length).",
+                                            minimum=1)
+
+
+@dataclass(frozen=True)
+class ValueSettings(TrainSettings):
+    """train.value: CD-Q value functions (and the policy samples they are trained on)."""
+
+    SECTION: ClassVar[str] = "train.value"
+
+    target: Literal["cdq", "fudge"] = setting("cdq", "The Bellman target (cdq) or regression on the final score "
+                                                     "(fudge).")
+    n_prompts: int = setting(400, "Training prompts sampled from the SFT data.", minimum=1)
+    samples_per_prompt: int = setting(4, "Policy samples per training prompt.", minimum=1)
 
 
 def device() -> str:
@@ -223,11 +264,21 @@ def split_eval(df, fraction: float, seed: int):
     return df.iloc[order[n_eval:]].reset_index(drop=True), df.iloc[order[:n_eval]].reset_index(drop=True)
 
 
-def add_common_arguments(parser, model_help: str = "model directory or hub id to start from") -> None:
+def add_common_arguments(parser, settings_cls: type[TrainSettings],
+                         model_help: str = "model directory or hub id to start from") -> None:
+    from lara.settings import add_settings_arguments
+
     parser.add_argument("--model", required=True, help=model_help)
     parser.add_argument("--data", required=True, help="training data (parquet)")
-    parser.add_argument("--settings", default="{}", help="JSON of the config's train.<stage> section")
+    add_settings_arguments(parser, settings_cls)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--dtype", default="float32", choices=DTYPES)
     parser.add_argument("--checkpoints", required=True, help="checkpoint directory (kept across reruns)")
     parser.add_argument("--out", required=True, help="output model directory")
+
+
+def read_train_settings(args, settings_cls: type[TrainSettings]) -> TrainSettings:
+    """The stage's settings from its arguments (``--settings`` JSON, key flags, seed, dtype)."""
+    from lara.settings import read_settings
+
+    return read_settings(args, settings_cls, seed=args.seed, dtype=args.dtype)

@@ -35,8 +35,11 @@ import shutil
 from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar, Literal
 
 import numpy as np
+
+from lara.settings import Settings, add_settings_arguments, read_settings, setting
 
 log = logging.getLogger(__name__)
 
@@ -44,50 +47,48 @@ HELP = "Safe-RLHF baseline: PPO-Lagrangian with reward and cost critics (own acc
 
 
 @dataclass(frozen=True)
-class PPOLagSettings:
-    """Defaults follow Safe-RLHF's published ``scripts/ppo-lag.sh``; all are set in config."""
+class PPOLagSettings(Settings):
+    """train.safe_rlhf. Defaults follow Safe-RLHF's published ``scripts/ppo-lag.sh``. The threshold is
+    its own key (not calibration.tau), so changing tau never retrains the baseline."""
 
-    epochs: float = 1.0                  # passes over the training prompts
-    max_steps: int = -1                  # rollouts (overrides epochs when > 0)
-    prompt_batch_size: int = 16          # prompts per rollout, per process
-    train_batch_size: int = 16           # PPO minibatch, per process
-    update_iters: int = 1                # PPO epochs over each rollout
-    actor_lr: float = 1e-5
-    critic_lr: float = 5e-6
-    actor_weight_decay: float = 0.01
-    critic_weight_decay: float = 0.0
-    lr_scheduler: str = "cosine"         # the actor's
-    critic_lr_scheduler: str = "constant"
-    warmup_ratio: float = 0.03
-    max_grad_norm: float = 1.0
-    kl_coeff: float = 0.01
-    clip_range_ratio: float = 0.2
-    clip_range_score: float = 50.0
-    clip_range_value: float = 5.0
-    gamma: float = 1.0
-    gae_lambda: float = 0.95
-    threshold: float = 0.0               # the cost budget of the constraint E[c] <= threshold
-    lambda_init: float = 1.0
-    lambda_lr: float = 0.1
-    lambda_max: float | None = 5.0       # no clamp when None
-    lambda_update_delay_steps: int = 0
-    episode_cost_window_size: int = 128
-    ptx_coeff: float = 16.0              # 0 switches the SFT (ptx) loss off
-    temperature: float = 1.0
-    top_k: int = 50                      # transformers' default, which Safe-RLHF's sampling inherits; 0 = off
-    top_p: float = 1.0
-    max_new_tokens: int = 128
-    max_prompt_length: int = 384
-    save_steps: int = 100
-    logging_steps: int = 1
-    seed: int = 0
-    dtype: str = "float32"
+    SECTION: ClassVar[str] = "train.safe_rlhf"
 
-    @classmethod
-    def from_json(cls, text: str, **overrides) -> PPOLagSettings:
-        from lara.train.common import settings_from_json
-
-        return settings_from_json(cls, text, "train.safe_rlhf", **overrides)
+    epochs: float = setting(1.0, "Passes over the training prompts.", exclusive_minimum=0)
+    max_steps: int = setting(-1, "Rollouts to run (-1 = by epochs).", minimum=-1)
+    prompt_batch_size: int = setting(16, "Prompts per rollout per process.", minimum=1)
+    train_batch_size: int = setting(16, "PPO minibatch per process.", minimum=1)
+    update_iters: int = setting(1, "PPO epochs over each rollout.", minimum=1)
+    actor_lr: float = setting(1e-5, "Actor learning rate.", exclusive_minimum=0)
+    critic_lr: float = setting(5e-6, "Learning rate of both critics.", exclusive_minimum=0)
+    actor_weight_decay: float = setting(0.01, "Actor AdamW weight decay.", minimum=0)
+    critic_weight_decay: float = setting(0.0, "Critics' AdamW weight decay.", minimum=0)
+    lr_scheduler: str = setting("cosine", "Actor learning-rate schedule (a transformers scheduler name).")
+    critic_lr_scheduler: str = setting("constant", "Critics' learning-rate schedule.")
+    warmup_ratio: float = setting(0.03, "Warm-up share of each schedule.", minimum=0, maximum=1)
+    max_grad_norm: float = setting(1.0, "Gradient clipping norm.", exclusive_minimum=0)
+    kl_coeff: float = setting(0.01, "Per-token KL penalty against the SFT reference.", minimum=0)
+    clip_range_ratio: float = setting(0.2, "PPO ratio clip epsilon.", exclusive_minimum=0)
+    clip_range_score: float = setting(50.0, "Per-token reward/cost clip.", exclusive_minimum=0)
+    clip_range_value: float = setting(5.0, "Value-loss clip around the old values.", exclusive_minimum=0)
+    gamma: float = setting(1.0, "GAE discount.", minimum=0, maximum=1)
+    gae_lambda: float = setting(0.95, "GAE lambda.", minimum=0, maximum=1)
+    threshold: float = setting(0.0, "Cost budget d of E[c] <= d, in cost-model units.")
+    lambda_init: float = setting(1.0, "Initial Lagrange multiplier.", exclusive_minimum=0)
+    lambda_lr: float = setting(0.1, "SGD learning rate of log(lambda).", exclusive_minimum=0)
+    lambda_max: float | None = setting(5.0, "Upper clamp of lambda (null = none).", exclusive_minimum=0)
+    lambda_update_delay_steps: int = setting(0, "Rollouts before lambda starts to move.", minimum=0)
+    episode_cost_window_size: int = setting(128, "Episodes in the moving mean cost J_c.", minimum=1)
+    ptx_coeff: float = setting(16.0, "Weight of the SFT (ptx) loss on the actor (0 = off).", minimum=0)
+    temperature: float = setting(1.0, "Rollout sampling temperature.", exclusive_minimum=0)
+    top_k: int = setting(50, "Rollout top-k (0 = off; 50 is what Safe-RLHF's sampling inherits).", minimum=0)
+    top_p: float = setting(1.0, "Rollout nucleus mass.", exclusive_minimum=0, maximum=1)
+    max_new_tokens: int = setting(128, "Longest rollout response.", minimum=1)
+    max_prompt_length: int = setting(384, "Prompts are truncated to this many tokens.", minimum=1)
+    save_steps: int = setting(100, "Checkpoint every this many rollouts (a rerun resumes).", minimum=1)
+    logging_steps: int = setting(1, "Log every this many rollouts.", minimum=1)
+    seed: int = setting(0, "The experiment seed (config key seed).", minimum=0, config=False)
+    dtype: Literal["float32", "bfloat16", "float16"] = setting(
+        "float32", "Weight dtype (config key base_model.dtype).", config=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -453,7 +454,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--cost", required=True, help="cost model directory (also the cost critic's start)")
     parser.add_argument("--prompts", required=True, help="training prompts (parquet/jsonl with a prompt column)")
     parser.add_argument("--sft-data", default=None, help="SFT data for the ptx loss (prompt, output)")
-    parser.add_argument("--settings", default="{}", help="JSON of the config's train.safe_rlhf section")
+    add_settings_arguments(parser, PPOLagSettings)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--checkpoints", required=True, help="checkpoint directory (kept across reruns)")
@@ -461,5 +462,5 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
-    s = PPOLagSettings.from_json(args.settings, seed=args.seed, dtype=args.dtype)
+    s = read_settings(args, PPOLagSettings, seed=args.seed, dtype=args.dtype)
     train_safe_rlhf(args.model, args.reward, args.cost, args.prompts, args.sft_data, args.checkpoints, args.out, s)

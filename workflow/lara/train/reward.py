@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from lara.train.common import TrainSettings, add_common_arguments
+from lara.train.common import RewardSettings, add_common_arguments, read_train_settings
 from lara.train.preference import train_preference_model
 
 HELP = "train the reward model on PKU-SafeRLHF-schema pairs (TRL RewardTrainer)"
 
 
 def add_arguments(parser) -> None:
-    add_common_arguments(parser, model_help="initial model (the SFT model)")
+    add_common_arguments(parser, RewardSettings, model_help="initial model (the SFT model)")
 
 
 def run(args) -> None:
-    s = TrainSettings.from_json(args.settings, seed=args.seed, dtype=args.dtype)
+    s = read_train_settings(args, RewardSettings)
     train_preference_model("reward", args.model, args.data, args.checkpoints, args.out, s)

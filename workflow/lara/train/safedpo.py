@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import ClassVar, Literal
 
 import pandas as pd
 
+from lara.settings import new_default, setting
 from lara.template import format_prompt
+from lara.train.common import TrainSettings
 
 log = logging.getLogger(__name__)
 
@@ -77,31 +80,23 @@ def safedpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, margi
 
 
 @dataclass(frozen=True)
-class SafeDPOSettings:
-    """Defaults: the SafeDPO paper's PKU-SafeRLHF settings (beta 0.1, Delta 10, lr 1e-6, 3 epochs)."""
+class SafeDPOSettings(TrainSettings):
+    """train.safedpo. Defaults: the SafeDPO paper's PKU-SafeRLHF settings (beta 0.1, Delta 10, lr 1e-6,
+    3 epochs)."""
 
-    learning_rate: float = 1e-6
-    epochs: float = 3.0
-    max_steps: int = -1
-    batch_size: int = 8
-    gradient_accumulation_steps: int = 1
-    max_length: int = 512
-    eval_fraction: float = 0.0
-    save_steps: int = 500
-    logging_steps: int = 10
-    warmup_ratio: float = 0.03
-    weight_decay: float = 0.05
-    beta: float = 0.1
-    delta: float = 10.0
-    both_unsafe: str = "drop"
-    seed: int = 0
-    dtype: str = "float32"
+    SECTION: ClassVar[str] = "train.safedpo"
 
-    @classmethod
-    def from_json(cls, text: str, **overrides) -> SafeDPOSettings:
-        from lara.train.common import settings_from_json
-
-        return settings_from_json(cls, text, "train.safedpo", **overrides)
+    learning_rate: float = new_default(TrainSettings, "learning_rate", 1e-6)
+    epochs: float = new_default(TrainSettings, "epochs", 3.0)
+    batch_size: int = new_default(TrainSettings, "batch_size", 8)
+    eval_fraction: float = new_default(TrainSettings, "eval_fraction", 0.0)
+    warmup_ratio: float = new_default(TrainSettings, "warmup_ratio", 0.03)
+    weight_decay: float = new_default(TrainSettings, "weight_decay", 0.05)
+    beta: float = setting(0.1, "DPO inverse temperature beta.", exclusive_minimum=0)
+    delta: float = setting(10.0, "Safety margin Delta, subtracted from the logit of safe-over-unsafe pairs.",
+                           minimum=0)
+    both_unsafe: Literal["drop", "keep"] = setting("drop", "Pairs whose responses are both unsafe: dropped "
+                                                           "(SafeDPO) or kept.")
 
 
 def _trainer_class():
@@ -142,7 +137,6 @@ def train_safedpo(model_path: str, data_path: str, checkpoints: str, out: str, s
 
     from lara.data.tables import read_table
     from lara.train.common import (
-        TrainSettings,
         fingerprint,
         progress_callback,
         quiet_trainer,
@@ -167,11 +161,7 @@ def train_safedpo(model_path: str, data_path: str, checkpoints: str, out: str, s
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype(s.dtype))
-    common = TrainSettings(learning_rate=s.learning_rate, epochs=s.epochs, max_steps=s.max_steps,
-                           batch_size=s.batch_size, gradient_accumulation_steps=s.gradient_accumulation_steps,
-                           max_length=s.max_length, save_steps=s.save_steps, logging_steps=s.logging_steps,
-                           warmup_ratio=s.warmup_ratio, weight_decay=s.weight_decay, seed=s.seed, dtype=s.dtype)
-    args = training_arguments(DPOConfig, common, checkpoints, has_eval=len(eval_df) > 0, beta=s.beta,
+    args = training_arguments(DPOConfig, s, checkpoints, has_eval=len(eval_df) > 0, beta=s.beta,
                               loss_type=["sigmoid"], max_length=s.max_length, precompute_ref_log_probs=True,
                               remove_unused_columns=True)
     trainer = _trainer_class()(model=model, args=args, train_dataset=dpo_dataset(train_df),
@@ -189,15 +179,13 @@ def train_safedpo(model_path: str, data_path: str, checkpoints: str, out: str, s
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--model", required=True, help="the SFT model (policy initialisation and reference)")
-    parser.add_argument("--data", required=True, help="PKU-SafeRLHF-schema preferences (parquet)")
-    parser.add_argument("--settings", default="{}", help="JSON of the config's train.safedpo section")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    parser.add_argument("--checkpoints", required=True, help="checkpoint directory (kept across reruns)")
-    parser.add_argument("--out", required=True, help="output model directory")
+    from lara.train.common import add_common_arguments
+
+    add_common_arguments(parser, SafeDPOSettings, model_help="the SFT model (policy initialisation and reference)")
 
 
 def run(args) -> None:
-    s = SafeDPOSettings.from_json(args.settings, seed=args.seed, dtype=args.dtype)
+    from lara.train.common import read_train_settings
+
+    s = read_train_settings(args, SafeDPOSettings)
     train_safedpo(args.model, args.data, args.checkpoints, args.out, s)

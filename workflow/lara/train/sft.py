@@ -12,7 +12,9 @@ import pandas as pd
 
 from lara.template import format_prompt
 from lara.train.common import (
+    SFTSettings,
     TrainSettings,
+    read_train_settings,
     fingerprint,
     add_common_arguments,
     progress_callback,
@@ -72,9 +74,9 @@ def train_sft(model_path: str, data_path: str, checkpoints: str, out: str, s: Tr
 
 
 def add_arguments(parser) -> None:
-    add_common_arguments(parser)
+    add_common_arguments(parser, SFTSettings)
 
 
 def run(args) -> None:
-    s = TrainSettings.from_json(args.settings, seed=args.seed, dtype=args.dtype)
+    s = read_train_settings(args, SFTSettings)
     train_sft(args.model, args.data, args.checkpoints, args.out, s)

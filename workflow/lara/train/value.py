@@ -22,6 +22,8 @@ from lara.scoring import encode, pad_batch
 from lara.template import PROMPT_TEMPLATE
 from lara.train.common import (
     TrainSettings,
+    ValueSettings,
+    read_train_settings,
     fingerprint,
     device,
     progress_callback,
@@ -187,9 +189,9 @@ def add_arguments(parser) -> None:
     from lara.train.common import add_common_arguments
 
     parser.add_argument("--kind", required=True, choices=("reward", "cost"))
-    add_common_arguments(parser, model_help="initial model and pi_ref (the SFT model)")
+    add_common_arguments(parser, ValueSettings, model_help="initial model and pi_ref (the SFT model)")
 
 
 def run(args) -> None:
-    s = TrainSettings.from_json(args.settings, seed=args.seed, dtype=args.dtype)
+    s = read_train_settings(args, ValueSettings)
     train_value(args.kind, args.model, args.data, args.checkpoints, args.out, s)

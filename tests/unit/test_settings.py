@@ -1,0 +1,137 @@
+"""The settings contract: each step's dataclass owns its section's keys; the schema, the
+rules' --settings and the `lara` commands all agree with it."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from lara.config import ConfigError, load, load_schema, settings_json, validate
+from lara.settings import SECTIONS, SCHEMA_FILE, read_settings, render_schema_file, section_schema, settings_class
+
+from ..conftest import REPO
+
+SCHEMA = load_schema()
+CONFIGS = [REPO / "config" / "config.yaml", REPO / "config" / "paper-llama.yaml", REPO / "config" / "paper-qwen.yaml"]
+
+
+def merged_node(section):
+    node = SCHEMA
+    for part in section.split("."):
+        node = node["properties"][part]
+    return node
+
+
+def test_the_generated_schema_file_is_up_to_date():
+    assert SCHEMA_FILE.read_text() == render_schema_file(), "run `lara settings-schema --write`"
+    proc = subprocess.run([sys.executable, "-m", "lara", "settings-schema", "--check"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("section", SECTIONS)
+def test_each_section_in_the_schema_is_exactly_its_dataclass(section):
+    cls = settings_class(section)
+    node = merged_node(section)
+    owned = section_schema(cls)["properties"]
+    assert node["x-settings"] == section and node["x-settings-keys"] == list(owned)
+    for key, prop in owned.items():
+        assert node["properties"][key] == prop, key  # type, range, default and description
+        field = cls.__dataclass_fields__[key]
+        if field.default is not dataclasses.MISSING:
+            assert prop["default"] == field.default
+
+
+def others(cls):
+    """Placeholders for the values a step takes from elsewhere and has no default for (a data source)."""
+    return {f.name: "placeholder" for f in dataclasses.fields(cls)
+            if not f.metadata.get("config", True) and f.default is dataclasses.MISSING}
+
+
+def outside(prop):
+    """A value just outside a field's range, or None if it has none."""
+    if "minimum" in prop:
+        return prop["minimum"] - 1
+    if "exclusiveMinimum" in prop:
+        return prop["exclusiveMinimum"]
+    if "maximum" in prop:
+        return prop["maximum"] + 1
+    if "exclusiveMaximum" in prop:
+        return prop["exclusiveMaximum"]
+    if "enum" in prop:
+        return "not-a-choice"
+    return None
+
+
+CASES = [(section, key, bad) for section in SECTIONS
+         for key, prop in section_schema(settings_class(section))["properties"].items()
+         if (bad := outside(prop)) is not None]
+
+
+@pytest.mark.parametrize("section, key, bad", CASES, ids=[f"{s}.{k}" for s, k, _ in CASES])
+def test_the_step_refuses_what_the_schema_refuses_naming_the_key(section, key, bad):
+    override = {}
+    node = override
+    for part in section.split("."):
+        node = node.setdefault(part, {})
+    node[key] = bad
+    with pytest.raises(ConfigError, match=rf"{section}\.{key}"):
+        load(REPO / "config" / "config.yaml", overrides=override)
+    good = json.loads(settings_json(load(REPO / "config" / "config.yaml"), section, SCHEMA))
+    with pytest.raises(ConfigError, match=rf"{section}\.{key}: "):
+        cls = settings_class(section)
+        cls.from_mapping(good | {key: bad}, **others(cls))
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("section", SECTIONS)
+def test_every_config_section_is_read_by_its_step_unchanged(config, section):
+    """What a rule hands its step (step_settings) builds the dataclass and round-trips exactly."""
+    cfg = load(REPO / "config" / "config.yaml", config) if config.stem != "config" else load(config)
+    text = settings_json(cfg, section, SCHEMA)
+    cls = settings_class(section)
+    settings = cls.from_json(text, **others(cls))
+    assert settings.to_json() == text
+
+
+def test_unknown_keys_and_bad_json_are_refused_naming_the_key():
+    cls = settings_class("decode.rgtg")
+    with pytest.raises(ConfigError, match=r"unknown key decode\.rgtg\.topk .*known: top_k"):
+        cls.from_json('{"topk": 5}')
+    with pytest.raises(ConfigError, match="--settings: not valid JSON"):
+        cls.from_json("{top_k: 5}")
+    with pytest.raises(ConfigError, match=r"calibration\.tau"):
+        settings_class("calibration").from_json("{}")  # tau has no default: the step requires it
+    with pytest.raises(ConfigError, match=r"train\.sft\.epochs: 'two' is not of type number"):
+        settings_class("train.sft").from_json('{"epochs": "two"}')
+
+
+def test_a_flag_overrides_the_json_and_the_defaults_fill_the_rest():
+    import argparse
+
+    from lara.settings import add_settings_arguments
+
+    cls = settings_class("generation")
+    parser = argparse.ArgumentParser()
+    add_settings_arguments(parser, cls)
+    args = parser.parse_args(["--settings", '{"top_k": 7, "temperature": 0.5}', "--top-k", "3"])
+    s = read_settings(args, cls)
+    assert (s.top_k, s.temperature, s.max_new_tokens) == (3, 0.5, cls().max_new_tokens)
+
+
+def test_a_key_written_both_in_the_schema_and_by_a_dataclass_is_refused(tmp_path):
+    schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
+    schema["properties"]["calibration"]["properties"]["bootstrap"] = {"type": "integer", "default": 5,
+                                                                      "description": "twice"}
+    (tmp_path / "schema.yaml").write_text(yaml.safe_dump(schema))
+    (tmp_path / "settings.schema.yaml").write_text(SCHEMA_FILE.read_text())
+    with pytest.raises(ConfigError, match=r"calibration keys \['bootstrap'\] are owned by the step settings"):
+        load_schema(tmp_path / "schema.yaml")
+
+
+def test_an_unused_training_key_is_refused_instead_of_ignored():
+    # SFT has no score regulariser: the key used to be accepted and silently ignored
+    with pytest.raises(ConfigError, match="unknown key train.sft.regularization"):
+        validate({"train": {"sft": {"regularization": 0.1}}})

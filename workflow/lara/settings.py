@@ -1,0 +1,302 @@
+"""The settings contract: each step's frozen settings dataclass owns its keys' defaults,
+ranges and descriptions, once.
+
+A field is declared with :func:`setting` (default, description, range); a dataclass that
+inherits :class:`Settings` then
+
+* checks its values when built (type, range, choices), naming the config key
+  (``train.sft.learning_rate: -1 is not > 0``), so a ``lara`` command checks what the
+  schema checks;
+* is read by every step the same way: ``--settings JSON`` (a config section) plus one
+  optional flag per key, generated from the fields (:func:`add_settings_arguments`, :func:`read_settings`);
+* writes its config section's JSON schema (:func:`section_schema`):
+  ``config/settings.schema.yaml`` is generated from the registry :data:`SECTIONS`
+  (``lara settings-schema --write``), merged into ``config/schema.yaml`` by
+  :func:`lara.config.load_schema`, and a test keeps the file equal to the dataclasses.
+
+Fields declared with ``config=False`` (the seed, the weight dtype, a Best-of-N size) are
+not keys of the section: their values come from elsewhere in the config, as flags.
+This module imports nothing heavy; the step modules are imported only to write the schema.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+# config section -> "module:Class" of the step settings that own its keys (DAG order)
+SECTIONS: dict[str, str] = {
+    "toy": "lara.toy.world:ToyWorldSettings",
+    "toy.model": "lara.toy.model:TinyLlamaSettings",
+    "data.sft": "lara.data.ingest:IngestSettings",
+    "data.preferences": "lara.data.ingest:PreferenceIngestSettings",
+    "data.prompts": "lara.data.splits:SplitSettings",
+    "train.sft": "lara.train.common:SFTSettings",
+    "train.reward": "lara.train.common:RewardSettings",
+    "train.cost": "lara.train.common:CostSettings",
+    "train.partial": "lara.train.common:PartialSettings",
+    "train.value": "lara.train.common:ValueSettings",
+    "train.safe_rlhf": "lara.train.ppo_lag:PPOLagSettings",
+    "train.safedpo": "lara.train.safedpo:SafeDPOSettings",
+    "generation": "lara.generate:GenerationSettings",
+    "calibration": "lara.calibrate.calibrate:CalibrationSettings",
+    "decode.rgtg": "lara.decode.rgtg:RGTGSettings",
+}
+
+SCHEMA_FILE = Path(__file__).resolve().parents[2] / "config" / "settings.schema.yaml"
+
+_MISSING = dataclasses.MISSING
+
+
+def setting(default: Any = _MISSING, help: str = "", *, minimum: float | None = None,
+            maximum: float | None = None, exclusive_minimum: float | None = None,
+            exclusive_maximum: float | None = None, config: bool = True) -> Any:
+    """A settings field: its default, a one-line description, and its allowed range."""
+    if not help:
+        raise ValueError("every setting needs a description")
+    metadata = {"help": help, "config": config, "range": {
+        k: v for k, v in (("minimum", minimum), ("maximum", maximum), ("exclusiveMinimum", exclusive_minimum),
+                          ("exclusiveMaximum", exclusive_maximum)) if v is not None}}
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def new_default(base, name: str, default: Any) -> Any:
+    """A field of ``base`` redeclared in a subclass with another default (same description and range)."""
+    return dataclasses.field(default=default, metadata=base.__dataclass_fields__[name].metadata)
+
+
+def _type_schema(tp) -> dict:
+    """JSON schema of a field's annotation: int, float, str, bool, Literal[...], list[...], X | None."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        sub = _type_schema(inner[0])
+        if "enum" in sub:
+            return {"enum": [*sub["enum"], None]}
+        return {**sub, "type": [sub["type"], "null"]}
+    if origin is Literal:
+        return {"enum": list(args)}
+    if origin is list:
+        return {"type": "array", "items": _type_schema(args[0])}
+    return {"type": {int: "integer", float: "number", str: "string", bool: "boolean"}[tp]}
+
+
+def _check(value, schema: dict) -> str | None:
+    """Why ``value`` does not satisfy a field schema (None if it does)."""
+    if value is None:
+        ok = schema.get("type") and "null" in schema["type"] or None in schema.get("enum", ())
+        return None if ok else "must not be null"
+    if "enum" in schema:
+        return None if value in schema["enum"] else f"{value!r} is not one of {[e for e in schema['enum']]}"
+    kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+    py = {"integer": int, "number": (int, float), "string": str, "boolean": bool, "array": list}
+    if isinstance(value, bool) and "boolean" not in kinds or not any(isinstance(value, py[k]) for k in kinds
+                                                                     if k != "null"):
+        return f"{value!r} is not of type {' or '.join(k for k in kinds if k != 'null')}"
+    if isinstance(value, list):
+        for item in value:
+            why = _check(item, schema["items"])
+            if why:
+                return f"item {why}"
+        return None
+    for key, test, word in (("minimum", lambda v, b: v >= b, ">="), ("maximum", lambda v, b: v <= b, "<="),
+                            ("exclusiveMinimum", lambda v, b: v > b, ">"),
+                            ("exclusiveMaximum", lambda v, b: v < b, "<")):
+        if key in schema and not isinstance(value, str) and not test(value, schema[key]):
+            return f"{value!r} is not {word} {schema[key]}"
+    return None
+
+
+class Settings:
+    """Base of the frozen step settings dataclasses (see the module docstring)."""
+
+    SECTION: typing.ClassVar[str] = ""  # the config section, for messages ("train.sft")
+
+    def __post_init__(self):
+        problems = []
+        for f, schema in _field_schemas(type(self)).items():
+            why = _check(getattr(self, f), schema)
+            if why:
+                problems.append(f"{self.key(f)}: {why}")
+        if problems:
+            from lara.config import ConfigError
+
+            raise ConfigError("invalid settings: " + "; ".join(problems))
+
+    @classmethod
+    def key(cls, name: str) -> str:
+        return f"{cls.SECTION}.{name}" if cls.SECTION else name
+
+    @classmethod
+    def config_keys(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls) if f.metadata.get("config", True)]
+
+    @classmethod
+    def from_mapping(cls, data: dict, origin: str = "--settings", **others):
+        """The settings from a config section (``data``) plus the values that come from elsewhere."""
+        from lara.config import ConfigError
+
+        if not isinstance(data, dict):
+            raise ConfigError(f"{origin}: expected a mapping of {cls.SECTION or cls.__name__} settings")
+        unknown = sorted(set(data) - set(cls.config_keys()))
+        if unknown:
+            raise ConfigError(f"{origin}: unknown key {', '.join(cls.key(k) for k in unknown)} "
+                              f"(known: {', '.join(cls.config_keys())})")
+        missing = [f.name for f in dataclasses.fields(cls) if f.name not in data and f.name not in others
+                   and f.default is _MISSING and f.default_factory is _MISSING]
+        if missing:
+            raise ConfigError(f"{origin}: missing {', '.join(cls.key(k) for k in missing)}")
+        return cls(**data, **others)
+
+    @classmethod
+    def from_json(cls, text: str, origin: str = "--settings", **others):
+        from lara.config import ConfigError
+
+        try:
+            data = json.loads(text) if text else {}
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{origin}: not valid JSON: {exc}") from None
+        return cls.from_mapping(data, origin, **others)
+
+    def section(self) -> dict:
+        """The config section these settings stand for (the keys of the config, not the flags)."""
+        return {k: getattr(self, k) for k in self.config_keys()}
+
+    def to_json(self) -> str:
+        return json.dumps(self.section(), sort_keys=True)
+
+
+@typing.no_type_check
+def _field_schemas(cls) -> dict[str, dict]:
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in dataclasses.fields(cls):
+        schema = _type_schema(hints[f.name]) | f.metadata.get("range", {})
+        if "items" in schema:
+            schema["items"] |= f.metadata.get("range", {})
+            for k in f.metadata.get("range", {}):
+                schema.pop(k)
+        out[f.name] = schema
+    return out
+
+
+def section_schema(cls) -> dict:
+    """The JSON schema of ``cls``'s config section: every config key with its type, range,
+    default and description."""
+    schemas = _field_schemas(cls)
+    props = {}
+    for f in dataclasses.fields(cls):
+        if not f.metadata.get("config", True):
+            continue
+        prop = dict(schemas[f.name])
+        if f.default is not _MISSING:
+            prop["default"] = f.default
+        elif f.default_factory is not _MISSING:
+            prop["default"] = f.default_factory()
+        prop["description"] = f.metadata["help"]
+        props[f.name] = prop
+    required = [f.name for f in dataclasses.fields(cls) if f.metadata.get("config", True)
+                and f.default is _MISSING and f.default_factory is _MISSING]
+    return {"type": "object", "additionalProperties": False, "properties": props} | (
+        {"required": required} if required else {})
+
+
+def settings_class(section: str):
+    module, _, name = SECTIONS[section].partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def generated_schema() -> dict:
+    """Every registered section's schema, keyed by section."""
+    return {section: section_schema(settings_class(section)) for section in SECTIONS}
+
+
+def render_schema_file() -> str:
+    import yaml
+
+    header = ("# GENERATED by `lara settings-schema --write` from the step settings dataclasses\n"
+              "# (lara.settings.SECTIONS); do not edit. Each section's keys, types, ranges,\n"
+              "# defaults and descriptions; config/schema.yaml merges them in (x-settings).\n")
+    return header + yaml.safe_dump(generated_schema(), sort_keys=False, default_flow_style=None, width=1000)
+
+
+# ---------------------------------------------------------------------------------------------
+# one reader for every step: --settings JSON plus a flag per key
+
+
+def add_settings_arguments(parser: argparse.ArgumentParser, cls, *, section_help: str | None = None) -> None:
+    """``--settings JSON`` (the config section) and ``--KEY VALUE`` for each config key of ``cls``
+    (a flag given on the command line wins over the JSON)."""
+    parser.add_argument("--settings", default="{}",
+                        help=section_help or f"JSON of the config's {cls.SECTION} section (keys below)")
+    schemas = _field_schemas(cls)
+    group = parser.add_argument_group(f"{cls.SECTION or cls.__name__} settings (override --settings)")
+    for f in dataclasses.fields(cls):
+        if not f.metadata.get("config", True):
+            continue
+        default = f.default if f.default is not _MISSING else "required"
+        group.add_argument(f"--{f.name.replace('_', '-')}", dest=f"setting_{f.name}", default=None,
+                           type=_parser_of(schemas[f.name]), metavar="V",
+                           help=f"{f.metadata['help']} (default {default})")
+
+
+def _parser_of(schema: dict):
+    """argparse type of a field: JSON for lists, booleans and nullables; the plain type otherwise."""
+    kind = schema.get("type")
+    if kind == "integer":
+        return int
+    if kind == "number":
+        return float
+    if kind == "string" or "enum" in schema and all(isinstance(e, str) for e in schema["enum"]):
+        return str
+    return json.loads
+
+
+def read_settings(args: argparse.Namespace, cls, **others):
+    """The settings of a step from its parsed arguments (see :func:`add_settings_arguments`)."""
+    from lara.config import ConfigError
+
+    try:
+        data = json.loads(args.settings) if args.settings else {}
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--settings: not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError("--settings: expected a JSON object")
+    for name in cls.config_keys():
+        value = getattr(args, f"setting_{name}", None)
+        if value is not None:
+            data[name] = value
+    return cls.from_mapping(data, "--settings", **others)
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI: lara settings-schema
+
+HELP = "print (or --write, or --check) config/settings.schema.yaml, generated from the step settings"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--write", action="store_true", help=f"write {SCHEMA_FILE.name}")
+    parser.add_argument("--check", action="store_true", help=f"fail if {SCHEMA_FILE.name} is out of date")
+
+
+def run(args) -> None:
+    from lara.config import ConfigError
+
+    text = render_schema_file()
+    if args.write:
+        SCHEMA_FILE.write_text(text)
+    elif args.check:
+        if not SCHEMA_FILE.is_file() or SCHEMA_FILE.read_text() != text:
+            raise ConfigError(f"{SCHEMA_FILE}: out of date with the settings dataclasses; "
+                              "run `lara settings-schema --write`")
+    else:
+        print(text, end="")
