@@ -57,16 +57,31 @@ TORCH_COMMANDS = {"make-toy-model", "train-sft", "train-reward", "train-cost", "
 log = logging.getLogger("lara")
 
 
+def command_help(module_name: str) -> str:
+    """A step module's ``HELP`` string, read from its source without importing the module (so the
+    command list costs no step's imports)."""
+    import ast
+
+    from lara.codehash import module_file
+
+    tree = ast.parse(module_file(module_name).read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "HELP" for t in node.targets):
+            return ast.literal_eval(node.value)
+    return importlib.import_module(module_name).HELP
+
+
 def make_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The parser of every subcommand, or of ``only`` (importing just that step's module, so one
-    step starts without paying for the imports of the others)."""
+    """The parser of ``only`` (importing just that step's module, so one step starts without paying
+    for the imports of the others), or, for the command list, of none (no step module imported)."""
     parser = argparse.ArgumentParser(
         prog="lara", description="LARA: Lagrangian Reward Augmentation for safe inference-time "
         "alignment. Each subcommand is one step of the Snakemake workflow.")
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module_name in COMMANDS.items():
-        if only is not None and name != only:
+        if name != only:
+            sub.add_parser(name, help=command_help(module_name))
             continue
         module = importlib.import_module(module_name)
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
