@@ -56,3 +56,19 @@ def test_changed_settings_discard_stale_checkpoints(tiny_world, tmp_path):
     cmd[cmd.index("--settings") + 1] = json.dumps(dict(quick, learning_rate=5e-4))
     rerun = subprocess.run(cmd, capture_output=True, text=True, check=True)
     assert "discarding them" in rerun.stderr and "starting from scratch" in rerun.stderr
+
+
+def test_a_checkpoint_killed_while_saving_is_deleted_and_the_one_before_resumed(tmp_path):
+    from lara.train.common import last_checkpoint
+
+    ckpt = tmp_path / "ckpt"
+    for step, state in ((20, '{"global_step": 20}'), (40, '{"global_step": 40}'), (60, '{"global_st'), (80, None)):
+        d = ckpt / f"checkpoint-{step}"
+        d.mkdir(parents=True)
+        (d / "model.safetensors").write_bytes(b"weights")
+        if state is not None:  # 60: state cut off mid-write; 80: killed before the state was written
+            (d / "trainer_state.json").write_text(state)
+    (ckpt / "checkpoint-notes").mkdir()  # not a checkpoint: ignored
+    assert last_checkpoint(ckpt) == str(ckpt / "checkpoint-40")
+    assert sorted(p.name for p in ckpt.iterdir()) == ["checkpoint-20", "checkpoint-40", "checkpoint-notes"]
+    assert last_checkpoint(tmp_path / "none") is None

@@ -143,10 +143,24 @@ def training_arguments(config_cls, s: TrainSettings, checkpoint_dir: str | Path,
 
 
 def last_checkpoint(checkpoint_dir: str | Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
+    """The newest complete ``checkpoint-N`` in ``checkpoint_dir``. The Trainer writes a checkpoint's
+    ``trainer_state.json`` last, so a job killed while saving leaves a directory without a readable
+    one: such a directory is deleted (with a warning) and the one before it is resumed."""
+    import shutil
 
     path = Path(checkpoint_dir)
-    return get_last_checkpoint(str(path)) if path.is_dir() else None
+    if not path.is_dir():
+        return None
+    found = sorted((int(p.name.split("-", 1)[1]), p) for p in path.glob("checkpoint-*")
+                   if p.is_dir() and p.name.split("-", 1)[1].isdigit())
+    for _, candidate in reversed(found):
+        try:
+            json.loads((candidate / "trainer_state.json").read_text())
+            return str(candidate)
+        except (OSError, ValueError):
+            log.warning("%s is incomplete (killed while saving?): deleting it", candidate)
+            shutil.rmtree(candidate, ignore_errors=True)
+    return None
 
 
 def progress_callback():
