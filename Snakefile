@@ -8,9 +8,10 @@
 #   results/{exp}/models/{model}/                             Hugging Face model directories (base, sft, ...)
 #   results/{exp}/data/{sft,preferences}.parquet              normalised training data
 #   results/{exp}/data/prompts_{calibration,test}.parquet     disjoint prompt splits
-#   results/{exp}/calibration/{samples,scores}.parquet        K samples per calibration prompt, their r and c
+#   results/{exp}/{pool}/{samples,scores}.parquet            responses from pi_ref and their r and c; pool:
+#                                                             calibration (K per calibration prompt), value
+#                                                             (CD-Q training data), bon (N candidates per test prompt)
 #   results/{exp}/calibration/lambda.json                     lambda-hat, bootstrap, lambda*, diagnostics
-#   results/{exp}/decode/bon/{samples,candidates}.parquet     N candidates per test prompt, scored once
 #   results/{exp}/decode/bon/sweep.csv                        Best-of-N lambda sweep (Fig. 1 data)
 #   results/{exp}/decode/{method}/{lam}/responses.parquet     method: bon, args, pargs, cdq; lam: zero, star, max, 0p5
 #   results/{exp}/decode/{policy}/responses.parquet           policy: sft, safe_rlhf, safedpo (fine-tuned baselines)
@@ -49,3 +50,6 @@ rule all:
     default_target: True
     input:
         final_outputs(),
+
+
+check_resource_rules()

@@ -1,55 +1,56 @@
 # Calibration stage: K samples per calibration prompt from pi_ref (the SFT policy), their
 # reward and cost, and the dual multiplier (bisection + bootstrap) deployed as lambda*.
+#
+# Sampling from pi_ref and scoring with the trained reward and cost models serve three pools of
+# prompts (SAMPLE_POOLS in common.smk): `calibration` (K per calibration prompt), `value` (the CD-Q
+# training data) and `bon` (the N Best-of-N candidates per test prompt).
 
 
-rule sample_calibration:
+rule sample:
     input:
-        prompts="results/{exp}/data/prompts_calibration.parquet",
+        prompts=lambda w: SAMPLE_POOLS[w.pool]["prompts"],
         sft="results/{exp}/models/sft",
     output:
-        "results/{exp}/calibration/samples.parquet",
+        "results/{exp}/{pool}/samples.parquet",
     params:
-        options=opts(
-            n=config["calibration"]["samples_per_prompt"],
-            dtype=config["base_model"]["dtype"],
-            seed=config["seed"],
-        ),
         settings=step_settings("generation"),
+        options=lambda w: sample_options(w.pool),
         code=step_code("sample"),
     log:
-        "logs/{exp}/sample_calibration.log",
+        "logs/{exp}/sample_{pool}.log",
     benchmark:
-        "benchmarks/{exp}/sample_calibration.tsv"
-    threads: job_threads("sample_calibration")
+        "benchmarks/{exp}/sample_{pool}.tsv"
+    threads: job_threads("sample")
     resources:
-        **job_resources("sample_calibration"),
+        **job_resources("sample"),
     conda:
         "../envs/generate.yaml"
     shell:
-        "lara sample --model {input.sft} --prompts {input.prompts} {params.options}"
-        " --settings {params.settings:q} --out {output} > {log} 2>&1"
+        "lara sample --model {input.sft:q} --prompts {input.prompts:q} --settings {params.settings:q}"
+        " {params.options} --out {output:q} > {log:q} 2>&1"
 
 
-rule score_calibration:
+rule score:
     input:
-        samples="results/{exp}/calibration/samples.parquet",
+        samples="results/{exp}/{pool}/samples.parquet",
         reward="results/{exp}/models/reward",
         cost="results/{exp}/models/cost",
     output:
-        "results/{exp}/calibration/scores.parquet",
+        "results/{exp}/{pool}/scores.parquet",
     params:
         code=step_code("score"),
     log:
-        "logs/{exp}/score_calibration.log",
+        "logs/{exp}/score_{pool}.log",
     benchmark:
-        "benchmarks/{exp}/score_calibration.tsv"
-    threads: job_threads("score_calibration")
+        "benchmarks/{exp}/score_{pool}.tsv"
+    threads: job_threads("score")
     resources:
-        **job_resources("score_calibration"),
+        **job_resources("score"),
     conda:
         "../envs/train.yaml"
     shell:
-        "lara score --input {input.samples} --reward {input.reward} --cost {input.cost} --out {output} > {log} 2>&1"
+        "lara score --input {input.samples:q} --reward {input.reward:q} --cost {input.cost:q} --out {output:q}"
+        " > {log:q} 2>&1"
 
 
 rule calibrate_lambda:

@@ -33,7 +33,7 @@ TOY_FILES = {
     "prompts": f"{RESULTS}/toy/prompts.jsonl",
 }
 
-WILDCARDS = {"exp": EXP, "n": "[0-9]+", "kind": "reward|cost", "method": "args|pargs|cdq",
+WILDCARDS = {"exp": EXP, "n": "[0-9]+", "kind": "reward|cost", "method": "args|pargs|cdq", "pool": "calibration|value|bon",
              "lam": "zero|star|max|[0-9]+(p[0-9]+)?",
              "policy": "sft|safe_rlhf|safedpo", "decoder": "bon|args|pargs|cdq", "figure": "[a-z_]+"}
 
@@ -91,6 +91,23 @@ def step_settings(section):
     return lara_config.settings_json(config, section, _schema)
 
 
+# the prompt pools sampled from pi_ref and scored (rules sample and score): their prompts, responses per
+# prompt (K, the CD-Q samples, N), a cap on prompts, and the seed
+SAMPLE_POOLS = {
+    "calibration": {"prompts": f"{RESULTS}/data/prompts_calibration.parquet",
+                    "n": config["calibration"]["samples_per_prompt"], "max_prompts": None, "seed": config["seed"]},
+    "value": {"prompts": f"{RESULTS}/data/sft.parquet", "n": config["train"]["value"]["samples_per_prompt"],
+              "max_prompts": config["train"]["value"]["n_prompts"], "seed": config["seed"]},
+    "bon": {"prompts": f"{RESULTS}/data/prompts_test.parquet", "n": config["decode"]["bon_n"], "max_prompts": None,
+            "seed": config["seed"] + 1},
+}
+
+
+def sample_options(pool):
+    p = SAMPLE_POOLS[pool]
+    return opts(n=p["n"], max_prompts=p["max_prompts"], dtype=config["base_model"]["dtype"], seed=p["seed"])
+
+
 def launcher(rule):
     """`lara`, or `accelerate launch` with one process per GPU when the rule asks for several."""
     gpus = job_resources(rule).get("gpu", 0)
@@ -145,8 +162,12 @@ def lambda_options(setting):
     return opts(**options)
 
 
+_RESOURCE_KEYS = set()  # the resources.rules keys that the rules read (see check_resource_rules)
+
+
 def job_resources(rule):
     """Resources from the experiment config (the defaults, then any per-rule overrides)."""
+    _RESOURCE_KEYS.add(rule)
     res = dict(config["resources"]["default"]) | config["resources"]["rules"].get(rule, {})
     if not res.get("gpu"):
         res.pop("gpu", None)
@@ -154,6 +175,15 @@ def job_resources(rule):
     elif res.get("gpu_model") is None:
         res.pop("gpu_model", None)
     return res
+
+
+def check_resource_rules():
+    """Refuse resources.rules keys that no rule reads (a typo would silently leave its jobs the defaults);
+    called once every rule is defined."""
+    unknown = sorted(set(config["resources"]["rules"]) - _RESOURCE_KEYS)
+    if unknown:
+        raise lara_config.ConfigError(f"{', '.join(_sources)}: resources.rules: unknown rule {', '.join(unknown)} "
+                                      f"(known: {', '.join(sorted(_RESOURCE_KEYS))})")
 
 
 def job_threads(rule):

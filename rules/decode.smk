@@ -1,61 +1,11 @@
-# Decoding stage. Best-of-N: N candidates per test prompt sampled and scored once, selected for any
-# lambda without new generation. ARGS / PARGS / CD-Q: token-level decoding with log pi_ref + w (r - lambda c).
+# Decoding stage. Best-of-N: the N candidates per test prompt are sampled and scored once (the `bon` pool of
+# rules/calibrate.smk), then selected for any lambda without new generation. ARGS / PARGS / CD-Q: token-level decoding with log pi_ref + w (r - lambda c).
 # Lambda settings are named (zero, star, max, or a literal such as 0p5); only `star` reads lambda.json.
-
-
-rule sample_bon:
-    input:
-        prompts="results/{exp}/data/prompts_test.parquet",
-        sft="results/{exp}/models/sft",
-    output:
-        "results/{exp}/decode/bon/samples.parquet",
-    params:
-        options=opts(
-            n=config["decode"]["bon_n"],
-            dtype=config["base_model"]["dtype"],
-            seed=config["seed"] + 1,
-        ),
-        settings=step_settings("generation"),
-        code=step_code("sample"),
-    log:
-        "logs/{exp}/sample_bon.log",
-    benchmark:
-        "benchmarks/{exp}/sample_bon.tsv"
-    threads: job_threads("sample_bon")
-    resources:
-        **job_resources("sample_bon"),
-    conda:
-        "../envs/generate.yaml"
-    shell:
-        "lara sample --model {input.sft} --prompts {input.prompts} {params.options}"
-        " --settings {params.settings:q} --out {output} > {log} 2>&1"
-
-
-rule score_bon:
-    input:
-        samples="results/{exp}/decode/bon/samples.parquet",
-        reward="results/{exp}/models/reward",
-        cost="results/{exp}/models/cost",
-    output:
-        "results/{exp}/decode/bon/candidates.parquet",
-    params:
-        code=step_code("score"),
-    log:
-        "logs/{exp}/score_bon.log",
-    benchmark:
-        "benchmarks/{exp}/score_bon.tsv"
-    threads: job_threads("score_bon")
-    resources:
-        **job_resources("score_bon"),
-    conda:
-        "../envs/train.yaml"
-    shell:
-        "lara score --input {input.samples} --reward {input.reward} --cost {input.cost} --out {output} > {log} 2>&1"
 
 
 rule select_bon:
     input:
-        candidates="results/{exp}/decode/bon/candidates.parquet",
+        candidates="results/{exp}/bon/scores.parquet",
         lam=lambda_input,
     output:
         "results/{exp}/decode/bon/{lam}/responses.parquet",
@@ -75,7 +25,7 @@ rule select_bon:
 
 rule bon_sweep:
     input:
-        candidates="results/{exp}/decode/bon/candidates.parquet",
+        candidates="results/{exp}/bon/scores.parquet",
         lam=sweep_lambda_inputs(),
     output:
         "results/{exp}/decode/bon/sweep.csv",

@@ -22,17 +22,14 @@ rule evaluate_decoded:
     conda:
         "../envs/train.yaml"
     shell:
-        "lara evaluate --responses {input} {params.options} --out {output} > {log} 2>&1"
+        "lara evaluate --responses {input:q} {params.options} --out {output:q} > {log:q} 2>&1"
 
 
-rule evaluate_policy:
+use rule evaluate_decoded as evaluate_policy with:
     input:
         "results/{exp}/decode/{policy}/responses.parquet",
     output:
         "results/{exp}/eval/{policy}/scores.parquet",
-    params:
-        options=evaluation_options(),
-        code=step_code("evaluate"),
     log:
         "logs/{exp}/evaluate_{policy}.log",
     benchmark:
@@ -40,10 +37,6 @@ rule evaluate_policy:
     threads: job_threads("evaluate_policy")
     resources:
         **job_resources("evaluate_policy"),
-    conda:
-        "../envs/train.yaml"
-    shell:
-        "lara evaluate --responses {input} {params.options} --out {output} > {log} 2>&1"
 
 
 rule judge_decoded:
@@ -62,26 +55,16 @@ rule judge_decoded:
     conda:
         "../envs/analysis.yaml"
     shell:
-        "lara judge --responses {input} {params.options} --out {output} > {log} 2>&1"
+        "lara judge --responses {input:q} {params.options} --out {output:q} > {log:q} 2>&1"
 
 
-rule judge_policy:
+use rule judge_decoded as judge_policy with:
     input:
         "results/{exp}/decode/{policy}/responses.parquet",
     output:
         "results/{exp}/eval/{policy}/judge.parquet",
-    params:
-        options=judge_options(),
-        code=step_code("judge"),
     log:
         "logs/{exp}/judge_{policy}.log",
-    threads: job_threads("judge")
-    resources:
-        **job_resources("judge"),
-    conda:
-        "../envs/analysis.yaml"
-    shell:
-        "lara judge --responses {input} {params.options} --out {output} > {log} 2>&1"
 
 
 rule aggregate:

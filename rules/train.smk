@@ -101,57 +101,6 @@ rule train_partial_model:
         " --checkpoints results/{wildcards.exp}/checkpoints/partial_{wildcards.kind} --out {output} > {log} 2>&1"
 
 
-rule sample_value_data:
-    input:
-        data="results/{exp}/data/sft.parquet",
-        sft="results/{exp}/models/sft",
-    output:
-        "results/{exp}/value/samples.parquet",
-    params:
-        options=opts(
-            n=config["train"]["value"]["samples_per_prompt"],
-            max_prompts=config["train"]["value"]["n_prompts"],
-            dtype=config["base_model"]["dtype"],
-            seed=config["seed"],
-        ),
-        settings=step_settings("generation"),
-        code=step_code("sample"),
-    log:
-        "logs/{exp}/sample_value_data.log",
-    benchmark:
-        "benchmarks/{exp}/sample_value_data.tsv"
-    threads: job_threads("sample_value_data")
-    resources:
-        **job_resources("sample_value_data"),
-    conda:
-        "../envs/generate.yaml"
-    shell:
-        "lara sample --model {input.sft} --prompts {input.data} {params.options}"
-        " --settings {params.settings:q} --out {output} > {log} 2>&1"
-
-
-rule score_value_data:
-    input:
-        samples="results/{exp}/value/samples.parquet",
-        reward="results/{exp}/models/reward",
-        cost="results/{exp}/models/cost",
-    output:
-        "results/{exp}/value/scores.parquet",
-    params:
-        code=step_code("score"),
-    log:
-        "logs/{exp}/score_value_data.log",
-    benchmark:
-        "benchmarks/{exp}/score_value_data.tsv"
-    threads: job_threads("score_value_data")
-    resources:
-        **job_resources("score_value_data"),
-    conda:
-        "../envs/train.yaml"
-    shell:
-        "lara score --input {input.samples} --reward {input.reward} --cost {input.cost} --out {output} > {log} 2>&1"
-
-
 rule train_value_model:
     input:
         data="results/{exp}/value/scores.parquet",

@@ -9,8 +9,7 @@ from ..conftest import run_snakemake
 pytestmark = pytest.mark.workflow
 
 GPU_RULES = {"train_sft", "train_reward_model", "train_cost_model", "train_partial_model", "train_value_model",
-             "sample_value_data", "score_value_data", "sample_calibration", "score_calibration", "sample_bon",
-             "score_bon", "decode_rgtg", "train_safe_rlhf", "train_safedpo", "generate_policy"}
+             "sample", "score", "decode_rgtg", "train_safe_rlhf", "train_safedpo", "generate_policy"}
 CPU_RULES = {"prepare_sft_data", "prepare_preferences", "split_prompts", "calibrate_lambda", "select_bon", "bon_sweep"}
 
 
@@ -35,6 +34,7 @@ def test_paper_dag_requests_gpus_where_the_paper_used_them(workflow_copy, paper)
     assert "accelerate launch --num_processes 2 -m lara train-safedpo" in proc.stdout
     assert GPU_RULES | CPU_RULES <= set(jobs), set(jobs)
     assert len(jobs["decode_rgtg"]) == 9 and len(jobs["select_bon"]) == 3 and len(jobs["train_value_model"]) == 2
+    assert len(jobs["sample"]) == len(jobs["score"]) == 3  # the calibration, CD-Q and Best-of-N pools
     for rule in GPU_RULES:
         for res in jobs[rule]:
             assert int(res["gpu"]) >= 1 and int(res["mem_mb"]) >= 64000, (rule, res)

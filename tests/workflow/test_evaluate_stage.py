@@ -63,7 +63,7 @@ def test_figures_exist_as_png_and_pdf_with_sidecars(toy_run):
         record = json.loads((toy_run / f"results/tiny/figures/{name}.provenance.json").read_text())
         assert {"figure", "trail", "code", "software", "seeds", "host", "device", "params"} <= set(record)
         rules = {e["rule"] for e in record["trail"]}
-        assert {"calibrate_lambda", "score_calibration", "sample_calibration", "train_sft", "make_toy_world"} <= rules
+        assert {"calibrate_lambda", "score", "sample", "train_sft", "make_toy_world"} <= rules
     record = json.loads((toy_run / "results/tiny/figures/tradeoff.provenance.json").read_text())
     rules = {e["rule"] for e in record["trail"]}
     assert {"aggregate", "evaluate_decoded", "judge_policy", "train_safe_rlhf", "train_safedpo", "decode_rgtg"} <= rules

@@ -40,7 +40,7 @@ def test_no_change_means_no_jobs(toy_run):
 def test_sft_learning_rate_reruns_everything_downstream_of_sft(toy_run, tmp_path):
     counts, _ = dry_run(toy_run, *override(tmp_path, "train:\n  sft:\n    learning_rate: 1.0e-3\n"))
     assert TRAINING <= set(counts) and counts["train_partial_model"] == 2 and counts["generate_policy"] == 3
-    assert {"sample_calibration", "calibrate_lambda", "sample_bon", "select_bon", "decode_rgtg"} <= set(counts)
+    assert {"sample", "calibrate_lambda", "select_bon", "decode_rgtg"} <= set(counts) and counts["sample"] == 3
     assert not {"make_toy_world", "make_toy_model", "prepare_sft_data", "prepare_preferences",
                 "split_prompts"} & set(counts)
 
@@ -96,15 +96,14 @@ def test_editing_a_step_module_reruns_that_step_and_its_downstream(toy_run, tmp_
     append(lara / "calibrate" / "dual.py", "\nANOTHER_EDIT = 1\n")
     counts, outputs = dry_run(toy_run, env=env)
     assert counts.get("calibrate_lambda") == 1 and counts.get("decode_rgtg") == 3 and counts.get("select_bon") == 1
-    assert not TRAINING & set(counts) and "sample_calibration" not in counts
+    assert not TRAINING & set(counts) and "sample" not in counts
 
 
 # the rules whose step imports the shared module (read from the sources by hand; the unit test
 # tests/unit/test_codehash.py checks the import walker against a regex reading of every module)
 TEMPLATE_USERS = {"make_toy_model", "prepare_sft_data", "prepare_preferences", "split_prompts", "train_sft",
                   "train_reward_model", "train_cost_model", "train_partial_model", "train_value_model",
-                  "train_safe_rlhf", "train_safedpo", "sample_calibration", "sample_value_data", "sample_bon",
-                  "score_calibration", "score_value_data", "score_bon", "decode_rgtg", "generate_policy",
+                  "train_safe_rlhf", "train_safedpo", "sample", "score", "decode_rgtg", "generate_policy",
                   "evaluate_decoded", "evaluate_policy"}
 
 

@@ -176,7 +176,7 @@ def _records(trail: list[dict]) -> dict[str, dict]:
 
 
 def _sampled_and_scored(records: dict[str, dict], scores_suffix: str) -> dict:
-    """Policy, N and scorers behind a scored sample table (``.../candidates.parquet``, ``.../scores.parquet``)."""
+    """Policy, N and scorers behind a scored sample table (``{pool}/scores.parquet``)."""
     scored = next((rec for path, rec in records.items() if path.endswith(scores_suffix)), {})
     sampled = records.get(scored.get("input"), {})
     return {"policy": sampled.get("model", "unknown"), "n": sampled.get("n"),
@@ -194,9 +194,9 @@ def describe(kind: str, trail: list[dict], lam: dict | None = None, summary: pd.
                   "beta": lam.get("beta"), "calibration_prompts": lam.get("n_prompts"),
                   "bootstrap_replicates": lam.get("bootstrap", {}).get("replicates"),
                   "quantile": lam.get("bootstrap", {}).get("quantile")}
-        shows["calibrated_on"] = _sampled_and_scored(records, "calibration/scores.parquet")
+        shows["calibrated_on"] = _sampled_and_scored(records, "/calibration/scores.parquet")
     if kind == "lambda_sweep":
-        shows["best_of_n"] = _sampled_and_scored(records, "bon/candidates.parquet")
+        shows["best_of_n"] = _sampled_and_scored(records, "/bon/scores.parquet")
     if summary is not None:
         shows["rows"] = [f"{m}/{s}" for m, s in zip(summary["method"], summary["setting"], strict=True)]
         scorers = {(rec.get("reward"), rec.get("cost")) for path, rec in records.items()
