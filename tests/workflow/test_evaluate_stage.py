@@ -68,7 +68,7 @@ def test_figures_exist_as_png_and_pdf_with_sidecars(toy_run):
     rules = {e["rule"] for e in record["trail"]}
     assert {"aggregate", "evaluate_decoded", "judge_policy", "train_safe_rlhf", "train_safedpo", "decode_rgtg"} <= rules
     calib = next(e for e in record["trail"] if e["rule"] == "calibrate_lambda")
-    assert any("--tau -0.5" in p for p in calib["params"]) and calib["seed"] == 0
+    assert any('"tau": -0.5' in p for p in calib["params"]) and calib["seed"] == 0
 
 
 def _provenance(toy_run, figure):

@@ -99,26 +99,29 @@ def test_editing_a_step_module_reruns_that_step_and_its_downstream(toy_run, tmp_
     assert not TRAINING & set(counts) and "sample" not in counts
 
 
-# the rules whose step imports the shared module (read from the sources by hand; the unit test
-# tests/unit/test_codehash.py checks the import walker against a regex reading of every module)
-TEMPLATE_USERS = {"make_toy_model", "prepare_sft_data", "prepare_preferences", "split_prompts", "train_sft",
-                  "train_reward_model", "train_cost_model", "train_partial_model", "train_value_model",
-                  "train_safe_rlhf", "train_safedpo", "sample", "score", "decode_rgtg", "generate_policy",
-                  "evaluate_decoded", "evaluate_policy"}
-
-
-@pytest.mark.parametrize("rel, users", [
-    ("template.py", TEMPLATE_USERS),
-    ("data/tables.py", None),  # None: every rule but those whose step never reads a table
+@pytest.mark.parametrize("rel, roots", [
+    # the first steps that run lara.template / lara.data.tables (the unit test tests/unit/test_codehash.py checks
+    # every step's import closure against a regex reading of the sources); make_toy_world imports neither
+    ("template.py", {"make_toy_model", "prepare_sft_data", "prepare_preferences", "split_prompts"}),
+    ("data/tables.py", {"prepare_sft_data", "prepare_preferences", "split_prompts"}),
 ])
-def test_a_shared_module_edit_reruns_exactly_the_steps_that_import_it(toy_run, tmp_path, rel, users):
+def test_a_shared_module_edit_reruns_the_steps_that_import_it(toy_run, tmp_path, rel, roots):
     lara, env = package_copy(tmp_path)
     append(lara / rel, "\nSHARED_EDIT = 1\n")
-    changed = own_code_changed(toy_run, env)
-    if users is None:  # lara.data.tables: the table reader/writer of nearly every step
-        untouched = {"make_toy_world", "make_toy_model", "train_sft", "train_reward_model", "train_cost_model",
-                     "train_partial_model"}
-        assert not changed & untouched and {"prepare_sft_data", "calibrate_lambda", "select_bon", "bon_sweep",
-                                            "aggregate", "figure_tradeoff"} <= changed, changed
-    else:
-        assert changed == users, changed ^ users
+    # Snakemake names a job's own changed params only where no input changes too: the roots of the rerun
+    assert own_code_changed(toy_run, env) == roots
+    counts, _ = dry_run(toy_run, env=env)
+    assert "make_toy_world" not in counts and ("make_toy_model" in counts) == ("make_toy_model" in roots)
+    assert {"calibrate_lambda", "decode_rgtg", "aggregate"} <= set(counts)  # and everything downstream
+
+
+def test_a_module_of_later_steps_reruns_exactly_those_steps_and_their_downstream(toy_run, tmp_path):
+    # lara.calibrate.bestofn: run by calibrate, select-bon, bon-sweep and (through decode/bon.py) decode;
+    # nothing upstream of them and no baseline imports it
+    lara, env = package_copy(tmp_path)
+    append(lara / "calibrate" / "bestofn.py", "\nSHARED_EDIT = 1\n")
+    counts, _ = dry_run(toy_run, env=env)
+    # the zero and max settings depend on no calibration: they rerun for their own code alone
+    assert counts == {"calibrate_lambda": 1, "calibrate_lambda_for_n": 2, "select_bon": 3, "bon_sweep": 1,
+                      "decode_rgtg": 9, "evaluate_decoded": 12, "judge_decoded": 12, "aggregate": 1,
+                      "figure_lambda_sweep": 1, "figure_tradeoff": 1, "figure_calibration": 1}, counts
