@@ -226,9 +226,9 @@ def evaluation_options():
 
 
 def judge_options():
-    j = config["evaluation"]["judge"]
-    return opts(model=j["model"], base_url=j["base_url"], api_key_env=j["api_key_env"], retries=j["retries"],
-                cache=f"{RESULTS}/eval/judge_cache.sqlite" if j["model"] != "oracle" else None)
+    """The judge's settings and, for an LLM judge, its cache of judgments (kept across reruns)."""
+    cache = f"{RESULTS}/eval/judge_cache.sqlite" if config["evaluation"]["judge"]["model"] != "oracle" else None
+    return shlex.join(["--settings", step_settings("evaluation.judge")]) + (" " + opts(cache=cache) if cache else "")
 
 
 def figure_shows(wildcards, output):

@@ -135,3 +135,26 @@ def test_an_unused_training_key_is_refused_instead_of_ignored():
     # SFT has no score regulariser: the key used to be accepted and silently ignored
     with pytest.raises(ConfigError, match="unknown key train.sft.regularization"):
         validate({"train": {"sft": {"regularization": 0.1}}})
+
+
+@pytest.mark.parametrize("section, flag, text, value", [
+    ("train.partial", "--prefixes-per-pair", "null", None),
+    ("train.partial", "--prefixes-per-pair", "3", 3),
+    ("evaluation.judge", "--base-url", "http://localhost:8000/v1", "http://localhost:8000/v1"),
+    ("evaluation.judge", "--model", "null", None),
+    ("calibration", "--mode", "soft", "soft"),
+    ("train.safe_rlhf", "--lambda-max", "2.5", 2.5),
+])
+def test_each_key_has_a_flag_that_parses_its_type(section, flag, text, value):
+    import argparse
+
+    from lara.settings import add_settings_arguments
+
+    cls = settings_class(section)
+    parser = argparse.ArgumentParser()
+    add_settings_arguments(parser, cls)
+    args = parser.parse_args([flag, text])
+    key = flag.removeprefix("--").replace("-", "_")
+    required = {"tau": 0.0} if section == "calibration" else {}
+    args.settings = json.dumps(required)
+    assert getattr(read_settings(args, cls, **others(cls)), key) == value

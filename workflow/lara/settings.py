@@ -47,6 +47,7 @@ SECTIONS: dict[str, str] = {
     "generation": "lara.generate:GenerationSettings",
     "calibration": "lara.calibrate.calibrate:CalibrationSettings",
     "decode.rgtg": "lara.decode.rgtg:RGTGSettings",
+    "evaluation.judge": "lara.evaluate.judge:JudgeSettings",
 }
 
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "config" / "settings.schema.yaml"
@@ -249,15 +250,21 @@ def add_settings_arguments(parser: argparse.ArgumentParser, cls, *, section_help
 
 
 def _parser_of(schema: dict):
-    """argparse type of a field: JSON for lists, booleans and nullables; the plain type otherwise."""
-    kind = schema.get("type")
-    if kind == "integer":
-        return int
-    if kind == "number":
-        return float
-    if kind == "string" or "enum" in schema and all(isinstance(e, str) for e in schema["enum"]):
-        return str
-    return json.loads
+    """argparse type of a field: its plain type, ``null`` for None where allowed, JSON for lists."""
+    kinds = schema.get("type", [])
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    if "enum" in schema:
+        kinds = sorted({{str: "string", int: "integer", float: "number"}.get(type(e), "null") for e in schema["enum"]})
+    plain = {"integer": int, "number": float, "string": str}
+    base = next((plain[k] for k in kinds if k in plain), None)
+    if base is None:  # booleans and lists: JSON (true, false, [1, 2])
+        return json.loads
+
+    def parse(text: str):
+        return None if "null" in kinds and text in ("null", "None") else base(text)
+
+    parse.__name__ = base.__name__  # argparse names the type in its error message
+    return parse
 
 
 def read_settings(args: argparse.Namespace, cls, **others):
