@@ -244,7 +244,7 @@ def add_settings_arguments(parser: argparse.ArgumentParser, cls, *, section_help
         if not f.metadata.get("config", True):
             continue
         default = f.default if f.default is not _MISSING else "required"
-        group.add_argument(f"--{f.name.replace('_', '-')}", dest=f"setting_{f.name}", default=None,
+        group.add_argument(f"--{f.name.replace('_', '-')}", dest=f"setting_{f.name}", default=argparse.SUPPRESS,
                            type=_parser_of(schemas[f.name]), metavar="V",
                            help=f"{f.metadata['help']} (default {default})")
 
@@ -278,9 +278,8 @@ def read_settings(args: argparse.Namespace, cls, **others):
     if not isinstance(data, dict):
         raise ConfigError("--settings: expected a JSON object")
     for name in cls.config_keys():
-        value = getattr(args, f"setting_{name}", None)
-        if value is not None:
-            data[name] = value
+        if hasattr(args, f"setting_{name}"):  # given on the command line (null included)
+            data[name] = getattr(args, f"setting_{name}")
     return cls.from_mapping(data, "--settings", **others)
 
 
