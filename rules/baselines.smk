@@ -28,9 +28,9 @@ rule train_safe_rlhf:
     conda:
         "../envs/train.yaml"
     shell:
-        "{params.launch} train-safe-rlhf --model {input.sft} --reward {input.reward} --cost {input.cost}"
-        " --prompts {input.prompts} --sft-data {input.sft_data} --settings {params.settings:q} {params.options}"
-        " --checkpoints results/{wildcards.exp}/checkpoints/safe_rlhf --out {output} > {log} 2>&1"
+        "{params.launch} train-safe-rlhf --model {input.sft:q} --reward {input.reward:q} --cost {input.cost:q}"
+        " --prompts {input.prompts:q} --sft-data {input.sft_data:q} --settings {params.settings:q} {params.options}"
+        " --checkpoints results/{wildcards.exp:q}/checkpoints/safe_rlhf --out {output:q} > {log:q} 2>&1"
 
 
 rule train_safedpo:
@@ -54,8 +54,8 @@ rule train_safedpo:
     conda:
         "../envs/train.yaml"
     shell:
-        "{params.launch} train-safedpo --model {input.sft} --data {input.data} --settings {params.settings:q}"
-        " {params.options} --checkpoints results/{wildcards.exp}/checkpoints/safedpo --out {output} > {log} 2>&1"
+        "{params.launch} train-safedpo --model {input.sft:q} --data {input.data:q} --settings {params.settings:q}"
+        " {params.options} --checkpoints results/{wildcards.exp:q}/checkpoints/safedpo --out {output:q} > {log:q} 2>&1"
 
 
 rule generate_policy:
@@ -81,5 +81,5 @@ rule generate_policy:
     conda:
         "../envs/generate.yaml"
     shell:
-        "lara generate-policy --policy {wildcards.policy} --model {input.model} --prompts {input.prompts}"
-        " {params.options} --settings {params.settings:q} --out {output} > {log} 2>&1"
+        "lara generate-policy --policy {wildcards.policy:q} --model {input.model:q} --prompts {input.prompts:q}"
+        " {params.options} --settings {params.settings:q} --out {output:q} > {log:q} 2>&1"

@@ -21,9 +21,9 @@ rule make_toy_world:
     conda:
         "../envs/analysis.yaml"
     shell:
-        "lara make-toy-world --settings {params.settings:q} --seed {params.seed}"
-        " --alpaca {output.alpaca} --preferences {output.preferences} --prompts {output.prompts}"
-        " > {log} 2>&1"
+        "lara make-toy-world --settings {params.settings:q} --seed {params.seed:q}"
+        " --alpaca {output.alpaca:q} --preferences {output.preferences:q} --prompts {output.prompts:q}"
+        " > {log:q} 2>&1"
 
 
 rule make_toy_model:
@@ -47,7 +47,7 @@ rule make_toy_model:
         "../envs/train.yaml"
     shell:
         "lara make-toy-model --settings {params.settings:q} {params.options}"
-        " --alpaca {input.alpaca} --preferences {input.preferences} --out {output} > {log} 2>&1"
+        " --alpaca {input.alpaca:q} --preferences {input.preferences:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule prepare_sft_data:
@@ -118,4 +118,4 @@ rule split_prompts:
         "../envs/analysis.yaml"
     shell:
         "lara split-prompts --settings {params.settings:q} {params.options} {params.exclude}"
-        " --calibration {output.calibration} --test {output.test} > {log} 2>&1"
+        " --calibration {output.calibration:q} --test {output.test:q} > {log:q} 2>&1"

@@ -20,7 +20,7 @@ rule select_bon:
     conda:
         "../envs/analysis.yaml"
     shell:
-        "lara select-bon --candidates {input.candidates} {params.options} --out {output} > {log} 2>&1"
+        "lara select-bon --candidates {input.candidates:q} {params.options} --out {output:q} > {log:q} 2>&1"
 
 
 rule bon_sweep:
@@ -71,6 +71,6 @@ rule decode_rgtg:
     conda:
         "../envs/train.yaml"
     shell:
-        "lara decode --method {wildcards.method} --policy {input.sft} --reward {input.reward} --cost {input.cost}"
-        " --prompts {input.prompts} {params.options} --settings {params.settings:q} --seed {params.seed}"
-        " --out {output} > {log} 2>&1"
+        "lara decode --method {wildcards.method:q} --policy {input.sft:q} --reward {input.reward:q} --cost {input.cost:q}"
+        " --prompts {input.prompts:q} {params.options} --settings {params.settings:q} --seed {params.seed:q}"
+        " --out {output:q} > {log:q} 2>&1"

@@ -90,5 +90,5 @@ rule aggregate:
     conda:
         "../envs/analysis.yaml"
     shell:
-        "lara aggregate --scores {input.scores} --judge {input.judge} {params.audit}"
-        " {params.options} --out {output.summary} --audit {output.audit} > {log} 2>&1"
+        "lara aggregate --scores {input.scores:q} --judge {input.judge:q} {params.audit}"
+        " {params.options} --out {output.summary:q} --audit {output.audit:q} > {log:q} 2>&1"

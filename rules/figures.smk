@@ -23,9 +23,9 @@ rule figure_lambda_sweep:
     conda:
         "../envs/analysis.yaml"
     shell:
-        "lara figure --kind lambda_sweep --sweep {input.sweep} --lambda-json {input.lam} --options {params.options:q}"
-        " --rule figure_lambda_sweep --png {output.png} --pdf {output.pdf} --provenance {output.provenance}"
-        " > {log} 2>&1"
+        "lara figure --kind lambda_sweep --sweep {input.sweep:q} --lambda-json {input.lam:q} --options {params.options:q}"
+        " --rule figure_lambda_sweep --png {output.png:q} --pdf {output.pdf:q} --provenance {output.provenance:q}"
+        " > {log:q} 2>&1"
 
 
 rule figure_tradeoff:
@@ -47,8 +47,8 @@ rule figure_tradeoff:
     conda:
         "../envs/analysis.yaml"
     shell:
-        "lara figure --kind tradeoff --summary {input.summary} --lambda-json {input.lam} --options {params.options:q}"
-        " --rule figure_tradeoff --png {output.png} --pdf {output.pdf} --provenance {output.provenance} > {log} 2>&1"
+        "lara figure --kind tradeoff --summary {input.summary:q} --lambda-json {input.lam:q} --options {params.options:q}"
+        " --rule figure_tradeoff --png {output.png:q} --pdf {output.pdf:q} --provenance {output.provenance:q} > {log:q} 2>&1"
 
 
 rule figure_calibration:
@@ -69,6 +69,6 @@ rule figure_calibration:
     conda:
         "../envs/analysis.yaml"
     shell:
-        "lara figure --kind calibration --lambda-json {input.lam} --options {params.options:q}"
-        " --rule figure_calibration --png {output.png} --pdf {output.pdf} --provenance {output.provenance}"
-        " > {log} 2>&1"
+        "lara figure --kind calibration --lambda-json {input.lam:q} --options {params.options:q}"
+        " --rule figure_calibration --png {output.png:q} --pdf {output.pdf:q} --provenance {output.provenance:q}"
+        " > {log:q} 2>&1"

@@ -24,8 +24,8 @@ rule train_sft:
     conda:
         "../envs/train.yaml"
     shell:
-        "lara train-sft --model {params.model} --data {input.data} --settings {params.settings:q}"
-        " {params.options} --checkpoints results/{wildcards.exp}/checkpoints/sft --out {output} > {log} 2>&1"
+        "lara train-sft --model {params.model:q} --data {input.data:q} --settings {params.settings:q}"
+        " {params.options} --checkpoints results/{wildcards.exp:q}/checkpoints/sft --out {output:q} > {log:q} 2>&1"
 
 
 rule train_reward_model:
@@ -48,8 +48,8 @@ rule train_reward_model:
     conda:
         "../envs/train.yaml"
     shell:
-        "lara train-reward --model {input.sft} --data {input.data} --settings {params.settings:q}"
-        " {params.options} --checkpoints results/{wildcards.exp}/checkpoints/reward --out {output} > {log} 2>&1"
+        "lara train-reward --model {input.sft:q} --data {input.data:q} --settings {params.settings:q}"
+        " {params.options} --checkpoints results/{wildcards.exp:q}/checkpoints/reward --out {output:q} > {log:q} 2>&1"
 
 
 rule train_cost_model:
@@ -72,8 +72,8 @@ rule train_cost_model:
     conda:
         "../envs/train.yaml"
     shell:
-        "lara train-cost --model {input.sft} --data {input.data} --settings {params.settings:q}"
-        " {params.options} --checkpoints results/{wildcards.exp}/checkpoints/cost --out {output} > {log} 2>&1"
+        "lara train-cost --model {input.sft:q} --data {input.data:q} --settings {params.settings:q}"
+        " {params.options} --checkpoints results/{wildcards.exp:q}/checkpoints/cost --out {output:q} > {log:q} 2>&1"
 
 
 rule train_partial_model:
@@ -96,9 +96,9 @@ rule train_partial_model:
     conda:
         "../envs/train.yaml"
     shell:
-        "lara train-partial --kind {wildcards.kind} --model {input.sft} --data {input.data}"
+        "lara train-partial --kind {wildcards.kind:q} --model {input.sft:q} --data {input.data:q}"
         " --settings {params.settings:q} {params.options}"
-        " --checkpoints results/{wildcards.exp}/checkpoints/partial_{wildcards.kind} --out {output} > {log} 2>&1"
+        " --checkpoints results/{wildcards.exp:q}/checkpoints/partial_{wildcards.kind:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule train_value_model:
@@ -121,6 +121,6 @@ rule train_value_model:
     conda:
         "../envs/train.yaml"
     shell:
-        "lara train-value --kind {wildcards.kind} --model {input.sft} --data {input.data}"
+        "lara train-value --kind {wildcards.kind:q} --model {input.sft:q} --data {input.data:q}"
         " --settings {params.settings:q} {params.options}"
-        " --checkpoints results/{wildcards.exp}/checkpoints/value_{wildcards.kind} --out {output} > {log} 2>&1"
+        " --checkpoints results/{wildcards.exp:q}/checkpoints/value_{wildcards.kind:q} --out {output:q} > {log:q} 2>&1"

@@ -124,3 +124,16 @@ def test_every_rule_hashes_the_command_its_shell_runs():
     assert seen >= 25
     common = (REPO / "rules" / "common.smk").read_text()
     assert 'code=step_code("figure")' in common and "source_hash" not in common
+
+
+PRE_QUOTED = {"params.options", "params.audit", "params.exclude", "params.launch"}  # built with shlex.join
+
+
+def test_every_value_in_a_shell_command_is_quoted():
+    checked = 0
+    for smk in sorted((REPO / "rules").glob("*.smk")):
+        for shell in re.findall(r"^    shell:\n((?:\s+\".*\"\n)+)", smk.read_text(), flags=re.M):
+            for name, quoted in re.findall(r"\{([a-z_.]+)(:q)?\}", shell):
+                assert quoted or name in PRE_QUOTED, f"{smk.name}: {{{name}}} is not quoted in {shell.strip()}"
+                checked += 1
+    assert checked > 100
