@@ -60,7 +60,7 @@ rule decode_rgtg:
         options=lambda w: lambda_options(w.lam),
         settings=step_settings("decode.rgtg"),
         seed=config["seed"],
-        code=step_code("decode"),
+        code=step_code("rgtg"),
     log:
         "logs/{exp}/decode_{method}_{lam}.log",
     benchmark:
@@ -71,6 +71,6 @@ rule decode_rgtg:
     conda:
         "../envs/train.yaml"
     shell:
-        "lara decode --method {wildcards.method:q} --policy {input.sft:q} --reward {input.reward:q} --cost {input.cost:q}"
+        "lara rgtg --method {wildcards.method:q} --policy {input.sft:q} --reward {input.reward:q} --cost {input.cost:q}"
         " --prompts {input.prompts:q} {params.options} --settings {params.settings:q} --seed {params.seed:q}"
         " --out {output:q} > {log:q} 2>&1"

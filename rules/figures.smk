@@ -1,6 +1,6 @@
 # Figures: Fig. 1 (Best-of-N against lambda), Fig. 2 (helpfulness against harmlessness, model and judge panels)
 # and the calibration diagnostics, each as PNG (in the report, with a caption templated from the config) and
-# PDF, with a provenance sidecar that `lara provenance FIGURE` prints and verifies. The plot options are the
+# PDF, with a provenance sidecar that `lara trail FIGURE` prints and verifies. The plot options are the
 # only config slice these rules read besides their inputs, so changing one redraws the figures and nothing else.
 
 

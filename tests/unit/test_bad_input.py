@@ -66,7 +66,7 @@ def test_decode_cli_refuses_a_negative_temperature(tmp_path):
     prompts = tmp_path / "prompts.parquet"
     pd.DataFrame({"prompt_id": ["p0"], "prompt": ["hi"]}).to_parquet(prompts)
     out = tmp_path / "out.parquet"
-    proc = lara("decode", "--method", "args", "--policy", tmp_path / "none", "--reward", tmp_path / "none",
+    proc = lara("rgtg", "--method", "args", "--policy", tmp_path / "none", "--reward", tmp_path / "none",
                 "--cost", tmp_path / "none", "--prompts", prompts, "--setting", "zero", "--lambda-max", 5,
                 "--settings", json.dumps({"temperature": -1}), "--out", out)
     assert proc.returncode == 2 and "decode.rgtg.temperature: -1 is not >= 0" in proc.stderr and not out.exists()

@@ -72,7 +72,7 @@ def test_figures_exist_as_png_and_pdf_with_sidecars(toy_run):
 
 
 def _provenance(toy_run, figure):
-    return subprocess.run([sys.executable, "-m", "lara", "provenance", figure], cwd=toy_run, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "lara", "trail", figure], cwd=toy_run, capture_output=True,
                           text=True)
 
 

@@ -32,27 +32,27 @@ COMMANDS: dict[str, str] = {
     "train-safe-rlhf": "lara.train.ppo_lag",
     "train-safedpo": "lara.train.safedpo",
     # sampling and scoring (calibration, Best-of-N candidates, policies)
-    "sample": "lara.generate",
+    "sample": "lara.sample",
     "score": "lara.score",
     # calibration
     "calibrate": "lara.calibrate.calibrate",
     # decoding
     "select-bon": "lara.decode.bon",
     "bon-sweep": "lara.decode.sweep",
-    "decode": "lara.decode.rgtg",
+    "rgtg": "lara.decode.rgtg",
     "generate-policy": "lara.decode.policy",
     # evaluation, figures, provenance
     "evaluate": "lara.evaluate.evaluate",
     "judge": "lara.evaluate.judge",
     "aggregate": "lara.evaluate.aggregate",
     "figure": "lara.evaluate.figures",
-    "provenance": "lara.trail",
+    "trail": "lara.trail",
     "oracle-score": "lara.toy.score",
 }
 
 # the steps that run torch models: they get deterministic algorithms and exactly the job's threads
 TORCH_COMMANDS = {"make-toy-model", "train-sft", "train-reward", "train-cost", "train-partial", "train-value",
-                  "train-safe-rlhf", "train-safedpo", "sample", "score", "decode", "generate-policy", "evaluate"}
+                  "train-safe-rlhf", "train-safedpo", "sample", "score", "rgtg", "generate-policy", "evaluate"}
 
 log = logging.getLogger("lara")
 

@@ -44,7 +44,7 @@ SECTIONS: dict[str, str] = {
     "train.value": "lara.train.common:ValueSettings",
     "train.safe_rlhf": "lara.train.ppo_lag:PPOLagSettings",
     "train.safedpo": "lara.train.safedpo:SafeDPOSettings",
-    "generation": "lara.generate:GenerationSettings",
+    "generation": "lara.sample:GenerationSettings",
     "calibration": "lara.calibrate.calibrate:CalibrationSettings",
     "decode.rgtg": "lara.decode.rgtg:RGTGSettings",
     "evaluation.judge": "lara.evaluate.judge:JudgeSettings",

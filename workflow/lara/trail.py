@@ -8,7 +8,7 @@ record where it has one (models: settings, host, device), and the file's sha256 
 time; plus the figure files' own hashes, the code version (git commit, or package version and
 source hash), software versions, host and device.
 
-``lara provenance FIGURE`` prints that trail and re-hashes every recorded file; it exits with
+``lara trail FIGURE`` prints that trail and re-hashes every recorded file; it exits with
 status 1, naming the file, when one is missing or no longer matches (an input altered after
 the figure was drawn, or a figure drawn from other data than recorded).
 """

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from lara.generate import GenerationSettings
+from lara.sample import GenerationSettings
 from lara.settings import add_settings_arguments, read_settings
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara.data.tables import read_table, write_table
-    from lara.generate import make_generator
+    from lara.sample import make_generator
 
     s = read_settings(args, GenerationSettings)
     df = read_table(args.prompts, required=("prompt_id", "prompt"))

@@ -266,7 +266,7 @@ def load_models(method: str, policy: str, reward: str, cost: str, dtype: str = "
 
 
 # ---------------------------------------------------------------------------------------------
-# CLI: lara decode
+# CLI: lara rgtg
 
 HELP = "token-level decoding with log pi_ref + w (r - lambda c): ARGS, PARGS or CD-Q"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lara.generate import COLUMNS, GenerationSettings, HFGenerator, make_generator
+from lara.sample import COLUMNS, GenerationSettings, HFGenerator, make_generator
 
 CACHE = Path(os.environ.get("LARA_TEST_CACHE", Path.home() / ".cache" / "lara-tests"))
 
