@@ -72,3 +72,25 @@ def test_a_checkpoint_killed_while_saving_is_deleted_and_the_one_before_resumed(
     assert last_checkpoint(ckpt) == str(ckpt / "checkpoint-40")
     assert sorted(p.name for p in ckpt.iterdir()) == ["checkpoint-20", "checkpoint-40", "checkpoint-notes"]
     assert last_checkpoint(tmp_path / "none") is None
+
+
+def test_logging_and_checkpoint_intervals_keep_the_checkpoints_other_settings_discard_them(tmp_path):
+    from lara.train.common import SFTSettings, discard_stale_checkpoints, fingerprint
+
+    ckpt = tmp_path / "ckpt"
+    data = tmp_path / "data.parquet"
+    data.write_bytes(b"rows")
+    base = SFTSettings(learning_rate=1e-3, save_steps=20, logging_steps=10)
+    discard_stale_checkpoints(ckpt, fingerprint(base, {"data": data}))
+    (ckpt / "checkpoint-20").mkdir()
+    # how often a run logs or checkpoints does not change what it trains: its checkpoints are resumed
+    relogged = SFTSettings(learning_rate=1e-3, save_steps=50, logging_steps=1)
+    discard_stale_checkpoints(ckpt, fingerprint(relogged, {"data": data}))
+    assert (ckpt / "checkpoint-20").is_dir()
+    # a learning rate or a data change does: the checkpoints are discarded
+    discard_stale_checkpoints(ckpt, fingerprint(SFTSettings(learning_rate=2e-3), {"data": data}))
+    assert not (ckpt / "checkpoint-20").exists()
+    (ckpt / "checkpoint-20").mkdir()
+    data.write_bytes(b"other rows")
+    discard_stale_checkpoints(ckpt, fingerprint(SFTSettings(learning_rate=2e-3), {"data": data}))
+    assert not (ckpt / "checkpoint-20").exists()

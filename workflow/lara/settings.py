@@ -57,11 +57,13 @@ _MISSING = dataclasses.MISSING
 
 def setting(default: Any = _MISSING, help: str = "", *, minimum: float | None = None,
             maximum: float | None = None, exclusive_minimum: float | None = None,
-            exclusive_maximum: float | None = None, config: bool = True) -> Any:
-    """A settings field: its default, a one-line description, and its allowed range."""
+            exclusive_maximum: float | None = None, config: bool = True, bookkeeping: bool = False) -> Any:
+    """A settings field: its default, a one-line description, and its allowed range. ``bookkeeping``
+    marks a key that changes how a run is logged or checkpointed, never its result (a checkpoint
+    made under another value is still resumed)."""
     if not help:
         raise ValueError("every setting needs a description")
-    metadata = {"help": help, "config": config, "range": {
+    metadata = {"help": help, "config": config, "bookkeeping": bookkeeping, "range": {
         k: v for k, v in (("minimum", minimum), ("maximum", maximum), ("exclusiveMinimum", exclusive_minimum),
                           ("exclusiveMaximum", exclusive_maximum)) if v is not None}}
     if isinstance(default, (list, dict)):
@@ -166,6 +168,10 @@ class Settings:
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{origin}: not valid JSON: {exc}") from None
         return cls.from_mapping(data, origin, **others)
+
+    def result_settings(self) -> dict:
+        """Every field that can change a run's result (all but the bookkeeping ones)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if not f.metadata.get("bookkeeping")}
 
     def section(self) -> dict:
         """The config section these settings stand for (the keys of the config, not the flags)."""

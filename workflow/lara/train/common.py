@@ -38,8 +38,9 @@ class TrainSettings(Settings):
     gradient_accumulation_steps: int = setting(1, "Batches per optimiser step.", minimum=1)
     max_length: int = setting(512, "Longest prompt + response in tokens.", minimum=8)
     eval_fraction: float = setting(0.1, "Share of the data held out for validation.", minimum=0, exclusive_maximum=1)
-    save_steps: int = setting(500, "Checkpoint every this many steps (a rerun resumes from the last).", minimum=1)
-    logging_steps: int = setting(10, "Log training metrics every this many steps.", minimum=1)
+    save_steps: int = setting(500, "Checkpoint every this many steps (a rerun resumes from the last).", minimum=1,
+                              bookkeeping=True)
+    logging_steps: int = setting(10, "Log training metrics every this many steps.", minimum=1, bookkeeping=True)
     warmup_ratio: float = setting(0.0, "Linear warm-up share of the schedule.", minimum=0, maximum=1)
     weight_decay: float = setting(0.0, "AdamW weight decay.", minimum=0)
     seed: int = setting(0, "The experiment seed (config key seed).", minimum=0, config=False)
@@ -188,9 +189,10 @@ def quiet_trainer(trainer):
     return trainer
 
 
-def fingerprint(settings: TrainSettings, inputs: dict[str, str | Path]) -> dict:
-    """What a checkpoint must have been trained with to be resumed: the settings, and the
-    inputs (data by content hash; a model directory by its provenance record, else its path)."""
+def fingerprint(settings, inputs: dict[str, str | Path]) -> dict:
+    """What a checkpoint must have been trained with to be resumed: the settings that can change
+    the result (not how often it logs or checkpoints), and the inputs (data by content hash; a
+    model directory by its provenance record, else its path)."""
     from lara.io import sha256_file
 
     def ident(path):
@@ -201,7 +203,7 @@ def fingerprint(settings: TrainSettings, inputs: dict[str, str | Path]) -> dict:
             return sha256_file(p / "provenance.json")
         return str(path)
 
-    return {"settings": asdict(settings), "inputs": {k: ident(v) for k, v in inputs.items()}}
+    return {"settings": settings.result_settings(), "inputs": {k: ident(v) for k, v in inputs.items()}}
 
 
 def discard_stale_checkpoints(checkpoint_dir: Path, fp: dict) -> None:
@@ -210,8 +212,12 @@ def discard_stale_checkpoints(checkpoint_dir: Path, fp: dict) -> None:
     import shutil
 
     stamp = checkpoint_dir / "fingerprint.json"
-    if stamp.is_file() and json.loads(stamp.read_text()) != json.loads(json.dumps(fp)):
-        log.warning("settings or inputs changed since the checkpoints in %s were made: discarding them",
+    old = json.loads(stamp.read_text()) if stamp.is_file() else None
+    new = json.loads(json.dumps(fp))
+    if old is not None and old != new:
+        changed = sorted(k for part in ("settings", "inputs") for k in set(old.get(part, {})) | set(new[part])
+                         if old.get(part, {}).get(k) != new[part].get(k))
+        log.warning("%s changed since the checkpoints in %s were made: discarding them", ", ".join(changed),
                     checkpoint_dir)
         shutil.rmtree(checkpoint_dir)
     checkpoint_dir.mkdir(parents=True, exist_ok=True)

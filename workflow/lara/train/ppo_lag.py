@@ -84,8 +84,9 @@ class PPOLagSettings(Settings):
     top_p: float = setting(1.0, "Rollout nucleus mass.", exclusive_minimum=0, maximum=1)
     max_new_tokens: int = setting(128, "Longest rollout response.", minimum=1)
     max_prompt_length: int = setting(384, "Prompts are truncated to this many tokens.", minimum=1)
-    save_steps: int = setting(100, "Checkpoint every this many rollouts (a rerun resumes).", minimum=1)
-    logging_steps: int = setting(1, "Log every this many rollouts.", minimum=1)
+    save_steps: int = setting(100, "Checkpoint every this many rollouts (a rerun resumes).", minimum=1,
+                              bookkeeping=True)
+    logging_steps: int = setting(1, "Log every this many rollouts.", minimum=1, bookkeeping=True)
     seed: int = setting(0, "The experiment seed (config key seed).", minimum=0, config=False)
     dtype: Literal["float32", "bfloat16", "float16"] = setting(
         "float32", "Weight dtype (config key base_model.dtype).", config=False)
