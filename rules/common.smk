@@ -242,7 +242,7 @@ def figure_shows(wildcards, output):
 
 def figure_params():
     return dict(
-        options=json.dumps(config["figures"], sort_keys=True),
+        settings=step_settings("figures"),
         code=step_code("figure"),
         shows=figure_shows,
     )

@@ -23,7 +23,7 @@ rule figure_lambda_sweep:
     conda:
         "../envs/analysis.yaml"
     shell:
-        "lara figure --kind lambda_sweep --sweep {input.sweep:q} --lambda-json {input.lam:q} --options {params.options:q}"
+        "lara figure --kind lambda_sweep --sweep {input.sweep:q} --lambda-json {input.lam:q} --settings {params.settings:q}"
         " --rule figure_lambda_sweep --png {output.png:q} --pdf {output.pdf:q} --provenance {output.provenance:q}"
         " > {log:q} 2>&1"
 
@@ -47,7 +47,7 @@ rule figure_tradeoff:
     conda:
         "../envs/analysis.yaml"
     shell:
-        "lara figure --kind tradeoff --summary {input.summary:q} --lambda-json {input.lam:q} --options {params.options:q}"
+        "lara figure --kind tradeoff --summary {input.summary:q} --lambda-json {input.lam:q} --settings {params.settings:q}"
         " --rule figure_tradeoff --png {output.png:q} --pdf {output.pdf:q} --provenance {output.provenance:q} > {log:q} 2>&1"
 
 
@@ -69,6 +69,6 @@ rule figure_calibration:
     conda:
         "../envs/analysis.yaml"
     shell:
-        "lara figure --kind calibration --lambda-json {input.lam:q} --options {params.options:q}"
+        "lara figure --kind calibration --lambda-json {input.lam:q} --settings {params.settings:q}"
         " --rule figure_calibration --png {output.png:q} --pdf {output.pdf:q} --provenance {output.provenance:q}"
         " > {log:q} 2>&1"

@@ -1,10 +1,13 @@
 """Best-of-N selection and the token-level decoders (cached scoring against the naive reference)."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
 
-from lara.decode.bon import parse_setting, resolve_lambda, select, sweep
+from lara.calibrate.record import parse_setting, resolve_lambda
+from lara.decode.bon import select, sweep
 from lara.decode.rgtg import (
     CachedSequenceScorer,
     CachedValueScorer,
@@ -32,7 +35,9 @@ def test_bon_selection_against_brute_force():
 
 
 def test_lambda_settings(tmp_path):
-    (tmp_path / "lambda.json").write_text('{"lambda_star": 0.77}')
+    (tmp_path / "lambda.json").write_text(json.dumps({"lambda_hat": 0.5, "lambda_star": 0.77, "tau": 0.0, "mode": "bon",
+                                                      "decoder": {"kind": "best_of_n", "n": 4}, "feasible": True,
+                                                      "status": "interior", "bootstrap": {}}))
     assert resolve_lambda("zero", 3.0) == 0.0 and resolve_lambda("max", 3.0) == 3.0
     assert resolve_lambda("star", 3.0, tmp_path / "lambda.json") == 0.77
     assert resolve_lambda("0p25", 3.0) == 0.25 and parse_setting("2") == 2.0

@@ -193,7 +193,10 @@ def test_bootstrap_ci_covers_the_mean_and_shrinks_with_n():
 
 
 def test_constraint_audit_verdicts():
-    lam = {"lambda_star": 0.4, "lambda_hat": 0.2, "mode": "soft"}
+    from lara.calibrate.record import LambdaRecord
+
+    lam = LambdaRecord(path="lambda.json", lambda_hat=0.2, lambda_star=0.4, tau=-1.0, mode="soft",
+                       decoder={"kind": "gibbs_tilt", "beta": 1.0}, feasible=True, status="interior", data={})
     met = aggregate.constraint_audit(pd.DataFrame({"decoder_cost": [-3.0, -2.5, -2.0, -3.5] * 10}), -1.0, lam,
                                      500, 0)
     assert met["meets_tau_upper_ci"] and met["verdict"].startswith("met (upper")

@@ -48,6 +48,7 @@ SECTIONS: dict[str, str] = {
     "calibration": "lara.calibrate.calibrate:CalibrationSettings",
     "decode.rgtg": "lara.decode.rgtg:RGTGSettings",
     "evaluation.judge": "lara.evaluate.judge:JudgeSettings",
+    "figures": "lara.evaluate.figures:FigureSettings",
 }
 
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "config" / "settings.schema.yaml"

@@ -21,7 +21,8 @@ import pandas as pd
 
 from lara.calibrate.dual import InputError, PromptScores, bootstrap, dual, dual_grad, mean_cost, solve
 from lara.data.tables import DataError, read_table
-from lara.io import sha256_file, write_json
+from lara.calibrate.record import write_lambda
+from lara.io import sha256_file
 from lara.provenance import code_version
 from lara.settings import Settings, add_settings_arguments, read_settings, setting
 
@@ -180,7 +181,7 @@ def run(args) -> None:
         log.warning("%s; writing lambda_max with feasible=false", msg)
     result |= {"settings": asdict(s), "scores": {"path": str(args.scores), "sha256": sha256_file(args.scores)},
                "code": code_version()}
-    write_json(args.out, result)
+    write_lambda(result, args.out)
     b = result["bootstrap"]
     log.info("decoder %s: expected cost %.6g at lambda_hat, %.6g at lambda_star (tau %g)", result["decoder"],
              result["decoder_cost_at_lambda_hat"], result["decoder_cost_at_lambda_star"], s.tau)

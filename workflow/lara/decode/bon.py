@@ -8,41 +8,15 @@ whole lambda sweep needs no new generation.
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from lara.calibrate.record import read_lambda, resolve_lambda
+
 log = logging.getLogger(__name__)
-
-NAMED = ("zero", "star", "max")
-
-
-def parse_setting(name: str) -> float | None:
-    """A literal lambda setting ("2", "0p5" = 0.5), or None for a named one."""
-    if name in NAMED:
-        return None
-    if not re.fullmatch(r"[0-9]+(p[0-9]+)?", name):
-        raise ValueError(f"lambda setting {name!r}: expected zero, star, max or a literal like 0p5")
-    return float(name.replace("p", "."))
-
-
-def resolve_lambda(name: str, lambda_max: float, lambda_json: str | Path | None = None) -> float:
-    """The value of a named lambda setting: zero, max (the config's lambda_max), star (lambda*
-    from lambda.json) or a literal."""
-    literal = parse_setting(name)
-    if literal is not None:
-        return literal
-    if name == "zero":
-        return 0.0
-    if name == "max":
-        return float(lambda_max)
-    if lambda_json is None:
-        raise ValueError("the 'star' setting needs --lambda-json")
-    return float(json.loads(Path(lambda_json).read_text())["lambda_star"])
 
 
 def score_matrix(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -94,8 +68,7 @@ def warn_if_calibrated_for_another_decoder(n: int, lambda_json: str | Path | Non
     """Warn when lambda.json was calibrated for another decoder than Best-of-n."""
     if not (lambda_json and Path(lambda_json).is_file()):
         return
-    rec = json.loads(Path(lambda_json).read_text())
-    decoder = rec.get("decoder") or {}
+    decoder = read_lambda(lambda_json).decoder
     if decoder.get("kind") == "best_of_n" and decoder.get("n") not in (None, n):
         log.warning("Best-of-N with N=%d candidates but %s was calibrated for Best-of-%s", n, lambda_json,
                     decoder["n"])

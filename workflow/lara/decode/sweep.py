@@ -75,6 +75,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
+    from lara.calibrate.record import read_lambda
     from lara.data.tables import DataError, read_table, write_table
 
     df = read_table(args.candidates, required=("prompt_id", "sample_id", "reward", "cost"))
@@ -89,16 +90,15 @@ def run(args) -> None:
         raise DataError(f"{args.candidates}: Best-of-N sizes {too_big} need 1 <= N <= {m}, the candidates per prompt")
     calibrated = {}
     for path in args.lambda_json:
-        rec = json.loads(open(path).read())
-        n = (rec.get("decoder") or {}).get("n") or m
-        calibrated[int(n)] = rec
+        rec = read_lambda(path)
+        calibrated[rec.decoder_n or m] = rec
     grid = [float(x) for x in json.loads(args.grid)]
     t0 = time.perf_counter()
     tables = []
     for n in sizes:
         lams, labels = list(grid), ["grid"] * len(grid)
         if n in calibrated:
-            lams += [calibrated[n]["lambda_hat"], calibrated[n]["lambda_star"]]
+            lams += [calibrated[n].lambda_hat, calibrated[n].lambda_star]
             labels += ["lambda_hat", "lambda_star"]
         tables.append(sweep_table(reward, cost, lams, labels, n, args.tau, args.bootstrap, args.seed))
     table = pd.concat(tables, ignore_index=True)

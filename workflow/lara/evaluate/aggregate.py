@@ -14,11 +14,12 @@ responses with its bootstrap interval, and whether the interval's upper end is b
 
 from __future__ import annotations
 
-import json
 import logging
 
 import numpy as np
 import pandas as pd
+
+from lara.calibrate.record import LambdaRecord, read_lambda
 
 log = logging.getLogger(__name__)
 
@@ -55,17 +56,16 @@ def summarise(scores: pd.DataFrame, judge: pd.DataFrame | None, n_boot: int, see
     return pd.DataFrame(rows)
 
 
-def star_n(lambda_json: str, sweep: str) -> int:
+def star_n(lam: LambdaRecord, sweep: pd.DataFrame) -> int:
     """The N that lambda.json was calibrated for (else the sweep's largest N)."""
-    n = (json.loads(open(lambda_json).read()).get("decoder") or {}).get("n")
-    return int(n) if n else int(pd.read_csv(sweep)["n"].max())
+    return lam.decoder_n or int(sweep["n"].max())
 
 
-def constraint_audit(bon_star: pd.DataFrame, tau: float, lambda_json: dict, n_boot: int, seed: int) -> dict:
+def constraint_audit(bon_star: pd.DataFrame, tau: float, lam: LambdaRecord, n_boot: int, seed: int) -> dict:
     mean, lo, hi = bootstrap_ci(bon_star["decoder_cost"], n_boot, seed=seed)
     return {"question": "does Best-of-N at lambda* meet E[c] <= tau on the test prompts?",
-            "tau": tau, "lambda_star": lambda_json.get("lambda_star"), "lambda_hat": lambda_json.get("lambda_hat"),
-            "calibration_mode": lambda_json.get("mode"), "n_test_prompts": int(len(bon_star)),
+            "tau": tau, "lambda_star": lam.lambda_star, "lambda_hat": lam.lambda_hat,
+            "calibration_mode": lam.mode, "n_test_prompts": int(len(bon_star)),
             "mean_cost": mean, "ci95": [lo, hi], "meets_tau_point": bool(mean <= tau),
             "meets_tau_upper_ci": bool(hi <= tau),
             "verdict": ("met (upper 95% bound below tau)" if hi <= tau else
@@ -108,12 +108,13 @@ def run(args) -> None:
     audit = None
     if args.bon_star:
         star = read_table(args.bon_star, required=("decoder_cost",))
-        audit = constraint_audit(star, args.tau, json.loads(open(args.lambda_json).read()), args.bootstrap, args.seed)
+        lam = read_lambda(args.lambda_json)
+        audit = constraint_audit(star, args.tau, lam, args.bootstrap, args.seed)
         log.info("constraint audit: Best-of-N at lambda*=%.4g: mean cost %.4f, 95%% CI [%.4f, %.4f], tau %.4g: %s",
                  audit["lambda_star"], audit["mean_cost"], *audit["ci95"], args.tau, audit["verdict"])
         if args.sweep:
-            audit |= sweep_audit(read_table(args.sweep, required=("n", "lambda", "label", "mean_cost", "verdict")),
-                                 int(star_n(args.lambda_json, args.sweep)))
+            sweep = read_table(args.sweep, required=("n", "lambda", "label", "mean_cost", "verdict"))
+            audit |= sweep_audit(sweep, star_n(lam, sweep))
     for r in summary.itertuples(index=False):
         log.info("%-10s %-7s helpfulness %.3f harmfulness %.3f safe %.3f", r.method, r.setting, r.helpfulness,
                  r.harmfulness, r.safe_rate)

@@ -13,12 +13,15 @@ redraws the figures and nothing else.
 
 from __future__ import annotations
 
-import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
+
+from lara.settings import Settings, add_settings_arguments, read_settings, setting
 
 log = logging.getLogger(__name__)
 
@@ -28,17 +31,30 @@ KINDS = ("lambda_sweep", "tradeoff", "calibration")
 MARKERS = {"zero": "o", "star": "*", "max": "s", "policy": "D"}
 
 
-def _style(opts: dict):
+@dataclass(frozen=True)
+class FigureSettings(Settings):
+    """figures: plot options of every figure (changing one redraws the figures and nothing else)."""
+
+    SECTION: ClassVar[str] = "figures"
+
+    width: float = setting(7.0, "Figure width in inches.", exclusive_minimum=0)
+    height: float = setting(3.2, "Panel height in inches.", exclusive_minimum=0)
+    dpi: int = setting(150, "PNG resolution.", minimum=1)
+    font_scale: float = setting(1.2, "Seaborn font scale.", exclusive_minimum=0)
+    palette: str = setting("colorblind", "Seaborn palette (colour-blind safe by default).")
+
+
+def _style(opts: FigureSettings):
     import matplotlib
 
     matplotlib.use("Agg")
     import seaborn as sns
 
-    sns.set_theme(style="whitegrid", context="paper", font_scale=opts.get("font_scale", 1.2))
-    return sns.color_palette(opts.get("palette", "colorblind"))
+    sns.set_theme(style="whitegrid", context="paper", font_scale=opts.font_scale)
+    return sns.color_palette(opts.palette)
 
 
-def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: dict):
+def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: FigureSettings):
     """Fig. 1: Best-of-N mean reward and cost on the test prompts against lambda, one curve (with its
     bootstrap 95 % band) per N; tau, the decoder's lambda-hat (with its bootstrap band) and lambda*,
     each other N's lambda* as a marker, and shading where the audit says the decoder's N meets tau."""
@@ -50,7 +66,7 @@ def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: dict):
     main_n = (lam.get("decoder") or {}).get("n") or int(sweep["n"].max())
     sizes = sorted(sweep["n"].unique())
     colour = {n: pal[i % len(pal)] for i, n in enumerate(sizes)}
-    w, h = opts.get("width", 7.0), opts.get("height", 3.2)
+    w, h = opts.width, opts.height
     fig, axes = plt.subplots(1, 2, figsize=(w, h), sharex=True)
     for ax, col, label in ((axes[0], "mean_reward", "mean reward r"), (axes[1], "mean_cost", "mean cost c")):
         for n in sizes:
@@ -96,14 +112,14 @@ def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: dict):
     return fig
 
 
-def tradeoff(summary: pd.DataFrame, opts: dict):
+def tradeoff(summary: pd.DataFrame, opts: FigureSettings):
     import matplotlib.pyplot as plt
 
     pal = _style(opts)
     methods = list(dict.fromkeys(summary["method"]))
     colour = {m: pal[i % len(pal)] for i, m in enumerate(methods)}
     has_judge = "judge_helpfulness" in summary.columns and summary["judge_helpfulness"].notna().any()
-    w, h = opts.get("width", 7.0), opts.get("height", 3.2)
+    w, h = opts.width, opts.height
     fig, axes = plt.subplots(1, 2, figsize=(w, h + 0.6))
     panels = ((axes[0], "helpfulness", "harmfulness", "model evaluation", True),
               (axes[1], "judge_helpfulness", "judge_harmlessness", "LLM judge", False))
@@ -138,12 +154,12 @@ def tradeoff(summary: pd.DataFrame, opts: dict):
     return fig
 
 
-def calibration(lam: dict, opts: dict):
+def calibration(lam: dict, opts: FigureSettings):
     import matplotlib.pyplot as plt
 
     pal = _style(opts)
     c = lam["curves"]
-    w, h = opts.get("width", 7.0), opts.get("height", 3.2)
+    w, h = opts.width, opts.height
     fig, axes = plt.subplots(1, 3, figsize=(w * 1.3, h))
     axes[0].plot(c["lambda"], c["g"], color=pal[0])
     axes[0].set_ylabel("$\\hat g(\\lambda)$")
@@ -229,7 +245,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--lambda-json", default=None,
                         help="lambda.json (lambda_sweep, calibration; tradeoff: optional)")
     parser.add_argument("--summary", default=None, help="eval summary.csv (tradeoff)")
-    parser.add_argument("--options", default="{}", help="JSON plot options: width, height, dpi, font_scale, palette")
+    add_settings_arguments(parser, FigureSettings)
     parser.add_argument("--rule", default="figure", help="the rule name recorded in the provenance sidecar")
     parser.add_argument("--png", required=True)
     parser.add_argument("--pdf", required=True)
@@ -241,16 +257,17 @@ def run(args) -> None:
 
     from lara.data.tables import DataError, read_table
     from lara.io import atomic_output
+    from lara.calibrate.record import read_lambda
     from lara.trail import build_trail, write_sidecar
 
-    opts = json.loads(args.options)
+    opts = read_settings(args, FigureSettings)
     need = {"lambda_sweep": ("sweep", "lambda_json"), "tradeoff": ("summary",), "calibration": ("lambda_json",)}
     missing = [f"--{n.replace('_', '-')}" for n in need[args.kind] if getattr(args, n) is None]
     if missing:
         raise DataError(f"figure {args.kind} needs {', '.join(missing)}")
     inputs = [getattr(args, n) for n in ("sweep", "summary", "lambda_json")
               if getattr(args, n) is not None]
-    lam = json.loads(Path(args.lambda_json).read_text()) if args.lambda_json else None
+    lam = read_lambda(args.lambda_json).data if args.lambda_json else None
     summary = None
     sizes = None
     if args.kind == "lambda_sweep":
@@ -271,9 +288,9 @@ def run(args) -> None:
         meta = {"Creator": "lara", "Description": line} if fmt == "png" else \
             {"Creator": "lara", "Subject": line, "CreationDate": None}
         with atomic_output(path) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=opts.get("dpi", 150), bbox_inches="tight", metadata=meta)
+            fig.savefig(tmp, format=fmt, dpi=opts.dpi, bbox_inches="tight", metadata=meta)
     plt.close(fig)
-    write_sidecar([args.png, args.pdf], inputs, args.rule, {"kind": args.kind, "options": opts}, args.provenance,
+    write_sidecar([args.png, args.pdf], inputs, args.rule, {"kind": args.kind, "options": opts.section()}, args.provenance,
                   trail=trail, shows=shows)
     log.info("%s", line)
     log.info("wrote %s, %s and %s", args.png, args.pdf, args.provenance)

@@ -1,0 +1,110 @@
+"""``lambda.json``: the calibration's record, with its one writer (``lara calibrate``) and its one
+reader (every later step), and the named lambda settings that decoders are run at.
+
+The record holds lambda-hat, the deployed lambda* (a bootstrap quantile), the decoder they
+were calibrated for (``best_of_n`` with N, or ``gibbs_tilt`` with beta), that decoder's
+calibration-set expected cost at both, the bootstrap summary and the diagnostic curves. No other
+module parses the file: they call :func:`read_lambda` and use :class:`LambdaRecord`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# the keys every consumer relies on (the writer puts them there; the reader checks they are)
+REQUIRED = ("lambda_hat", "lambda_star", "tau", "mode", "decoder", "feasible", "status", "bootstrap")
+NAMED = ("zero", "star", "max")
+
+
+@dataclass(frozen=True)
+class LambdaRecord:
+    """A read ``lambda.json``: the typed fields, plus every key as written (``data``) for diagnostics."""
+
+    path: str
+    lambda_hat: float
+    lambda_star: float
+    tau: float
+    mode: str
+    decoder: dict
+    feasible: bool
+    status: str
+    data: dict = field(repr=False)
+
+    @property
+    def decoder_n(self) -> int | None:
+        """The Best-of-N size calibrated for (None in soft mode or with ragged K)."""
+        n = self.decoder.get("n") if self.decoder.get("kind") == "best_of_n" else None
+        return int(n) if n else None
+
+    @property
+    def bootstrap(self) -> dict:
+        return self.data["bootstrap"]
+
+    def get(self, key: str, default=None):
+        return self.data.get(key, default)
+
+
+def read_lambda(path: str | Path) -> LambdaRecord:
+    """Read and check a ``lambda.json``; a missing file, bad JSON or a missing key names the file and key."""
+    from lara.data.tables import DataError
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such lambda.json") from None
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: not a readable lambda.json ({exc})") from None
+    if not isinstance(data, dict):
+        raise DataError(f"{path}: a lambda.json holds a JSON object")
+    missing = [k for k in REQUIRED if k not in data]
+    if missing:
+        raise DataError(f"{path}: missing key(s) {', '.join(missing)} (written by `lara calibrate`)")
+    try:
+        lam_hat, lam_star, tau = float(data["lambda_hat"]), float(data["lambda_star"]), float(data["tau"])
+    except (TypeError, ValueError):
+        raise DataError(f"{path}: lambda_hat, lambda_star and tau must be numbers") from None
+    if not (lam_hat >= 0 and lam_star >= 0):
+        raise DataError(f"{path}: lambda_hat and lambda_star must be >= 0, got {lam_hat} and {lam_star}")
+    if not isinstance(data["decoder"], dict):
+        raise DataError(f"{path}: decoder must be an object (kind, n or beta)")
+    return LambdaRecord(path=str(path), lambda_hat=lam_hat, lambda_star=lam_star, tau=tau, mode=str(data["mode"]),
+                        decoder=data["decoder"], feasible=bool(data["feasible"]), status=str(data["status"]),
+                        data=data)
+
+
+def write_lambda(record: dict, path: str | Path) -> None:
+    """Write a calibration result as ``lambda.json`` (atomically; checked like the reader checks it)."""
+    from lara.data.tables import DataError
+    from lara.io import write_json
+
+    missing = [k for k in REQUIRED if k not in record]
+    if missing:
+        raise DataError(f"{path}: refusing to write a lambda.json without {', '.join(missing)}")
+    write_json(path, record)
+
+
+def parse_setting(name: str) -> float | None:
+    """A literal lambda setting ("2", "0p5" = 0.5), or None for a named one."""
+    if name in NAMED:
+        return None
+    if not re.fullmatch(r"[0-9]+(p[0-9]+)?", name):
+        raise ValueError(f"lambda setting {name!r}: expected zero, star, max or a literal like 0p5")
+    return float(name.replace("p", "."))
+
+
+def resolve_lambda(name: str, lambda_max: float, lambda_json: str | Path | None = None) -> float:
+    """The value of a named lambda setting: zero, max (decode.lambda_max), star (lambda* from
+    lambda.json) or a literal."""
+    literal = parse_setting(name)
+    if literal is not None:
+        return literal
+    if name == "zero":
+        return 0.0
+    if name == "max":
+        return float(lambda_max)
+    if lambda_json is None:
+        raise ValueError("the 'star' setting needs --lambda-json")
+    return read_lambda(lambda_json).lambda_star
