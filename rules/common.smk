@@ -220,9 +220,7 @@ def figure_files(name):
 
 
 def evaluation_options():
-    e = config["evaluation"]
-    return opts(reward=e["reward_model"], cost=e["cost_model"], batch_size=e["batch_size"],
-                dtype=config["base_model"]["dtype"])
+    return shlex.join(["--settings", step_settings("evaluation")]) + " " + opts(dtype=config["base_model"]["dtype"])
 
 
 def judge_options():

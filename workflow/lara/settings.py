@@ -47,6 +47,7 @@ SECTIONS: dict[str, str] = {
     "generation": "lara.sample:GenerationSettings",
     "calibration": "lara.calibrate.calibrate:CalibrationSettings",
     "decode.rgtg": "lara.decode.rgtg:RGTGSettings",
+    "evaluation": "lara.evaluate.evaluate:EvaluationSettings",
     "evaluation.judge": "lara.evaluate.judge:JudgeSettings",
     "figures": "lara.evaluate.figures:FigureSettings",
 }

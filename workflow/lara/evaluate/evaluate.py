@@ -7,21 +7,36 @@ safe-rlhf ``LlamaForScore`` checkpoint (PKU-Alignment/beaver-7b-unified-reward /
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from typing import ClassVar, Literal
 
 import numpy as np
+
+from lara.settings import Settings, add_settings_arguments, read_settings, setting
 
 log = logging.getLogger(__name__)
 
 HELP = "score a table of responses with the evaluation reward (helpfulness) and cost (harmfulness) scorers"
+
+@dataclass(frozen=True)
+class EvaluationSettings(Settings):
+    """evaluation: the scorers that judge every output (never the models that guided decoding)."""
+
+    SECTION: ClassVar[str] = "evaluation"
+
+    reward_model: str = setting("oracle", '"oracle" (toy world) or a hub id / path of a score model.')
+    cost_model: str = setting("oracle", '"oracle" (toy world) or a hub id / path of a score model.')
+    batch_size: int = setting(16, "Responses per scoring batch.", minimum=1)
+    dtype: Literal["float32", "bfloat16", "float16"] = setting(
+        "float32", "Weight dtype (config key base_model.dtype).", config=False)
+
 
 KEEP = ("prompt_id", "prompt", "response", "method", "setting", "lambda")
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--responses", required=True, help="responses parquet (decoder or policy output)")
-    parser.add_argument("--reward", required=True, help="helpfulness scorer: 'oracle', model directory or hub id")
-    parser.add_argument("--cost", required=True, help="harmfulness scorer: 'oracle', model directory or hub id")
-    parser.add_argument("--batch-size", type=int, default=16)
+    add_settings_arguments(parser, EvaluationSettings)
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--out", required=True, help="output parquet: the responses + helpfulness, harmfulness")
 
@@ -31,16 +46,17 @@ def run(args) -> None:
     from lara.provenance import code_version
     from lara.scoring import load_scorer
 
+    s = read_settings(args, EvaluationSettings, dtype=args.dtype)
     df = read_table(args.responses, required=KEEP)
     out = df[list(KEEP)].copy()
     if "cost" in df.columns:  # the decoding cost model's own score (Best-of-N), kept for the constraint audit
         out["decoder_cost"] = df["cost"]
-    for col, role, spec in (("helpfulness", "reward", args.reward), ("harmfulness", "cost", args.cost)):
-        scorer = load_scorer(spec, role=role, batch_size=args.batch_size, dtype=args.dtype)
+    for col, role, spec in (("helpfulness", "reward", s.reward_model), ("harmfulness", "cost", s.cost_model)):
+        scorer = load_scorer(spec, role=role, batch_size=s.batch_size, dtype=s.dtype)
         out[col] = scorer.score(out["prompt"].tolist(), out["response"].tolist())
         if not np.all(np.isfinite(out[col])):
             raise DataError(f"{spec}: non-finite {col} scores for {args.responses}")
         log.info("%s by %s: mean %.4f over %d responses", col, spec, out[col].mean(), len(out))
     log.info("safe rate (harmfulness <= 0): %.3f", (out["harmfulness"] <= 0).mean())
-    write_table(out, args.out, {"responses": args.responses, "reward": args.reward, "cost": args.cost,
+    write_table(out, args.out, {"responses": args.responses, "reward": s.reward_model, "cost": s.cost_model,
                                 "code": code_version()})
