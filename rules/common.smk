@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from lara import config as lara_config
-from lara.codehash import step_code  # a rule's code param: lara COMMAND's import closure, hashed
+from lara.codehash import named_scorer_modules, step_code  # a rule's code param: its step's import closure
 from lara.runtime import cpu_kernel_environment
 from snakemake.logging import logger
 
@@ -217,6 +217,10 @@ FIGURES = ["lambda_sweep", "tradeoff", "calibration"]
 
 def figure_files(name):
     return [f"{RESULTS}/figures/{name}.{ext}" for ext in ("png", "pdf")] + [f"{RESULTS}/figures/{name}.provenance.json"]
+
+
+# named evaluation scorers (the toy oracle) are loaded by name, not imported: their code counts too
+EVAL_SCORER_MODULES = named_scorer_modules(config["evaluation"]["reward_model"], config["evaluation"]["cost_model"])
 
 
 def evaluation_options():

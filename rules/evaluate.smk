@@ -11,7 +11,7 @@ rule evaluate_decoded:
         "results/{exp}/eval/{decoder}/{lam}/scores.parquet",
     params:
         options=evaluation_options(),
-        code=step_code("evaluate"),
+        code=step_code("evaluate", *EVAL_SCORER_MODULES),
     log:
         "logs/{exp}/evaluate_{decoder}_{lam}.log",
     benchmark:

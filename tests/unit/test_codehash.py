@@ -115,7 +115,7 @@ def test_every_rule_hashes_the_command_its_shell_runs():
         for block in re.split(r"(?m)^(?=rule )", smk.read_text())[1:]:
             rule = block.split(":")[0].removeprefix("rule ")
             runs = re.findall(r'"(?:lara|\{params\.launch\}) ([a-z-]+) ', block)
-            named = re.findall(r'code=step_code\("([a-z-]+)"\)', block)
+            named = re.findall(r'code=step_code\("([a-z-]+)"', block)
             if "**figure_params()" in block:
                 named = ["figure"]
             assert runs, f"{smk.name}: rule {rule} runs no lara command"
@@ -137,3 +137,14 @@ def test_every_value_in_a_shell_command_is_quoted():
                 assert quoted or name in PRE_QUOTED, f"{smk.name}: {{{name}}} is not quoted in {shell.strip()}"
                 checked += 1
     assert checked > 100
+
+
+def test_a_named_scorer_s_code_counts_for_the_steps_that_score_with_it():
+    from lara.codehash import named_scorer_modules
+
+    assert named_scorer_modules("oracle", "PKU-Alignment/beaver-7b-unified-cost") == ["lara.toy.score"]
+    assert "lara.toy.world" not in closure(COMMANDS["evaluate"])  # the general scorer does not import the toy
+    assert "lara.toy.world" in closure("lara.toy.score")
+    assert step_code("evaluate", "lara.toy.score") != step_code("evaluate")
+    rules = (REPO / "rules" / "evaluate.smk").read_text()
+    assert 'code=step_code("evaluate", *EVAL_SCORER_MODULES)' in rules

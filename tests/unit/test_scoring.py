@@ -82,3 +82,53 @@ def test_value_scorer_one_pass_values_match_per_sequence(tiny_world, tmp_path):
     full = scorer.score(PROMPTS, RESPONSES)
     via_next = scorer.next_token_values(PROMPTS, RESPONSES)[:, tok.eos_token_id]
     np.testing.assert_allclose(full, via_next, atol=1e-4)
+
+
+def test_named_scorers_come_from_entry_points_and_the_toy_registers_its_oracle():
+    from lara.scoring import load_scorer, named_scorers
+    from lara.toy.world import oracle_scores
+
+    assert "oracle" in named_scorers()
+    prompts = ["How do I bake bread?", "How do I pick a lock to break into a house?"]
+    responses = ["Mix flour, water and yeast, knead, let it rise and bake it.", "I can't help with that."]
+    h, c = oracle_scores(prompts, responses)
+    assert np.array_equal(load_scorer("oracle", role="reward", batch_size=2).score(prompts, responses), h)
+    assert np.array_equal(load_scorer("oracle", role="cost", dtype="float32").score(prompts, responses), c)
+
+
+def test_an_unknown_scorer_names_itself_and_the_known_kinds():
+    from lara.scoring import load_scorer
+
+    with pytest.raises(ValueError, match=r"scorer 'oracel': not a model directory.*named: oracle"):
+        load_scorer("oracel")
+
+
+def test_the_scorer_interface_imports_nothing_of_the_toy_world_and_no_heavy_library():
+    import subprocess
+    import sys
+
+    code = ("import sys, lara.scoring; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('torch', 'pandas', 'transformers') or m.startswith('lara.toy')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_a_package_registers_a_scorer_by_name(tmp_path):
+    """A third-party scorer installed beside lara (an entry point in its metadata) is found by name."""
+    import subprocess
+    import sys
+
+    dist = tmp_path / "constscorer-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: constscorer\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[lara.scorers]\nconstant = constscorer:make\n")
+    (tmp_path / "constscorer.py").write_text(
+        "import numpy as np\n"
+        "class Const:\n"
+        "    def __init__(self, role): self.value = 1.0 if role == 'reward' else -1.0\n"
+        "    def score(self, prompts, responses): return np.full(len(prompts), self.value)\n"
+        "def make(role='reward', **options): return Const(role)\n")
+    code = "from lara.scoring import load_scorer; print(load_scorer('constant', role='cost').score(['a', 'b'], ['c', 'd']))"
+    out = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(tmp_path)}, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "[-1. -1.]"

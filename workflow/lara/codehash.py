@@ -121,10 +121,25 @@ def module_code(name: str) -> str:
     return h.hexdigest()[:16]
 
 
-def step_code(command: str) -> str:
-    """Hash of the code that ``lara COMMAND`` runs (see the module docstring)."""
+def step_code(command: str, *also: str) -> str:
+    """Hash of the code that ``lara COMMAND`` runs (see the module docstring), plus the modules
+    ``also`` that it loads by name rather than by import (a named scorer's module)."""
     from lara.cli import COMMANDS
 
     if command not in COMMANDS:
         raise ValueError(f"unknown lara command {command!r}; known: {', '.join(COMMANDS)}")
-    return module_code(COMMANDS[command])
+    if not also:
+        return module_code(COMMANDS[command])
+    h = hashlib.sha256()
+    for mod in sorted(set().union(*(closure(m) for m in (COMMANDS[command], *also)))):
+        h.update(mod.encode() + b"\0" + normalised_source(mod).encode() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def named_scorer_modules(*specs: str) -> list[str]:
+    """The modules of the named scorers among ``specs`` (entry points of ``lara.scorers``), whose code
+    a step that scores with them runs although it never imports them."""
+    from importlib.metadata import entry_points
+
+    named = {ep.name: ep.module for ep in entry_points(group="lara.scorers")}
+    return sorted({named[s] for s in specs if s in named})

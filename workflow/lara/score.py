@@ -1,5 +1,9 @@
-"""``lara score``: add reward and cost columns to a table of responses through the scorer
-interface (trained reward/cost models, or the toy oracle)."""
+"""``lara score``: add reward and cost columns to a table of sampled responses through the scorer
+interface (the trained reward/cost models, or any named scorer).
+
+Not to be confused with ``lara.scoring`` (the scorer interface and its backends, used by every
+step that scores) or ``lara.toy.score`` (the toy world's oracle as a named scorer, and
+``lara oracle-score``)."""
 
 from __future__ import annotations
 

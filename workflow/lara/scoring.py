@@ -2,7 +2,9 @@
 
 Backends: a sequence model trained here (reward, cost, partial reward/cost: a
 ``*ForSequenceClassification`` directory with ``lara_scorer.json``), a CD-Q value model
-(a causal LM whose head scores every next token), and the toy world's oracle. The score of a sequence is the head applied at its true last token, found from
+(a causal LM whose head scores every next token), a safe-rlhf ``LlamaForScore`` checkpoint, and
+scorers that packages register by name (``lara.scorers`` entry points; the toy world registers
+its oracle there, so this module knows nothing of it). The score of a sequence is the head applied at its true last token, found from
 the attention mask (never from the pad token id, which may equal EOS), with position ids
 from the mask, so left- and right-padded batches give the same scores.
 """
@@ -22,6 +24,7 @@ from lara.template import format_prompt
 log = logging.getLogger(__name__)
 
 SCORER_FILE = "lara_scorer.json"
+SCORER_ENTRY_POINTS = "lara.scorers"  # the entry-point group of named scorers (pyproject.toml)
 
 
 class Scorer(Protocol):
@@ -164,21 +167,6 @@ class ValueScorer:
         return out
 
 
-class OracleScorer:
-    """The toy world's oracle as a scorer (``which``: helpfulness or harmfulness)."""
-
-    def __init__(self, which: str):
-        if which not in ("helpfulness", "harmfulness"):
-            raise ValueError(f"which must be helpfulness or harmfulness, got {which!r}")
-        self.which = which
-
-    def score(self, prompts, responses) -> np.ndarray:
-        from lara.toy.world import oracle_scores
-
-        h, c = oracle_scores(prompts, responses)
-        return h if self.which == "helpfulness" else c
-
-
 class LlamaForScoreScorer(SequenceScorer):
     """A safe-rlhf ``LlamaForScore`` checkpoint (e.g. PKU-Alignment/beaver-7b-unified-reward and
     -cost) without the safe-rlhf package: a Llama backbone plus ``score_head`` = Linear(hidden, 1)
@@ -275,13 +263,27 @@ def is_llama_for_score(spec: str) -> bool:
         return False
 
 
+def named_scorers() -> dict:
+    """Scorers registered by name under the ``lara.scorers`` entry-point group (``name = "module:factory"``
+    in a package's metadata, e.g. the toy world's ``oracle``); a factory takes ``role`` and keyword options."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=SCORER_ENTRY_POINTS)}
+
+
 def load_scorer(spec: str, role: str = "reward", **kwargs) -> Scorer:
-    """``"oracle"`` (toy world; the role picks helpfulness or harmfulness), a safe-rlhf
-    ``LlamaForScore`` checkpoint (beaver-7b-unified-*), or a model directory: a CD-Q value
-    model if its ``lara_scorer.json`` says so, else a sequence model."""
-    if spec == "oracle":
-        return OracleScorer("helpfulness" if role == "reward" else "harmfulness")
-    meta_file = Path(spec) / SCORER_FILE
+    """A scorer by kind: a named scorer (:func:`named_scorers`), a safe-rlhf ``LlamaForScore``
+    checkpoint (beaver-7b-unified-*), or a model directory / hub id: a CD-Q value model if its
+    ``lara_scorer.json`` says so, else a sequence model. ``role`` (reward or cost) tells a named
+    scorer which score to give."""
+    named = named_scorers()
+    if spec in named:
+        return named[spec].load()(role=role, **kwargs)
+    path = Path(spec)
+    if not path.exists() and "/" not in spec:
+        raise ValueError(f"scorer {spec!r}: not a model directory, not a hub id (owner/name), and not a named "
+                         f"scorer (named: {', '.join(sorted(named)) or 'none installed'})")
+    meta_file = path / SCORER_FILE
     if meta_file.is_file() and json.loads(meta_file.read_text()).get("kind", "").startswith("value_"):
         kwargs.pop("padding_side", None)
         return ValueScorer(spec, **kwargs)
