@@ -35,7 +35,7 @@ import shutil
 from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -242,19 +242,49 @@ def _last_checkpoint(checkpoint_dir: Path) -> Path | None:
     return max(done, key=lambda p: int(p.name.split("-")[1])) if done else None
 
 
-def train_safe_rlhf(sft_path: str, reward_path: str, cost_path: str, prompts_path: str, sft_data_path: str | None,
-                    checkpoints: str, out: str, s: PPOLagSettings) -> dict:
+@dataclass
+class Run:
+    """What one PPO-Lagrangian run holds: settings, accelerator, tokenizer, prompts, the actor, the
+    frozen reference, both critics, the reward and cost scorers, the optimisers, the ptx data."""
+
+    s: PPOLagSettings
+    accelerator: Any
+    tok: Any
+    prompts: list[str]
+    actor: Any
+    ref: Any
+    reward_critic: Any
+    cost_critic: Any
+    reward_model: Any
+    cost_model: Any
+    optimisers: dict  # name -> (optimiser, scheduler): actor, reward_critic, cost_critic
+    ptx: list[tuple[int, list[int]]] | None  # (prompt length, prompt + response ids) per SFT example
+    steps_per_epoch: int
+    total: int
+    inputs: dict
+
+    @property
+    def dev(self):
+        return self.accelerator.device
+
+    @property
+    def world(self) -> int:
+        return self.accelerator.num_processes
+
+
+def _setup(sft_path: str, reward_path: str, cost_path: str, prompts_path: str, sft_data_path: str | None,
+           s: PPOLagSettings) -> Run:
+    """Models, scorers, optimisers (with their schedules over the whole run) and the ptx data."""
     import torch
     from accelerate import Accelerator
     from accelerate.utils import set_seed
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, get_scheduler
-    from trl.models.utils import unwrap_model_for_generation
     from trl.trainer.utils import disable_dropout_in_model
 
     from lara.data.tables import read_table
-    from lara.scoring import SequenceScorer, encode, pad_batch, position_ids
+    from lara.scoring import SequenceScorer, encode
     from lara.template import format_prompt
-    from lara.train.common import discard_stale_checkpoints, fingerprint, save_model, torch_dtype
+    from lara.train.common import torch_dtype
 
     cuda = torch.cuda.is_available()
     mixed = {"bfloat16": "bf16", "float16": "fp16"}.get(s.dtype, "no") if cuda else "no"
@@ -287,9 +317,8 @@ def train_safe_rlhf(sft_path: str, reward_path: str, cost_path: str, prompts_pat
 
     def optimiser(model, lr, wd, schedule):
         opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd)
-        sched = get_scheduler(schedule, opt, num_warmup_steps=int(s.warmup_ratio * total * updates_per_step),
-                              num_training_steps=total * updates_per_step)
-        return opt, sched
+        return opt, get_scheduler(schedule, opt, num_warmup_steps=int(s.warmup_ratio * total * updates_per_step),
+                                  num_training_steps=total * updates_per_step)
 
     actor_opt, actor_sched = optimiser(actor, s.actor_lr, s.actor_weight_decay, s.lr_scheduler)
     rc_opt, rc_sched = optimiser(reward_critic, s.critic_lr, s.critic_weight_decay, s.critic_lr_scheduler)
@@ -303,137 +332,192 @@ def train_safe_rlhf(sft_path: str, reward_path: str, cost_path: str, prompts_pat
         sft_df = read_table(sft_data_path, required=("prompt", "output"))
         ptx = [(len(tok(format_prompt(p))["input_ids"]), encode(tok, p, o, True, s.max_prompt_length + s.max_new_tokens))
                for p, o in zip(sft_df["prompt"], sft_df["output"], strict=True)]
-
     inputs = {"sft": sft_path, "reward": reward_path, "cost": cost_path, "prompts": prompts_path}
     if ptx is not None:
         inputs["sft_data"] = sft_data_path
-    checkpoint_dir = Path(checkpoints)
-    if accelerator.is_main_process:
-        discard_stale_checkpoints(checkpoint_dir, fingerprint(s, inputs))
-    accelerator.wait_for_everyone()
-    state = LoopState(step=0, log_lambda=math.log(s.lambda_init), window=[], history=[])
+    return Run(s=s, accelerator=accelerator, tok=tok, prompts=prompts, actor=actor, ref=ref,
+               reward_critic=reward_critic, cost_critic=cost_critic, reward_model=reward_model, cost_model=cost_model,
+               optimisers={"actor": (actor_opt, actor_sched), "reward_critic": (rc_opt, rc_sched),
+                           "cost_critic": (cc_opt, cc_sched)},
+               ptx=ptx, steps_per_epoch=steps_per_epoch, total=total, inputs=inputs)
+
+
+def _resume(run: Run, checkpoint_dir: Path) -> LoopState:
+    """The loop state of the last complete checkpoint made with these settings and inputs, else step 0."""
+    from lara.train.common import discard_stale_checkpoints, fingerprint
+
+    if run.accelerator.is_main_process:
+        discard_stale_checkpoints(checkpoint_dir, fingerprint(run.s, run.inputs))
+    run.accelerator.wait_for_everyone()
     resume = _last_checkpoint(checkpoint_dir)
-    if resume is not None:
-        accelerator.load_state(str(resume))
-        state = LoopState(**json.loads((resume / "loop_state.json").read_text()))
-        log.info("resuming from %s", resume)
-    else:
+    if resume is None:
         log.info("no checkpoint in %s: starting from scratch", checkpoint_dir)
-    window = deque(state.window, maxlen=s.episode_cost_window_size)
-    log.info("PPO-Lagrangian: %d prompts, %d rollouts of %d prompts x %d processes, threshold %.4g, lambda_0 %.4g",
-             len(prompts), total, s.prompt_batch_size, world, s.threshold, math.exp(state.log_lambda))
+        return LoopState(step=0, log_lambda=math.log(run.s.lambda_init), window=[], history=[])
+    run.accelerator.load_state(str(resume))
+    log.info("resuming from %s", resume)
+    return LoopState(**json.loads((resume / "loop_state.json").read_text()))
 
-    def batch_prompts(step: int) -> list[str]:
-        epoch, within = divmod(step, steps_per_epoch)
-        order = np.random.default_rng([s.seed, epoch]).permutation(len(prompts))
-        lo = (within * world + accelerator.process_index) * s.prompt_batch_size
-        return [prompts[i] for i in order[lo:lo + s.prompt_batch_size]]
 
-    pad_id = tok.pad_token_id
-    while state.step < total:
-        step = state.step
-        # ---- rollout ------------------------------------------------------------------------
-        texts = batch_prompts(step)
-        enc = tok([format_prompt(p) for p in texts], return_tensors="pt", padding=True, truncation=True,
-                  max_length=s.max_prompt_length, add_special_tokens=True).to(dev)
-        gen_kwargs = dict(do_sample=True, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
-                          max_new_tokens=s.max_new_tokens, pad_token_id=pad_id, eos_token_id=tok.eos_token_id)
-        torch.manual_seed(s.seed * 1_000_003 + step * world + accelerator.process_index)
-        with torch.no_grad(), unwrap_model_for_generation(actor, accelerator) as unwrapped:
-            unwrapped.eval()
-            seq = unwrapped.generate(**enc, **gen_kwargs)
-            unwrapped.train()
-        n_prompt = enc["input_ids"].shape[1]
-        generated = seq[:, n_prompt:]
-        resp_mask = response_mask(generated, tok.eos_token_id)
-        if generated.shape[1] == 0:
-            raise RuntimeError("the actor generated no tokens: check max_new_tokens")
-        attn = torch.cat([enc["attention_mask"], resp_mask], dim=1)
-        pos = position_ids(attn)
-        act_mask = resp_mask.float()  # action t of the response predicts generated[:, t]
-        responses = [tok.decode(g[m.bool()], skip_special_tokens=True).strip()
-                     for g, m in zip(generated, resp_mask, strict=True)]
-        end_reward = torch.tensor(reward_model.score(texts, responses), device=dev, dtype=torch.float32)
-        end_cost = torch.tensor(cost_model.score(texts, responses), device=dev, dtype=torch.float32)
-        with torch.no_grad():
-            old_logp = token_log_probs(actor, seq, attn, pos)[:, n_prompt - 1:]
-            ref_logp = token_log_probs(ref, seq, attn, pos)[:, n_prompt - 1:]
-            old_rv = reward_critic(seq, attn, pos)[:, n_prompt - 1:-1]
-            old_cv = cost_critic(seq, attn, pos)[:, n_prompt - 1:-1]
-        rewards, costs = shaped_rewards(end_reward, end_cost, old_logp, ref_logp, act_mask, s.kl_coeff,
-                                        s.clip_range_score)
-        adv_r, ret_r = gae(rewards, old_rv, act_mask, s.gamma, s.gae_lambda)
-        adv_c, ret_c = gae(costs, old_cv, act_mask, s.gamma, s.gae_lambda)
+def _batch_prompts(run: Run, step: int) -> list[str]:
+    """This process's prompts of rollout ``step`` (a seeded permutation per epoch)."""
+    s = run.s
+    epoch, within = divmod(step, run.steps_per_epoch)
+    order = np.random.default_rng([s.seed, epoch]).permutation(len(run.prompts))
+    lo = (within * run.world + run.accelerator.process_index) * s.prompt_batch_size
+    return [run.prompts[i] for i in order[lo:lo + s.prompt_batch_size]]
 
-        # the episode-cost window: the cost-model scores of the latest episodes, all processes
-        window.extend(accelerator.gather(end_cost).cpu().tolist())
-        episode_cost = float(np.mean(window))
 
-        # ---- PPO updates, each after one dual step on the multiplier ---------------------------
-        losses = {"actor": [], "reward_critic": [], "cost_critic": [], "ptx": [], "lambda": []}
-        rng = np.random.default_rng([s.seed, step, 7])
-        for _ in range(s.update_iters):
-            for idx in np.array_split(rng.permutation(len(texts)), math.ceil(len(texts) / s.train_batch_size)):
-                if step >= s.lambda_update_delay_steps:
-                    state.log_lambda = lambda_step(state.log_lambda, episode_cost, s.threshold, s.lambda_lr,
-                                                   s.lambda_max)
-                lam = math.exp(state.log_lambda)
-                losses["lambda"].append(lam)
-                i = torch.as_tensor(idx, device=dev)
-                adv = combined_advantage(adv_r[i], adv_c[i], lam)
-                logp = token_log_probs(actor, seq[i], attn[i], pos[i])[:, n_prompt - 1:]
-                loss = actor_loss(logp, old_logp[i], adv, act_mask[i], s.clip_range_ratio)
-                accelerator.backward(loss)
-                accelerator.clip_grad_norm_(actor.parameters(), s.max_grad_norm)
-                actor_opt.step(), actor_sched.step(), actor_opt.zero_grad()
-                losses["actor"].append(loss.item())
-                for name, critic, opt, sched, old_v, ret in (
-                        ("reward_critic", reward_critic, rc_opt, rc_sched, old_rv, ret_r),
-                        ("cost_critic", cost_critic, cc_opt, cc_sched, old_cv, ret_c)):
-                    v = critic(seq[i], attn[i], pos[i])[:, n_prompt - 1:-1]
-                    vloss = value_loss(v, old_v[i], ret[i], act_mask[i], s.clip_range_value)
-                    accelerator.backward(vloss)
-                    accelerator.clip_grad_norm_(critic.parameters(), s.max_grad_norm)
-                    opt.step(), sched.step(), opt.zero_grad()
-                    losses[name].append(vloss.item())
-                if ptx is not None:
-                    pick = np.random.default_rng([s.seed, step, int(idx[0]), 11]).choice(
-                        len(ptx), size=min(len(idx), len(ptx)), replace=False)
-                    ids, mask = pad_batch([ptx[j][1] for j in pick], pad_id, "right")
-                    labels = ids.masked_fill(mask == 0, -100)
-                    for row, j in enumerate(pick):
-                        labels[row, :ptx[j][0]] = -100
-                    out_ptx = actor(input_ids=ids.to(dev), attention_mask=mask.to(dev), labels=labels.to(dev))
-                    ploss = s.ptx_coeff * out_ptx.loss
-                    accelerator.backward(ploss)
-                    accelerator.clip_grad_norm_(actor.parameters(), s.max_grad_norm)
-                    actor_opt.step(), actor_opt.zero_grad()
-                    losses["ptx"].append(out_ptx.loss.item())
+@dataclass
+class Rollout:
+    """One rollout: the sequences, their masks, end scores, log-probs, values and GAE advantages."""
 
-        # ---- log ------------------------------------------------------------------------------
-        kl = ((old_logp - ref_logp) * act_mask).sum(dim=1)
-        # lambda: after this rollout's dual steps; lambda_mean: the mean lambda its actor updates used
-        row = {"step": step + 1, "lambda": math.exp(state.log_lambda),
-               "lambda_mean": float(np.mean(losses.pop("lambda"))), "episode_cost": episode_cost,
-               "threshold": s.threshold,
-               "reward": accelerator.gather(end_reward).mean().item(),
-               "cost": accelerator.gather(end_cost).mean().item(),
-               "kl": accelerator.gather(kl).mean().item(),
-               "response_length": accelerator.gather(act_mask.sum(dim=1)).mean().item()}
-        row |= {f"loss_{k}": float(np.mean(v)) for k, v in losses.items() if v}
-        state.history.append(row)
-        state.step += 1
-        state.window = list(window)
-        if state.step % s.logging_steps == 0 or state.step == total:
-            log.info("step %d/%d: lambda=%.4f episode_cost=%.4f (threshold %.4g) reward=%.4f cost=%.4f kl=%.4f "
-                     "len=%.1f actor_loss=%.4g", state.step, total, row["lambda"], episode_cost, s.threshold,
-                     row["reward"], row["cost"], row["kl"], row["response_length"], row["loss_actor"])
-        if state.step % s.save_steps == 0 and state.step < total:
-            _save_checkpoint(accelerator, checkpoint_dir, state)
+    texts: list[str]
+    seq: Any
+    attn: Any
+    pos: Any
+    n_prompt: int
+    act_mask: Any
+    end_reward: Any
+    end_cost: Any
+    old_logp: Any
+    ref_logp: Any
+    old_values: dict  # reward_critic / cost_critic -> (B, T) values at the response actions
+    advantages: dict  # reward_critic / cost_critic -> (advantages, returns)
 
-    accelerator.wait_for_everyone()
+
+def _rollout(run: Run, step: int) -> Rollout:
+    """Generate responses to this step's prompts, score them, and compute the shaped rewards and GAE."""
+    import torch
+    from trl.models.utils import unwrap_model_for_generation
+
+    from lara.scoring import position_ids
+    from lara.template import format_prompt
+
+    s, tok, dev = run.s, run.tok, run.dev
+    texts = _batch_prompts(run, step)
+    enc = tok([format_prompt(p) for p in texts], return_tensors="pt", padding=True, truncation=True,
+              max_length=s.max_prompt_length, add_special_tokens=True).to(dev)
+    gen_kwargs = dict(do_sample=True, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
+                      max_new_tokens=s.max_new_tokens, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    torch.manual_seed(s.seed * 1_000_003 + step * run.world + run.accelerator.process_index)
+    with torch.no_grad(), unwrap_model_for_generation(run.actor, run.accelerator) as unwrapped:
+        unwrapped.eval()
+        seq = unwrapped.generate(**enc, **gen_kwargs)
+        unwrapped.train()
+    n_prompt = enc["input_ids"].shape[1]
+    generated = seq[:, n_prompt:]
+    resp_mask = response_mask(generated, tok.eos_token_id)
+    if generated.shape[1] == 0:
+        raise RuntimeError("the actor generated no tokens: check max_new_tokens")
+    attn = torch.cat([enc["attention_mask"], resp_mask], dim=1)
+    pos = position_ids(attn)
+    act_mask = resp_mask.float()  # action t of the response predicts generated[:, t]
+    responses = [tok.decode(g[m.bool()], skip_special_tokens=True).strip()
+                 for g, m in zip(generated, resp_mask, strict=True)]
+    end_reward = torch.tensor(run.reward_model.score(texts, responses), device=dev, dtype=torch.float32)
+    end_cost = torch.tensor(run.cost_model.score(texts, responses), device=dev, dtype=torch.float32)
+    with torch.no_grad():
+        old_logp = token_log_probs(run.actor, seq, attn, pos)[:, n_prompt - 1:]
+        ref_logp = token_log_probs(run.ref, seq, attn, pos)[:, n_prompt - 1:]
+        old_rv = run.reward_critic(seq, attn, pos)[:, n_prompt - 1:-1]
+        old_cv = run.cost_critic(seq, attn, pos)[:, n_prompt - 1:-1]
+    rewards, costs = shaped_rewards(end_reward, end_cost, old_logp, ref_logp, act_mask, s.kl_coeff,
+                                    s.clip_range_score)
+    return Rollout(texts=texts, seq=seq, attn=attn, pos=pos, n_prompt=n_prompt, act_mask=act_mask,
+                   end_reward=end_reward, end_cost=end_cost, old_logp=old_logp, ref_logp=ref_logp,
+                   old_values={"reward_critic": old_rv, "cost_critic": old_cv},
+                   advantages={"reward_critic": gae(rewards, old_rv, act_mask, s.gamma, s.gae_lambda),
+                               "cost_critic": gae(costs, old_cv, act_mask, s.gamma, s.gae_lambda)})
+
+
+def _lambda_step(run: Run, state: LoopState, step: int, episode_cost: float) -> float:
+    """One SGD step on log(lambda) (after the delay), before an actor update; returns the new lambda."""
+    s = run.s
+    if step >= s.lambda_update_delay_steps:
+        state.log_lambda = lambda_step(state.log_lambda, episode_cost, s.threshold, s.lambda_lr, s.lambda_max)
+    return math.exp(state.log_lambda)
+
+
+def _actor_and_critic_step(run: Run, ro: Rollout, i, lam: float, losses: dict) -> None:
+    """The PPO clipped-surrogate step of the actor on (A_r - lambda A_c) / (1 + lambda), then each
+    critic's clipped value step, on minibatch ``i``."""
+    s, acc = run.s, run.accelerator
+    adv = combined_advantage(ro.advantages["reward_critic"][0][i], ro.advantages["cost_critic"][0][i], lam)
+    logp = token_log_probs(run.actor, ro.seq[i], ro.attn[i], ro.pos[i])[:, ro.n_prompt - 1:]
+    loss = actor_loss(logp, ro.old_logp[i], adv, ro.act_mask[i], s.clip_range_ratio)
+    acc.backward(loss)
+    acc.clip_grad_norm_(run.actor.parameters(), s.max_grad_norm)
+    opt, sched = run.optimisers["actor"]
+    opt.step(), sched.step(), opt.zero_grad()
+    losses["actor"].append(loss.item())
+    for name, critic in (("reward_critic", run.reward_critic), ("cost_critic", run.cost_critic)):
+        v = critic(ro.seq[i], ro.attn[i], ro.pos[i])[:, ro.n_prompt - 1:-1]
+        vloss = value_loss(v, ro.old_values[name][i], ro.advantages[name][1][i], ro.act_mask[i], s.clip_range_value)
+        acc.backward(vloss)
+        acc.clip_grad_norm_(critic.parameters(), s.max_grad_norm)
+        opt, sched = run.optimisers[name]
+        opt.step(), sched.step(), opt.zero_grad()
+        losses[name].append(vloss.item())
+
+
+def _ptx_step(run: Run, step: int, idx, losses: dict) -> None:
+    """The pre-training (SFT) loss on a seeded draw of SFT examples, one actor step (no schedule step)."""
+    from lara.scoring import pad_batch
+
+    s, dev = run.s, run.dev
+    pick = np.random.default_rng([s.seed, step, int(idx[0]), 11]).choice(
+        len(run.ptx), size=min(len(idx), len(run.ptx)), replace=False)
+    ids, mask = pad_batch([run.ptx[j][1] for j in pick], run.tok.pad_token_id, "right")
+    labels = ids.masked_fill(mask == 0, -100)
+    for row, j in enumerate(pick):
+        labels[row, :run.ptx[j][0]] = -100
+    out = run.actor(input_ids=ids.to(dev), attention_mask=mask.to(dev), labels=labels.to(dev))
+    run.accelerator.backward(s.ptx_coeff * out.loss)
+    run.accelerator.clip_grad_norm_(run.actor.parameters(), s.max_grad_norm)
+    opt, _ = run.optimisers["actor"]
+    opt.step(), opt.zero_grad()
+    losses["ptx"].append(out.loss.item())
+
+
+def _update(run: Run, ro: Rollout, state: LoopState, step: int, episode_cost: float) -> dict:
+    """PPO epochs over the rollout's minibatches, each after one dual step on the multiplier."""
+    import torch
+
+    s = run.s
+    losses = {"actor": [], "reward_critic": [], "cost_critic": [], "ptx": [], "lambda": []}
+    rng = np.random.default_rng([s.seed, step, 7])
+    for _ in range(s.update_iters):
+        for idx in np.array_split(rng.permutation(len(ro.texts)), math.ceil(len(ro.texts) / s.train_batch_size)):
+            lam = _lambda_step(run, state, step, episode_cost)
+            losses["lambda"].append(lam)
+            _actor_and_critic_step(run, ro, torch.as_tensor(idx, device=run.dev), lam, losses)
+            if run.ptx is not None:
+                _ptx_step(run, step, idx, losses)
+    return losses
+
+
+def _history_row(run: Run, ro: Rollout, state: LoopState, step: int, episode_cost: float, losses: dict) -> dict:
+    """What the rollout did: lambda (after its dual steps and their mean), episode cost, reward, cost, KL."""
+    gather = run.accelerator.gather
+    kl = ((ro.old_logp - ro.ref_logp) * ro.act_mask).sum(dim=1)
+    row = {"step": step + 1, "lambda": math.exp(state.log_lambda),
+           "lambda_mean": float(np.mean(losses.pop("lambda"))), "episode_cost": episode_cost,
+           "threshold": run.s.threshold,
+           "reward": gather(ro.end_reward).mean().item(),
+           "cost": gather(ro.end_cost).mean().item(),
+           "kl": gather(kl).mean().item(),
+           "response_length": gather(ro.act_mask.sum(dim=1)).mean().item()}
+    return row | {f"loss_{k}": float(np.mean(v)) for k, v in losses.items() if v}
+
+
+def _finish(run: Run, state: LoopState, out: str) -> dict:
+    """Summary metrics, and the actor saved with its settings, provenance and per-step history."""
+    from lara.train.common import save_model
+
+    s = run.s
+    run.accelerator.wait_for_everyone()
     tail = state.history[-max(1, min(len(state.history), 10)):]
-    metrics = {"steps": state.step, "n_prompts": len(prompts), "final_lambda": math.exp(state.log_lambda),
+    metrics = {"steps": state.step, "n_prompts": len(run.prompts), "final_lambda": math.exp(state.log_lambda),
                "final_episode_cost": state.history[-1]["episode_cost"],
                "threshold": s.threshold,
                "first_steps": {k: float(np.mean([h[k] for h in state.history[:10]])) for k in ("reward", "cost", "kl")},
@@ -442,11 +526,40 @@ def train_safe_rlhf(sft_path: str, reward_path: str, cost_path: str, prompts_pat
              "%.4f -> %.4f over the first/last 10 rollouts", state.step, metrics["final_lambda"],
              metrics["final_episode_cost"], s.threshold, metrics["first_steps"]["reward"],
              metrics["last_steps"]["reward"], metrics["first_steps"]["cost"], metrics["last_steps"]["cost"])
-    if accelerator.is_main_process:
-        save_model(accelerator.unwrap_model(actor), tok, out, kind="safe_rlhf", settings=s, inputs=inputs,
-                   metrics=metrics, extra_files={"history.json": {"history": state.history}})
-    accelerator.wait_for_everyone()
+    if run.accelerator.is_main_process:
+        save_model(run.accelerator.unwrap_model(run.actor), run.tok, out, kind="safe_rlhf", settings=s,
+                   inputs=run.inputs, metrics=metrics, extra_files={"history.json": {"history": state.history}})
+    run.accelerator.wait_for_everyone()
     return metrics
+
+
+def train_safe_rlhf(sft_path: str, reward_path: str, cost_path: str, prompts_path: str, sft_data_path: str | None,
+                    checkpoints: str, out: str, s: PPOLagSettings) -> dict:
+    """The loop: rollout, the episode-cost window, PPO updates with the dual steps, logging, checkpoints."""
+    run = _setup(sft_path, reward_path, cost_path, prompts_path, sft_data_path, s)
+    checkpoint_dir = Path(checkpoints)
+    state = _resume(run, checkpoint_dir)
+    window = deque(state.window, maxlen=s.episode_cost_window_size)
+    log.info("PPO-Lagrangian: %d prompts, %d rollouts of %d prompts x %d processes, threshold %.4g, lambda_0 %.4g",
+             len(run.prompts), run.total, s.prompt_batch_size, run.world, s.threshold, math.exp(state.log_lambda))
+    while state.step < run.total:
+        step = state.step
+        ro = _rollout(run, step)
+        # the episode-cost window: the cost-model scores of the latest episodes, all processes
+        window.extend(run.accelerator.gather(ro.end_cost).cpu().tolist())
+        episode_cost = float(np.mean(window))
+        losses = _update(run, ro, state, step, episode_cost)
+        row = _history_row(run, ro, state, step, episode_cost, losses)
+        state.history.append(row)
+        state.step += 1
+        state.window = list(window)
+        if state.step % s.logging_steps == 0 or state.step == run.total:
+            log.info("step %d/%d: lambda=%.4f episode_cost=%.4f (threshold %.4g) reward=%.4f cost=%.4f kl=%.4f "
+                     "len=%.1f actor_loss=%.4g", state.step, run.total, row["lambda"], episode_cost, s.threshold,
+                     row["reward"], row["cost"], row["kl"], row["response_length"], row["loss_actor"])
+        if state.step % s.save_steps == 0 and state.step < run.total:
+            _save_checkpoint(run.accelerator, checkpoint_dir, state)
+    return _finish(run, state, out)
 
 
 def add_arguments(parser) -> None:
