@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 CORES  ?= all
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: run test env cluster-deps browser-deps slurm-up slurm-down
+.PHONY: run test lint env cluster-deps browser-deps slurm-up slurm-down
 
 env: $(STAMP)
 
@@ -47,5 +47,10 @@ browser-deps:
 	  || echo "could not install Chromium: the report screenshot is skipped"; \
 	else echo "not root or no apt-get: the report screenshot is skipped"; fi
 
-test: $(STAMP) cluster-deps browser-deps
+# House style, checked before the tests: ruff on the Python, snakefmt on the workflow definition.
+lint: $(STAMP)
+	ruff check workflow tests benchmarks slurm
+	snakefmt --check rules Snakefile
+
+test: $(STAMP) lint cluster-deps browser-deps
 	pytest

@@ -4,7 +4,8 @@ reference in the same process.
 * soft mode: an exact root per replicate with scipy's brentq on g'_b;
 * bon mode (Best-of-n for each --bon-n): per replicate, bisection over the sorted crossings of all
   prompts (found once; a replicate's mean can only change there) with the replicate's expected
-  Best-of-n cost evaluated directly at each probe (sorting every prompt's samples); plus the wall time of the whole `lara calibrate --mode bon` command
+  Best-of-n cost evaluated directly at each probe (sorting every prompt's samples); plus the wall
+  time of the whole `lara calibrate --mode bon` command
   (process start, reading the scores, solve, bootstrap, writing lambda.json; goal <= 2 s).
 
     python benchmarks/calibration_bootstrap.py            # N=2000, K=20, NB=10000 (the paper's size)
@@ -81,7 +82,7 @@ def main() -> None:
         return brentq(f, 0.0, lam_max, xtol=1e-12, rtol=1e-14)
 
     t0 = time.perf_counter()
-    ref = np.array([naive(idx) for _, idx in zip(range(m), resample_indices(args.seed, s.n_prompts, nb))])
+    ref = np.array([naive(idx) for _, idx in zip(range(m), resample_indices(args.seed, s.n_prompts, nb), strict=False)])
     t_naive = (time.perf_counter() - t0) * nb / m
     note = f" (extrapolated from {m} replicates)" if m < nb else ""
     print(f"naive (brentq) : {t_naive:8.3f} s{note}")
@@ -119,7 +120,7 @@ def bench_bon(s, n: int, args) -> None:
 
     m = min(args.bon_naive_replicates, nb)
     t0 = time.perf_counter()
-    ref = np.array([naive(idx) for _, idx in zip(range(m), resample_indices(args.seed, s.n_prompts, nb))])
+    ref = np.array([naive(idx) for _, idx in zip(range(m), resample_indices(args.seed, s.n_prompts, nb), strict=False)])
     t_naive = (time.perf_counter() - t0) * nb / m
     with tempfile.TemporaryDirectory() as tmp:
         scores = Path(tmp) / "scores.parquet"

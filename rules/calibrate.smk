@@ -12,19 +12,19 @@ rule sample:
         sft="results/{exp}/models/sft",
     output:
         "results/{exp}/{pool}/samples.parquet",
-    params:
-        settings=step_settings("generation"),
-        options=lambda w: sample_options(w.pool),
-        code=step_code("sample"),
     log:
         "logs/{exp}/sample_{pool}.log",
     benchmark:
         "benchmarks/{exp}/sample_{pool}.tsv"
+    conda:
+        "../envs/generate.yaml"
     threads: job_threads("sample")
     resources:
         **job_resources("sample"),
-    conda:
-        "../envs/generate.yaml"
+    params:
+        settings=step_settings("generation"),
+        options=lambda w: sample_options(w.pool),
+        code=step_code("sample"),
     shell:
         "lara sample --model {input.sft:q} --prompts {input.prompts:q} --settings {params.settings:q}"
         " {params.options} --out {output:q} > {log:q} 2>&1"
@@ -37,17 +37,17 @@ rule score:
         cost="results/{exp}/models/cost",
     output:
         "results/{exp}/{pool}/scores.parquet",
-    params:
-        code=step_code("score"),
     log:
         "logs/{exp}/score_{pool}.log",
     benchmark:
         "benchmarks/{exp}/score_{pool}.tsv"
+    conda:
+        "../envs/train.yaml"
     threads: job_threads("score")
     resources:
         **job_resources("score"),
-    conda:
-        "../envs/train.yaml"
+    params:
+        code=step_code("score"),
     shell:
         "lara score --input {input.samples:q} --reward {input.reward:q} --cost {input.cost:q} --out {output:q}"
         " > {log:q} 2>&1"
@@ -58,19 +58,19 @@ rule calibrate_lambda:
         scores="results/{exp}/calibration/scores.parquet",
     output:
         "results/{exp}/calibration/lambda.json",
-    params:
-        settings=step_settings("calibration"),
-        options=calibration_options(config["decode"]["bon_n"]),
-        code=step_code("calibrate"),
     log:
         "logs/{exp}/calibrate_lambda.log",
     benchmark:
         "benchmarks/{exp}/calibrate_lambda.tsv"
+    conda:
+        "../envs/analysis.yaml"
     threads: job_threads("calibrate_lambda")
     resources:
         **job_resources("calibrate_lambda"),
-    conda:
-        "../envs/analysis.yaml"
+    params:
+        settings=step_settings("calibration"),
+        options=calibration_options(config["decode"]["bon_n"]),
+        code=step_code("calibrate"),
     shell:
         "lara calibrate --scores {input.scores:q} --settings {params.settings:q} {params.options}"
         " --out {output:q} > {log:q} 2>&1"
@@ -82,17 +82,17 @@ rule calibrate_lambda_for_n:
         scores="results/{exp}/calibration/scores.parquet",
     output:
         "results/{exp}/calibration/lambda_bon{n}.json",
+    log:
+        "logs/{exp}/calibrate_lambda_bon{n}.log",
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("calibrate_lambda")
+    resources:
+        **job_resources("calibrate_lambda"),
     params:
         settings=step_settings("calibration"),
         options=lambda w: calibration_options(int(w.n)),
         code=step_code("calibrate"),
-    log:
-        "logs/{exp}/calibrate_lambda_bon{n}.log",
-    threads: job_threads("calibrate_lambda")
-    resources:
-        **job_resources("calibrate_lambda"),
-    conda:
-        "../envs/analysis.yaml"
     shell:
         "lara calibrate --scores {input.scores:q} --settings {params.settings:q} {params.options}"
         " --out {output:q} > {log:q} 2>&1"

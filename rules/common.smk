@@ -33,9 +33,17 @@ TOY_FILES = {
     "prompts": f"{RESULTS}/toy/prompts.jsonl",
 }
 
-WILDCARDS = {"exp": EXP, "n": "[0-9]+", "kind": "reward|cost", "method": "args|pargs|cdq", "pool": "calibration|value|bon",
-             "lam": "zero|star|max|[0-9]+(p[0-9]+)?",
-             "policy": "sft|safe_rlhf|safedpo", "decoder": "bon|args|pargs|cdq", "figure": "[a-z_]+"}
+WILDCARDS = {
+    "exp": EXP,
+    "n": "[0-9]+",
+    "kind": "reward|cost",
+    "method": "args|pargs|cdq",
+    "pool": "calibration|value|bon",
+    "lam": "zero|star|max|[0-9]+(p[0-9]+)?",
+    "policy": "sft|safe_rlhf|safedpo",
+    "decoder": "bon|args|pargs|cdq",
+    "figure": "[a-z_]+",
+}
 
 
 # the scorer models of each token-level method, by role
@@ -94,12 +102,24 @@ def step_settings(section):
 # the prompt pools sampled from pi_ref and scored (rules sample and score): their prompts, responses per
 # prompt (K, the CD-Q samples, N), a cap on prompts, and the seed
 SAMPLE_POOLS = {
-    "calibration": {"prompts": f"{RESULTS}/data/prompts_calibration.parquet",
-                    "n": config["calibration"]["samples_per_prompt"], "max_prompts": None, "seed": config["seed"]},
-    "value": {"prompts": f"{RESULTS}/data/sft.parquet", "n": config["train"]["value"]["samples_per_prompt"],
-              "max_prompts": config["train"]["value"]["n_prompts"], "seed": config["seed"]},
-    "bon": {"prompts": f"{RESULTS}/data/prompts_test.parquet", "n": config["decode"]["bon_n"], "max_prompts": None,
-            "seed": config["seed"] + 1},
+    "calibration": {
+        "prompts": f"{RESULTS}/data/prompts_calibration.parquet",
+        "n": config["calibration"]["samples_per_prompt"],
+        "max_prompts": None,
+        "seed": config["seed"],
+    },
+    "value": {
+        "prompts": f"{RESULTS}/data/sft.parquet",
+        "n": config["train"]["value"]["samples_per_prompt"],
+        "max_prompts": config["train"]["value"]["n_prompts"],
+        "seed": config["seed"],
+    },
+    "bon": {
+        "prompts": f"{RESULTS}/data/prompts_test.parquet",
+        "n": config["decode"]["bon_n"],
+        "max_prompts": None,
+        "seed": config["seed"] + 1,
+    },
 }
 
 
@@ -146,8 +166,9 @@ def sweep_lambda_inputs():
     main = f"{RESULTS}/calibration/lambda.json"
     if config["calibration"]["mode"] != "bon":
         return [main]
-    return [main] + [f"{RESULTS}/calibration/lambda_bon{n}.json" for n in sweep_sizes()
-                     if n != config["decode"]["bon_n"]]
+    return [main] + [
+        f"{RESULTS}/calibration/lambda_bon{n}.json" for n in sweep_sizes() if n != config["decode"]["bon_n"]
+    ]
 
 
 def lambda_input(wildcards):
@@ -182,8 +203,10 @@ def check_resource_rules():
     called once every rule is defined."""
     unknown = sorted(set(config["resources"]["rules"]) - _RESOURCE_KEYS)
     if unknown:
-        raise lara_config.ConfigError(f"{', '.join(_sources)}: resources.rules: unknown rule {', '.join(unknown)} "
-                                      f"(known: {', '.join(sorted(_RESOURCE_KEYS))})")
+        raise lara_config.ConfigError(
+            f"{', '.join(_sources)}: resources.rules: unknown rule {', '.join(unknown)} "
+            f"(known: {', '.join(sorted(_RESOURCE_KEYS))})"
+        )
 
 
 def job_threads(rule):
@@ -195,8 +218,10 @@ def job_threads(rule):
 JUDGE = config["evaluation"]["judge"]
 JUDGE_ENABLED = JUDGE["model"] is not None and (JUDGE["model"] == "oracle" or JUDGE["base_url"] is not None)
 if not JUDGE_ENABLED:
-    logger.warning("LLM judge skipped: set evaluation.judge.base_url and evaluation.judge.model (an "
-                   "OpenAI-compatible endpoint) to rate responses; every other job runs as usual.")
+    logger.warning(
+        "LLM judge skipped: set evaluation.judge.base_url and evaluation.judge.model (an "
+        "OpenAI-compatible endpoint) to rate responses; every other job runs as usual."
+    )
 
 # the held-out constraint audit needs Best-of-N at lambda*
 BON_STAR = "bon" in config["decode"]["methods"] and "star" in config["decode"]["lambdas"]
@@ -209,7 +234,8 @@ def eval_outputs(kind):
     """Every evaluation output of one kind (scores or judge): decoders x lambda settings, then policies."""
     d = config["decode"]
     return [f"{RESULTS}/eval/{m}/{lam}/{kind}.parquet" for m in d["methods"] for lam in d["lambdas"]] + [
-        f"{RESULTS}/eval/{p}/{kind}.parquet" for p in d["policies"]]
+        f"{RESULTS}/eval/{p}/{kind}.parquet" for p in d["policies"]
+    ]
 
 
 FIGURES = ["lambda_sweep", "tradeoff", "calibration"]

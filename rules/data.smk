@@ -7,19 +7,19 @@ rule make_toy_world:
         alpaca="results/{exp}/toy/alpaca.jsonl",
         preferences="results/{exp}/toy/safe_rlhf.jsonl",
         prompts="results/{exp}/toy/prompts.jsonl",
-    params:
-        settings=step_settings("toy"),
-        seed=config["seed"],
-        code=step_code("make-toy-world"),
     log:
         "logs/{exp}/make_toy_world.log",
     benchmark:
         "benchmarks/{exp}/make_toy_world.tsv"
+    conda:
+        "../envs/analysis.yaml"
     threads: job_threads("make_toy_world")
     resources:
         **job_resources("make_toy_world"),
-    conda:
-        "../envs/analysis.yaml"
+    params:
+        settings=step_settings("toy"),
+        seed=config["seed"],
+        code=step_code("make-toy-world"),
     shell:
         "lara make-toy-world --settings {params.settings:q} --seed {params.seed:q}"
         " --alpaca {output.alpaca:q} --preferences {output.preferences:q} --prompts {output.prompts:q}"
@@ -32,19 +32,19 @@ rule make_toy_model:
         preferences=TOY_FILES["preferences"],
     output:
         directory("results/{exp}/models/base"),
-    params:
-        settings=step_settings("toy.model"),
-        options=opts(vocab_size=config["toy"]["tokenizer"]["vocab_size"], seed=config["seed"]),
-        code=step_code("make-toy-model"),
     log:
         "logs/{exp}/make_toy_model.log",
     benchmark:
         "benchmarks/{exp}/make_toy_model.tsv"
+    conda:
+        "../envs/train.yaml"
     threads: job_threads("make_toy_model")
     resources:
         **job_resources("make_toy_model"),
-    conda:
-        "../envs/train.yaml"
+    params:
+        settings=step_settings("toy.model"),
+        options=opts(vocab_size=config["toy"]["tokenizer"]["vocab_size"], seed=config["seed"]),
+        code=step_code("make-toy-model"),
     shell:
         "lara make-toy-model --settings {params.settings:q} {params.options}"
         " --alpaca {input.alpaca:q} --preferences {input.preferences:q} --out {output:q} > {log:q} 2>&1"
@@ -55,19 +55,19 @@ rule prepare_sft_data:
         data_input("sft"),
     output:
         "results/{exp}/data/sft.parquet",
-    params:
-        settings=step_settings("data.sft"),
-        options=opts(source=data_source("sft"), seed=config["seed"]),
-        code=step_code("prepare-data"),
     log:
         "logs/{exp}/prepare_sft_data.log",
     benchmark:
         "benchmarks/{exp}/prepare_sft_data.tsv"
+    conda:
+        "../envs/analysis.yaml"
     threads: job_threads("prepare_sft_data")
     resources:
         **job_resources("prepare_sft_data"),
-    conda:
-        "../envs/analysis.yaml"
+    params:
+        settings=step_settings("data.sft"),
+        options=opts(source=data_source("sft"), seed=config["seed"]),
+        code=step_code("prepare-data"),
     shell:
         "lara prepare-data --kind sft --settings {params.settings:q} {params.options} --out {output:q} > {log:q} 2>&1"
 
@@ -77,19 +77,19 @@ rule prepare_preferences:
         data_input("preferences"),
     output:
         "results/{exp}/data/preferences.parquet",
-    params:
-        settings=step_settings("data.preferences"),
-        options=opts(source=data_source("preferences"), seed=config["seed"]),
-        code=step_code("prepare-data"),
     log:
         "logs/{exp}/prepare_preferences.log",
     benchmark:
         "benchmarks/{exp}/prepare_preferences.tsv"
+    conda:
+        "../envs/analysis.yaml"
     threads: job_threads("prepare_preferences")
     resources:
         **job_resources("prepare_preferences"),
-    conda:
-        "../envs/analysis.yaml"
+    params:
+        settings=step_settings("data.preferences"),
+        options=opts(source=data_source("preferences"), seed=config["seed"]),
+        code=step_code("prepare-data"),
     shell:
         "lara prepare-data --kind preferences --settings {params.settings:q} {params.options} --out {output:q}"
         " > {log:q} 2>&1"
@@ -102,20 +102,20 @@ rule split_prompts:
     output:
         calibration="results/{exp}/data/prompts_calibration.parquet",
         test="results/{exp}/data/prompts_test.parquet",
+    log:
+        "logs/{exp}/split_prompts.log",
+    benchmark:
+        "benchmarks/{exp}/split_prompts.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("split_prompts")
+    resources:
+        **job_resources("split_prompts"),
     params:
         settings=step_settings("data.prompts"),
         options=opts(source=data_source("prompts"), seed=config["seed"]),
         exclude=held_out_options(),
         code=step_code("split-prompts"),
-    log:
-        "logs/{exp}/split_prompts.log",
-    benchmark:
-        "benchmarks/{exp}/split_prompts.tsv"
-    threads: job_threads("split_prompts")
-    resources:
-        **job_resources("split_prompts"),
-    conda:
-        "../envs/analysis.yaml"
     shell:
         "lara split-prompts --settings {params.settings:q} {params.options} {params.exclude}"
         " --calibration {output.calibration:q} --test {output.test:q} > {log:q} 2>&1"

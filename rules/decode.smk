@@ -9,16 +9,16 @@ rule select_bon:
         lam=lambda_input,
     output:
         "results/{exp}/decode/bon/{lam}/responses.parquet",
-    params:
-        options=lambda w: lambda_options(w.lam),
-        code=step_code("select-bon"),
     log:
         "logs/{exp}/select_bon_{lam}.log",
+    conda:
+        "../envs/analysis.yaml"
     threads: job_threads("select_bon")
     resources:
         **job_resources("select_bon"),
-    conda:
-        "../envs/analysis.yaml"
+    params:
+        options=lambda w: lambda_options(w.lam),
+        code=step_code("select-bon"),
     shell:
         "lara select-bon --candidates {input.candidates:q} {params.options} --out {output:q} > {log:q} 2>&1"
 
@@ -29,19 +29,18 @@ rule bon_sweep:
         lam=sweep_lambda_inputs(),
     output:
         "results/{exp}/decode/bon/sweep.csv",
-    params:
-        grid=json.dumps(config["decode"]["lambda_grid"]),
-        options=opts(tau=config["calibration"]["tau"], bootstrap=config["evaluation"]["bootstrap"],
-                     seed=config["seed"]),
-        sizes=sweep_sizes(),
-        code=step_code("bon-sweep"),
     log:
         "logs/{exp}/bon_sweep.log",
+    conda:
+        "../envs/analysis.yaml"
     threads: job_threads("bon_sweep")
     resources:
         **job_resources("bon_sweep"),
-    conda:
-        "../envs/analysis.yaml"
+    params:
+        grid=json.dumps(config["decode"]["lambda_grid"]),
+        options=opts(tau=config["calibration"]["tau"], bootstrap=config["evaluation"]["bootstrap"], seed=config["seed"]),
+        sizes=sweep_sizes(),
+        code=step_code("bon-sweep"),
     shell:
         "lara bon-sweep --candidates {input.candidates:q} --grid {params.grid:q} --lambda-json {input.lam:q}"
         " --n {params.sizes:q} {params.options} --out {output:q} > {log:q} 2>&1"
@@ -56,20 +55,20 @@ rule decode_rgtg:
         lam=lambda_input,
     output:
         "results/{exp}/decode/{method}/{lam}/responses.parquet",
+    log:
+        "logs/{exp}/decode_{method}_{lam}.log",
+    benchmark:
+        "benchmarks/{exp}/decode_{method}_{lam}.tsv"
+    conda:
+        "../envs/train.yaml"
+    threads: job_threads("decode_rgtg")
+    resources:
+        **job_resources("decode_rgtg"),
     params:
         options=lambda w: lambda_options(w.lam),
         settings=step_settings("decode.rgtg"),
         seed=config["seed"],
         code=step_code("rgtg"),
-    log:
-        "logs/{exp}/decode_{method}_{lam}.log",
-    benchmark:
-        "benchmarks/{exp}/decode_{method}_{lam}.tsv"
-    threads: job_threads("decode_rgtg")
-    resources:
-        **job_resources("decode_rgtg"),
-    conda:
-        "../envs/train.yaml"
     shell:
         "lara rgtg --method {wildcards.method:q} --policy {input.sft:q} --reward {input.reward:q} --cost {input.cost:q}"
         " --prompts {input.prompts:q} {params.options} --settings {params.settings:q} --seed {params.seed:q}"

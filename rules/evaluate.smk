@@ -9,18 +9,18 @@ rule evaluate_decoded:
         "results/{exp}/decode/{decoder}/{lam}/responses.parquet",
     output:
         "results/{exp}/eval/{decoder}/{lam}/scores.parquet",
-    params:
-        options=evaluation_options(),
-        code=step_code("evaluate", *EVAL_SCORER_MODULES),
     log:
         "logs/{exp}/evaluate_{decoder}_{lam}.log",
     benchmark:
         "benchmarks/{exp}/evaluate_{decoder}_{lam}.tsv"
+    conda:
+        "../envs/train.yaml"
     threads: job_threads("evaluate_decoded")
     resources:
         **job_resources("evaluate_decoded"),
-    conda:
-        "../envs/train.yaml"
+    params:
+        options=evaluation_options(),
+        code=step_code("evaluate", *EVAL_SCORER_MODULES),
     shell:
         "lara evaluate --responses {input:q} {params.options} --out {output:q} > {log:q} 2>&1"
 
@@ -44,16 +44,16 @@ rule judge_decoded:
         "results/{exp}/decode/{decoder}/{lam}/responses.parquet",
     output:
         "results/{exp}/eval/{decoder}/{lam}/judge.parquet",
-    params:
-        options=judge_options(),
-        code=step_code("judge"),
     log:
         "logs/{exp}/judge_{decoder}_{lam}.log",
+    conda:
+        "../envs/analysis.yaml"
     threads: job_threads("judge")
     resources:
         **job_resources("judge"),
-    conda:
-        "../envs/analysis.yaml"
+    params:
+        options=judge_options(),
+        code=step_code("judge"),
     shell:
         "lara judge --responses {input:q} {params.options} --out {output:q} > {log:q} 2>&1"
 
@@ -77,18 +77,17 @@ rule aggregate:
     output:
         summary="results/{exp}/eval/summary.csv",
         audit="results/{exp}/eval/constraint_audit.json",
-    params:
-        options=opts(tau=config["calibration"]["tau"], bootstrap=config["evaluation"]["bootstrap"],
-                     seed=config["seed"]),
-        audit=opts(bon_star=BON_STAR_EVAL or None, lambda_json=BON_STAR_LAMBDA or None, sweep=BON_SWEEP or None),
-        code=step_code("aggregate"),
     log:
         "logs/{exp}/aggregate.log",
+    conda:
+        "../envs/analysis.yaml"
     threads: job_threads("aggregate")
     resources:
         **job_resources("aggregate"),
-    conda:
-        "../envs/analysis.yaml"
+    params:
+        options=opts(tau=config["calibration"]["tau"], bootstrap=config["evaluation"]["bootstrap"], seed=config["seed"]),
+        audit=opts(bon_star=BON_STAR_EVAL or None, lambda_json=BON_STAR_LAMBDA or None, sweep=BON_SWEEP or None),
+        code=step_code("aggregate"),
     shell:
         "lara aggregate --scores {input.scores:q} --judge {input.judge:q} {params.audit}"
         " {params.options} --out {output.summary:q} --audit {output.audit:q} > {log:q} 2>&1"

@@ -9,19 +9,23 @@ rule figure_lambda_sweep:
         sweep="results/{exp}/decode/bon/sweep.csv",
         lam="results/{exp}/calibration/lambda.json",
     output:
-        png=report("results/{exp}/figures/lambda_sweep.png", caption="../report/lambda_sweep.rst",
-                   category="Figures", labels={"figure": "Fig. 1: Best-of-N against lambda"}),
+        png=report(
+            "results/{exp}/figures/lambda_sweep.png",
+            caption="../report/lambda_sweep.rst",
+            category="Figures",
+            labels={"figure": "Fig. 1: Best-of-N against lambda"},
+        ),
         pdf="results/{exp}/figures/lambda_sweep.pdf",
         provenance="results/{exp}/figures/lambda_sweep.provenance.json",
-    params:
-        **figure_params(),
     log:
         "logs/{exp}/figure_lambda_sweep.log",
+    conda:
+        "../envs/analysis.yaml"
     threads: job_threads("figures")
     resources:
         **job_resources("figures"),
-    conda:
-        "../envs/analysis.yaml"
+    params:
+        **figure_params(),
     shell:
         "lara figure --kind lambda_sweep --sweep {input.sweep:q} --lambda-json {input.lam:q} --settings {params.settings:q}"
         " --rule figure_lambda_sweep --png {output.png:q} --pdf {output.pdf:q} --provenance {output.provenance:q}"
@@ -33,19 +37,23 @@ rule figure_tradeoff:
         summary="results/{exp}/eval/summary.csv",
         lam="results/{exp}/calibration/lambda.json",
     output:
-        png=report("results/{exp}/figures/tradeoff.png", caption="../report/tradeoff.rst", category="Figures",
-                   labels={"figure": "Fig. 2: helpfulness against harmlessness"}),
+        png=report(
+            "results/{exp}/figures/tradeoff.png",
+            caption="../report/tradeoff.rst",
+            category="Figures",
+            labels={"figure": "Fig. 2: helpfulness against harmlessness"},
+        ),
         pdf="results/{exp}/figures/tradeoff.pdf",
         provenance="results/{exp}/figures/tradeoff.provenance.json",
-    params:
-        **figure_params(),
     log:
         "logs/{exp}/figure_tradeoff.log",
+    conda:
+        "../envs/analysis.yaml"
     threads: job_threads("figures")
     resources:
         **job_resources("figures"),
-    conda:
-        "../envs/analysis.yaml"
+    params:
+        **figure_params(),
     shell:
         "lara figure --kind tradeoff --summary {input.summary:q} --lambda-json {input.lam:q} --settings {params.settings:q}"
         " --rule figure_tradeoff --png {output.png:q} --pdf {output.pdf:q} --provenance {output.provenance:q} > {log:q} 2>&1"
@@ -55,19 +63,23 @@ rule figure_calibration:
     input:
         lam="results/{exp}/calibration/lambda.json",
     output:
-        png=report("results/{exp}/figures/calibration.png", caption="../report/calibration.rst",
-                   category="Figures", labels={"figure": "Calibration diagnostics"}),
+        png=report(
+            "results/{exp}/figures/calibration.png",
+            caption="../report/calibration.rst",
+            category="Figures",
+            labels={"figure": "Calibration diagnostics"},
+        ),
         pdf="results/{exp}/figures/calibration.pdf",
         provenance="results/{exp}/figures/calibration.provenance.json",
-    params:
-        **figure_params(),
     log:
         "logs/{exp}/figure_calibration.log",
+    conda:
+        "../envs/analysis.yaml"
     threads: job_threads("figures")
     resources:
         **job_resources("figures"),
-    conda:
-        "../envs/analysis.yaml"
+    params:
+        **figure_params(),
     shell:
         "lara figure --kind calibration --lambda-json {input.lam:q} --settings {params.settings:q}"
         " --rule figure_calibration --png {output.png:q} --pdf {output.pdf:q} --provenance {output.provenance:q}"

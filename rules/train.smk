@@ -9,20 +9,20 @@ rule train_sft:
         base=base_model_input(),
     output:
         directory("results/{exp}/models/sft"),
+    log:
+        "logs/{exp}/train_sft.log",
+    benchmark:
+        "benchmarks/{exp}/train_sft.tsv"
+    conda:
+        "../envs/train.yaml"
+    threads: job_threads("train_sft")
+    resources:
+        **job_resources("train_sft"),
     params:
         model=base_model_arg,
         settings=step_settings("train.sft"),
         options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
         code=step_code("train-sft"),
-    log:
-        "logs/{exp}/train_sft.log",
-    benchmark:
-        "benchmarks/{exp}/train_sft.tsv"
-    threads: job_threads("train_sft")
-    resources:
-        **job_resources("train_sft"),
-    conda:
-        "../envs/train.yaml"
     shell:
         "lara train-sft --model {params.model:q} --data {input.data:q} --settings {params.settings:q}"
         " {params.options} --checkpoints results/{wildcards.exp:q}/checkpoints/sft --out {output:q} > {log:q} 2>&1"
@@ -34,19 +34,19 @@ rule train_reward_model:
         sft="results/{exp}/models/sft",
     output:
         directory("results/{exp}/models/reward"),
-    params:
-        settings=step_settings("train.reward"),
-        options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
-        code=step_code("train-reward"),
     log:
         "logs/{exp}/train_reward_model.log",
     benchmark:
         "benchmarks/{exp}/train_reward_model.tsv"
+    conda:
+        "../envs/train.yaml"
     threads: job_threads("train_reward_model")
     resources:
         **job_resources("train_reward_model"),
-    conda:
-        "../envs/train.yaml"
+    params:
+        settings=step_settings("train.reward"),
+        options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
+        code=step_code("train-reward"),
     shell:
         "lara train-reward --model {input.sft:q} --data {input.data:q} --settings {params.settings:q}"
         " {params.options} --checkpoints results/{wildcards.exp:q}/checkpoints/reward --out {output:q} > {log:q} 2>&1"
@@ -58,19 +58,19 @@ rule train_cost_model:
         sft="results/{exp}/models/sft",
     output:
         directory("results/{exp}/models/cost"),
-    params:
-        settings=step_settings("train.cost"),
-        options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
-        code=step_code("train-cost"),
     log:
         "logs/{exp}/train_cost_model.log",
     benchmark:
         "benchmarks/{exp}/train_cost_model.tsv"
+    conda:
+        "../envs/train.yaml"
     threads: job_threads("train_cost_model")
     resources:
         **job_resources("train_cost_model"),
-    conda:
-        "../envs/train.yaml"
+    params:
+        settings=step_settings("train.cost"),
+        options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
+        code=step_code("train-cost"),
     shell:
         "lara train-cost --model {input.sft:q} --data {input.data:q} --settings {params.settings:q}"
         " {params.options} --checkpoints results/{wildcards.exp:q}/checkpoints/cost --out {output:q} > {log:q} 2>&1"
@@ -82,19 +82,19 @@ rule train_partial_model:
         sft="results/{exp}/models/sft",
     output:
         directory("results/{exp}/models/partial_{kind}"),
-    params:
-        settings=step_settings("train.partial"),
-        options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
-        code=step_code("train-partial"),
     log:
         "logs/{exp}/train_partial_{kind}.log",
     benchmark:
         "benchmarks/{exp}/train_partial_{kind}.tsv"
+    conda:
+        "../envs/train.yaml"
     threads: job_threads("train_partial_model")
     resources:
         **job_resources("train_partial_model"),
-    conda:
-        "../envs/train.yaml"
+    params:
+        settings=step_settings("train.partial"),
+        options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
+        code=step_code("train-partial"),
     shell:
         "lara train-partial --kind {wildcards.kind:q} --model {input.sft:q} --data {input.data:q}"
         " --settings {params.settings:q} {params.options}"
@@ -107,19 +107,19 @@ rule train_value_model:
         sft="results/{exp}/models/sft",
     output:
         directory("results/{exp}/models/value_{kind}"),
-    params:
-        settings=step_settings("train.value"),
-        options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
-        code=step_code("train-value"),
     log:
         "logs/{exp}/train_value_{kind}.log",
     benchmark:
         "benchmarks/{exp}/train_value_{kind}.tsv"
+    conda:
+        "../envs/train.yaml"
     threads: job_threads("train_value_model")
     resources:
         **job_resources("train_value_model"),
-    conda:
-        "../envs/train.yaml"
+    params:
+        settings=step_settings("train.value"),
+        options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
+        code=step_code("train-value"),
     shell:
         "lara train-value --kind {wildcards.kind:q} --model {input.sft:q} --data {input.data:q}"
         " --settings {params.settings:q} {params.options}"

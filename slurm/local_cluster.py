@@ -17,6 +17,7 @@ the executor plugin's `scontrol` probe) at a controller that no longer answers, 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -68,14 +69,10 @@ def _alive(pid: int) -> bool:
 
 
 def _signal_group(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)  # each daemon leads its own session (start_new_session)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # reap it when it is our child
-    except ChildProcessError:
-        pass
 
 
 def remove_conf_cache() -> None:

@@ -52,7 +52,8 @@ def copy_workflow(dest: Path) -> Path:
     return dest
 
 
-def run_snakemake(workdir: Path, *args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_snakemake(workdir: Path, *args: str, check: bool = True,
+                  env: dict | None = None) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *args]
     proc = subprocess.run(cmd, cwd=workdir, env=snakemake_env() | (env or {}), capture_output=True, text=True)
     if check and proc.returncode != 0:

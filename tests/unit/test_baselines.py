@@ -180,7 +180,8 @@ def ppo_inputs(tiny_world, tmp_path_factory):
         m.save_pretrained(root / name)
         tok.save_pretrained(root / name)
     alpaca = pd.DataFrame(tiny_world["world"]["alpaca"])
-    sft = pd.DataFrame({"prompt": [alpaca_user_text(i, x) for i, x in zip(alpaca["instruction"], alpaca["input"])],
+    texts = [alpaca_user_text(i, x) for i, x in zip(alpaca["instruction"], alpaca["input"], strict=True)]
+    sft = pd.DataFrame({"prompt": texts,
                         "output": alpaca["output"]})
     sft.to_parquet(root / "sft.parquet")
     return root

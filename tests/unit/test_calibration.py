@@ -163,7 +163,8 @@ def test_non_finite_scores_are_rejected_naming_the_row(tmp_path):
     with pytest.raises(InputError, match=r"column 'reward' holds a non-finite value \(inf\) at row 0"):
         PromptScores.from_long([0, 1], [np.inf, 1.0], [0.0, 1.0])
     path = tmp_path / "scores.csv"
-    pd.DataFrame({"prompt_id": ["a", "a", "b"], "reward": [1.0, np.nan, 0.5], "cost": [0, 1, 2]}).to_csv(path, index=False)
+    frame = pd.DataFrame({"prompt_id": ["a", "a", "b"], "reward": [1.0, np.nan, 0.5], "cost": [0, 1, 2]})
+    frame.to_csv(path, index=False)
     proc = subprocess.run([sys.executable, "-m", "lara", "calibrate", "--scores", str(path), "--tau", "0",
                            "--out", str(tmp_path / "lambda.json")], capture_output=True, text=True)
     assert proc.returncode == 2
@@ -205,7 +206,7 @@ def test_bon_mode_matches_brute_force_selection():
     assert sol.lam == pytest.approx(exact, abs=1e-9)
     assert brute_bon_mean_cost(s, sol.lam) <= tau < brute_bon_mean_cost(s, sol.lam - 1e-6)
     boot = bootstrap(s, tau, 1.0, 4.0, 100, seed=3, mode="bon")
-    for lam_b, idx in zip(boot.lams[:20], resample_indices(3, s.n_prompts, 100)):
+    for lam_b, idx in zip(boot.lams[:20], resample_indices(3, s.n_prompts, 100), strict=False):
         sub = PromptScores(s.reward[idx], s.cost[idx], s.mask[idx], s.prompt_ids[idx])
         assert lam_b == pytest.approx(solve(sub, tau, 1.0, 4.0, tol=1e-11, mode="bon").lam, abs=1e-9)
 
@@ -227,12 +228,13 @@ def test_calibrate_is_deterministic_for_a_seed_and_cli_writes_the_record(tmp_pat
 
     idx = np.argsort(s.prompt_ids)
     rows = [(pid, r, c) for i in idx for pid, r, c in zip([s.prompt_ids[i]] * s.counts[i],
-                                                          s.reward[i, s.mask[i]], s.cost[i, s.mask[i]])]
+                                                          s.reward[i, s.mask[i]], s.cost[i, s.mask[i]], strict=False)]
     path = tmp_path / "scores.parquet"
     pd.DataFrame(rows, columns=["prompt_id", "reward", "cost"]).to_parquet(path)
     outs = []
     for name in ("one.json", "two.json"):
-        subprocess.run([sys.executable, "-m", "lara", "calibrate", "--scores", str(path), "--tau", "0", "--mode", "soft",
+        subprocess.run([sys.executable, "-m", "lara", "calibrate", "--scores", str(path), "--tau", "0",
+                        "--mode", "soft",
                         "--beta", "1", "--lambda-max", "5", "--bootstrap", "500", "--quantile", "0.975",
                         "--seed", "4", "--out", str(tmp_path / name)], check=True, capture_output=True)
         outs.append(json.loads((tmp_path / name).read_text()))
@@ -250,7 +252,8 @@ def test_calibrate_is_deterministic_for_a_seed_and_cli_writes_the_record(tmp_pat
 
 def test_cli_infeasible_fails_unless_allowed(tmp_path):
     path = tmp_path / "scores.csv"
-    pd.DataFrame({"prompt_id": [0, 0, 1, 1], "reward": [1.0, 0.0, 2.0, 0.0], "cost": [1.0, 0.5, 2.0, 1.0]}).to_csv(path, index=False)
+    frame = pd.DataFrame({"prompt_id": [0, 0, 1, 1], "reward": [1.0, 0.0, 2.0, 0.0], "cost": [1.0, 0.5, 2.0, 1.0]})
+    frame.to_csv(path, index=False)
     base = [sys.executable, "-m", "lara", "calibrate", "--scores", str(path), "--tau", "-1", "--bootstrap", "20",
             "--mode", "soft"]
     proc = subprocess.run(base + ["--out", str(tmp_path / "a.json")], capture_output=True, text=True)

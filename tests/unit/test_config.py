@@ -23,7 +23,8 @@ def _walk(node, schema, path=""):
     for key, sub in node.get("properties", {}).items():
         sub = _resolve(sub, schema)
         # a key without a default of its own (a required step setting) takes its section's
-        sub = sub if "default" in sub or key not in node.get("default", {}) else {**sub, "default": node["default"][key]}
+        if "default" not in sub and key in node.get("default", {}):
+            sub = {**sub, "default": node["default"][key]}
         yield f"{path}{key}", sub
         yield from _walk(sub, schema, f"{path}{key}.")
 

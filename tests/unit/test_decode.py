@@ -52,7 +52,8 @@ def models(tiny_world):
     tok = AutoTokenizer.from_pretrained(tiny_world["base"])
     torch.manual_seed(1)
     policy = AutoModelForCausalLM.from_pretrained(tiny_world["base"]).eval()
-    seq = [AutoModelForSequenceClassification.from_pretrained(tiny_world["base"], num_labels=1).eval() for _ in range(2)]
+    seq = [AutoModelForSequenceClassification.from_pretrained(tiny_world["base"], num_labels=1).eval()
+           for _ in range(2)]
     for m in seq:  # a random head with a larger scale, so the scores matter
         torch.nn.init.normal_(m.score.weight, std=1.0)
     val = [AutoModelForCausalLM.from_pretrained(tiny_world["base"]).eval() for _ in range(2)]

@@ -125,7 +125,7 @@ def test_judge_gives_up_after_its_retries(endpoint):
 
 
 def test_oracle_judge_maps_onto_one_to_ten():
-    from lara.toy.world import generate, ToyWorldSettings
+    from lara.toy.world import ToyWorldSettings, generate
 
     world = generate(ToyWorldSettings(seed=1, n_sft=50, n_pairs=50, n_eval_prompts=20))
     pairs = world["safe_rlhf"][:20]

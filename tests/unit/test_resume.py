@@ -1,8 +1,8 @@
 """A training run killed mid-way resumes from its last checkpoint and ends at the same step."""
 
 import json
-import re
 import math
+import re
 import signal
 import subprocess
 import sys
@@ -20,7 +20,7 @@ def command(tiny_world, root):
 
 def test_killed_training_resumes_from_the_last_checkpoint(tiny_world, tmp_path):
     expected_steps = math.ceil(360 / 4) * 2  # 400 pairs, 10% held out, batch 4, 2 epochs
-    log1 = open(tmp_path / "first.log", "w")
+    log1 = open(tmp_path / "first.log", "w")  # noqa: SIM115 (closed after the process is killed)
     proc = subprocess.Popen(command(tiny_world, tmp_path), stdout=log1, stderr=subprocess.STDOUT)
     deadline = time.time() + 300
     while not (tmp_path / "ckpt" / "checkpoint-40").is_dir():

@@ -75,7 +75,7 @@ def test_value_scorer_one_pass_values_match_per_sequence(tiny_world, tmp_path):
     assert isinstance(scorer, ValueScorer)
     batch = scorer.next_token_values(PROMPTS, ["sure .", "", "sure . here is how"])
     single = np.stack([ValueScorer(tmp_path, batch_size=1).next_token_values([p], [r])[0]
-                       for p, r in zip(PROMPTS, ["sure .", "", "sure . here is how"])])
+                       for p, r in zip(PROMPTS, ["sure .", "", "sure . here is how"], strict=False)])
     assert batch.shape == (3, len(tok))
     np.testing.assert_allclose(batch, single, atol=1e-4)  # left padding changes nothing
     # the score of a complete response is Q(response without EOS, EOS)
@@ -128,7 +128,8 @@ def test_a_package_registers_a_scorer_by_name(tmp_path):
         "    def __init__(self, role): self.value = 1.0 if role == 'reward' else -1.0\n"
         "    def score(self, prompts, responses): return np.full(len(prompts), self.value)\n"
         "def make(role='reward', **options): return Const(role)\n")
-    code = "from lara.scoring import load_scorer; print(load_scorer('constant', role='cost').score(['a', 'b'], ['c', 'd']))"
+    code = ("from lara.scoring import load_scorer; "
+            "print(load_scorer('constant', role='cost').score(['a', 'b'], ['c', 'd']))")
     out = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(tmp_path)}, capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == "[-1. -1.]"

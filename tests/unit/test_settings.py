@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from lara.config import ConfigError, load, load_schema, settings_json, validate
-from lara.settings import SECTIONS, SCHEMA_FILE, read_settings, render_schema_file, section_schema, settings_class
+from lara.settings import SCHEMA_FILE, SECTIONS, read_settings, render_schema_file, section_schema, settings_class
 
 from ..conftest import REPO
 

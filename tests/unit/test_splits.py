@@ -44,7 +44,8 @@ def test_cli_draws_calibration_from_the_preferences(tmp_path):
     pd.DataFrame(WORLD["prompts"]).to_json(pool, orient="records", lines=True)
     cal, test = tmp_path / "cal.parquet", tmp_path / "test.parquet"
     proc = subprocess.run([sys.executable, "-m", "lara", "split-prompts", "--source", str(pool),
-                           "--n-calibration", "50", "--n-test", "40", "--calibration-preferences", str(prefs), "--exclude-held-out", "0.1:0",
+                           "--n-calibration", "50", "--n-test", "40", "--calibration-preferences", str(prefs),
+                           "--exclude-held-out", "0.1:0",
                            "--calibration", str(cal), "--test", str(test)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     c, t = pd.read_parquet(cal), pd.read_parquet(test)

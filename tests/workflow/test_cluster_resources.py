@@ -32,7 +32,7 @@ def test_paper_dag_requests_gpus_where_the_paper_used_them(workflow_copy, paper)
     # multi-GPU training runs one process per GPU under accelerate
     assert "accelerate launch --num_processes 4 -m lara train-safe-rlhf" in proc.stdout
     assert "accelerate launch --num_processes 2 -m lara train-safedpo" in proc.stdout
-    assert GPU_RULES | CPU_RULES <= set(jobs), set(jobs)
+    assert set(jobs) >= GPU_RULES | CPU_RULES, set(jobs)
     assert len(jobs["decode_rgtg"]) == 9 and len(jobs["select_bon"]) == 3 and len(jobs["train_value_model"]) == 2
     assert len(jobs["sample"]) == len(jobs["score"]) == 3  # the calibration, CD-Q and Best-of-N pools
     for rule in GPU_RULES:

@@ -9,7 +9,7 @@ import importlib.metadata
 import platform
 import socket
 import subprocess
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from lara.io import sha256_path
@@ -87,5 +87,5 @@ def record(settings: dict, inputs: dict[str, str] | None = None, seed: int | Non
         "cpu": cpu_model(),
         "device": device or "cpu",
         "numerics": numerics_record(),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }

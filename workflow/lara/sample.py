@@ -54,7 +54,8 @@ class HFGenerator:
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).to(self.device).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
+        self.model = self.model.to(self.device).eval()
 
     def generate(self, prompt_ids, prompts, n: int, s: GenerationSettings, seed: int) -> pd.DataFrame:
         import torch
@@ -136,10 +137,9 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
+    from lara.data.splits import prompt_id
     from lara.data.tables import read_table, write_table
     from lara.provenance import code_version
-
-    from lara.data.splits import prompt_id
 
     s = read_settings(args, GenerationSettings)
     df = read_table(args.prompts, required=("prompt",))

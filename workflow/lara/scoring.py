@@ -4,9 +4,10 @@ Backends: a sequence model trained here (reward, cost, partial reward/cost: a
 ``*ForSequenceClassification`` directory with ``lara_scorer.json``), a CD-Q value model
 (a causal LM whose head scores every next token), a safe-rlhf ``LlamaForScore`` checkpoint, and
 scorers that packages register by name (``lara.scorers`` entry points; the toy world registers
-its oracle there, so this module knows nothing of it). The score of a sequence is the head applied at its true last token, found from
-the attention mask (never from the pad token id, which may equal EOS), with position ids
-from the mask, so left- and right-padded batches give the same scores.
+its oracle there, so this module knows nothing of it). The score of a sequence is the head
+applied at its true last token, found from the attention mask (never from the pad token id,
+which may equal EOS), with position ids from the mask, so left- and right-padded batches give
+the same scores.
 """
 
 from __future__ import annotations
@@ -217,7 +218,7 @@ def load_score_head(path: str, hidden_size: int):
             from safetensors import safe_open
 
             with safe_open(f, framework="pt") as fh:
-                state |= {k: fh.get_tensor(k) for k in fh.keys() if k.startswith("score_head.")}
+                state |= {k: fh.get_tensor(k) for k in fh.keys() if k.startswith("score_head.")}  # noqa: SIM118
         else:
             shard = torch.load(f, map_location="cpu", weights_only=True)
             state |= {k: v for k, v in shard.items() if k.startswith("score_head.")}

@@ -20,7 +20,7 @@ import logging
 import re
 import socket
 from base64 import urlsafe_b64encode
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ def build_trail(inputs: list[str], root: Path = Path(".")) -> list[dict]:
             seed = re.search(r"--seed\s+(\d+)", rec.get("shellcmd") or "")
             entry |= {"rule": rec.get("rule"), "params": rec.get("params"), "shellcmd": rec.get("shellcmd"),
                       "inputs": rec.get("input", []), "seed": int(seed.group(1)) if seed else None,
-                      "finished": datetime.fromtimestamp(rec["endtime"], timezone.utc).isoformat(timespec="seconds")
+                      "finished": datetime.fromtimestamp(rec["endtime"], UTC).isoformat(timespec="seconds")
                       if rec.get("endtime") else None}
             queue.extend(rec.get("input", []))
         lara_rec = _lara_record(full)
@@ -108,7 +108,7 @@ def write_sidecar(figures: list[str], inputs: list[str], rule: str, params: dict
         "figure": [{"path": f, "sha256": sha256_path(root / f)} for f in figures],
         "rule": rule, "params": params, "inputs": list(inputs), "shows": shows or {},
         "code": code_version(), "software": software_versions(), "host": socket.gethostname(), "device": device,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "seeds": {e["path"]: e["seed"] for e in trail if e.get("seed") is not None},
         "trail": trail,
     }

@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 
 from lara.calibrate.dual import InputError, PromptScores, bootstrap, dual, dual_grad, mean_cost, solve
-from lara.data.tables import DataError, read_table
 from lara.calibrate.record import write_lambda
+from lara.data.tables import DataError, read_table
 from lara.io import sha256_file
 from lara.provenance import code_version
 from lara.settings import Settings, add_settings_arguments, read_settings, setting

@@ -131,7 +131,7 @@ def _binary_id(df: pd.DataFrame, column: str, source: str) -> pd.Series:
     return values.astype("int64")
 
 
-_BOOL = {True: True, False: False, 1: True, 0: False, "true": True, "false": False,
+_BOOL = {True: True, False: False, "true": True, "false": False,
          "True": True, "False": False, "1": True, "0": False}
 
 

@@ -292,8 +292,8 @@ def run(args) -> None:
 
     import pandas as pd
 
-    from lara.data.tables import read_table, write_table
     from lara.calibrate.record import resolve_lambda
+    from lara.data.tables import read_table, write_table
 
     s = read_settings(args, RGTGSettings)
     lam = resolve_lambda(args.setting, args.lambda_max, args.lambda_json)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -255,9 +254,9 @@ def add_arguments(parser) -> None:
 def run(args) -> None:
     import matplotlib.pyplot as plt
 
+    from lara.calibrate.record import read_lambda
     from lara.data.tables import DataError, read_table
     from lara.io import atomic_output
-    from lara.calibrate.record import read_lambda
     from lara.trail import build_trail, write_sidecar
 
     opts = read_settings(args, FigureSettings)
@@ -290,7 +289,8 @@ def run(args) -> None:
         with atomic_output(path) as tmp:
             fig.savefig(tmp, format=fmt, dpi=opts.dpi, bbox_inches="tight", metadata=meta)
     plt.close(fig)
-    write_sidecar([args.png, args.pdf], inputs, args.rule, {"kind": args.kind, "options": opts.section()}, args.provenance,
+    write_sidecar([args.png, args.pdf], inputs, args.rule, {"kind": args.kind, "options": opts.section()},
+                  args.provenance,
                   trail=trail, shows=shows)
     log.info("%s", line)
     log.info("wrote %s, %s and %s", args.png, args.pdf, args.provenance)

@@ -330,7 +330,8 @@ def _setup(sft_path: str, reward_path: str, cost_path: str, prompts_path: str, s
     ptx = None
     if s.ptx_coeff > 0 and sft_data_path:
         sft_df = read_table(sft_data_path, required=("prompt", "output"))
-        ptx = [(len(tok(format_prompt(p))["input_ids"]), encode(tok, p, o, True, s.max_prompt_length + s.max_new_tokens))
+        longest = s.max_prompt_length + s.max_new_tokens
+        ptx = [(len(tok(format_prompt(p))["input_ids"]), encode(tok, p, o, True, longest))
                for p, o in zip(sft_df["prompt"], sft_df["output"], strict=True)]
     inputs = {"sft": sft_path, "reward": reward_path, "cost": cost_path, "prompts": prompts_path}
     if ptx is not None:

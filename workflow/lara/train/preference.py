@@ -93,8 +93,10 @@ def oriented_pairs(df: pd.DataFrame, kind: str) -> pd.DataFrame:
 
 def tokenized_pairs(pairs: pd.DataFrame, tokenizer, max_length: int) -> dict:
     return {
-        "chosen_ids": [encode(tokenizer, p, c, True, max_length) for p, c in zip(pairs["prompt"], pairs["chosen"])],
-        "rejected_ids": [encode(tokenizer, p, r, True, max_length) for p, r in zip(pairs["prompt"], pairs["rejected"])],
+        "chosen_ids": [encode(tokenizer, p, c, True, max_length)
+                       for p, c in zip(pairs["prompt"], pairs["chosen"], strict=True)],
+        "rejected_ids": [encode(tokenizer, p, r, True, max_length)
+                         for p, r in zip(pairs["prompt"], pairs["rejected"], strict=True)],
         "chosen_sign": pairs["chosen_sign"].tolist(),
         "rejected_sign": pairs["rejected_sign"].tolist(),
     }
@@ -105,7 +107,8 @@ def prefix_pairs(pairs: pd.DataFrame, tokenizer, max_length: int, per_pair: int 
     (the last length of each includes its EOS), each with the full pair's label."""
     rng = np.random.default_rng(seed)
     out = {"chosen_ids": [], "rejected_ids": [], "chosen_sign": [], "rejected_sign": [], "prefix_fraction": []}
-    for p, c, r, sc, sr in pairs[["prompt", "chosen", "rejected", "chosen_sign", "rejected_sign"]].itertuples(index=False):
+    columns = ["prompt", "chosen", "rejected", "chosen_sign", "rejected_sign"]
+    for p, c, r, sc, sr in pairs[columns].itertuples(index=False):
         head = encode(tokenizer, p, "", False)
         full_c, full_r = encode(tokenizer, p, c, True, max_length), encode(tokenizer, p, r, True, max_length)
         if full_c[:len(head)] != head or full_r[:len(head)] != head:
@@ -208,7 +211,7 @@ def evaluate_pairs(hi: np.ndarray, lo: np.ndarray, data: dict, kind: str) -> dic
         bins = [0.0, 0.25, 0.5, 0.75, 1.0]
         res["accuracy_by_prefix_fraction"] = {
             f"{a:.2f}-{b:.2f}": float(np.mean((hi > lo)[(frac > a) & (frac <= b)]))
-            for a, b in zip(bins[:-1], bins[1:]) if np.any((frac > a) & (frac <= b))}
+            for a, b in zip(bins[:-1], bins[1:], strict=True) if np.any((frac > a) & (frac <= b))}
     return res
 
 

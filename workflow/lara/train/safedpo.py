@@ -52,20 +52,20 @@ def safedpo_pairs(df: pd.DataFrame, both_unsafe: str = "drop") -> tuple[pd.DataF
         b = int(r.better_response_id)
         responses = (r.response_0, r.response_1)
         unsafe = (not bool(r.is_response_0_safe), not bool(r.is_response_1_safe))
-        w, l = b, 1 - b
-        if unsafe[w] and unsafe[l]:
+        w, lose = b, 1 - b
+        if unsafe[w] and unsafe[lose]:
             if both_unsafe == "drop":
                 counts["dropped_both_unsafe"] += 1
                 continue
             counts["kept"] += 1
-        elif unsafe[w] and not unsafe[l]:
-            w, l = l, w
+        elif unsafe[w] and not unsafe[lose]:
+            w, lose = lose, w
             counts["swapped"] += 1
         else:
             counts["kept"] += 1
-        rows.append({"prompt": r.prompt, "chosen": responses[w], "rejected": responses[l],
-                     "chosen_unsafe": int(unsafe[w]), "rejected_unsafe": int(unsafe[l]),
-                     "margin_indicator": int(unsafe[l]) - int(unsafe[w])})
+        rows.append({"prompt": r.prompt, "chosen": responses[w], "rejected": responses[lose],
+                     "chosen_unsafe": int(unsafe[w]), "rejected_unsafe": int(unsafe[lose]),
+                     "margin_indicator": int(unsafe[lose]) - int(unsafe[w])})
     return pd.DataFrame(rows, columns=["prompt", "chosen", "rejected", "chosen_unsafe", "rejected_unsafe",
                                        "margin_indicator"]), counts
 

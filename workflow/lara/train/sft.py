@@ -14,11 +14,11 @@ from lara.template import format_prompt
 from lara.train.common import (
     SFTSettings,
     TrainSettings,
-    read_train_settings,
-    fingerprint,
     add_common_arguments,
+    fingerprint,
     progress_callback,
     quiet_trainer,
+    read_train_settings,
     save_model,
     seed_everything,
     split_eval,

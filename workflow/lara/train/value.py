@@ -23,11 +23,11 @@ from lara.template import PROMPT_TEMPLATE
 from lara.train.common import (
     TrainSettings,
     ValueSettings,
-    read_train_settings,
-    fingerprint,
     device,
+    fingerprint,
     progress_callback,
     quiet_trainer,
+    read_train_settings,
     save_model,
     seed_everything,
     split_eval,
