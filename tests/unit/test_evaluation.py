@@ -184,12 +184,12 @@ def test_llama_for_score_checkpoint_is_scored_at_the_last_token_with_its_bias(ti
 def test_bootstrap_ci_covers_the_mean_and_shrinks_with_n():
     rng = np.random.default_rng(0)
     small, large = rng.normal(1.0, 1.0, 50), rng.normal(1.0, 1.0, 5000)
-    m, lo, hi = aggregate.bootstrap_ci(small, seed=1)
+    m, lo, hi = aggregate.bootstrap_ci(small, 2000, seed=1)
     assert lo < m < hi and m == pytest.approx(small.mean())
-    _, lo2, hi2 = aggregate.bootstrap_ci(large, seed=1)
+    _, lo2, hi2 = aggregate.bootstrap_ci(large, 2000, seed=1)
     assert (hi2 - lo2) < (hi - lo) / 5
     assert (hi2 - lo2) == pytest.approx(2 * 1.96 / np.sqrt(5000), rel=0.15)
-    assert aggregate.bootstrap_ci([5.0, 5.0, 5.0]) == (5.0, 5.0, 5.0)
+    assert aggregate.bootstrap_ci([5.0, 5.0, 5.0], 100) == (5.0, 5.0, 5.0)
 
 
 def test_constraint_audit_verdicts():

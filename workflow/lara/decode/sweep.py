@@ -69,7 +69,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--n", type=int, nargs="*", default=None,
                         help="Best-of-N sizes to sweep (default: the candidates per prompt)")
     parser.add_argument("--tau", type=float, default=None, help="the cost budget: adds the audit verdicts")
-    parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap replicates over test prompts")
+    parser.add_argument("--bootstrap", type=int, required=True,
+                        help="bootstrap replicates over test prompts (config key evaluation.bootstrap)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="output CSV")
 

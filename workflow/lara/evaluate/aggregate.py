@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 HELP = "summary table of every evaluated output (bootstrap CIs) and the held-out constraint audit"
 
 
-def bootstrap_ci(x, n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
+def bootstrap_ci(x, n_boot: int, level: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
     """(mean, lower, upper): percentile bootstrap of the mean over rows (prompts)."""
     x = np.asarray(x, dtype=float)
     x = x[np.isfinite(x)]
@@ -91,7 +91,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--lambda-json", default=None)
     parser.add_argument("--sweep", default=None, help="the Best-of-N sweep.csv: the audit at every lambda")
     parser.add_argument("--tau", type=float, required=True)
-    parser.add_argument("--bootstrap", type=int, default=2000)
+    parser.add_argument("--bootstrap", type=int, required=True, help="replicates (config key evaluation.bootstrap)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="summary.csv")
     parser.add_argument("--audit", required=True, help="constraint_audit.json")
