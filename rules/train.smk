@@ -21,7 +21,9 @@ rule train_sft:
     params:
         model=base_model_arg,
         settings=step_settings("train.sft"),
-        options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
+        options=opts(
+            seed=config["seed"], dtype=config["base_model"]["dtype"], revision=config["base_model"]["revision"]
+        ),
         code=step_code("train-sft"),
     shell:
         "lara train-sft --model {params.model:q} --data {input.data:q} --settings {params.settings:q}"

@@ -54,3 +54,11 @@ def test_toy_config_requests_no_gpus(workflow_copy):
     proc = run_snakemake(workflow_copy, "-n", "--profile", "slurm")
     jobs = job_resources(proc.stdout)
     assert "train_sft" in jobs and all("gpu" not in r for rs in jobs.values() for r in rs)
+
+
+def test_the_base_model_revision_reaches_sft(workflow_copy):
+    (workflow_copy / "rev.yaml").write_text("base_model:\n  revision: 0cb88a4f764b7a12671c53f0838cd831a0843b95\n")
+    proc = run_snakemake(workflow_copy, "-n", "--printshellcmds", "--configfile", "config/paper-llama.yaml",
+                         "rev.yaml")
+    sft = next(line for line in proc.stdout.splitlines() if "lara train-sft" in line)
+    assert "--model meta-llama/Llama-3.2-3B" in sft and "--revision 0cb88a4f764b7a12671c53f0838cd831a0843b95" in sft

@@ -39,7 +39,9 @@ def sft_dataset(df: pd.DataFrame):
                               "completion": [" " + str(o).strip() for o in df["output"]]})
 
 
-def train_sft(model_path: str, data_path: str, checkpoints: str, out: str, s: TrainSettings) -> dict:
+def train_sft(model_path: str, data_path: str, checkpoints: str, out: str, s: TrainSettings,
+              revision: str | None = None) -> dict:
+    """SFT of the base model (a directory, or a hub id at ``revision``: base_model.revision)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
@@ -47,10 +49,10 @@ def train_sft(model_path: str, data_path: str, checkpoints: str, out: str, s: Tr
     df = pd.read_parquet(data_path)
     train_df, eval_df = split_eval(df, s.eval_fraction, s.seed)
     log.info("SFT on %d examples (%d held out for validation)", len(train_df), len(eval_df))
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer = AutoTokenizer.from_pretrained(model_path, revision=revision)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype(s.dtype))
+    model = AutoModelForCausalLM.from_pretrained(model_path, revision=revision, dtype=torch_dtype(s.dtype))
     args = training_arguments(SFTConfig, s, checkpoints, has_eval=len(eval_df) > 0,
                               max_length=s.max_length, completion_only_loss=True, packing=False)
     trainer = SFTTrainer(model=model, args=args, train_dataset=sft_dataset(train_df),
@@ -61,7 +63,8 @@ def train_sft(model_path: str, data_path: str, checkpoints: str, out: str, s: Tr
     if len(eval_df):
         metrics["eval_loss_initial"] = trainer.evaluate()["eval_loss"]
         log.info("validation loss before training: %.4f", metrics["eval_loss_initial"])
-    result = train_with_resume(trainer, checkpoints, fingerprint(s, {"base_model": model_path, "data": data_path}))
+    base = f"{model_path}@{revision}" if revision else model_path
+    result = train_with_resume(trainer, checkpoints, fingerprint(s, {"base_model": base, "data": data_path}))
     metrics |= {"train_loss": result.training_loss, "global_step": trainer.state.global_step}
     if len(eval_df):
         metrics["eval_loss_final"] = trainer.evaluate()["eval_loss"]
@@ -69,14 +72,15 @@ def train_sft(model_path: str, data_path: str, checkpoints: str, out: str, s: Tr
                  metrics["eval_loss_initial"])
     metrics["log_history"] = trainer.state.log_history
     save_model(trainer.model, tokenizer, out, kind="sft", settings=s,
-               inputs={"base_model": model_path, "data": data_path}, metrics=metrics)
+               inputs={"base_model": base, "data": data_path}, metrics=metrics)
     return metrics
 
 
 def add_arguments(parser) -> None:
     add_common_arguments(parser, SFTSettings)
+    parser.add_argument("--revision", default=None, help="hub revision of the base model (base_model.revision)")
 
 
 def run(args) -> None:
     s = read_train_settings(args, SFTSettings)
-    train_sft(args.model, args.data, args.checkpoints, args.out, s)
+    train_sft(args.model, args.data, args.checkpoints, args.out, s, revision=args.revision)
