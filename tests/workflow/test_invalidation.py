@@ -116,12 +116,14 @@ def test_a_shared_module_edit_reruns_the_steps_that_import_it(toy_run, tmp_path,
 
 
 def test_a_module_of_later_steps_reruns_exactly_those_steps_and_their_downstream(toy_run, tmp_path):
-    # lara.calibrate.bestofn: run by calibrate, select-bon, bon-sweep and (through decode/bon.py) decode;
-    # nothing upstream of them and no baseline imports it
+    # lara.calibrate.bestofn: run by calibrate, select-bon and bon-sweep; nothing upstream of them, no
+    # baseline and not the token-level decoder (which reads lambda.json through lara.calibrate.record)
     lara, env = package_copy(tmp_path)
     append(lara / "calibrate" / "bestofn.py", "\nSHARED_EDIT = 1\n")
     counts, _ = dry_run(toy_run, env=env)
-    # the zero and max settings depend on no calibration: they rerun for their own code alone
+    # Best-of-N's zero and max settings depend on no calibration: they rerun for their own code alone;
+    # the token-level decodes rerun only at star (their lambda.json is rewritten), never at zero or max
     assert counts == {"calibrate_lambda": 1, "calibrate_lambda_for_n": 2, "select_bon": 3, "bon_sweep": 1,
-                      "decode_rgtg": 9, "evaluate_decoded": 12, "judge_decoded": 12, "aggregate": 1,
+                      "decode_rgtg": 3, "evaluate_decoded": 6, "judge_decoded": 6, "aggregate": 1,
                       "figure_lambda_sweep": 1, "figure_tradeoff": 1, "figure_calibration": 1}, counts
+    assert own_code_changed(toy_run, env) == {"calibrate_lambda", "calibrate_lambda_for_n", "select_bon"}
