@@ -70,3 +70,17 @@ def test_decode_cli_refuses_a_negative_temperature(tmp_path):
                 "--cost", tmp_path / "none", "--prompts", prompts, "--setting", "zero", "--lambda-max", 5,
                 "--settings", json.dumps({"temperature": -1}), "--out", out)
     assert proc.returncode == 2 and "decode.rgtg.temperature: -1 is not >= 0" in proc.stderr and not out.exists()
+
+
+def test_more_candidate_tokens_than_the_vocabulary_is_refused_before_decoding(tiny_world):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lara.config import ConfigError
+    from lara.decode.rgtg import decode
+
+    tok = AutoTokenizer.from_pretrained(tiny_world["base"])
+    policy = AutoModelForCausalLM.from_pretrained(tiny_world["base"])
+    too_many = RGTGSettings(top_k=policy.config.vocab_size + 1)
+    with pytest.raises(ConfigError, match=rf"decode\.rgtg\.top_k: {too_many.top_k} .* vocabulary of "
+                                          rf"{policy.config.vocab_size}"):
+        decode(policy, None, None, tok, ["hello"], 0.0, too_many)

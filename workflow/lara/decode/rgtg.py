@@ -237,6 +237,11 @@ def decode(policy_model, reward_model, cost_model, tokenizer, prompts, lam: floa
 
     if policy_model.config.vocab_size != len(tokenizer):
         log.warning("policy vocabulary %d != tokenizer size %d", policy_model.config.vocab_size, len(tokenizer))
+    if s.top_k > policy_model.config.vocab_size:
+        from lara.config import ConfigError
+
+        raise ConfigError(f"decode.rgtg.top_k: {s.top_k} candidate tokens per step exceed the policy's vocabulary "
+                          f"of {policy_model.config.vocab_size}")
     gen = torch.Generator().manual_seed(seed)
     out = []
     with torch.inference_mode():
