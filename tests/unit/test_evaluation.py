@@ -217,3 +217,19 @@ def test_summary_has_one_row_per_method_and_setting():
     assert s.loc["bon", "helpfulness"] == 2.0 and s.loc["bon", "safe_rate"] == 0.5
     assert s.loc["sft", "safe_rate"] == 1.0 and s.loc["sft", "judge_helpfulness"] == 3.0
     assert s.loc["bon", "n"] == 2 and {"helpfulness_lo", "judge_harmlessness_hi"} <= set(s.columns)
+
+
+def test_a_cached_judgment_is_reused_only_by_the_same_judge_asked_the_same_way(tmp_path, endpoint, monkeypatch):
+    df = _responses(tmp_path)
+    cache = judge.JudgeCache(tmp_path / "cache.sqlite")
+
+    def ask(model):
+        before = endpoint.requests
+        judge.judge_table(df, judge.ChatJudge(endpoint.url, model, None, backoff=0.0), cache)
+        return endpoint.requests - before
+
+    assert ask("judge-model") == 8  # 6 judgments, the 503 and the re-asked unparsable reply
+    assert ask("judge-model") == 0  # the same judge: every judgment from the cache
+    assert ask("other-model") == 6  # another model's judgments are its own
+    monkeypatch.setitem(judge.INSTRUCTIONS, "helpfulness", judge.INSTRUCTIONS["helpfulness"] + " Be strict.")
+    assert ask("judge-model") == 6  # reworded instructions: nothing reused

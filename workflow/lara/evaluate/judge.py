@@ -105,7 +105,9 @@ def oracle_ratings(prompts, responses) -> dict[str, np.ndarray]:
 
 
 class JudgeCache:
-    """SQLite cache of judgments keyed by sha256(judge model, aspect, prompt, response)."""
+    """SQLite cache of judgments keyed by sha256(judge identity, aspect, prompt, response); the identity
+    (:meth:`ChatJudge.identity`) holds the endpoint, the model and the wording it is asked in, so a
+    judgment made by another judge or under other instructions is never reused."""
 
     def __init__(self, path: str | Path):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -114,8 +116,8 @@ class JudgeCache:
                         "rating REAL, reply TEXT, created TEXT)")
 
     @staticmethod
-    def key(model: str, aspect: str, prompt: str, response: str) -> str:
-        return hashlib.sha256(json.dumps([model, aspect, prompt, response]).encode()).hexdigest()
+    def key(judge_identity: str, aspect: str, prompt: str, response: str) -> str:
+        return hashlib.sha256(json.dumps([judge_identity, aspect, prompt, response]).encode()).hexdigest()
 
     def get(self, key: str):
         row = self.db.execute("SELECT rating, reply FROM judgments WHERE key = ?", (key,)).fetchone()
@@ -136,6 +138,13 @@ class ChatJudge:
         self.model, self.api_key = model, api_key
         self.retries, self.backoff, self.timeout, self.max_tokens = retries, backoff, timeout, max_tokens
         self.requests = 0
+
+    def identity(self) -> str:
+        """What a judgment depends on besides the prompt and response: endpoint, model, decoding and
+        the instructions (their hash), as the cache key's first part."""
+        wording = hashlib.sha256(json.dumps([SYSTEM, INSTRUCTIONS]).encode()).hexdigest()[:16]
+        return json.dumps({"url": self.url, "model": self.model, "temperature": 0.0, "max_tokens": self.max_tokens,
+                           "instructions": wording}, sort_keys=True)
 
     def complete(self, messages: list[dict]) -> str:
         body = json.dumps({"model": self.model, "messages": messages, "temperature": 0.0,
@@ -176,7 +185,7 @@ def judge_table(df, judge: ChatJudge, cache: JudgeCache, reparse_attempts: int =
     rows = list(df[["prompt", "response"]].itertuples(index=False))
     for aspect in ASPECTS:
         for i, (prompt, response) in enumerate(tqdm(rows, desc=f"judging {aspect}", mininterval=10)):
-            key = cache.key(judge.model, aspect, prompt, response)
+            key = cache.key(judge.identity(), aspect, prompt, response)
             cached = cache.get(key)
             if cached is not None and cached[0] is not None:
                 out[aspect][i] = cached[0]
