@@ -80,7 +80,9 @@ def make_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module_name in COMMANDS.items():
-        if name != only:
+        if only is not None and name != only:
+            continue
+        if name != only:  # the command list: each step's help, no step imported
             sub.add_parser(name, help=command_help(module_name))
             continue
         module = importlib.import_module(module_name)
