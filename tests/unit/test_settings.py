@@ -104,7 +104,7 @@ def test_unknown_keys_and_bad_json_are_refused_naming_the_key():
         cls.from_json("{top_k: 5}")
     with pytest.raises(ConfigError, match=r"calibration\.tau"):
         settings_class("calibration").from_json("{}")  # tau has no default: the step requires it
-    with pytest.raises(ConfigError, match=r"train\.sft\.epochs: 'two' is not of type number"):
+    with pytest.raises(ConfigError, match=r"train\.sft\.epochs: 'two' is not of type 'number'"):
         settings_class("train.sft").from_json('{"epochs": "two"}')
 
 

@@ -94,43 +94,21 @@ def _type_schema(tp) -> dict:
     return {"type": {int: "integer", float: "number", str: "string", bool: "boolean"}[tp]}
 
 
-def _check(value, schema: dict) -> str | None:
-    """Why ``value`` does not satisfy a field schema (None if it does)."""
-    if value is None:
-        ok = schema.get("type") and "null" in schema["type"] or None in schema.get("enum", ())
-        return None if ok else "must not be null"
-    if "enum" in schema:
-        return None if value in schema["enum"] else f"{value!r} is not one of {[e for e in schema['enum']]}"
-    kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
-    py = {"integer": int, "number": (int, float), "string": str, "boolean": bool, "array": list}
-    if isinstance(value, bool) and "boolean" not in kinds or not any(isinstance(value, py[k]) for k in kinds
-                                                                     if k != "null"):
-        return f"{value!r} is not of type {' or '.join(k for k in kinds if k != 'null')}"
-    if isinstance(value, list):
-        for item in value:
-            why = _check(item, schema["items"])
-            if why:
-                return f"item {why}"
-        return None
-    for key, test, word in (("minimum", lambda v, b: v >= b, ">="), ("maximum", lambda v, b: v <= b, "<="),
-                            ("exclusiveMinimum", lambda v, b: v > b, ">"),
-                            ("exclusiveMaximum", lambda v, b: v < b, "<")):
-        if key in schema and not isinstance(value, str) and not test(value, schema[key]):
-            return f"{value!r} is not {word} {schema[key]}"
-    return None
-
-
 class Settings:
     """Base of the frozen step settings dataclasses (see the module docstring)."""
 
     SECTION: typing.ClassVar[str] = ""  # the config section, for messages ("train.sft")
 
     def __post_init__(self):
-        problems = []
-        for f, schema in _field_schemas(type(self)).items():
-            why = _check(getattr(self, f), schema)
-            if why:
-                problems.append(f"{self.key(f)}: {why}")
+        """Check every field against its schema with the validator the config goes through
+        (lara.config), so a step refuses exactly what the schema refuses, naming the key."""
+        from jsonschema import Draft202012Validator
+
+        cls = type(self)
+        schema = {"type": "object", "properties": _field_schemas(cls)}
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        problems = [f"{cls.key(str(e.absolute_path[0]))}: {e.message}"
+                    for e in sorted(Draft202012Validator(schema).iter_errors(values), key=lambda e: list(e.path))]
         if problems:
             from lara.config import ConfigError
 
