@@ -113,10 +113,10 @@ def closure(name: str) -> tuple[str, ...]:
 
 
 @functools.cache
-def module_code(name: str) -> str:
-    """Hash of ``name``'s import closure (16 hex digits)."""
+def modules_code(names: tuple[str, ...]) -> str:
+    """Hash (16 hex digits) of the union of the import closures of ``names``."""
     h = hashlib.sha256()
-    for mod in closure(name):
+    for mod in sorted(set().union(*(closure(n) for n in names))):
         h.update(mod.encode() + b"\0" + normalised_source(mod).encode() + b"\0")
     return h.hexdigest()[:16]
 
@@ -128,12 +128,7 @@ def step_code(command: str, *also: str) -> str:
 
     if command not in COMMANDS:
         raise ValueError(f"unknown lara command {command!r}; known: {', '.join(COMMANDS)}")
-    if not also:
-        return module_code(COMMANDS[command])
-    h = hashlib.sha256()
-    for mod in sorted(set().union(*(closure(m) for m in (COMMANDS[command], *also)))):
-        h.update(mod.encode() + b"\0" + normalised_source(mod).encode() + b"\0")
-    return h.hexdigest()[:16]
+    return modules_code((COMMANDS[command], *also))
 
 
 def named_scorer_modules(*specs: str) -> list[str]:
