@@ -68,8 +68,9 @@ rule decode_rgtg:
         options=lambda w: lambda_options(w.lam),
         settings=step_settings("decode.rgtg"),
         seed=config["seed"],
+        dtype=config["base_model"]["dtype"],
         code=step_code("rgtg"),
     shell:
         "lara rgtg --method {wildcards.method:q} --policy {input.sft:q} --reward {input.reward:q} --cost {input.cost:q}"
         " --prompts {input.prompts:q} {params.options} --settings {params.settings:q} --seed {params.seed:q}"
-        " --out {output:q} > {log:q} 2>&1"
+        " --dtype {params.dtype:q} --out {output:q} > {log:q} 2>&1"

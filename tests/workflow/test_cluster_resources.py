@@ -62,3 +62,9 @@ def test_the_base_model_revision_reaches_sft(workflow_copy):
                          "rev.yaml")
     sft = next(line for line in proc.stdout.splitlines() if "lara train-sft" in line)
     assert "--model meta-llama/Llama-3.2-3B" in sft and "--revision 0cb88a4f764b7a12671c53f0838cd831a0843b95" in sft
+
+
+def test_token_level_decoding_runs_in_the_model_dtype(workflow_copy):
+    proc = run_snakemake(workflow_copy, "-n", "--printshellcmds", "--configfile", "config/paper-llama.yaml")
+    decodes = [line for line in proc.stdout.splitlines() if "lara rgtg " in line]
+    assert len(decodes) == 9 and all("--dtype bfloat16" in line for line in decodes)
