@@ -170,9 +170,16 @@ def sample_options(pool):
 
 
 def launcher(rule):
-    """`lara`, or `accelerate launch` with one process per GPU when the rule asks for several."""
-    gpus = job_resources(rule).get("gpu", 0)
-    return f"accelerate launch --num_processes {gpus} -m lara" if gpus > 1 else "lara"
+    """How a training rule starts `lara`: alone, or under `accelerate launch` with the rule's processes
+    (resources: processes, default one per GPU), each given its share of the job's threads, a free
+    rendezvous port (two jobs on one node never collide) and the rule's accelerate config file
+    (FSDP / DeepSpeed; resources: accelerate_config) when it names one (lara.config.launch_command)."""
+    return shlex.join(lara_config.launch_command(launch_plan(rule)))
+
+
+def launch_plan(rule):
+    """The processes, threads per process and accelerate config of a rule (checked when the config is read)."""
+    return lara_config.launch_plan(_rule_resources(rule), f"resources.rules.{rule}")
 
 
 def base_model_path():
@@ -227,10 +234,17 @@ def lambda_options(setting):
 _RESOURCE_KEYS = set()  # the resources.rules keys that the rules read (see check_resource_rules)
 
 
-def job_resources(rule):
-    """Resources from the experiment config (the defaults, then any per-rule overrides)."""
+def _rule_resources(rule):
     _RESOURCE_KEYS.add(rule)
-    res = dict(config["resources"]["default"]) | config["resources"]["rules"].get(rule, {})
+    return dict(config["resources"]["default"]) | config["resources"]["rules"].get(rule, {})
+
+
+def job_resources(rule):
+    """Resources from the experiment config (the defaults, then any per-rule overrides), as the
+    scheduler sees them (how the job launches its processes is not a scheduler resource)."""
+    res = _rule_resources(rule)
+    for key in lara_config.LAUNCH_KEYS:
+        res.pop(key, None)
     if not res.get("gpu"):
         res.pop("gpu", None)
         res.pop("gpu_model", None)

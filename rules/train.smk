@@ -19,6 +19,7 @@ rule train_sft:
     resources:
         **job_resources("train_sft"),
     params:
+        launch=launcher("train_sft"),
         model=base_model_arg,
         settings=step_settings("train.sft"),
         options=opts(
@@ -26,7 +27,7 @@ rule train_sft:
         ),
         code=step_code("train-sft"),
     shell:
-        "lara train-sft --model {params.model:q} --data {input.data:q} --settings {params.settings:q}"
+        "{params.launch} train-sft --model {params.model:q} --data {input.data:q} --settings {params.settings:q}"
         " {params.options} --checkpoints results/{wildcards.exp:q}/checkpoints/sft --out {output:q} > {log:q} 2>&1"
 
 
@@ -46,11 +47,12 @@ rule train_reward_model:
     resources:
         **job_resources("train_reward_model"),
     params:
+        launch=launcher("train_reward_model"),
         settings=step_settings("train.reward"),
         options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
         code=step_code("train-reward"),
     shell:
-        "lara train-reward --model {input.sft:q} --data {input.data:q} --settings {params.settings:q}"
+        "{params.launch} train-reward --model {input.sft:q} --data {input.data:q} --settings {params.settings:q}"
         " {params.options} --checkpoints results/{wildcards.exp:q}/checkpoints/reward --out {output:q} > {log:q} 2>&1"
 
 
@@ -70,11 +72,12 @@ rule train_cost_model:
     resources:
         **job_resources("train_cost_model"),
     params:
+        launch=launcher("train_cost_model"),
         settings=step_settings("train.cost"),
         options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
         code=step_code("train-cost"),
     shell:
-        "lara train-cost --model {input.sft:q} --data {input.data:q} --settings {params.settings:q}"
+        "{params.launch} train-cost --model {input.sft:q} --data {input.data:q} --settings {params.settings:q}"
         " {params.options} --checkpoints results/{wildcards.exp:q}/checkpoints/cost --out {output:q} > {log:q} 2>&1"
 
 
@@ -94,11 +97,12 @@ rule train_partial_model:
     resources:
         **job_resources("train_partial_model"),
     params:
+        launch=launcher("train_partial_model"),
         settings=step_settings("train.partial"),
         options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
         code=step_code("train-partial"),
     shell:
-        "lara train-partial --kind {wildcards.kind:q} --model {input.sft:q} --data {input.data:q}"
+        "{params.launch} train-partial --kind {wildcards.kind:q} --model {input.sft:q} --data {input.data:q}"
         " --settings {params.settings:q} {params.options}"
         " --checkpoints results/{wildcards.exp:q}/checkpoints/partial_{wildcards.kind:q} --out {output:q} > {log:q} 2>&1"
 
@@ -119,10 +123,11 @@ rule train_value_model:
     resources:
         **job_resources("train_value_model"),
     params:
+        launch=launcher("train_value_model"),
         settings=step_settings("train.value"),
         options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
         code=step_code("train-value"),
     shell:
-        "lara train-value --kind {wildcards.kind:q} --model {input.sft:q} --data {input.data:q}"
+        "{params.launch} train-value --kind {wildcards.kind:q} --model {input.sft:q} --data {input.data:q}"
         " --settings {params.settings:q} {params.options}"
         " --checkpoints results/{wildcards.exp:q}/checkpoints/value_{wildcards.kind:q} --out {output:q} > {log:q} 2>&1"

@@ -92,3 +92,28 @@ def tiny_world(tmp_path_factory) -> dict:
                    TinyLlamaSettings(vocab_size=512, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256))
     return {"root": root, "base": root / "base", "preferences": root / "preferences.parquet", "world": world}
+
+
+@pytest.fixture(scope="session")
+def ppo_inputs(tiny_world, tmp_path_factory) -> Path:
+    """Reward and cost models (random heads on the tiny base) and SFT data for the PPO-Lagrangian loop."""
+    import pandas as pd
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from lara.template import alpaca_user_text
+
+    root = tmp_path_factory.mktemp("ppo")
+    tok = AutoTokenizer.from_pretrained(tiny_world["base"])
+    for i, name in enumerate(("reward", "cost")):
+        torch.manual_seed(i)
+        m = AutoModelForSequenceClassification.from_pretrained(tiny_world["base"], num_labels=1)
+        m.config.pad_token_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        m.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+    alpaca = pd.DataFrame(tiny_world["world"]["alpaca"])
+    texts = [alpaca_user_text(i, x) for i, x in zip(alpaca["instruction"], alpaca["input"], strict=True)]
+    sft = pd.DataFrame({"prompt": texts,
+                        "output": alpaca["output"]})
+    sft.to_parquet(root / "sft.parquet")
+    return root

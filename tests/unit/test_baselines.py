@@ -165,28 +165,6 @@ def test_safedpo_trainer_adds_the_margin_to_the_dpo_logit(tiny_world, tmp_path):
 # The PPO loop: checkpoints and resume
 
 
-@pytest.fixture(scope="module")
-def ppo_inputs(tiny_world, tmp_path_factory):
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    from lara.template import alpaca_user_text
-
-    root = tmp_path_factory.mktemp("ppo")
-    tok = AutoTokenizer.from_pretrained(tiny_world["base"])
-    for i, name in enumerate(("reward", "cost")):
-        torch.manual_seed(i)
-        m = AutoModelForSequenceClassification.from_pretrained(tiny_world["base"], num_labels=1)
-        m.config.pad_token_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        m.save_pretrained(root / name)
-        tok.save_pretrained(root / name)
-    alpaca = pd.DataFrame(tiny_world["world"]["alpaca"])
-    texts = [alpaca_user_text(i, x) for i, x in zip(alpaca["instruction"], alpaca["input"], strict=True)]
-    sft = pd.DataFrame({"prompt": texts,
-                        "output": alpaca["output"]})
-    sft.to_parquet(root / "sft.parquet")
-    return root
-
-
 def _ppo(tiny_world, root, ckpt, out, **settings):
     s = {"max_steps": 4, "prompt_batch_size": 8, "train_batch_size": 4, "max_new_tokens": 12, "save_steps": 2,
          "actor_lr": 1e-3, "critic_lr": 1e-3, "threshold": -10.0, "ptx_coeff": 1.0, "max_prompt_length": 64} | settings

@@ -133,6 +133,9 @@ def test_local_paths_are_told_from_hub_ids(tmp_path, value, local):
     ({"evaluation": {"cost_model": "/no/such/beaver"}}, "evaluation.cost_model: '/no/such/beaver' looks like"),
     ({"data": {"sft": {"source": "mine/alpaca.jsonl"}}}, "data.sft.source: 'mine/alpaca.jsonl' looks like a local "
                                                          "data path"),
+    ({"resources": {"rules": {"train_sft": {"processes": 2, "cpus_per_task": 2,
+                                            "accelerate_config": "config/accelerate/missing.yaml"}}}},
+     "resources.rules.train_sft.accelerate_config: 'config/accelerate/missing.yaml' looks like a local file path"),
     ({"decode": {"rgtg": {"pargs": {"top_k": 2000}}}},
      "decode.rgtg.pargs.top_k: 2000 candidate tokens per step exceed the vocabulary of 1024 "
      "(toy.tokenizer.vocab_size)"),
@@ -143,7 +146,8 @@ def test_references_are_checked_before_any_job(tmp_path, override, message):
     problems = check_references(_toy(**override), tmp_path, scorers=("oracle",))
     assert len(problems) == 1 and problems[0].startswith(message), problems
     assert check_references(_toy(), tmp_path, scorers=("oracle",)) == []
-    assert check_references(load(REPO / "config/config.yaml", PAPER["llama"]), tmp_path) == []  # hub ids
+    # hub ids, and the accelerate config file the paper's Safe-RLHF job names (read from the workflow's folder)
+    assert check_references(load(REPO / "config/config.yaml", PAPER["llama"]), REPO) == []
 
 
 def test_top_k_is_checked_against_a_local_base_models_vocabulary(tmp_path):

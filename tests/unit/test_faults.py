@@ -251,6 +251,11 @@ def test_fault(case, tmp_path):
 # the workflow's own checks, before any job runs (Snakemake's dry run)
 
 WORKFLOW_CASES = [
+    ("more training processes than GPUs", {"resources": {"rules": {"train_sft": {"gpu": 2, "processes": 3,
+                                                                                 "cpus_per_task": 8}}}},
+     ["resources.rules.train_sft.processes: 3 processes for 2 GPUs"]),
+    ("more training processes than CPUs", {"resources": {"rules": {"train_cost_model": {"processes": 4}}}},
+     ["resources.rules.train_cost_model.processes: 4 processes need at least as many CPUs (cpus_per_task is 1)"]),
     ("a misspelt rule under resources.rules", {"resources": {"rules": {"train_sfft": {"gpu": 1}}}},
      ["resources.rules: unknown rule train_sfft"]),
     ("a local base model that is not there", {"base_model": {"name_or_path": "./models/llama"}},

@@ -30,9 +30,13 @@ def test_paper_dag_requests_gpus_where_the_paper_used_them(workflow_copy, paper)
     proc = run_snakemake(workflow_copy, "-n", "--profile", "slurm", "--configfile", f"config/{paper}.yaml",
                          "--printshellcmds")
     jobs = job_resources(proc.stdout)
-    # multi-GPU training runs one process per GPU under accelerate
-    assert "accelerate launch --num_processes 4 -m lara train-safe-rlhf" in proc.stdout
-    assert "accelerate launch --num_processes 2 -m lara train-safedpo" in proc.stdout
+    # every training rule runs one process per GPU under accelerate, each with its share of the job's CPUs
+    launched = {m.group(3): (int(m.group(1)), int(m.group(2))) for m in re.finditer(
+        r"accelerate launch .*?--num_processes (\d+) .*?--num_cpu_threads_per_process (\d+) -m lara ([a-z-]+)",
+        proc.stdout)}
+    assert launched == {"train-sft": (2, 8), "train-reward": (2, 8), "train-cost": (2, 8), "train-partial": (2, 8),
+                        "train-value": (2, 8), "train-safedpo": (2, 8), "train-safe-rlhf": (4, 8)}, launched
+    assert "--config_file config/accelerate/fsdp-4gpu.yaml" in re.search(r".*train-safe-rlhf.*", proc.stdout).group(0)
     assert set(jobs) >= GPU_RULES | CPU_RULES, set(jobs)
     assert len(jobs["decode_rgtg"]) == 9 and len(jobs["select_bon"]) == 3 and len(jobs["train_value_model"]) == 2
     assert len(jobs["sample"]) == len(jobs["score"]) == 3  # the calibration, CD-Q and Best-of-N pools
@@ -50,6 +54,7 @@ def test_paper_dag_requests_gpus_where_the_paper_used_them(workflow_copy, paper)
         for r in rules:
             if r != {"tmpdir": "/tmp"}:  # the `all` target
                 assert {"runtime", "mem_mb", "cpus_per_task"} <= set(r)
+                assert not {"processes", "accelerate_config"} & set(r)  # how a job starts is not a resource
 
 
 def test_toy_config_requests_no_gpus(workflow_copy):

@@ -105,11 +105,26 @@ def _command_in(argv: list[str]) -> str | None:
     return rest[0] if rest and rest[0] in COMMANDS else None
 
 
+def _log_format(level: str) -> dict:
+    """Logging for this process: one process logs at ``level``; under a multi-process launch
+    (accelerate sets RANK and WORLD_SIZE) each line names its rank and only rank 0 logs below
+    warnings, so the job's log reads like a single process's."""
+    import os
+
+    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if world > 1:
+        rank = int(os.environ.get("RANK", "0") or 0)
+        fmt = f"%(asctime)s [rank {rank}/{world}] %(levelname)s %(name)s: %(message)s"
+        if rank != 0 and logging.getLevelName(level) < logging.WARNING:
+            level = "WARNING"
+    return {"level": level, "stream": sys.stderr, "format": fmt}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = make_parser(_command_in(argv)).parse_args(argv)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(**_log_format(args.log_level))
     from lara.config import ConfigError
     from lara.data.tables import DataError
     from lara.provenance import code_version

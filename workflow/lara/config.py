@@ -188,6 +188,53 @@ def _cross_checks(config: dict) -> list[str]:
     if too_big:
         problems.append(f"decode.sweep_n: {too_big} exceed decode.bon_n = {dec['bon_n']} "
                         "(the candidates per test prompt)")
+    return problems + _launch_checks(config)
+
+
+LAUNCH_KEYS = ("processes", "accelerate_config")  # resources keys that say how a job starts, not what it gets
+
+
+def launch_plan(res: dict, key: str = "resources") -> dict:
+    """How a training job with resources ``res`` starts its processes: ``processes`` (default one per
+    GPU, at least one), the threads each gets (its share of ``cpus_per_task``), and the accelerate
+    config file, if any. Raises :class:`ConfigError` naming ``key`` for a plan that cannot run."""
+    gpus = res.get("gpu") or 0
+    processes = res.get("processes") or max(1, gpus)
+    cpus = res.get("cpus_per_task") or 1
+    if gpus and processes != gpus:
+        raise ConfigError(f"{key}.processes: {processes} processes for {gpus} GPUs; a training job runs one "
+                          f"process per GPU (leave processes out, or set gpu: {processes})")
+    if processes > cpus:
+        raise ConfigError(f"{key}.processes: {processes} processes need at least as many CPUs "
+                          f"(cpus_per_task is {cpus})")
+    return {"processes": processes, "threads_per_process": max(1, cpus // processes),
+            "accelerate_config": res.get("accelerate_config")}
+
+
+def launch_command(plan: dict) -> list[str]:
+    """The command that starts a training step as ``plan`` says (:func:`launch_plan`): ``lara``, or
+    ``accelerate launch`` with torchrun-style workers on a free rendezvous port (on CPU accelerate
+    runs them as MULTI_CPU over gloo), each with its share of the threads, and the accelerate config
+    file (FSDP / DeepSpeed) when one is named."""
+    if plan["processes"] == 1 and plan["accelerate_config"] is None:
+        return ["lara"]
+    args = ["accelerate", "launch"]
+    if plan["accelerate_config"] is not None:
+        args += ["--config_file", plan["accelerate_config"]]
+    else:
+        args += ["--multi_gpu", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    return args + ["--num_machines", "1", "--num_processes", str(plan["processes"]), "--main_process_port", "0",
+                   "--num_cpu_threads_per_process", str(plan["threads_per_process"]), "-m", "lara"]
+
+
+def _launch_checks(config: dict) -> list[str]:
+    problems = []
+    res = config.get("resources", {})
+    for rule, override in res.get("rules", {}).items():
+        try:
+            launch_plan(dict(res.get("default", {})) | override, f"resources.rules.{rule}")
+        except ConfigError as exc:
+            problems.append(str(exc))
     return problems
 
 
@@ -251,6 +298,9 @@ def check_references(config: dict, base: Path = Path("."), scorers: tuple[str, .
         source = config["data"][part]["source"]
         if source != "toy":
             refs.append((f"data.{part}.source", source, "data"))
+    for rule, override in config.get("resources", {}).get("rules", {}).items():
+        if override.get("accelerate_config"):
+            refs.append((f"resources.rules.{rule}.accelerate_config", override["accelerate_config"], "file"))
     for key, value, what in refs:
         if looks_local(value, base) and not (base / Path(value).expanduser()).exists():
             problems.append(f"{key}: {value!r} looks like a local {what} path, and there is nothing there "

@@ -75,11 +75,17 @@ def sequence_scores(model, input_ids, attention_mask):
     """Head of a ``*ForSequenceClassification`` model at each row's true last token."""
     import torch
 
-    backbone = getattr(model, model.base_model_prefix)
-    hidden = backbone(input_ids=input_ids, attention_mask=attention_mask,
-                      position_ids=position_ids(attention_mask), use_cache=False).last_hidden_state
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask,
+              "position_ids": position_ids(attention_mask), "use_cache": False}
+    inner = getattr(model, "module", None)
+    if inner is not None:
+        # a DistributedDataParallel wrapper (multi-process training): gradients are averaged across processes
+        # only for a forward through the wrapper, so run the whole model and take its last hidden states
+        hidden, head = model(**inputs, output_hidden_states=True).hidden_states[-1], inner.score
+    else:
+        hidden, head = getattr(model, model.base_model_prefix)(**inputs).last_hidden_state, model.score
     rows = torch.arange(input_ids.shape[0], device=input_ids.device)
-    return model.score(hidden[rows, last_token_index(attention_mask)]).squeeze(-1)
+    return head(hidden[rows, last_token_index(attention_mask)]).squeeze(-1)
 
 
 class SequenceScorer:

@@ -109,9 +109,31 @@ class ValueSettings(TrainSettings):
 
 
 def device() -> str:
+    """This process's device: ``cuda:LOCAL_RANK`` under a multi-process launch on GPUs, ``cuda`` or ``cpu``."""
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if not torch.cuda.is_available():
+        return "cpu"
+    local = os.environ.get("LOCAL_RANK")
+    return f"cuda:{local}" if local is not None and world_size() > 1 else "cuda"
+
+
+def world_size() -> int:
+    """Processes of this job (``accelerate launch --num_processes N`` sets WORLD_SIZE), 1 when run alone."""
+    return int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
+def is_main_process() -> bool:
+    """Whether this process writes the job's outputs: the only one, or rank 0 of a multi-process launch."""
+    return int(os.environ.get("RANK", "0") or 0) == 0
+
+
+def barrier() -> None:
+    """Wait for every process of a multi-process launch (nothing to wait for when run alone)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
 
 
 def torch_dtype(name: str):
@@ -346,9 +368,14 @@ def train_with_resume(trainer, checkpoint_dir: str | Path, fp: dict | None = Non
     was made with the same settings and inputs (``fp``); stale checkpoints are set aside; every new
     checkpoint is written complete or not at all (:func:`stage_checkpoints`)."""
     checkpoint_dir = Path(checkpoint_dir)
-    if fp is not None:
-        set_aside_stale_checkpoints(checkpoint_dir, fp)
     stage_checkpoints(trainer)
+    # the main process tidies the checkpoint folder (sets stale ones aside, removes interrupted saves);
+    # then every process resumes from the same checkpoint
+    if trainer.is_world_process_zero():
+        if fp is not None:
+            set_aside_stale_checkpoints(checkpoint_dir, fp)
+        last_checkpoint(checkpoint_dir, resume_partial=resume_partial)
+    trainer.accelerator.wait_for_everyone()
     resume = last_checkpoint(checkpoint_dir, resume_partial=resume_partial)
     if resume:
         log.info("resuming from %s", resume)
@@ -361,11 +388,25 @@ def train_with_resume(trainer, checkpoint_dir: str | Path, fp: dict | None = Non
 
 def save_model(model, tokenizer, out_dir: str | Path, *, kind: str, settings: TrainSettings,
                inputs: dict[str, str | Path], metrics: dict, scorer: dict | None = None,
-               extra_files: dict[str, dict] | None = None) -> None:
+               extra_files: dict[str, dict] | None = None, state_dict: dict | None = None) -> None:
     """Save weights and tokenizer atomically, with ``training_settings.json``,
-    ``metrics.json``, ``provenance.json`` and, for scorers, ``lara_scorer.json``."""
+    ``metrics.json``, ``provenance.json`` and, for scorers, ``lara_scorer.json``. Under a
+    multi-process launch only the main process writes; the others wait until it has."""
+    if not is_main_process():
+        barrier()
+        return
+    try:
+        _write_model(model, tokenizer, out_dir, kind=kind, settings=settings, inputs=inputs, metrics=metrics,
+                     scorer=scorer, extra_files=extra_files, state_dict=state_dict)
+    finally:
+        barrier()
+
+
+def _write_model(model, tokenizer, out_dir, *, kind, settings, inputs, metrics, scorer, extra_files,
+                 state_dict) -> None:
+    metrics = metrics | {"processes": world_size()}
     with atomic_output(out_dir, directory=True) as tmp:
-        model.save_pretrained(tmp)
+        model.save_pretrained(tmp, state_dict=state_dict)
         tokenizer.save_pretrained(tmp)
         write_json(Path(tmp) / "training_settings.json", {"kind": kind, **asdict(settings)})
         write_json(Path(tmp) / "metrics.json", metrics)

@@ -250,10 +250,13 @@ def _save_checkpoint(accelerator, checkpoint_dir: Path, state: LoopState, keep: 
     log.info("checkpoint saved at step %d", state.step)
 
 
-def _last_checkpoint(checkpoint_dir: Path) -> Path | None:
+def _remove_interrupted_saves(checkpoint_dir: Path) -> None:
     for staging in checkpoint_dir.glob(".staging-*"):
         log.warning("%s: a checkpoint save was interrupted; removing the partial copy", staging)
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _last_checkpoint(checkpoint_dir: Path) -> Path | None:
     done = [p for p in checkpoint_dir.glob("checkpoint-*") if (p / "loop_state.json").is_file()]
     return max(done, key=lambda p: int(p.name.split("-")[1])) if done else None
 
@@ -304,9 +307,13 @@ def _setup(sft_path: str, reward_path: str, cost_path: str, prompts_path: str, s
 
     cuda = torch.cuda.is_available()
     mixed = {"bfloat16": "bf16", "float16": "fp16"}.get(s.dtype, "no") if cuda else "no"
-    accelerator = Accelerator(cpu=not cuda, mixed_precision=mixed)
+    # the schedules count optimiser updates of the whole job: accelerate's default would advance a prepared
+    # scheduler once per process at every step (it assumes a dataloader split across processes)
+    accelerator = Accelerator(cpu=not cuda, mixed_precision=mixed, step_scheduler_with_optimizer=False)
     set_seed(s.seed)
     dev = accelerator.device
+    log.info("accelerate: %s, %d process(es) on %s, mixed precision %s", accelerator.distributed_type.value,
+             accelerator.num_processes, dev, accelerator.mixed_precision)
     frozen_dtype = torch_dtype(s.dtype) if cuda else torch.float32
 
     prompts_df = read_table(prompts_path, required=("prompt",))
@@ -363,8 +370,9 @@ def _resume(run: Run, checkpoint_dir: Path) -> LoopState:
     """The loop state of the last complete checkpoint made with these settings and inputs, else step 0."""
     from lara.train.common import fingerprint, set_aside_stale_checkpoints
 
-    if run.accelerator.is_main_process:
+    if run.accelerator.is_main_process:  # the main process tidies the folder, then all resume the same checkpoint
         set_aside_stale_checkpoints(checkpoint_dir, fingerprint(run.s, run.inputs))
+        _remove_interrupted_saves(checkpoint_dir)
     run.accelerator.wait_for_everyone()
     resume = _last_checkpoint(checkpoint_dir)
     if resume is None:
@@ -477,23 +485,36 @@ def _actor_and_critic_step(run: Run, ro: Rollout, i, lam: float, losses: dict) -
         losses[name].append(vloss.item())
 
 
-def _ptx_step(run: Run, step: int, idx, losses: dict) -> None:
-    """The pre-training (SFT) loss on a seeded draw of SFT examples, one actor step (no schedule step)."""
+def _ptx_step(run: Run, step: int, minibatch: int, size: int, losses: dict) -> None:
+    """The pre-training (SFT) loss on a seeded draw of SFT examples, one actor step (no schedule step).
+
+    The draw is one per minibatch of the whole job (``size`` examples per process), each process
+    taking its share, so N processes train on the same examples as one process with N times the batch."""
+    from trl.trainer.utils import selective_log_softmax
+
     from lara.scoring import pad_batch
 
-    s, dev = run.s, run.dev
-    pick = np.random.default_rng([s.seed, step, int(idx[0]), 11]).choice(
-        len(run.ptx), size=min(len(idx), len(run.ptx)), replace=False)
+    s, dev, world, rank = run.s, run.dev, run.world, run.accelerator.process_index
+    drawn = np.random.default_rng([s.seed, step, minibatch, 11]).choice(
+        len(run.ptx), size=min(size * world, len(run.ptx)), replace=False)
+    pick = np.array_split(drawn, world)[rank]
     ids, mask = pad_batch([run.ptx[j][1] for j in pick], run.tok.pad_token_id, "right")
     labels = ids.masked_fill(mask == 0, -100)
     for row, j in enumerate(pick):
         labels[row, :run.ptx[j][0]] = -100
-    out = run.actor(input_ids=ids.to(dev), attention_mask=mask.to(dev), labels=labels.to(dev))
-    run.accelerator.backward(s.ptx_coeff * out.loss)
+    # the mean negative log-likelihood over the response tokens of all processes' examples: each process
+    # divides its sum by the job's token count and scales by the process count, which the gradient
+    # averaging across processes undoes (one process: the usual token mean)
+    logits = run.actor(input_ids=ids.to(dev), attention_mask=mask.to(dev), use_cache=False).logits[:, :-1].float()
+    targets, counted = labels[:, 1:].to(dev), (labels[:, 1:] != -100).to(dev)
+    nll = -(selective_log_softmax(logits, targets.clamp(min=0)) * counted).sum()
+    tokens = run.accelerator.reduce(counted.sum().float(), reduction="sum").clamp(min=1)
+    loss = nll / tokens * world
+    run.accelerator.backward(s.ptx_coeff * loss)
     run.accelerator.clip_grad_norm_(run.actor.parameters(), s.max_grad_norm)
     opt, _ = run.optimisers["actor"]
     opt.step(), opt.zero_grad()
-    losses["ptx"].append(out.loss.item())
+    losses["ptx"].append(loss.item())
 
 
 def _update(run: Run, ro: Rollout, state: LoopState, step: int, episode_cost: float) -> dict:
@@ -503,18 +524,22 @@ def _update(run: Run, ro: Rollout, state: LoopState, step: int, episode_cost: fl
     s = run.s
     losses = {"actor": [], "reward_critic": [], "cost_critic": [], "ptx": [], "lambda": []}
     rng = np.random.default_rng([s.seed, step, 7])
+    minibatch = 0
     for _ in range(s.update_iters):
         for idx in np.array_split(rng.permutation(len(ro.texts)), math.ceil(len(ro.texts) / s.train_batch_size)):
             lam = _lambda_step(run, state, step, episode_cost)
             losses["lambda"].append(lam)
             _actor_and_critic_step(run, ro, torch.as_tensor(idx, device=run.dev), lam, losses)
             if run.ptx is not None:
-                _ptx_step(run, step, idx, losses)
+                _ptx_step(run, step, minibatch, len(idx), losses)
+            minibatch += 1
     return losses
 
 
 def _history_row(run: Run, ro: Rollout, state: LoopState, step: int, episode_cost: float, losses: dict) -> dict:
     """What the rollout did: lambda (after its dual steps and their mean), episode cost, reward, cost, KL."""
+    import torch
+
     gather = run.accelerator.gather
     kl = ((ro.old_logp - ro.ref_logp) * ro.act_mask).sum(dim=1)
     row = {"step": step + 1, "lambda": math.exp(state.log_lambda),
@@ -524,7 +549,11 @@ def _history_row(run: Run, ro: Rollout, state: LoopState, step: int, episode_cos
            "cost": gather(ro.end_cost).mean().item(),
            "kl": gather(kl).mean().item(),
            "response_length": gather(ro.act_mask.sum(dim=1)).mean().item()}
-    return row | {f"loss_{k}": float(np.mean(v)) for k, v in losses.items() if v}
+    # each loss averaged over this process's minibatches, then over the processes (as their gradients are)
+    names = [k for k, v in losses.items() if v]
+    local = torch.tensor([float(np.mean(losses[k])) for k in names], device=run.dev, dtype=torch.float64)
+    means = run.accelerator.reduce(local, reduction="mean").tolist() if names else []
+    return row | {f"loss_{k}": m for k, m in zip(names, means, strict=True)}
 
 
 def _finish(run: Run, state: LoopState, out: str) -> dict:
@@ -543,10 +572,11 @@ def _finish(run: Run, state: LoopState, out: str) -> dict:
              "%.4f -> %.4f over the first/last 10 rollouts", state.step, metrics["final_lambda"],
              metrics["final_episode_cost"], s.threshold, metrics["first_steps"]["reward"],
              metrics["last_steps"]["reward"], metrics["first_steps"]["cost"], metrics["last_steps"]["cost"])
-    if run.accelerator.is_main_process:
-        save_model(run.accelerator.unwrap_model(run.actor), run.tok, out, kind="safe_rlhf", settings=s,
-                   inputs=run.inputs, metrics=metrics, extra_files={"history.json": {"history": state.history}})
-    run.accelerator.wait_for_everyone()
+    # a sharded actor (FSDP) is gathered whole first, by every process; save_model writes on the main one only
+    full = run.accelerator.get_state_dict(run.actor) if run.accelerator.distributed_type.value == "FSDP" else None
+    save_model(run.accelerator.unwrap_model(run.actor), run.tok, out, kind="safe_rlhf", settings=s,
+               inputs=run.inputs, metrics=metrics, extra_files={"history.json": {"history": state.history}},
+               state_dict=full)
     return metrics
 
 

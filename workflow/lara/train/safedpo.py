@@ -21,8 +21,10 @@ turns its sigmoid loss into exactly the loss above (``SafeDPOTrainer``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar, Literal
 
 import pandas as pd
@@ -117,7 +119,10 @@ def _trainer_class():
             def add_margin(example):
                 return {"ref_chosen_logps": example["ref_chosen_logps"] + shift * example["margin_indicator"]}
 
-            return dataset.map(add_margin, desc=f"Adding the SafeDPO margin to the {name} dataset")
+            # in memory: under several processes a cached map result would be written to one process's
+            # temporary folder and looked for there by the others
+            return dataset.map(add_margin, desc=f"Adding the SafeDPO margin to the {name} dataset",
+                               keep_in_memory=True)
 
     return SafeDPOTrainer
 
@@ -129,6 +134,43 @@ def dpo_dataset(pairs: pd.DataFrame):
                               "chosen": [" " + str(c).strip() for c in pairs["chosen"]],
                               "rejected": [" " + str(c).strip() for c in pairs["rejected"]],
                               "margin_indicator": [float(m) for m in pairs["margin_indicator"]]})
+
+
+@contextlib.contextmanager
+def _on_disk(datasets: dict, checkpoints: Path):
+    """The datasets saved to a folder every process reads (inside ``checkpoints``), for the trainer's set-up.
+
+    DPOTrainer caches the precomputed reference log-probs in a file beside the dataset's own files, written
+    by the main process and read by all; a dataset built in memory has its files in a temporary folder of
+    each process, where the other processes do not find them. The folder is removed afterwards (and a
+    leftover of a killed run at the next start)."""
+    import shutil
+    import tempfile
+
+    from accelerate import PartialState
+    from accelerate.utils import broadcast_object_list
+    from datasets import load_from_disk
+
+    state = PartialState()
+    holder = [None]
+    if state.is_main_process:
+        checkpoints.mkdir(parents=True, exist_ok=True)
+        for old in checkpoints.glob(".datasets-*"):
+            shutil.rmtree(old, ignore_errors=True)
+        holder = [tempfile.mkdtemp(prefix=".datasets-", dir=checkpoints)]
+        for name, ds in datasets.items():
+            if ds is not None:
+                ds.save_to_disk(str(Path(holder[0]) / name))
+    if state.num_processes > 1:
+        broadcast_object_list(holder, from_process=0)
+    state.wait_for_everyone()
+    try:
+        yield {name: None if ds is None else load_from_disk(str(Path(holder[0]) / name))
+               for name, ds in datasets.items()}
+    finally:
+        state.wait_for_everyone()
+        if state.is_main_process:
+            shutil.rmtree(holder[0], ignore_errors=True)
 
 
 def train_safedpo(model_path: str, data_path: str, checkpoints: str, out: str, s: SafeDPOSettings) -> dict:
@@ -167,10 +209,10 @@ def train_safedpo(model_path: str, data_path: str, checkpoints: str, out: str, s
     args = training_arguments(DPOConfig, s, checkpoints, has_eval=len(eval_df) > 0, beta=s.beta,
                               loss_type=["sigmoid"], max_length=s.max_length, precompute_ref_log_probs=True,
                               remove_unused_columns=True)
-    trainer = _trainer_class()(model=model, args=args, train_dataset=dpo_dataset(train_df),
-                               eval_dataset=dpo_dataset(eval_df) if len(eval_df) else None,
-                               processing_class=tokenizer, callbacks=[progress_callback()],
-                               safety_delta=s.delta)
+    with _on_disk({"train": dpo_dataset(train_df), "eval": dpo_dataset(eval_df) if len(eval_df) else None},
+                  Path(checkpoints)) as data:
+        trainer = _trainer_class()(model=model, args=args, train_dataset=data["train"], eval_dataset=data["eval"],
+                                   processing_class=tokenizer, callbacks=[progress_callback()], safety_delta=s.delta)
     quiet_trainer(trainer)
     inputs = {"sft": model_path, "data": data_path}
     result = train_with_resume(trainer, checkpoints, fingerprint(s, inputs), resume_partial=s.resume_partial)

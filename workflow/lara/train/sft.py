@@ -66,6 +66,9 @@ def train_sft(model_path: str, data_path: str, checkpoints: str, out: str, s: Tr
     if len(eval_df):
         metrics["eval_loss_initial"] = trainer.evaluate()["eval_loss"]
         log.info("validation loss before training: %.4f", metrics["eval_loss_initial"])
+        # evaluate() prepared the model for evaluation, which marks it prepared: train() would then skip the
+        # DistributedDataParallel wrapper and each process would step on its own gradients
+        trainer.model._is_accelerate_prepared = False
     base = f"{model_path}@{revision}" if revision else model_path
     result = train_with_resume(trainer, checkpoints, fingerprint(s, {"base_model": base, "data": data_path}),
                                resume_partial=s.resume_partial)

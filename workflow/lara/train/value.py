@@ -87,7 +87,13 @@ def make_value_trainer(ref_model, target: str):
                     ref = torch.log_softmax(ref_model(input_ids=ids, attention_mask=attn, use_cache=False)
                                             .logits.float(), dim=-1)
             pred, tgt, mask = value_targets(q, ref, ids, inputs["response_mask"], inputs["final"], target)
-            loss = value_loss(pred, tgt, mask)
+            world = self.accelerator.num_processes
+            if world > 1:  # the mean over the response tokens of every process's batch (as one process computes
+                # it), scaled by the processes because their gradients are averaged
+                tokens = self.accelerator.reduce(mask.sum().detach().float(), reduction="sum").clamp(min=1)
+                loss = ((pred - tgt) ** 2 * mask).sum() / tokens * world
+            else:
+                loss = value_loss(pred, tgt, mask)
             return (loss, {"pred": pred}) if return_outputs else loss
 
     return ValueTrainer
