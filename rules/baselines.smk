@@ -79,6 +79,7 @@ rule generate_policy:
     params:
         options=opts(
             dtype=config["base_model"]["dtype"],
+            tensor_parallel=tensor_parallel("generate_policy"),
             seed=config["seed"] + 2,
         ),
         settings=lambda w: policy_settings(w.policy, "generation"),

@@ -166,7 +166,19 @@ SAMPLE_POOLS = {
 
 def sample_options(pool):
     p = SAMPLE_POOLS[pool]
-    return opts(n=p["n"], max_prompts=p["max_prompts"], dtype=config["base_model"]["dtype"], seed=p["seed"])
+    return opts(
+        n=p["n"],
+        max_prompts=p["max_prompts"],
+        dtype=config["base_model"]["dtype"],
+        tensor_parallel=tensor_parallel("sample"),
+        seed=p["seed"],
+    )
+
+
+def tensor_parallel(rule):
+    """The GPUs a vLLM engine splits the model over: the rule's gpu resource (only said when above 1)."""
+    gpus = job_resources(rule).get("gpu", 0)
+    return gpus if config["generation"]["backend"] == "vllm" and gpus > 1 else None
 
 
 def launcher(rule):

@@ -72,3 +72,74 @@ def test_vllm_backend_is_a_clear_error_without_vllm():
         pytest.skip("vllm is installed here")
     with pytest.raises(ValueError, match="unknown generation backend"):
         make_generator("tgi", "some/model")
+
+
+FAKE_VLLM = '''
+"""Stands in for vLLM (which needs a GPU): records the engine's arguments and each generate call."""
+import json, os
+
+RECORD = os.environ["FAKE_VLLM_RECORD"]
+
+
+def _log(entry):
+    with open(RECORD, "a") as f:
+        f.write(json.dumps(entry) + "\\n")
+
+
+class SamplingParams:
+    def __init__(self, **kw):
+        self.kw = kw
+
+
+class _Out:
+    def __init__(self, text, ids):
+        self.text, self.token_ids = text, ids
+
+
+class _Request:
+    def __init__(self, n):
+        self.outputs = [_Out(f" answer {k} ", list(range(k + 1))) for k in range(n)]
+
+
+class LLM:
+    def __init__(self, **kw):
+        _log({"engine": kw})
+
+    def get_tokenizer(self):
+        return None
+
+    def generate(self, prompts, params):
+        _log({"generate": {"prompts": list(prompts), "params": params.kw}})
+        return [_Request(params.kw["n"]) for _ in prompts]
+'''
+
+
+def test_vllm_backend_one_engine_one_call_n_samples_tensor_parallel(tiny_world, tmp_path):
+    """The vllm backend as `lara sample` drives it, with a stand-in vllm package (the engine needs a GPU):
+    one engine with the job's GPUs as tensor parallelism and prefix caching, all prompts in one call
+    with n = K samples each and the seed."""
+    import json
+
+    from lara.template import format_prompt
+
+    (tmp_path / "fake" / "vllm").mkdir(parents=True)
+    (tmp_path / "fake" / "vllm" / "__init__.py").write_text(FAKE_VLLM)
+    record = tmp_path / "record.jsonl"
+    prompts = pd.DataFrame({"prompt_id": ["a", "b", "c"], "prompt": PROMPTS})
+    prompts.to_parquet(tmp_path / "prompts.parquet")
+    env = os.environ | {"PYTHONPATH": str(tmp_path / "fake"), "FAKE_VLLM_RECORD": str(record)}
+    proc = subprocess.run([sys.executable, "-m", "lara", "sample", "--model", str(tiny_world["base"]), "--prompts",
+                           str(tmp_path / "prompts.parquet"), "--n", "5", "--settings",
+                           '{"backend": "vllm", "top_k": 50, "temperature": 1.2, "max_new_tokens": 12}',
+                           "--dtype", "bfloat16", "--tensor-parallel", "4", "--seed", "7", "--out",
+                           str(tmp_path / "out.parquet")], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    calls = [json.loads(line) for line in record.read_text().splitlines()]
+    assert calls[0] == {"engine": {"model": str(tiny_world["base"]), "dtype": "bfloat16", "tensor_parallel_size": 4,
+                                   "enable_prefix_caching": True}}
+    assert len(calls) == 2 and calls[1]["generate"]["prompts"] == [format_prompt(p) for p in PROMPTS]
+    assert calls[1]["generate"]["params"] == {"n": 5, "temperature": 1.2, "top_k": 50, "repetition_penalty": 1.0,
+                                              "max_tokens": 12, "seed": 7}
+    out = pd.read_parquet(tmp_path / "out.parquet")
+    assert len(out) == 15 and out.groupby("prompt_id")["sample_id"].apply(sorted).tolist() == [list(range(5))] * 3
+    assert out["response"].iloc[0] == "answer 0" and out["n_tokens"].tolist()[:5] == [1, 2, 3, 4, 5]

@@ -75,3 +75,14 @@ def test_token_level_decoding_runs_in_the_model_dtype(workflow_copy):
     proc = run_snakemake(workflow_copy, "-n", "--printshellcmds", "--configfile", "config/paper-llama.yaml")
     decodes = [line for line in proc.stdout.splitlines() if "lara rgtg " in line]
     assert len(decodes) == 9 and all("--dtype bfloat16" in line for line in decodes)
+
+
+def test_vllm_engines_split_the_model_over_the_rules_gpus(workflow_copy):
+    (workflow_copy / "vllm.yaml").write_text("generation: {backend: vllm}\n"
+                                             "resources: {rules: {sample: {gpu: 2, cpus_per_task: 8}}}\n")
+    proc = run_snakemake(workflow_copy, "-n", "--printshellcmds", "--configfile", "config/paper-llama.yaml",
+                         "vllm.yaml")
+    samples = re.findall(r"lara sample .*", proc.stdout)
+    policies = re.findall(r"lara generate-policy .*", proc.stdout)
+    assert len(samples) == 3 and all("--tensor-parallel 2" in c for c in samples)
+    assert policies and not any("--tensor-parallel" in c for c in policies)  # one GPU: no split

@@ -88,15 +88,19 @@ class HFGenerator:
 
 
 class VLLMGenerator:
-    """vLLM backend (GPU). ``seed`` seeds every request, so reruns are reproducible."""
+    """vLLM backend (GPU): one engine per job, the model split over the job's GPUs (tensor parallelism),
+    prefix caching on (the K samples of a prompt, and prompts sharing the template, reuse its KV
+    blocks), every prompt in one ``generate`` call asking ``n = K`` samples each, so vLLM schedules the
+    whole pool itself. ``seed`` seeds the requests, so reruns are reproducible."""
 
-    def __init__(self, model_path: str, dtype: str = "bfloat16", **engine_kwargs):
+    def __init__(self, model_path: str, dtype: str = "bfloat16", tensor_parallel: int = 1, **engine_kwargs):
         try:
             from vllm import LLM
         except ImportError as exc:
             raise RuntimeError("generation.backend 'vllm' needs the vllm package, which is not installed "
                                "here (pip install -e '.[vllm]' on a GPU machine), or use backend 'hf'") from exc
-        self.llm = LLM(model=model_path, dtype=dtype, **engine_kwargs)
+        self.llm = LLM(model=model_path, dtype=dtype, tensor_parallel_size=tensor_parallel,
+                       enable_prefix_caching=True, **engine_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
 
     def generate(self, prompt_ids, prompts, n: int, s: GenerationSettings, seed: int) -> pd.DataFrame:
@@ -104,6 +108,7 @@ class VLLMGenerator:
 
         params = SamplingParams(n=n, temperature=s.temperature, top_k=s.top_k or -1,
                                 repetition_penalty=s.repetition_penalty, max_tokens=s.max_new_tokens, seed=seed)
+        log.info("vLLM: %d prompts x %d samples in one call", len(prompts), n)
         outs = self.llm.generate([format_prompt(p) for p in prompts], params)
         rows = []
         for pid, prompt, out in zip(prompt_ids, prompts, outs, strict=True):
@@ -112,11 +117,12 @@ class VLLMGenerator:
         return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def make_generator(backend: str, model_path: str, dtype: str = "float32") -> Generator:
+def make_generator(backend: str, model_path: str, dtype: str = "float32", tensor_parallel: int = 1) -> Generator:
+    """A generator; ``tensor_parallel`` (the job's GPUs) splits a vLLM model, the hf backend uses one device."""
     if backend == "hf":
         return HFGenerator(model_path, dtype=dtype)
     if backend == "vllm":
-        return VLLMGenerator(model_path, dtype=dtype)
+        return VLLMGenerator(model_path, dtype=dtype, tensor_parallel=tensor_parallel)
     raise ValueError(f"unknown generation backend {backend!r}; expected one of {BACKENDS}")
 
 
@@ -134,8 +140,14 @@ def add_arguments(parser) -> None:
     add_settings_arguments(parser, GenerationSettings)
     parser.add_argument("--max-prompts", type=int, default=None, help="a seeded sample of N prompts")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    add_tensor_parallel_argument(parser)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="output parquet")
+
+
+def add_tensor_parallel_argument(parser) -> None:
+    parser.add_argument("--tensor-parallel", type=int, default=1,
+                        help="GPUs a vLLM engine splits the model over (the rule's gpu resource; backend vllm)")
 
 
 def run(args) -> None:
@@ -152,7 +164,7 @@ def run(args) -> None:
     if args.max_prompts is not None and args.max_prompts < len(df):
         df = df.sample(n=args.max_prompts, random_state=args.seed).sort_index()
     require_model(args.model, "--model")
-    gen = make_generator(s.backend, args.model, args.dtype)
+    gen = make_generator(s.backend, args.model, args.dtype, args.tensor_parallel)
     log.info("sampling %d x %d responses from %s (%s)", len(df), args.n, args.model, s)
     out = gen.generate(df["prompt_id"].tolist(), df["prompt"].tolist(), args.n, s, args.seed)
     log.info("mean response length %.1f tokens; %.1f%% stopped at EOS", out["n_tokens"].mean(),

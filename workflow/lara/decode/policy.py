@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from lara.sample import GenerationSettings
+from lara.sample import GenerationSettings, add_tensor_parallel_argument
 from lara.settings import add_settings_arguments, read_settings
 
 log = logging.getLogger(__name__)
@@ -26,6 +26,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--prompts", required=True, help="test prompts (prompt_id, prompt)")
     add_settings_arguments(parser, GenerationSettings)
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    add_tensor_parallel_argument(parser)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="output parquet: one response per prompt")
 
@@ -36,7 +37,7 @@ def run(args) -> None:
 
     s = read_settings(args, GenerationSettings)
     df = read_table(args.prompts, required=("prompt_id", "prompt"))
-    gen = make_generator(s.backend, args.model, args.dtype)
+    gen = make_generator(s.backend, args.model, args.dtype, args.tensor_parallel)
     log.info("%s policy: one response to each of %d prompts (%s)", args.policy, len(df), s)
     out = gen.generate(df["prompt_id"].tolist(), df["prompt"].tolist(), 1, s, args.seed)
     out = out.drop(columns=["sample_id"])
