@@ -22,6 +22,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -120,9 +121,9 @@ def _port_open(port: int) -> bool:
 
 
 class LocalSlurm:
-    def __init__(self, root: Path, cpus: int = 2, memory_mb: int = 20000):
+    def __init__(self, root: Path, cpus: int = 2, memory_mb: int = 20000, gpus: int = 4):
         self.root = Path(root).resolve()
-        self.cpus, self.memory_mb = cpus, memory_mb
+        self.cpus, self.memory_mb, self.gpus = cpus, memory_mb, gpus
         self.conf = self.root / "etc" / "slurm.conf"
         self.pids = self.root / "run" / "daemons.pids"  # every daemon started, so `down` can stop them
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
@@ -131,10 +132,22 @@ class LocalSlurm:
     # -- configuration ---------------------------------------------------------------------
     def _write_configs(self) -> None:
         r, p = self.root, self.ports
-        for d in ("etc", "state", "spool", "log", "munge", "mysql", "run"):
+        for d in ("etc", "state", "spool", "log", "munge", "mysql", "run", "dev"):
             (r / d).mkdir(parents=True, exist_ok=True)
+        # GPUs as generic resources, backed by placeholder character devices (NVIDIA's major number; no
+        # driver behind them, nothing opens them): SLURM schedules and accounts them, and sets
+        # CUDA_VISIBLE_DEVICES in each job to the ones it was given
+        for i in range(self.gpus):
+            dev = r / "dev" / f"nvidia{i}"
+            if not dev.is_char_device():
+                dev.unlink(missing_ok=True)
+                os.mknod(dev, 0o600 | stat.S_IFCHR, os.makedev(195, i))
+        gres = f"Name=gpu Type=fake File={r}/dev/nvidia[0-{self.gpus - 1}]" if self.gpus else ""
+        (r / "etc" / "gres.conf").write_text(f"AutoDetect=off\n{gres}\n")
+        node_gres = f" Gres=gpu:fake:{self.gpus}" if self.gpus else ""
         self.conf.write_text(f"""\
 ClusterName=lara
+GresTypes=gpu
 SlurmctldHost=localhost
 SlurmctldPort={p['slurmctld']}
 SlurmdPort={p['slurmd']}
@@ -162,8 +175,10 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStoragePort={p['slurmdbd']}
 JobCompType=jobcomp/none
+AccountingStoreFlags=job_comment
 SlurmctldParameters=enable_configless
-NodeName=localhost NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory={self.memory_mb} State=UNKNOWN
+AccountingStorageTRES=gres/gpu
+NodeName=localhost NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory={self.memory_mb}{node_gres} State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 """)
         dbd = r / "etc" / "slurmdbd.conf"

@@ -107,3 +107,47 @@ def test_toy_dag_through_sbatch_matches_the_local_run(cluster, toy_run, tmp_path
     assert m_slurm["global_step"] == m_local["global_step"]
     assert m_slurm["eval_loss_final"] == pytest.approx(m_local["eval_loss_final"], rel=0.05)
     print(f"SLURM job ids: {sorted(ids, key=int)}; sacct: {len(completed)} completed jobs")
+
+
+GPU_RESOURCES = """\
+resources:
+  rules:
+    make_toy_model: {gpu: 1, gpu_model: fake, cpus_per_task: 1, mem_mb: 1500, runtime: 7}
+    train_sft: {gpu: 2, gpu_model: fake, cpus_per_task: 2, mem_mb: 3000, runtime: 9}
+"""
+
+
+def test_gpu_requests_are_scheduled_as_the_rules_declare(cluster, tmp_path):
+    """The cluster's node has 4 (placeholder) GPUs as generic resources. The rules that ask for GPUs get
+    exactly their GPUs, CPUs, memory and time limit from SLURM, CUDA_VISIBLE_DEVICES names their GPUs
+    inside the job, and SFT on 2 GPUs runs as 2 processes under accelerate (on CPU here)."""
+    wf = copy_workflow(tmp_path / "wf")
+    (wf / "gpu.yaml").write_text(GPU_RESOURCES)
+    env = snakemake_env() | {"SLURM_CONF": str(cluster.conf)}
+    cmd = [sys.executable, "-m", "snakemake", "results/tiny/models/sft", "--profile", "slurm",
+           "--slurm-init-seconds-before-status-checks", "3", "--jobs", "2", "--configfile", "config/config.yaml",
+           "gpu.yaml"]
+    proc = subprocess.run(cmd, cwd=wf, env=env, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:] + cluster.logs()
+    acct = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "JobID,Comment,AllocTRES,Timelimit,State"], env=env,
+                          capture_output=True, text=True).stdout
+    jobs = {}
+    for line in acct.splitlines():
+        job_id, comment, tres, limit, state = line.split("|")
+        if comment.startswith("rule_"):
+            jobs[comment.removeprefix("rule_").split("_wildcards_")[0]] = (dict(kv.split("=", 1) for kv in
+                                                                                tres.split(",")), limit, state)
+    print("\n" + "\n".join(f"sacct: {rule}: {tres} limit {limit} {state}" for rule, (tres, limit, state)
+                             in sorted(jobs.items())))
+    for rule, gpus, cpus, mem, limit in (("make_toy_model", "1", "1", "1500M", "00:07:00"),
+                                         ("train_sft", "2", "2", "3000M", "00:09:00")):
+        tres, got_limit, state = jobs[rule]
+        assert state == "COMPLETED" and got_limit == limit, (rule, jobs[rule])
+        assert tres["gres/gpu"] == gpus and tres["cpu"] == cpus and tres["mem"] == mem, (rule, tres)
+    assert "gres/gpu" not in jobs["prepare_sft_data"][0]  # a CPU rule gets no GPU
+    logs = wf / "logs" / "tiny"
+    assert re.search(r"CUDA_VISIBLE_DEVICES=0$", (logs / "make_toy_model.log").read_text(), flags=re.M)
+    sft_log = (logs / "train_sft.log").read_text()
+    assert "CUDA_VISIBLE_DEVICES=0,1" in sft_log and "[rank 0/2]" in sft_log
+    metrics = json.loads((wf / "results" / "tiny" / "models" / "sft" / "metrics.json").read_text())
+    assert metrics["processes"] == 2 and metrics["eval_loss_final"] < metrics["eval_loss_initial"]

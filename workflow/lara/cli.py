@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 import time
 
@@ -58,6 +59,9 @@ TORCH_COMMANDS = {"make-toy-model", "import-gguf", "train-sft", "train-reward", 
                   "evaluate"}
 
 log = logging.getLogger("lara")
+
+# the scheduler's view of a job, logged at its start
+JOB_VARIABLES = ("SLURM_JOB_ID", "SLURM_CPUS_PER_TASK", "SLURM_GPUS_ON_NODE", "CUDA_VISIBLE_DEVICES")
 
 
 def command_help(module_name: str) -> str:
@@ -111,8 +115,6 @@ def _log_format(level: str) -> dict:
     """Logging for this process: one process logs at ``level``; under a multi-process launch
     (accelerate sets RANK and WORLD_SIZE) each line names its rank and only rank 0 logs below
     warnings, so the job's log reads like a single process's."""
-    import os
-
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
     if world > 1:
@@ -134,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     settings = {k: v for k, v in vars(args).items() if not k.startswith("_")}
     log.info("lara %s %s", args.command, settings)
     log.info("code version %s", code_version())
+    placed = {k: os.environ[k] for k in JOB_VARIABLES if k in os.environ}
+    if placed:  # what the scheduler gave this job (a SLURM job: its id, CPUs, GPUs)
+        log.info("job environment: %s", " ".join(f"{k}={v}" for k, v in placed.items()))
     if args.command in TORCH_COMMANDS:
         from lara.runtime import configure_torch
 
