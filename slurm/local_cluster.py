@@ -137,11 +137,15 @@ class LocalSlurm:
         # GPUs as generic resources, backed by placeholder character devices (NVIDIA's major number; no
         # driver behind them, nothing opens them): SLURM schedules and accounts them, and sets
         # CUDA_VISIBLE_DEVICES in each job to the ones it was given
-        for i in range(self.gpus):
-            dev = r / "dev" / f"nvidia{i}"
-            if not dev.is_char_device():
-                dev.unlink(missing_ok=True)
-                os.mknod(dev, 0o600 | stat.S_IFCHR, os.makedev(195, i))
+        try:
+            for i in range(self.gpus):
+                dev = r / "dev" / f"nvidia{i}"
+                if not dev.is_char_device():
+                    dev.unlink(missing_ok=True)
+                    os.mknod(dev, 0o600 | stat.S_IFCHR, os.makedev(195, i))
+        except OSError as exc:  # a container without CAP_MKNOD: a node without GPUs
+            print(f"no placeholder GPU devices ({exc}): the node declares no GPUs", file=sys.stderr)
+            self.gpus = 0
         gres = f"Name=gpu Type=fake File={r}/dev/nvidia[0-{self.gpus - 1}]" if self.gpus else ""
         (r / "etc" / "gres.conf").write_text(f"AutoDetect=off\n{gres}\n")
         node_gres = f" Gres=gpu:fake:{self.gpus}" if self.gpus else ""

@@ -121,6 +121,8 @@ def test_gpu_requests_are_scheduled_as_the_rules_declare(cluster, tmp_path):
     """The cluster's node has 4 (placeholder) GPUs as generic resources. The rules that ask for GPUs get
     exactly their GPUs, CPUs, memory and time limit from SLURM, CUDA_VISIBLE_DEVICES names their GPUs
     inside the job, and SFT on 2 GPUs runs as 2 processes under accelerate (on CPU here)."""
+    if cluster.gpus < 2:
+        pytest.skip("the local cluster could not create its placeholder GPU devices (mknod refused)")
     wf = copy_workflow(tmp_path / "wf")
     (wf / "gpu.yaml").write_text(GPU_RESOURCES)
     env = snakemake_env() | {"SLURM_CONF": str(cluster.conf)}
