@@ -42,8 +42,8 @@ def test_a_killed_owner_leaves_no_daemon_behind(tmp_path):
         assert len(pids) == 5 and cluster.running()
         os.kill(owner.pid, signal.SIGKILL)
         owner.wait()
-        deadline = time.time() + 40
-        while time.time() < deadline and any(local_slurm()._alive(p) for p in pids):
+        deadline = time.time() + 40  # the reaper's stop() is done when it has removed the pid file
+        while time.time() < deadline and (any(local_slurm()._alive(p) for p in pids) or cluster.pids.exists()):
             time.sleep(0.5)
         assert not any(local_slurm()._alive(p) for p in pids), cluster.logs()
         assert not cluster.pids.exists() and not local_slurm().CONF_CACHE.exists()
