@@ -115,12 +115,13 @@ def _log_format(level: str) -> dict:
     """Logging for this process: one process logs at ``level``; under a multi-process launch
     (accelerate sets RANK and WORLD_SIZE) each line names its rank and only rank 0 logs below
     warnings, so the job's log reads like a single process's."""
+    from lara.runtime import rank, world_size
+
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    world, me = world_size(), rank()
     if world > 1:
-        rank = int(os.environ.get("RANK", "0") or 0)
-        fmt = f"%(asctime)s [rank {rank}/{world}] %(levelname)s %(name)s: %(message)s"
-        if rank != 0 and logging.getLevelName(level) < logging.WARNING:
+        fmt = f"%(asctime)s [rank {me}/{world}] %(levelname)s %(name)s: %(message)s"
+        if me != 0 and logging.getLevelName(level) < logging.WARNING:
             level = "WARNING"
     return {"level": level, "stream": sys.stderr, "format": fmt}
 

@@ -35,6 +35,16 @@ def _numpy_avx512_features() -> list[str]:
     return [f for f in dispatch if "AVX512" in f or f == "X86_V4"]
 
 
+def world_size() -> int:
+    """Processes of this job (``accelerate launch --num_processes N`` sets WORLD_SIZE), 1 when run alone."""
+    return int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
+def rank() -> int:
+    """This process's rank in a multi-process launch (RANK), 0 when run alone."""
+    return int(os.environ.get("RANK", "0") or 0)
+
+
 def cpu_kernel_environment(cpu_kernels: str) -> dict[str, str]:
     """Environment variables that pin the CPU kernels (``avx2``), or none (``native``)."""
     if cpu_kernels == "native":

@@ -17,6 +17,7 @@ from typing import ClassVar, Literal
 
 from lara.io import atomic_output, write_json
 from lara.provenance import record
+from lara.runtime import rank, world_size
 from lara.settings import Settings, setting
 
 log = logging.getLogger(__name__)
@@ -118,14 +119,9 @@ def device() -> str:
     return f"cuda:{local}" if local is not None and world_size() > 1 else "cuda"
 
 
-def world_size() -> int:
-    """Processes of this job (``accelerate launch --num_processes N`` sets WORLD_SIZE), 1 when run alone."""
-    return int(os.environ.get("WORLD_SIZE", "1") or 1)
-
-
 def is_main_process() -> bool:
     """Whether this process writes the job's outputs: the only one, or rank 0 of a multi-process launch."""
-    return int(os.environ.get("RANK", "0") or 0) == 0
+    return rank() == 0
 
 
 def barrier() -> None:
