@@ -214,3 +214,84 @@ def test_the_fast_choice_is_the_first_of_the_full_order():
     for lam in (0.0, 0.5, 1.0, 2.0):
         for m in (None, mask):
             np.testing.assert_array_equal(select(reward, cost, lam, m), order(reward, cost, lam, m)[:, 0])
+
+
+def _grid_cases():
+    """(reward, cost, lams): continuous scores; scores on a 0.1 lattice with a grid on it (crossings land
+    exactly on grid points, three-way ties); integers (whole tied rows, equal-cost twins); huge rewards
+    with tiny costs and repeated samples; near-twins inside the tie tolerance; unsorted grids with
+    repeats and negative lambdas."""
+    rng = np.random.default_rng(11)
+    for case in range(40):
+        p, k = int(rng.integers(1, 80)), int(rng.integers(1, 25))
+        kind = case % 4
+        if kind == 0:
+            r, c = rng.normal(size=(p, k)), rng.normal(size=(p, k))
+            lams = rng.normal(size=int(rng.integers(16, 60))) * 3
+        elif kind in (1, 2):
+            scale = 10 if kind == 1 else 1
+            r = np.round(rng.normal(size=(p, k)) * scale) / scale
+            c = np.round(rng.normal(size=(p, k)) * scale) / scale
+            lams = rng.choice(np.round(np.arange(-1, 6, 0.1), 1), size=int(rng.integers(16, 60)))
+        else:
+            r, c = rng.normal(size=(p, k)) * 1e6, rng.normal(size=(p, k)) * 1e-3
+            r[:, : k // 2], c[:, : k // 2] = r[:, :1], c[:, :1]
+            lams = np.sort(rng.normal(size=int(rng.integers(16, 60)))) * 1e9
+        if case % 8 == 3:  # near-twins: a later copy a hair (inside the tie tolerance) better than the first
+            r[:, k // 2:], c[:, k // 2:] = r[:, : k - k // 2] * (1 + 1e-13) + 1e-13, c[:, : k - k // 2]
+        yield r, c, lams
+    # crossings that overflow: costs a subnormal apart, rewards equal or huge
+    r = np.array([[1.0, 1.0, 0.0, 1e308], [0.0, 0.0, 0.0, -1e308]])
+    c = np.array([[5e-324, 0.0, -1.0, 1e-300], [1e-300, 0.0, 5e-324, 1e300]])
+    yield r, c, np.r_[np.linspace(-2.0, 3.0, 30), 0.0, 1e-300, -1e-300]
+
+
+@pytest.mark.parametrize("grid_min", [16, 1])
+def test_the_grid_sweep_is_select_at_every_lambda(monkeypatch, grid_min):
+    """select_grid follows each prompt's winner from crossing to crossing; it must give what select
+    gives lambda by lambda, ties included (grid_min = 1: the crossing walk even for the shortest grids)."""
+    from lara.calibrate import bestofn
+
+    monkeypatch.setattr(bestofn, "GRID_MIN", grid_min)
+    walked = 0
+    for r, c, lams in _grid_cases():
+        per_lam = np.stack([select(r, c, lam) for lam in lams])
+        np.testing.assert_array_equal(bestofn.select_grid(r, c, lams), per_lam)
+        walked += len(lams) >= max(grid_min, r.shape[1] // 2)
+    assert walked >= 20  # most cases took the crossing walk, not the per-lambda fallback
+
+
+def test_the_order_is_score_then_cost_then_index():
+    """On integer scores (exact ties, no rounding) the order is a plain sort by (-score, cost, index),
+    masked samples last; rows with and without ties mixed in one call."""
+    rng = np.random.default_rng(5)
+    r = rng.integers(-3, 4, size=(300, 9)).astype(float)
+    c = rng.integers(-2, 3, size=(300, 9)).astype(float)
+    r[::3] = rng.permutation(np.arange(9.0))  # every third row: distinct scores at lambda = 0
+    c[::3] = 0.0
+    mask = rng.random(r.shape) > 0.15
+    for lam in (0.0, 0.5, 1.0, 3.0):
+        for m in (None, mask):
+            s = np.where(m if m is not None else True, r - lam * c, -np.inf)
+            brute = [sorted(range(9), key=lambda j, i=i: (-s[i, j], c[i, j] if np.isfinite(s[i, j]) else 0, j))
+                     for i in range(len(r))]
+            np.testing.assert_array_equal(order(r, c, lam, m), brute)
+
+
+def test_best_of_all_expectations_are_the_values_at_the_argmax():
+    from lara.calibrate.bestofn import expected
+
+    r, c = gaussian(7, 50, 12)
+    r[:5] = np.round(r[:5])  # some ties
+    c[:5] = np.round(c[:5])
+    lams = np.linspace(0.0, 3.0, 40)
+    mask = np.ones_like(r, dtype=bool)
+    got = expected(r, c, mask, lams, None, r, c)
+    pick = np.stack([decoder_select(r, c, [lam])[0] for lam in lams], axis=1)  # (P, L)
+    np.testing.assert_array_equal(got[0], np.take_along_axis(r, pick, axis=1))
+    np.testing.assert_array_equal(got[1], np.take_along_axis(c, pick, axis=1))
+    # the rank-average formula (what N < K uses) gives the same numbers for N = K
+    probs = np.zeros(12)
+    probs[0] = 1.0
+    generic = np.stack([(probs * np.take_along_axis(c, order(r, c, lam), axis=1)).sum(axis=1) for lam in lams], 1)
+    np.testing.assert_allclose(got[1], generic, rtol=0, atol=0)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import gammaln
 
+GRID_MIN = 16  # a shorter grid (or one shorter than K / 2) is cheaper per lam
 TIE_RTOL = 1e-12  # scores within this (relative, at least absolute 1e-12) of each other are tied
 
 
@@ -33,12 +34,28 @@ TIE_RTOL = 1e-12  # scores within this (relative, at least absolute 1e-12) of ea
 # The decoder's order (shared with lara.decode.bon)
 
 
-def order(reward: np.ndarray, cost: np.ndarray, lam: float, mask: np.ndarray | None = None) -> np.ndarray:
+def _flat(idx: np.ndarray) -> np.ndarray:
+    """Indices into the flattened (P, K) array of each row's column ``idx`` (take_along_axis, cheaper)."""
+    return idx + (np.arange(idx.shape[0]) * idx.shape[1])[:, None]
+
+
+def order(reward: np.ndarray, cost: np.ndarray, lam: float, mask: np.ndarray | None = None, *,
+          _stable: bool = False) -> np.ndarray:
     """(P, K) sample indices per prompt, best first, by r - lam c: scores within ``TIE_RTOL`` of
-    each other tie, a tie goes to the lower cost, then to the lower index. Masked samples last."""
+    each other tie, a tie goes to the lower cost, then to the lower index. Masked samples last.
+    Rows without a tie are sorted by score alone; only rows with one go through the full ranking."""
     score = reward - lam * cost
     if mask is not None:
         score = np.where(mask, score, -np.inf)
+    if _stable is False:  # a row without ties has one order, however it is sorted: sort fast, check for ties
+        by_score = np.argsort(-score, axis=1)
+        s_sorted = score.ravel()[_flat(by_score)]
+        with np.errstate(invalid="ignore"):  # nan (masked samples): not a tie here, re-ranked below
+            tied = ~(s_sorted[:, :-1] - s_sorted[:, 1:] > TIE_RTOL * np.maximum(1.0, np.abs(s_sorted[:, :-1]))).all(1)
+        if tied.any():
+            rows = np.flatnonzero(tied)
+            by_score[rows] = order(reward[rows], cost[rows], lam, None if mask is None else mask[rows], _stable=True)
+        return by_score
     by_score = np.argsort(-score, axis=1, kind="stable")
     s_sorted = np.take_along_axis(score, by_score, axis=1)
     with np.errstate(invalid="ignore"):
@@ -67,6 +84,73 @@ def select(reward: np.ndarray, cost: np.ndarray, lam: float, mask: np.ndarray | 
         rows = np.flatnonzero(~clear)
         pick[rows] = order(reward[rows], cost[rows], lam, None if mask is None else mask[rows])[:, 0]
     return pick
+
+
+def select_grid(reward: np.ndarray, cost: np.ndarray, lams) -> np.ndarray:
+    """(L, P) :func:`select` at every lam of a grid, equal to calling it per lam.
+
+    As lam grows, the argmax of r - lam c only ever moves to a strictly cheaper sample, at the lam
+    where that sample's line crosses the winner's, so a prompt changes winner at most K - 1 times.
+    The winners are followed from crossing to crossing (at most K - 1 rounds over the prompts whose
+    path goes on, each one pass over their samples) instead of an argmax over all samples per lam.
+    Grid points where the decoder's tie rule could act (within a widened tie tolerance of a crossing
+    with a cheaper sample, or an equal-cost sample tied in reward) are handed to :func:`select`."""
+    lams = np.atleast_1d(np.asarray(lams, dtype=np.float64)).ravel()
+    n_lam, (n_prompt, k) = len(lams), reward.shape
+    finite = np.isfinite(reward).all() and np.isfinite(cost).all() and np.isfinite(lams).all()
+    if n_lam < max(GRID_MIN, k // 2) or not finite:
+        return np.stack([select(reward, cost, lam) for lam in lams]).reshape(n_lam, n_prompt)
+    by_lam = np.argsort(lams, kind="stable")
+    grid = lams[by_lam]
+    # widest tie tolerance the decoder can apply on this grid (a chain of K ties), with room for rounding
+    bound = np.abs(reward).max(axis=1) + np.abs(grid).max() * np.abs(cost).max(axis=1)
+    tol = 2.0 * (k + 1) * TIE_RTOL * np.maximum(1.0, bound)
+    first = select(reward, cost, grid[0])
+    ev_prompt, ev_start, ev_win = [np.arange(n_prompt)], [np.zeros(n_prompt, dtype=np.int64)], [first]
+    hand_prompt, hand_lo, hand_hi = [], [], []  # grid ranges [lo, hi) of a prompt handed to select
+    live, win, start = np.arange(n_prompt), first.copy(), np.zeros(n_prompt, dtype=np.int64)
+    while live.size:
+        w = win[live]
+        dc = cost[live, w][:, None] - cost[live]  # > 0: a cheaper sample, which overtakes w at dr / dc
+        dr = reward[live, w][:, None] - reward[live]
+        cheaper = dc > 0
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            inv = np.divide(1.0, dc, out=np.zeros_like(dc), where=cheaper)
+            cross = np.multiply(dr, inv, out=np.full_like(dc, np.inf), where=cheaper)
+            near = cross - tol[live, None] * inv  # from here on the decoder may see a tie with that sample
+        # an overflowed crossing (nan) hands the rest of the prompt's grid to select
+        near = np.nan_to_num(near.min(axis=1), nan=-np.inf, posinf=np.inf, neginf=-np.inf)
+        twin = ((dc == 0) & (np.abs(dr) <= tol[live, None])).sum(axis=1) > 1  # w itself is one
+        nxt = np.argmin(cross, axis=1)
+        at = cross[np.arange(live.size), nxt]  # nan sorts after the grid: no further winner
+        lo = np.where(twin, start[live], np.maximum(np.searchsorted(grid, near, "left"), start[live]))
+        hi = np.maximum(np.searchsorted(grid, at, "left"), start[live])
+        ok = lo < hi
+        hand_prompt.append(live[ok]), hand_lo.append(lo[ok]), hand_hi.append(hi[ok])
+        go = hi < n_lam
+        live, hi, nxt = live[go], hi[go], nxt[go]
+        ev_prompt.append(live), ev_start.append(hi), ev_win.append(nxt)
+        win[live], start[live] = nxt, hi
+    # each prompt's winners in order of their start; a later one at the same start replaces the earlier
+    ev_prompt, ev_start, ev_win = (np.concatenate(a) for a in (ev_prompt, ev_start, ev_win))
+    seq = np.lexsort((np.arange(len(ev_prompt)), ev_prompt))
+    ev_prompt, ev_start, ev_win = ev_prompt[seq], ev_start[seq], ev_win[seq]
+    stop = np.append(ev_start[1:], n_lam)
+    stop[np.flatnonzero(ev_prompt[1:] != ev_prompt[:-1])] = n_lam
+    idx = np.repeat(ev_win, stop - ev_start).reshape(n_prompt, n_lam).T.copy()
+    hand_prompt, hand_lo, hand_hi = (np.concatenate(a) for a in (hand_prompt, hand_lo, hand_hi))
+    if hand_prompt.size:
+        length = hand_hi - hand_lo
+        at_lam = np.repeat(hand_lo - np.cumsum(length) + length, length) + np.arange(length.sum())
+        rows_of = np.repeat(hand_prompt, length)
+        seq = np.argsort(at_lam, kind="stable")
+        at_lam, rows_of = at_lam[seq], rows_of[seq]
+        bounds = np.flatnonzero(np.diff(at_lam)) + 1
+        for li, rows in zip(at_lam[np.r_[0, bounds]], np.split(rows_of, bounds), strict=True):
+            idx[li, rows] = select(reward[rows], cost[rows], grid[li])
+    out = np.empty_like(idx)
+    out[by_lam] = idx
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -106,12 +190,16 @@ def expected(reward, cost, mask, lams, n: int | None, *values: np.ndarray) -> np
     and lam (the order is computed once per lam for all of them)."""
     lams = np.atleast_1d(np.asarray(lams, dtype=np.float64))
     counts = mask.sum(axis=1)
+    if n in (None, reward.shape[1]) and mask.all():  # Best-of-all: the value at the argmax
+        pick = select_grid(reward, cost, lams).T  # (P, L)
+        return np.stack([np.take_along_axis(v, pick, axis=1) for v in values])
     probs = _prob_table(counts, reward.shape[1], n)
     vals = np.stack([np.where(mask, v, 0.0) for v in values])
     out = np.empty((len(values), reward.shape[0], len(lams)))
+    flat_vals = vals.reshape(len(values), -1)
+    live = None if mask.all() else mask
     for t, lam in enumerate(lams):
-        idx = order(reward, cost, lam, mask)
-        out[:, :, t] = (probs[None] * np.take_along_axis(vals, np.broadcast_to(idx, vals.shape), axis=2)).sum(axis=2)
+        out[:, :, t] = (probs[None] * flat_vals[:, _flat(order(reward, cost, lam, live))]).sum(axis=2)
     return out
 
 

@@ -46,11 +46,11 @@ def score_matrix(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
 
 def select(reward: np.ndarray, cost: np.ndarray, lams) -> np.ndarray:
     """(L, P) index of the chosen candidate per lambda and prompt: argmax r - lambda c, ties to
-    the lower cost (the order ``lara calibrate --mode bon`` calibrates, one shared function)."""
-    from lara.calibrate.bestofn import select as select_one
+    the lower cost (the order ``lara calibrate --mode bon`` calibrates, one shared function; a long
+    grid follows each prompt's winner from crossing to crossing instead of an argmax per lambda)."""
+    from lara.calibrate.bestofn import select_grid
 
-    lams = np.atleast_1d(np.asarray(lams, dtype=np.float64))
-    return np.stack([select_one(reward, cost, lam) for lam in lams]).reshape(len(lams), reward.shape[0])
+    return select_grid(reward, cost, lams)
 
 
 def sweep(reward: np.ndarray, cost: np.ndarray, lams) -> pd.DataFrame:
