@@ -105,26 +105,34 @@ def select_grid(reward: np.ndarray, cost: np.ndarray, lams) -> np.ndarray:
     # widest tie tolerance the decoder can apply on this grid (a chain of K ties), with room for rounding
     bound = np.abs(reward).max(axis=1) + np.abs(grid).max() * np.abs(cost).max(axis=1)
     tol = 2.0 * (k + 1) * TIE_RTOL * np.maximum(1.0, bound)
+    # equal costs, rewards apart but inside the tolerance: the decoder breaks that tie by index, which the
+    # walk below does not follow; such prompts go to select at every lam (exact copies need no care)
+    twins = (np.diff(np.sort(cost, axis=1), axis=1) == 0).any(axis=1)  # rows with equal costs at all
+    if twins.any():
+        rows = np.flatnonzero(twins)
+        by_cost = np.lexsort((reward[rows], cost[rows]), axis=1)
+        c_s, r_s = cost[rows].ravel()[_flat(by_cost)], reward[rows].ravel()[_flat(by_cost)]
+        gap = np.diff(r_s, axis=1)
+        twins[rows] = ((np.diff(c_s, axis=1) == 0) & (gap > 0) & (gap <= tol[rows, None])).any(axis=1)
     first = select(reward, cost, grid[0])
     ev_prompt, ev_start, ev_win = [np.arange(n_prompt)], [np.zeros(n_prompt, dtype=np.int64)], [first]
-    hand_prompt, hand_lo, hand_hi = [], [], []  # grid ranges [lo, hi) of a prompt handed to select
-    live, win, start = np.arange(n_prompt), first.copy(), np.zeros(n_prompt, dtype=np.int64)
+    hand_prompt = [np.flatnonzero(twins)]  # grid ranges [lo, hi) of a prompt handed to select
+    hand_lo, hand_hi = [np.zeros(len(hand_prompt[0]), dtype=np.int64)], [np.full(len(hand_prompt[0]), n_lam)]
+    live, win, start = np.flatnonzero(~twins), first.copy(), np.zeros(n_prompt, dtype=np.int64)
     while live.size:
-        w = win[live]
+        w, begin = win[live], start[live]
         dc = cost[live, w][:, None] - cost[live]  # > 0: a cheaper sample, which overtakes w at dr / dc
         dr = reward[live, w][:, None] - reward[live]
         cheaper = dc > 0
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-            inv = np.divide(1.0, dc, out=np.zeros_like(dc), where=cheaper)
-            cross = np.multiply(dr, inv, out=np.full_like(dc, np.inf), where=cheaper)
-            near = cross - tol[live, None] * inv  # from here on the decoder may see a tie with that sample
-        # an overflowed crossing (nan) hands the rest of the prompt's grid to select
-        near = np.nan_to_num(near.min(axis=1), nan=-np.inf, posinf=np.inf, neginf=-np.inf)
-        twin = ((dc == 0) & (np.abs(dr) <= tol[live, None])).sum(axis=1) > 1  # w itself is one
+            cross = np.divide(dr, dc, out=np.full_like(dc, np.inf), where=cheaper)
+            dr -= tol[live, None]  # from (dr - tol) / dc on, the decoder may see a tie with that sample
+            near = np.divide(dr, dc, out=np.full_like(dc, np.inf), where=cheaper).min(axis=1)
+        near[np.isnan(near)] = -np.inf  # an overflowed crossing hands the rest of the grid to select
         nxt = np.argmin(cross, axis=1)
         at = cross[np.arange(live.size), nxt]  # nan sorts after the grid: no further winner
-        lo = np.where(twin, start[live], np.maximum(np.searchsorted(grid, near, "left"), start[live]))
-        hi = np.maximum(np.searchsorted(grid, at, "left"), start[live])
+        lo = np.maximum(np.searchsorted(grid, near, "left"), begin)
+        hi = np.maximum(np.searchsorted(grid, at, "left"), begin)
         ok = lo < hi
         hand_prompt.append(live[ok]), hand_lo.append(lo[ok]), hand_hi.append(hi[ok])
         go = hi < n_lam
