@@ -199,7 +199,7 @@ def expected(reward, cost, mask, lams, n: int | None, *values: np.ndarray) -> np
     lams = np.atleast_1d(np.asarray(lams, dtype=np.float64))
     counts = mask.sum(axis=1)
     if n in (None, reward.shape[1]) and mask.all():  # Best-of-all: the value at the argmax
-        pick = select_grid(reward, cost, lams).T  # (P, L)
+        pick = np.ascontiguousarray(select_grid(reward, cost, lams).T)  # (P, L)
         return np.stack([np.take_along_axis(v, pick, axis=1) for v in values])
     probs = _prob_table(counts, reward.shape[1], n)
     vals = np.stack([np.where(mask, v, 0.0) for v in values])
@@ -207,7 +207,9 @@ def expected(reward, cost, mask, lams, n: int | None, *values: np.ndarray) -> np
     flat_vals = vals.reshape(len(values), -1)
     live = None if mask.all() else mask
     for t, lam in enumerate(lams):
-        out[:, :, t] = (probs[None] * flat_vals[:, _flat(order(reward, cost, lam, live))]).sum(axis=2)
+        at = _flat(order(reward, cost, lam, live))
+        for v, flat in enumerate(flat_vals):
+            out[v, :, t] = (probs * flat[at]).sum(axis=1)
     return out
 
 
