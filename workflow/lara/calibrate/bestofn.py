@@ -40,14 +40,14 @@ def _flat(idx: np.ndarray) -> np.ndarray:
 
 
 def order(reward: np.ndarray, cost: np.ndarray, lam: float, mask: np.ndarray | None = None, *,
-          _stable: bool = False) -> np.ndarray:
+          _full: bool = False) -> np.ndarray:
     """(P, K) sample indices per prompt, best first, by r - lam c: scores within ``TIE_RTOL`` of
     each other tie, a tie goes to the lower cost, then to the lower index. Masked samples last.
     Rows without a tie are sorted by score alone; only rows with one go through the full ranking."""
     score = reward - lam * cost
     if mask is not None:
         score = np.where(mask, score, -np.inf)
-    if _stable is False:  # a row without ties has one order, however it is sorted: sort fast, check for ties
+    if not _full:  # a row without ties has one order, however it is sorted: sort fast, check for ties
         by_score = np.argsort(-score, axis=1)
         s_sorted = score.ravel()[_flat(by_score)]
         with np.errstate(invalid="ignore"):  # nan (masked samples) counts as a tie here: re-ranked below
@@ -59,7 +59,7 @@ def order(reward: np.ndarray, cost: np.ndarray, lam: float, mask: np.ndarray | N
             tied = ~(slack.min(axis=1, initial=np.inf) > 0)
         if tied.any():
             rows = np.flatnonzero(tied)
-            by_score[rows] = order(reward[rows], cost[rows], lam, None if mask is None else mask[rows], _stable=True)
+            by_score[rows] = order(reward[rows], cost[rows], lam, None if mask is None else mask[rows], _full=True)
         return by_score
     by_score = np.argsort(-score, axis=1, kind="stable")
     s_sorted = np.take_along_axis(score, by_score, axis=1)
