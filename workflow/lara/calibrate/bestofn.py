@@ -102,8 +102,8 @@ def select_grid(reward: np.ndarray, cost: np.ndarray, lams) -> np.ndarray:
     with a cheaper sample, or an equal-cost sample tied in reward) are handed to :func:`select`."""
     lams = np.atleast_1d(np.asarray(lams, dtype=np.float64)).ravel()
     n_lam, (n_prompt, k) = len(lams), reward.shape
-    finite = np.isfinite(reward).all() and np.isfinite(cost).all() and np.isfinite(lams).all()
-    if n_lam < max(GRID_MIN, k // 2) or not finite:
+    if n_lam < max(GRID_MIN, k // 2) or not (np.isfinite(lams).all() and np.isfinite(reward).all()
+                                              and np.isfinite(cost).all()):
         return np.stack([select(reward, cost, lam) for lam in lams]).reshape(n_lam, n_prompt)
     by_lam = np.argsort(lams, kind="stable")
     grid = lams[by_lam]
