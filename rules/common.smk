@@ -16,9 +16,14 @@ from snakemake.logging import logger
 # --use-conda is on, still comes first inside its job). Jobs inherit this environment.
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
-_sources = [str(f) for f in getattr(workflow, "configfiles", [])] or ["config"]
+# The configuration is layered by lara.config.layers, not by Snakemake's merge: the Snakefile's configfile
+# (the toy default), then each --configfile, then --config. A file that names an experiment starts afresh
+# (or from the file it `extends:`), so `--configfile config/paper-llama.yaml` never inherits a toy value.
+_cli_files = [str(f) for f in workflow.overwrite_configfiles]
+_sources = [str(f) for f in workflow.configfiles[len(_cli_files) :]] + _cli_files
 _schema = lara_config.load_schema(Path(workflow.basedir) / "config" / "schema.yaml")
-_validated = lara_config.validate(config, schema=_schema, source=", ".join(_sources))
+CONFIG_LAYERS = lara_config.layers(*_sources, overrides=dict(workflow.config_settings.config))
+_validated = lara_config.validate(lara_config.merged(CONFIG_LAYERS), schema=_schema, source=", ".join(_sources))
 config.clear()
 config.update(_validated)
 # local paths that are not there and top_k beyond the vocabulary: refused now, not when a job gets there

@@ -1,7 +1,7 @@
 import pytest
 import yaml
 
-from lara.config import ConfigError, defaults, load, load_schema, validate
+from lara.config import ConfigError, explain, layers, load, load_schema, validate
 
 from ..conftest import REPO
 
@@ -22,26 +22,118 @@ def _resolve(node, schema):
 def _walk(node, schema, path=""):
     for key, sub in node.get("properties", {}).items():
         sub = _resolve(sub, schema)
-        # a key without a default of its own (a required step setting) takes its section's
-        if "default" not in sub and key in node.get("default", {}):
-            sub = {**sub, "default": node["default"][key]}
         yield f"{path}{key}", sub
         yield from _walk(sub, schema, f"{path}{key}.")
 
 
-def test_every_key_has_a_description_and_a_default():
+def test_every_key_has_a_description_and_a_default_but_the_budget():
     keys = list(_walk(SCHEMA, SCHEMA))
     assert len(keys) > 60
     missing = [k for k, sub in keys if not sub.get("description") or "default" not in sub]
     # keys of $defs/resources are documented in the definition and defaulted through their parent
     missing = [k for k in missing if not k.startswith("resources.default.")]
-    assert missing == []
+    assert missing == ["calibration.tau"]  # required: every experiment states its budget
 
 
-def test_defaults_are_valid_and_equal_the_toy_config():
-    assert validate({}) == defaults(SCHEMA)
-    toy = load(REPO / "config/config.yaml")
-    assert toy == defaults(SCHEMA)
+def test_no_section_carries_a_default_dict():
+    """The toy world's values live in config/config.yaml only: a section's own default is {}, so every
+    key a file does not set takes the one default of its own (a step setting or the schema's key)."""
+    dicts = [(node.get("x-settings"), node.get("default")) for node in _nodes(SCHEMA)
+             if "x-settings" in node and node.get("default") != {}]
+    assert dicts == []
+    with pytest.raises(ConfigError, match="calibration.tau: missing; every experiment states its cost budget"):
+        validate({})  # the budget has no default
+
+
+def _nodes(node):
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _nodes(value)
+
+
+def _defaults_of(dotted: str) -> dict:
+    """The default of every key under a config path: a step's settings fields, else the schema's key defaults."""
+    import dataclasses
+
+    from lara.settings import SECTIONS, settings_class
+
+    if dotted in SECTIONS:
+        cls = settings_class(dotted)
+        return {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                for f in dataclasses.fields(cls) if f.metadata.get("config", True)
+                and (f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING)}
+    node = SCHEMA
+    for part in dotted.split("."):
+        node = _resolve(_resolve(node, SCHEMA)["properties"][part], SCHEMA)
+    return {k: _resolve(sub, SCHEMA)["default"] for k, sub in node.get("properties", {}).items()
+            if "default" in _resolve(sub, SCHEMA) and "properties" not in _resolve(sub, SCHEMA)
+            and "x-settings" not in sub}
+
+
+def _sections(config: dict, path: str = ""):
+    """Every mapping section of a resolved config with a fixed set of keys, by dotted path."""
+    for key, value in config.items():
+        dotted = f"{path}{key}"
+        if isinstance(value, dict) and dotted not in ("resources", "decode.policy_variants"):
+            yield dotted, value
+            yield from _sections(value, f"{dotted}.")
+
+
+@pytest.mark.parametrize("on_toy", [False, True], ids=["alone", "on-config.yaml"])
+@pytest.mark.parametrize("name", sorted(PAPER))
+def test_a_key_the_paper_config_does_not_set_is_the_step_default_never_a_toy_value(name, on_toy):
+    """Loaded alone, or after config/config.yaml as Snakemake's configfile + --configfile orders them,
+    a paper config's unset keys resolve to the defaults of the steps that own them (Safe-RLHF's
+    ppo-lag.sh learning rates, not the toy world's 50x)."""
+    files = (REPO / "config/config.yaml", PAPER[name]) if on_toy else (PAPER[name],)
+    resolved = load(*files)
+    given = yaml.safe_load(PAPER[name].read_text())
+    checked, wrong = 0, []
+    for dotted, section in _sections(resolved):
+        node = given
+        for part in dotted.split("."):
+            node = node.get(part, {}) if isinstance(node, dict) else {}
+        for key, default in _defaults_of(dotted).items():
+            if key in node:
+                continue
+            checked += 1
+            if section[key] != default:
+                wrong.append(f"{dotted}.{key}: {section[key]!r} (default {default!r})")
+    assert wrong == [] and checked > 80
+    ppo = resolved["train"]["safe_rlhf"]
+    assert (ppo["actor_lr"], ppo["critic_lr"], ppo["max_steps"]) == (1.0e-5, 5.0e-6, -1)
+
+
+def test_explain_names_where_every_value_comes_from():
+    parts = layers(REPO / "config/config.yaml", PAPER["llama"])
+    rows = {r["key"]: r for r in explain(load(REPO / "config/config.yaml", PAPER["llama"]), parts, SCHEMA)}
+    assert rows["calibration.tau"]["value"] == -4.0 and rows["calibration.tau"]["origin"].endswith("paper-llama.yaml")
+    actor = rows["train.safe_rlhf.actor_lr"]
+    assert actor["value"] == 1.0e-5 and actor["origin"] == "step default (lara.train.ppo_lag:PPOLagSettings)"
+    assert rows["base_model.revision"]["origin"] == "schema default"
+    assert not any(r["origin"].endswith("config/config.yaml") for r in rows.values())
+    # every leaf of the resolved config appears exactly once
+    assert len(rows) > 150 and "resources.rules.train_safe_rlhf.gpu" in rows
+
+
+def test_a_whole_experiment_starts_afresh_an_overlay_builds_on_the_files_before_it(tmp_path):
+    (tmp_path / "tau.yaml").write_text("calibration: {tau: -1.0}\n")
+    overlay = load(REPO / "config/config.yaml", tmp_path / "tau.yaml")
+    assert overlay["calibration"]["tau"] == -1.0 and overlay["train"]["sft"]["learning_rate"] == 3.0e-3
+    # smol extends the toy experiment: the toy's values where it sets none, its own where it does
+    smol = load(REPO / "config/smol.yaml")
+    assert load(REPO / "config/config.yaml", REPO / "config/smol.yaml") == smol
+    assert smol["calibration"]["tau"] == -0.5 and smol["train"]["sft"]["learning_rate"] == 5.0e-5
+    rows = {r["key"]: r["origin"] for r in explain(smol, layers(REPO / "config/smol.yaml"), SCHEMA)}
+    assert rows["calibration.tau"].endswith("config.yaml") and rows["decode.bon_n"].endswith("smol.yaml")
+    (tmp_path / "a.yaml").write_text("experiment: a\nextends: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("experiment: b\nextends: a.yaml\n")
+    with pytest.raises(ConfigError, match="a cycle of extends"):
+        load(tmp_path / "a.yaml")
+    (tmp_path / "c.yaml").write_text("experiment: c\nextends: nowhere.yaml\n")
+    with pytest.raises(ConfigError, match="nowhere.yaml: no such config file"):
+        load(tmp_path / "c.yaml")
 
 
 @pytest.mark.parametrize(
@@ -176,7 +268,8 @@ def test_top_k_is_checked_against_a_local_base_models_vocabulary(tmp_path):
 ])
 def test_policy_variants_are_checked_against_the_sections_they_override(variants, policies, message):
     with pytest.raises(ConfigError) as info:
-        validate({"decode": {"policy_variants": variants, "policies": policies or ["sft"]}}, source="my.yaml")
+        decode = {"policy_variants": variants, "policies": policies or ["sft"]}
+        validate({"calibration": {"tau": -0.5}, "decode": decode}, source="my.yaml")
     assert message in str(info.value)
 
 

@@ -1,5 +1,6 @@
 """`snakemake -n --profile slurm` on the paper configs: the full DAG with each job's resources."""
 
+import json
 import re
 
 import pytest
@@ -75,6 +76,10 @@ def test_token_level_decoding_runs_in_the_model_dtype(workflow_copy):
     proc = run_snakemake(workflow_copy, "-n", "--printshellcmds", "--configfile", "config/paper-llama.yaml")
     decodes = [line for line in proc.stdout.splitlines() if "lara rgtg " in line]
     assert len(decodes) == 9 and all("--dtype bfloat16" in line for line in decodes)
+    # the Snakefile's configfile (the toy default) comes first, yet the paper run sees none of its values:
+    # Safe-RLHF trains at ppo-lag.sh's learning rates by epochs, not the toy world's 80 steps at 50x
+    ppo = json.loads(re.search(r"lara train-safe-rlhf .*--settings '([^']*)'", proc.stdout).group(1))
+    assert (ppo["actor_lr"], ppo["critic_lr"], ppo["max_steps"], ppo["threshold"]) == (1.0e-5, 5.0e-6, -1, -4.0)
 
 
 def test_vllm_engines_split_the_model_over_the_rules_gpus(workflow_copy):

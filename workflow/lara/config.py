@@ -45,6 +45,8 @@ def load_schema(path: str | Path | None = None) -> dict:
                               f"({generated_path.name}); remove them from the schema")
         node["properties"] = {**generated[section]["properties"], **node.get("properties", {})}
         node["x-settings-keys"] = list(generated[section]["properties"])
+        if generated[section].get("required"):  # a step setting without a default (calibration.tau)
+            node["required"] = sorted({*node.get("required", []), *generated[section]["required"]})
         node.setdefault("additionalProperties", False)
         node.setdefault("type", "object")
     return schema
@@ -157,6 +159,11 @@ def _describe(error) -> str:
         keys = ", ".join(_key([*error.absolute_path, k]) for k in unknown)
         hint = f" (known keys here: {', '.join(sorted(known))})" if known else ""
         return f"unknown key {keys}{hint}"
+    if error.validator == "required":
+        missing = [k for k in error.validator_value if k not in error.instance]
+        what = {"tau": "every experiment states its cost budget (E[c] <= tau, in the cost model's units)"}
+        return "; ".join(f"{_key([*error.absolute_path, k])}: missing; {what.get(k, 'it has no default')}"
+                         for k in missing)
     return f"{_key(error.absolute_path)}: {error.message}"
 
 
@@ -367,14 +374,119 @@ def check_policies(config: dict, schema: dict) -> list[str]:
     return problems
 
 
-def load(*paths: str | Path, overrides: dict | None = None, schema: dict | None = None) -> dict:
-    """Merge YAML files left to right (plus ``overrides``) and validate the result."""
-    config: dict = {}
+EXTENDS = "extends"  # top-level key: the config file an experiment file builds on (relative to itself)
+
+
+def _chain(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[str, dict]]:
+    """A file's layers: the files it ``extends`` (recursively, first), then itself without that key."""
+    data = load_yaml(path)
+    base = data.pop(EXTENDS, None)
+    if base is None:
+        return [(str(path), data)]
+    if not isinstance(base, str) or not base:
+        raise ConfigError(f"{path}: {EXTENDS}: expected the path of a config file, got {base!r}")
+    parent = (Path(path).parent / base).resolve()
+    if parent in seen or parent == Path(path).resolve():
+        raise ConfigError(f"{path}: {EXTENDS}: {base} extends itself (a cycle of {EXTENDS})")
+    if "experiment" in data and not (Path(path).parent / base).is_file():
+        raise ConfigError(f"{path}: {EXTENDS}: {base}: no such config file (read relative to {Path(path).parent})")
+    return _chain(parent, (*seen, Path(path).resolve())) + [(str(path), data)]
+
+
+def layers(*paths: str | Path, overrides: dict | None = None) -> list[tuple[str, dict]]:
+    """The layers a configuration is merged from, in order, each ``(origin, mapping)``.
+
+    A file that names an ``experiment`` is a whole experiment: it starts from the step defaults,
+    not from the files before it (so a paper config given after the toy default, as Snakemake's
+    ``configfile:`` plus ``--configfile`` does, never inherits a toy value); to build on another
+    experiment's file it names it in ``extends:``. A file without ``experiment`` is an overlay on the
+    files before it (a τ, a shorter run). ``overrides`` (Snakemake's ``--config``) come last."""
+    out: list[tuple[str, dict]] = []
     for path in paths:
-        config = merge(config, load_yaml(path))
+        chain = _chain(Path(path))
+        if "experiment" in chain[-1][1] or any("experiment" in data for _, data in chain):
+            out = []
+        out += chain
     if overrides:
-        config = merge(config, overrides)
-    return validate(config, schema, source=", ".join(str(p) for p in paths) or "config")
+        out.append(("--config", dict(overrides)))
+    return out
+
+
+def merged(layer_list: list[tuple[str, dict]]) -> dict:
+    config: dict = {}
+    for _, data in layer_list:
+        config = merge(config, data)
+    return config
+
+
+def load(*paths: str | Path, overrides: dict | None = None, schema: dict | None = None) -> dict:
+    """The validated configuration of config files (layered as :func:`layers` says) plus ``overrides``."""
+    parts = layers(*paths, overrides=overrides)
+    return validate(merged(parts), schema, source=", ".join(str(p) for p in paths) or "config")
+
+
+def explain(resolved: dict, layer_list: list[tuple[str, dict]], schema: dict | None = None) -> list[dict]:
+    """Every resolved key (dotted; a list or a free-form mapping is one value) with its value and its
+    origin: the last layer that sets it, else ``default``: the owning step's settings field
+    (``step default (lara.train.ppo_lag:PPOLagSettings)``) or the schema's key default."""
+    schema = schema or load_schema()
+    rows = []
+
+    def origin_of(path: list[str]) -> str:
+        for origin, data in reversed(layer_list):
+            node = data
+            for part in path:
+                if not isinstance(node, dict) or part not in node:
+                    break
+                node = node[part]
+            else:
+                return origin
+        return "default"
+
+    def walk(node, sub_schema, path):
+        sub_schema = _resolve(sub_schema or {}, schema)
+        props = sub_schema.get("properties")
+        if isinstance(node, dict) and props is not None and node:
+            for key, value in node.items():
+                child = props.get(key)
+                if child is None and isinstance(sub_schema.get("additionalProperties"), dict):
+                    child = sub_schema["additionalProperties"]
+                walk(value, child, [*path, key])
+            return
+        if isinstance(node, dict) and node and props is None and isinstance(
+                sub_schema.get("additionalProperties"), dict):
+            for key, value in node.items():
+                walk(value, sub_schema["additionalProperties"], [*path, key])
+            return
+        origin = origin_of(path)
+        if origin == "default":
+            owner = _owner(path)
+            origin = f"step default ({owner})" if owner else "schema default"
+        rows.append({"key": ".".join(path), "value": node, "origin": origin})
+
+    walk(resolved, schema, [])
+    return rows
+
+
+def _owner(path: list[str]) -> str | None:
+    """The settings dataclass (``module:Class``) that owns the key at ``path``, if any."""
+    from lara.settings import SECTIONS
+
+    for cut in range(len(path) - 1, 0, -1):
+        section = ".".join(path[:cut])
+        if section in SECTIONS and cut == len(path) - 1:
+            return SECTIONS[section]
+    return None
+
+
+def explain_text(rows: list[dict]) -> str:
+    """The ``--explain`` table: key, value (JSON), origin; one line each, aligned."""
+    width = max((len(r["key"]) for r in rows), default=0)
+    lines = []
+    for r in rows:
+        value = json.dumps(r["value"])
+        lines.append(f"{r['key']:<{width}}  {value}  [{r['origin']}]")
+    return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -384,13 +496,22 @@ HELP = "validate experiment config files against the schema and print the resolv
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("configs", nargs="+", help="YAML files, merged left to right")
+    parser.add_argument("configs", nargs="+", help="YAML files, layered left to right (a file that names an "
+                        "experiment starts afresh unless it `extends:` another)")
     parser.add_argument("--schema", default=None, help="schema file (default: config/schema.yaml)")
     parser.add_argument("--quiet", action="store_true", help="only report errors")
+    parser.add_argument("--explain", action="store_true",
+                        help="print every resolved key with its value and where it came from (a file, a step's "
+                        "default, the schema's default)")
 
 
 def run(args) -> None:
-    schema = load_schema(args.schema) if args.schema else None
-    config = load(*args.configs, schema=schema)
-    if not args.quiet:
+    schema = load_schema(args.schema) if args.schema else load_schema()
+    parts = layers(*args.configs)
+    config = validate(merged(parts), schema, source=", ".join(args.configs))
+    if args.quiet:
+        return
+    if args.explain:
+        print(explain_text(explain(config, parts, schema)), end="")
+    else:
         print(yaml.safe_dump(config, sort_keys=False), end="")
