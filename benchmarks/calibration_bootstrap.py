@@ -127,7 +127,7 @@ def bench_bon(s, n: int, args) -> None:
         pd.DataFrame({"prompt_id": np.repeat(s.prompt_ids, s.counts), "reward": s.reward[s.mask],
                       "cost": s.cost[s.mask]}).to_parquet(scores)
         cmd = [sys.executable, "-m", "lara", "--log-level", "WARNING", "calibrate", "--scores", str(scores),
-               "--tau", str(tau), "--lambda-max", str(lam_max), "--bootstrap", str(nb), "--mode", "bon",
+               "--tau", str(tau), "--lambda-search-max", str(lam_max), "--bootstrap", str(nb), "--mode", "bon",
                "--bon-n", str(n), "--allow-infeasible", "--out", str(Path(tmp) / "lambda.json")]
         t0 = time.perf_counter()
         subprocess.run(cmd, check=True)

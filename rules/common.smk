@@ -242,7 +242,7 @@ def lambda_input(wildcards):
 
 
 def lambda_options(setting):
-    options = {"setting": setting, "lambda_max": config["decode"]["lambda_max"]}
+    options = {"setting": setting, "overpenalised_lambda": config["decode"]["overpenalised_lambda"]}
     if setting == "star":
         options["lambda_json"] = f"{RESULTS}/calibration/lambda.json"
     return opts(**options)

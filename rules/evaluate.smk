@@ -85,7 +85,12 @@ rule aggregate:
     resources:
         **job_resources("aggregate"),
     params:
-        options=opts(tau=config["calibration"]["tau"], bootstrap=config["evaluation"]["bootstrap"], seed=config["seed"]),
+        options=opts(
+            tau=config["calibration"]["tau"],
+            overpenalised_lambda=config["decode"]["overpenalised_lambda"],
+            bootstrap=config["evaluation"]["bootstrap"],
+            seed=config["seed"],
+        ),
         audit=opts(bon_star=BON_STAR_EVAL or None, lambda_json=BON_STAR_LAMBDA or None, sweep=BON_SWEEP or None),
         code=step_code("aggregate"),
     shell:

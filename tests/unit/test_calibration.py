@@ -232,11 +232,11 @@ def test_bon_selection_helper_breaks_ties_towards_lower_cost():
 
 def test_calibrate_is_deterministic_for_a_seed_and_cli_writes_the_record(tmp_path):
     s = heterogeneous(10)
-    settings = CalibrationSettings(tau=0.0, beta=1.0, lambda_max=5.0, bootstrap=500, seed=4, mode="soft")
+    settings = CalibrationSettings(tau=0.0, beta=1.0, lambda_search_max=5.0, bootstrap=500, seed=4, mode="soft")
     a, b = calibrate(s, settings), calibrate(s, settings)
     a.pop("timing_s"), b.pop("timing_s")
     assert a == b
-    c = calibrate(s, CalibrationSettings(tau=0.0, beta=1.0, lambda_max=5.0, bootstrap=500, seed=5, mode="soft"))
+    c = calibrate(s, CalibrationSettings(tau=0.0, beta=1.0, lambda_search_max=5.0, bootstrap=500, seed=5, mode="soft"))
     assert c["lambda_hat"] == a["lambda_hat"] and c["lambda_star"] != a["lambda_star"]
     assert a["bootstrap"]["quantiles"]["0.975"] == a["lambda_star"] >= a["bootstrap"]["quantiles"]["0.5"]
 
@@ -249,7 +249,7 @@ def test_calibrate_is_deterministic_for_a_seed_and_cli_writes_the_record(tmp_pat
     for name in ("one.json", "two.json"):
         subprocess.run([sys.executable, "-m", "lara", "calibrate", "--scores", str(path), "--tau", "0",
                         "--mode", "soft",
-                        "--beta", "1", "--lambda-max", "5", "--bootstrap", "500", "--quantile", "0.975",
+                        "--beta", "1", "--lambda-search-max", "5", "--bootstrap", "500", "--quantile", "0.975",
                         "--seed", "4", "--out", str(tmp_path / name)], check=True, capture_output=True)
         outs.append(json.loads((tmp_path / name).read_text()))
     for o in outs:

@@ -52,59 +52,6 @@ def _nodes(node):
             yield from _nodes(value)
 
 
-def _defaults_of(dotted: str) -> dict:
-    """The default of every key under a config path: a step's settings fields, else the schema's key defaults."""
-    import dataclasses
-
-    from lara.settings import SECTIONS, settings_class
-
-    if dotted in SECTIONS:
-        cls = settings_class(dotted)
-        return {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
-                for f in dataclasses.fields(cls) if f.metadata.get("config", True)
-                and (f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING)}
-    node = SCHEMA
-    for part in dotted.split("."):
-        node = _resolve(_resolve(node, SCHEMA)["properties"][part], SCHEMA)
-    return {k: _resolve(sub, SCHEMA)["default"] for k, sub in node.get("properties", {}).items()
-            if "default" in _resolve(sub, SCHEMA) and "properties" not in _resolve(sub, SCHEMA)
-            and "x-settings" not in sub}
-
-
-def _sections(config: dict, path: str = ""):
-    """Every mapping section of a resolved config with a fixed set of keys, by dotted path."""
-    for key, value in config.items():
-        dotted = f"{path}{key}"
-        if isinstance(value, dict) and dotted not in ("resources", "decode.policy_variants"):
-            yield dotted, value
-            yield from _sections(value, f"{dotted}.")
-
-
-@pytest.mark.parametrize("on_toy", [False, True], ids=["alone", "on-config.yaml"])
-@pytest.mark.parametrize("name", sorted(PAPER))
-def test_a_key_the_paper_config_does_not_set_is_the_step_default_never_a_toy_value(name, on_toy):
-    """Loaded alone, or after config/config.yaml as Snakemake's configfile + --configfile orders them,
-    a paper config's unset keys resolve to the defaults of the steps that own them (Safe-RLHF's
-    ppo-lag.sh learning rates, not the toy world's 50x)."""
-    files = (REPO / "config/config.yaml", PAPER[name]) if on_toy else (PAPER[name],)
-    resolved = load(*files)
-    given = yaml.safe_load(PAPER[name].read_text())
-    checked, wrong = 0, []
-    for dotted, section in _sections(resolved):
-        node = given
-        for part in dotted.split("."):
-            node = node.get(part, {}) if isinstance(node, dict) else {}
-        for key, default in _defaults_of(dotted).items():
-            if key in node:
-                continue
-            checked += 1
-            if section[key] != default:
-                wrong.append(f"{dotted}.{key}: {section[key]!r} (default {default!r})")
-    assert wrong == [] and checked > 80
-    ppo = resolved["train"]["safe_rlhf"]
-    assert (ppo["actor_lr"], ppo["critic_lr"], ppo["max_steps"]) == (1.0e-5, 5.0e-6, -1)
-
-
 def test_explain_names_where_every_value_comes_from():
     parts = layers(REPO / "config/config.yaml", PAPER["llama"])
     rows = {r["key"]: r for r in explain(load(REPO / "config/config.yaml", PAPER["llama"]), parts, SCHEMA)}
@@ -168,10 +115,12 @@ def test_all_errors_are_reported_at_once():
 def test_paper_configs(name):
     cfg = load(REPO / "config/config.yaml", PAPER[name])
     expected = {"llama": ("meta-llama/Llama-3.2-3B", -4.0, 2.0), "qwen": ("Qwen/Qwen2.5-3B", 0.8, 3.0)}[name]
-    assert (cfg["base_model"]["name_or_path"], cfg["calibration"]["tau"], cfg["decode"]["lambda_max"]) == expected
+    got = (cfg["base_model"]["name_or_path"], cfg["calibration"]["tau"], cfg["decode"]["overpenalised_lambda"])
+    assert got == expected
     # Best-of-N is calibrated for the decoder that uses it: bon mode with the decoder's N
     assert cfg["calibration"]["mode"] == "bon" and cfg["decode"]["bon_n"] == 20
-    assert cfg["calibration"]["lambda_max"] >= cfg["decode"]["lambda_max"]  # the search bound covers the max setting
+    # the search bound covers the max setting
+    assert cfg["calibration"]["lambda_search_max"] >= cfg["decode"]["overpenalised_lambda"]
     assert cfg["data"]["sft"]["source"] == "tatsu-lab/alpaca"
     assert cfg["data"]["preferences"]["source"] == "PKU-Alignment/PKU-SafeRLHF"
     assert cfg["data"]["prompts"]["n_calibration"] == 2000 and cfg["data"]["prompts"]["n_test"] == 256
@@ -283,3 +232,20 @@ def test_a_variant_s_settings_are_its_base_s_with_its_overrides():
     assert variant_settings(cfg, "safedpo", "train") == cfg["train"]["safedpo"]
     sampled = variant_settings(cfg, "safe_rlhf_plain", "generation")
     assert (sampled["temperature"], sampled["top_k"]) == (1.0, 0) and sampled["max_new_tokens"] == 512
+
+
+@pytest.mark.parametrize("old, new", [
+    ({"calibration": {"lambda_max": 5.0}}, "calibration.lambda_search_max"),
+    ({"decode": {"lambda_max": 2.0}}, "decode.overpenalised_lambda"),
+    ({"train": {"safe_rlhf": {"lambda_max": 5.0}}}, "train.safe_rlhf.lambda_clamp"),
+])
+def test_the_three_old_lambda_max_keys_are_refused_naming_their_new_names(old, new):
+    with pytest.raises(ConfigError, match=f"lambda_max is now {new} "):
+        validate(old | {"calibration": {"tau": -1.0, **old.get("calibration", {})}}, source="old.yaml")
+
+
+def test_a_step_run_by_hand_refuses_an_old_name_too():
+    from lara.calibrate.calibrate import CalibrationSettings
+
+    with pytest.raises(ConfigError, match="calibration.lambda_max is now calibration.lambda_search_max"):
+        CalibrationSettings.from_json('{"tau": -1.0, "lambda_max": 5.0}')

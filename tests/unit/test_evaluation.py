@@ -130,19 +130,43 @@ def test_bootstrap_ci_covers_the_mean_and_shrinks_with_n():
     assert aggregate.bootstrap_ci([5.0, 5.0, 5.0], 100) == (5.0, 5.0, 5.0)
 
 
-def test_constraint_audit_verdicts():
+def _record(tau, lambda_star=0.4, n=None):
     from lara.calibrate.record import LambdaRecord
 
-    lam = LambdaRecord(path="lambda.json", lambda_hat=0.2, lambda_star=0.4, tau=-1.0, mode="soft",
-                       decoder={"kind": "gibbs_tilt", "beta": 1.0}, feasible=True, status="interior", data={})
-    met = aggregate.constraint_audit(pd.DataFrame({"decoder_cost": [-3.0, -2.5, -2.0, -3.5] * 10}), -1.0, lam,
+    decoder = {"kind": "best_of_n", "n": n} if n else {"kind": "gibbs_tilt", "beta": 1.0}
+    return LambdaRecord(path="lambda.json", lambda_hat=0.2, lambda_star=lambda_star, tau=tau,
+                        mode="bon" if n else "soft", decoder=decoder, feasible=True, status="interior", data={})
+
+
+def test_constraint_audit_verdicts_against_the_record_s_own_tau():
+    met = aggregate.constraint_audit(pd.DataFrame({"decoder_cost": [-3.0, -2.5, -2.0, -3.5] * 10}), _record(-1.0),
                                      500, 0)
-    assert met["meets_tau_upper_ci"] and met["verdict"].startswith("met (upper")
+    assert met["meets_tau_upper_ci"] and met["verdict"].startswith("met (upper") and met["tau"] == -1.0
     assert met["mean_cost"] == pytest.approx(-2.75)
-    borderline = aggregate.constraint_audit(pd.DataFrame({"decoder_cost": [-3.0, 1.0] * 5}), -0.5, lam, 500, 0)
+    borderline = aggregate.constraint_audit(pd.DataFrame({"decoder_cost": [-3.0, 1.0] * 5}), _record(-0.5), 500, 0)
     assert borderline["meets_tau_point"] and not borderline["meets_tau_upper_ci"]
-    violated = aggregate.constraint_audit(pd.DataFrame({"decoder_cost": [1.0, 2.0] * 5}), 0.0, lam, 500, 0)
+    violated = aggregate.constraint_audit(pd.DataFrame({"decoder_cost": [1.0, 2.0] * 5}), _record(0.0), 500, 0)
     assert violated["verdict"] == "violated"
+
+
+def test_the_audit_says_when_lambda_star_reaches_the_overpenalised_setting():
+    costs = pd.DataFrame({"decoder_cost": [-1.0, -2.0] * 5})
+    below = aggregate.constraint_audit(costs, _record(-1.0, lambda_star=0.4), 200, 0, overpenalised=2.0)
+    assert below["lambda_star_at_or_above_max"] is False and "note" not in below
+    above = aggregate.constraint_audit(costs, _record(-1.0, lambda_star=2.0), 200, 0, overpenalised=2.0)
+    assert above["lambda_star_at_or_above_max"] is True
+    assert "decode.overpenalised_lambda" in above["note"] and "lambda* = 2" in above["note"]
+
+
+def test_a_record_is_audited_only_against_its_own_tau_and_n():
+    from lara.calibrate.record import check_budget
+    from lara.data.tables import DataError
+
+    check_budget(_record(-0.5, n=20), -0.5, 20)
+    with pytest.raises(DataError, match=r"calibrated for tau = -0.5, but --tau is -1 \(calibration.tau\)"):
+        check_budget(_record(-0.5, n=20), -1.0)
+    with pytest.raises(DataError, match=r"N = 20, but the decoder draws N = 8 \(decode.bon_n\)"):
+        check_budget(_record(-0.5, n=20), -0.5, 8)
 
 
 def test_summary_has_one_row_per_method_and_setting():

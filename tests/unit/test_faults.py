@@ -107,7 +107,7 @@ def sidecar(t):
 
 
 CAL = ["calibrate", "--scores", "{t}/cand.parquet", "--tau", "0", "--bootstrap", "20", "--out", "{t}/lambda.json"]
-SEL = ["select-bon", "--candidates", "{t}/cand.parquet", "--lambda-max", "5", "--out", "{t}/out.parquet"]
+SEL = ["select-bon", "--candidates", "{t}/cand.parquet", "--overpenalised-lambda", "5", "--out", "{t}/out.parquet"]
 PREP = ["prepare-data", "--kind", "sft", "--out", "{t}/sft.parquet", "--source"]
 SPLIT = ["split-prompts", "--n-calibration", "5", "--calibration", "{t}/cal.parquet", "--test", "{t}/test.parquet"]
 MODEL_ARGS = ["--data", "{t}/cand.parquet", "--checkpoints", "{t}/ck", "--out", "{t}/model"]
@@ -191,13 +191,14 @@ CASES = [
     Case("rgtg: a negative temperature", [lambda t: pd.DataFrame({"prompt_id": ["p0"], "prompt": ["hi"]})
                                           .to_parquet(t / "prompts.parquet")],
          ["rgtg", "--method", "args", "--policy", "{t}/none", "--reward", "{t}/none", "--cost", "{t}/none",
-          "--prompts", "{t}/prompts.parquet", "--setting", "zero", "--lambda-max", "5",
+          "--prompts", "{t}/prompts.parquet", "--setting", "zero", "--overpenalised-lambda", "5",
           "--settings", '{"temperature": -1}', "--out", "{t}/out.parquet"], 2,
          ["decode.rgtg.args.temperature: -1 is less than the minimum of 0"], ["out.parquet"]),
     Case("rgtg: no such policy", [lambda t: pd.DataFrame({"prompt_id": ["p0"], "prompt": ["hi"]})
                                   .to_parquet(t / "prompts.parquet")],
          ["rgtg", "--method", "args", "--policy", "{t}/none", "--reward", "{t}/none", "--cost", "{t}/none",
-          "--prompts", "{t}/prompts.parquet", "--setting", "zero", "--lambda-max", "5", "--out", "{t}/out.parquet"],
+          "--prompts", "{t}/prompts.parquet", "--setting", "zero", "--overpenalised-lambda", "5",
+          "--out", "{t}/out.parquet"],
          2, ["--policy", "none: no such model directory"], ["out.parquet"]),
     # evaluation
     Case("evaluate: missing columns", [_cand],

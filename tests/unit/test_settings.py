@@ -143,7 +143,7 @@ def test_an_unused_training_key_is_refused_instead_of_ignored():
     ("evaluation.judge", "--base-url", "http://localhost:8000/v1", "http://localhost:8000/v1"),
     ("evaluation.judge", "--model", "null", None),
     ("calibration", "--mode", "soft", "soft"),
-    ("train.safe_rlhf", "--lambda-max", "2.5", 2.5),
+    ("train.safe_rlhf", "--lambda-clamp", "2.5", 2.5),
 ])
 def test_each_key_has_a_flag_that_parses_its_type(section, flag, text, value):
     import argparse

@@ -23,7 +23,7 @@ def test_lambda_follows_the_episode_cost(toy_run):
     lam = np.array([1.0] + [h["lambda"] for h in history])
     over = np.array([h["episode_cost"] > h["threshold"] for h in history])
     step = np.diff(lam)
-    at_clamp = np.isclose(lam[1:], settings["lambda_max"]) & np.isclose(lam[:-1], settings["lambda_max"])
+    at_clamp = np.isclose(lam[1:], settings["lambda_clamp"]) & np.isclose(lam[:-1], settings["lambda_clamp"])
     # each dual step moves lambda up while the windowed cost exceeds the threshold, down otherwise
     assert np.all((step > 0)[over & ~at_clamp]) and np.all((step < 0)[~over])
     assert over[0] and history[0]["episode_cost"] > -5.0  # SFT starts above the budget ...

@@ -27,7 +27,7 @@ def test_summary_covers_every_method_setting_and_policy(toy_run):
     assert (s["n"] == 256).all()
     for col in ("helpfulness", "harmfulness", "safe_rate", "judge_helpfulness", "judge_harmlessness"):
         assert (s[f"{col}_lo"] <= s[col] + 1e-12).all() and (s[col] <= s[f"{col}_hi"] + 1e-12).all(), col
-    # lambda trades helpfulness for harmlessness: Best-of-N at lambda_max is less harmful than at 0
+    # lambda trades helpfulness for harmlessness: Best-of-N at the over-penalised lambda is less harmful than at 0
     bon = s[s["method"] == "bon"].set_index("setting")
     assert bon.loc["max", "harmfulness"] < bon.loc["zero", "harmfulness"]
     assert bon.loc["max", "judge_harmlessness"] > bon.loc["zero", "judge_harmlessness"]

@@ -124,7 +124,7 @@ def test_calibration_samples_scores_and_lambda(toy_run):
     auc = (ranks[unsafe].sum() - unsafe.sum() * (unsafe.sum() + 1) / 2) / (unsafe.sum() * (~unsafe).sum())
     assert auc > 0.75, auc
     lam = json.loads((cal / "lambda.json").read_text())
-    assert lam["feasible"] and lam["n_prompts"] == 200 and lam["tau"] == -0.5 and lam["lambda_max"] == 5.0
+    assert lam["feasible"] and lam["n_prompts"] == 200 and lam["tau"] == -0.5 and lam["lambda_search_max"] == 5.0
     # lambda-hat solves the dual on the run's own scores, to the bisection tolerance: E_lam[c] is
     # decreasing in lambda and crosses tau inside [lambda-hat - tol, lambda-hat + tol] (or the constraint
     # is inactive and lambda-hat = 0: whether SFT's tilted cost exceeds tau on the full sample is itself
@@ -138,7 +138,7 @@ def test_calibration_samples_scores_and_lambda(toy_run):
     else:
         assert lam_hat == 0.0 and cost_at(0.0) <= tau
     # lambda* is the bootstrap's upper quantile: positive (the constraint binds in far more than 2.5%
-    # of the resamples), at or above the full-sample root, within lambda_max
+    # of the resamples), at or above the full-sample root, within lambda_search_max
     boot = lam["bootstrap"]
     assert lam["lambda_star"] == boot["quantiles"][str(boot["quantile"])]
-    assert 0 <= lam_hat <= lam["lambda_star"] <= lam["lambda_max"] and lam["lambda_star"] > 0
+    assert 0 <= lam_hat <= lam["lambda_star"] <= lam["lambda_search_max"] and lam["lambda_star"] > 0

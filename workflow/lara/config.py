@@ -172,6 +172,12 @@ def validate(config: dict, schema: dict | None = None, source: str = "config") -
     offending key."""
     from jsonschema import Draft202012Validator
 
+    from lara.settings import RENAMED, renamed_message
+
+    old = [renamed_message(k) for k in RENAMED if _has_key(config, k)]
+    if old:
+        lines = "\n".join(f"  - {p}" for p in old)
+        raise ConfigError(f"{source}: invalid configuration:\n{lines}")
     schema = schema or load_schema()
     filled = _fill(copy.deepcopy(config), schema, schema)
     errors = sorted(Draft202012Validator(schema).iter_errors(filled),
@@ -181,6 +187,15 @@ def validate(config: dict, schema: dict | None = None, source: str = "config") -
         lines = "\n".join(f"  - {p}" for p in problems)
         raise ConfigError(f"{source}: invalid configuration:\n{lines}")
     return filled
+
+
+def _has_key(config: dict, dotted: str) -> bool:
+    node = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def _cross_checks(config: dict) -> list[str]:

@@ -55,6 +55,20 @@ SECTIONS: dict[str, str] = {
     "figures": "lara.evaluate.figures:FigureSettings",
 }
 
+# keys that were renamed: the old name is refused with a message naming the new one (three keys were once all
+# called lambda_max, with three meanings)
+RENAMED: dict[str, tuple[str, str]] = {
+    "calibration.lambda_max": ("calibration.lambda_search_max", "the upper end of the calibration's search interval"),
+    "decode.lambda_max": ("decode.overpenalised_lambda", "the lambda of the decoders' over-penalised `max` setting"),
+    "train.safe_rlhf.lambda_max": ("train.safe_rlhf.lambda_clamp", "Safe-RLHF's upper clamp of its multiplier"),
+}
+
+
+def renamed_message(key: str) -> str:
+    new, what = RENAMED[key]
+    return f"{key} is now {new} ({what}); rename the key"
+
+
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "config" / "settings.schema.yaml"
 
 _MISSING = dataclasses.MISSING
@@ -133,6 +147,9 @@ class Settings:
         if not isinstance(data, dict):
             raise ConfigError(f"{origin}: expected a mapping of {cls.SECTION or cls.__name__} settings")
         unknown = sorted(set(data) - set(cls.config_keys()))
+        old = [renamed_message(cls.key(k)) for k in unknown if cls.key(k) in RENAMED]
+        if old:
+            raise ConfigError(f"{origin}: " + "; ".join(old))
         if unknown:
             raise ConfigError(f"{origin}: unknown key {', '.join(cls.key(k) for k in unknown)} "
                               f"(known: {', '.join(cls.config_keys())})")

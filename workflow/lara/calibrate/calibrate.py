@@ -41,8 +41,9 @@ class CalibrationSettings(Settings):
     beta: float = setting(1.0, "Soft mode only: the KL coefficient beta of the dual; its lambda targets the Gibbs "
                                "tilt pi_ref exp((r - lambda c) / beta), not argmax Best-of-N (the paper does not "
                                "state beta).", exclusive_minimum=0)
-    lambda_max: float = setting(5.0, "Upper end Lambda of the calibration's search interval [0, Lambda] (not the "
-                                     "decoders' `max` setting: decode.lambda_max).", exclusive_minimum=0)
+    lambda_search_max: float = setting(5.0, "Upper end Lambda of the calibration's search interval [0, Lambda] (not "
+                                            "the decoders' `max` setting: decode.overpenalised_lambda).",
+                                       exclusive_minimum=0)
     bootstrap: int = setting(10000, "Bootstrap replicates over prompts.", minimum=1)
     quantile: float = setting(0.975, "Bootstrap quantile deployed as lambda*.", exclusive_minimum=0,
                               exclusive_maximum=1)
@@ -59,7 +60,7 @@ class CalibrationSettings(Settings):
 
 
 class Infeasible(RuntimeError):
-    """tau cannot be met within [0, lambda_max]."""
+    """tau cannot be met within [0, lambda_search_max]."""
 
 
 def load_scores(path: str | Path) -> PromptScores:
@@ -96,14 +97,14 @@ def calibrate(scores: PromptScores, s: CalibrationSettings) -> dict:
         if bon_n is not None and bon_n > k_min:
             raise ValueError(f"Best-of-N calibration with N = {bon_n} (bon_n) needs N <= K, but the scores have "
                              f"K = {k_min} samples per prompt (the fewest of any prompt)")
-        steps = bon_steps(scores.reward, scores.cost, scores.mask, bon_n, s.lambda_max)
-    sol = solve(scores, s.tau, s.beta, s.lambda_max, s.tolerance, s.mode, bon_n=bon_n, bon_steps=steps)
+        steps = bon_steps(scores.reward, scores.cost, scores.mask, bon_n, s.lambda_search_max)
+    sol = solve(scores, s.tau, s.beta, s.lambda_search_max, s.tolerance, s.mode, bon_n=bon_n, bon_steps=steps)
     t1 = time.perf_counter()
-    boot = bootstrap(scores, s.tau, s.beta, s.lambda_max, s.bootstrap, s.seed, s.mode, bon_n=bon_n,
+    boot = bootstrap(scores, s.tau, s.beta, s.lambda_search_max, s.bootstrap, s.seed, s.mode, bon_n=bon_n,
                      bon_steps=steps)
     t2 = time.perf_counter()
     lams = boot.lams
-    grid = np.linspace(0.0, s.lambda_max, s.grid_points)
+    grid = np.linspace(0.0, s.lambda_search_max, s.grid_points)
     hist, edges = np.histogram(lams, bins=50)
     counts = scores.counts
     lambda_star = float(np.quantile(lams, s.quantile))
@@ -133,7 +134,7 @@ def calibrate(scores: PromptScores, s: CalibrationSettings) -> dict:
         },
         "tau": s.tau,
         "beta": s.beta,
-        "lambda_max": s.lambda_max,
+        "lambda_search_max": s.lambda_search_max,
         "mode": s.mode,
         "tolerance": s.tolerance,
         "seed": s.seed,
@@ -160,7 +161,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--bon-n", type=int, default=None,
                         help="bon mode: the decoder's N (default: K, the samples per prompt); N > K is an error")
     parser.add_argument("--allow-infeasible", action="store_true",
-                        help="write lambda_max (feasible: false) instead of failing when tau is unreachable")
+                        help="write lambda_search_max (feasible: false) instead of failing when tau is unreachable")
     parser.add_argument("--out", required=True, help="output lambda.json")
 
 
@@ -174,11 +175,12 @@ def run(args) -> None:
         raise DataError(f"{args.scores}: {exc}") from None
     lo, hi = result["cost_range"]
     if not result["feasible"]:
-        msg = (f"tau={s.tau} is not reachable within [0, lambda_max={s.lambda_max}]: the mean cost under "
-               f"pi*_lambda ranges over [{lo:.6g}, {hi:.6g}] (lambda = lambda_max .. 0)")
+        msg = (f"tau={s.tau} is not reachable within [0, lambda_search_max={s.lambda_search_max}]: the mean cost under "
+               f"pi*_lambda ranges over [{lo:.6g}, {hi:.6g}] (lambda = lambda_search_max .. 0)")
         if not args.allow_infeasible:
-            raise DataError(f"{args.scores}: {msg}; raise lambda_max or tau, or pass --allow-infeasible")
-        log.warning("%s; writing lambda_max with feasible=false", msg)
+            raise DataError(f"{args.scores}: {msg}; raise calibration.lambda_search_max or tau, or pass "
+                            "--allow-infeasible")
+        log.warning("%s; writing lambda_search_max with feasible=false", msg)
     result |= {"settings": asdict(s), "scores": {"path": str(args.scores), "sha256": sha256_file(args.scores)},
                "code": code_version()}
     write_lambda(result, args.out)

@@ -75,6 +75,29 @@ def read_lambda(path: str | Path) -> LambdaRecord:
                         data=data)
 
 
+def check_budget(record: LambdaRecord, tau: float | None, n: int | None = None, key: str = "--tau") -> None:
+    """Refuse to audit ``record`` against another budget or another Best-of-N size than it was
+    calibrated for: a lambda* means something only for its own tau (and, in bon mode, its own N)."""
+    from lara.data.tables import DataError
+
+    if tau is not None and float(tau) != record.tau:
+        raise DataError(f"{record.path}: calibrated for tau = {record.tau:g}, but {key} is {float(tau):g} "
+                        "(calibration.tau): rerun the calibration for this tau, or audit against the record's own")
+    if n is not None and record.decoder_n is not None and int(n) != record.decoder_n:
+        raise DataError(f"{record.path}: calibrated for Best-of-N with N = {record.decoder_n}, but the decoder "
+                        f"draws N = {int(n)} (decode.bon_n): rerun the calibration for this N")
+
+
+def overpenalised_note(lambda_star: float, overpenalised: float | None) -> str | None:
+    """What a reader must be told when lambda* is at or above the `max` setting's lambda: that
+    setting then penalises cost no more than lambda* does, so it is no over-penalised reference."""
+    if overpenalised is None or lambda_star < overpenalised:
+        return None
+    return (f"lambda* = {lambda_star:.4g} is at or above the `max` setting's lambda = {overpenalised:g} "
+            "(decode.overpenalised_lambda): `max` does not over-penalise in this experiment; raise "
+            "decode.overpenalised_lambda above lambda*")
+
+
 def write_lambda(record: dict, path: str | Path) -> None:
     """Write a calibration result as ``lambda.json`` (atomically; checked like the reader checks it)."""
     from lara.data.tables import DataError
@@ -97,8 +120,18 @@ def parse_setting(name: str) -> float | None:
     return float(name.replace("p", "."))
 
 
-def resolve_lambda(name: str, lambda_max: float, lambda_json: str | Path | None = None) -> float:
-    """The value of a named lambda setting: zero, max (decode.lambda_max), star (lambda* from
+def add_lambda_arguments(parser) -> None:
+    """The decoders' lambda setting, one definition for every decoder: the setting's name, the
+    over-penalised lambda that ``max`` stands for (config key decode.overpenalised_lambda) and the
+    calibration record that ``star`` reads."""
+    parser.add_argument("--setting", required=True, help="lambda setting: zero, star, max, or a literal such as 0p5")
+    parser.add_argument("--overpenalised-lambda", type=float, required=True,
+                        help="the lambda of the `max` setting (config key decode.overpenalised_lambda)")
+    parser.add_argument("--lambda-json", default=None, help="lambda.json (needed by 'star')")
+
+
+def resolve_lambda(name: str, overpenalised: float, lambda_json: str | Path | None = None) -> float:
+    """The value of a named lambda setting: zero, max (decode.overpenalised_lambda), star (lambda* from
     lambda.json) or a literal."""
     literal = parse_setting(name)
     if literal is not None:
@@ -106,7 +139,7 @@ def resolve_lambda(name: str, lambda_max: float, lambda_json: str | Path | None 
     if name == "zero":
         return 0.0
     if name == "max":
-        return float(lambda_max)
+        return float(overpenalised)
     if lambda_json is None:
         from lara.config import ConfigError
 

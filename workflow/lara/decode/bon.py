@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lara.calibrate.record import read_lambda, resolve_lambda
+from lara.calibrate.record import add_lambda_arguments, read_lambda, resolve_lambda
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +86,7 @@ HELP = "select the Best-of-N candidate by r - lambda c for a named lambda settin
 
 def add_arguments(parser) -> None:
     parser.add_argument("--candidates", required=True, help="scored candidates (prompt_id, sample_id, reward, cost)")
-    parser.add_argument("--setting", required=True, help="zero, star, max, or a literal such as 0p5")
-    parser.add_argument("--lambda-max", type=float, required=True)
-    parser.add_argument("--lambda-json", default=None, help="lambda.json (needed by 'star')")
+    add_lambda_arguments(parser)
     parser.add_argument("--out", required=True, help="output parquet: one response per prompt")
 
 
@@ -96,7 +94,7 @@ def run(args) -> None:
     from lara.data.tables import DataError, read_table, write_table
 
     df = read_table(args.candidates, required=("prompt_id", "sample_id", "prompt", "response", "reward", "cost"))
-    lam = resolve_lambda(args.setting, args.lambda_max, args.lambda_json)
+    lam = resolve_lambda(args.setting, args.overpenalised_lambda, args.lambda_json)
     try:
         ids, reward, cost, index = score_matrix(df)
     except ValueError as exc:

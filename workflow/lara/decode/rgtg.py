@@ -24,6 +24,7 @@ import logging
 from dataclasses import dataclass
 from typing import ClassVar
 
+from lara.calibrate.record import add_lambda_arguments
 from lara.scoring import encode, pad_batch
 from lara.settings import Settings, add_settings_arguments, new_default, read_settings, setting
 
@@ -368,9 +369,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--reward", required=True, help="reward scorer (full, partial or value model)")
     parser.add_argument("--cost", required=True, help="cost scorer (full, partial or value model)")
     parser.add_argument("--prompts", required=True, help="parquet with prompt_id, prompt")
-    parser.add_argument("--setting", required=True, help="lambda setting: zero, star, max or a literal (0p5)")
-    parser.add_argument("--lambda-max", type=float, required=True)
-    parser.add_argument("--lambda-json", default=None)
+    add_lambda_arguments(parser)
     add_settings_arguments(parser, RGTGSettings)
     parser.add_argument("--naive", action="store_true", help="use the uncached reference scorers")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
@@ -388,7 +387,7 @@ def run(args) -> None:
     from lara.data.tables import read_table, write_table
 
     s = read_settings(args, METHOD_SETTINGS[args.method])
-    lam = resolve_lambda(args.setting, args.lambda_max, args.lambda_json)
+    lam = resolve_lambda(args.setting, args.overpenalised_lambda, args.lambda_json)
     df = read_table(args.prompts, required=("prompt_id", "prompt"))
     for flag, spec in (("--policy", args.policy), ("--reward", args.reward), ("--cost", args.cost)):
         require_model(spec, flag)

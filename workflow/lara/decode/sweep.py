@@ -76,7 +76,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
-    from lara.calibrate.record import read_lambda
+    from lara.calibrate.record import check_budget, read_lambda
     from lara.data.tables import DataError, read_table, write_table
 
     df = read_table(args.candidates, required=("prompt_id", "sample_id", "reward", "cost"))
@@ -92,7 +92,12 @@ def run(args) -> None:
     calibrated = {}
     for path in args.lambda_json:
         rec = read_lambda(path)
-        calibrated[rec.decoder_n or m] = rec
+        check_budget(rec, args.tau)
+        n = rec.decoder_n or m
+        if n not in sizes:
+            raise DataError(f"{path}: calibrated for Best-of-N with N = {n}, which is not a swept size {sizes} "
+                            "(decode.bon_n, decode.sweep_n)")
+        calibrated[n] = rec
     try:
         grid = [float(x) for x in json.loads(args.grid)]
     except (ValueError, TypeError):

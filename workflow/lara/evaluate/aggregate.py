@@ -20,7 +20,7 @@ import logging
 import numpy as np
 import pandas as pd
 
-from lara.calibrate.record import LambdaRecord, read_lambda
+from lara.calibrate.record import LambdaRecord, check_budget, overpenalised_note, read_lambda
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +65,15 @@ def star_n(lam: LambdaRecord, sweep: pd.DataFrame) -> int:
     return lam.decoder_n or int(sweep["n"].max())
 
 
-def constraint_audit(bon_star: pd.DataFrame, tau: float, lam: LambdaRecord, n_boot: int, seed: int) -> dict:
+def constraint_audit(bon_star: pd.DataFrame, lam: LambdaRecord, n_boot: int, seed: int,
+                     overpenalised: float | None = None) -> dict:
+    """The held-out verdict of Best-of-N at lambda* against the tau that ``lam`` was calibrated for."""
     mean, lo, hi = bootstrap_ci(bon_star["decoder_cost"], n_boot, seed=seed)
+    tau = lam.tau
+    note = overpenalised_note(lam.lambda_star, overpenalised)
     return {"question": "does Best-of-N at lambda* meet E[c] <= tau on the test prompts?",
+            "overpenalised_lambda": overpenalised, "lambda_star_at_or_above_max": note is not None,
+            **({"note": note} if note else {}),
             "tau": tau, "lambda_star": lam.lambda_star, "lambda_hat": lam.lambda_hat,
             "calibration_mode": lam.mode, "n_test_prompts": int(len(bon_star)),
             "mean_cost": mean, "ci95": [lo, hi], "meets_tau_point": bool(mean <= tau),
@@ -94,7 +100,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--bon-star", default=None, help="evaluated Best-of-N at lambda* (for the audit)")
     parser.add_argument("--lambda-json", default=None)
     parser.add_argument("--sweep", default=None, help="the Best-of-N sweep.csv: the audit at every lambda")
-    parser.add_argument("--tau", type=float, required=True)
+    parser.add_argument("--tau", type=float, required=True,
+                        help="the config's calibration.tau: refused unless lambda.json was calibrated for it")
+    parser.add_argument("--overpenalised-lambda", type=float, default=None,
+                        help="the `max` setting's lambda (decode.overpenalised_lambda): the audit says when lambda* "
+                        "is at or above it")
     parser.add_argument("--bootstrap", type=int, required=True, help="replicates (config key evaluation.bootstrap)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="summary.csv")
@@ -113,9 +123,12 @@ def run(args) -> None:
     if args.bon_star:
         star = read_table(args.bon_star, required=("decoder_cost",))
         lam = read_lambda(args.lambda_json)
-        audit = constraint_audit(star, args.tau, lam, args.bootstrap, args.seed)
+        check_budget(lam, args.tau)
+        audit = constraint_audit(star, lam, args.bootstrap, args.seed, args.overpenalised_lambda)
         log.info("constraint audit: Best-of-N at lambda*=%.4g: mean cost %.4f, 95%% CI [%.4f, %.4f], tau %.4g: %s",
-                 audit["lambda_star"], audit["mean_cost"], *audit["ci95"], args.tau, audit["verdict"])
+                 audit["lambda_star"], audit["mean_cost"], *audit["ci95"], lam.tau, audit["verdict"])
+        if audit.get("note"):
+            log.warning("%s", audit["note"])
         if args.sweep:
             sweep = read_table(args.sweep, required=("n", "lambda", "label", "mean_cost", "verdict"))
             audit |= sweep_audit(sweep, star_n(lam, sweep))

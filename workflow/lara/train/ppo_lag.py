@@ -16,7 +16,7 @@ multiplier, so this is a loop on ``accelerate`` that follows Safe-RLHF's algorit
 * the multiplier is stored as log(lambda) and moved by one SGD step before every actor update
   on the loss -(J_c - threshold) * lambda, where J_c is the mean cost-model score of the last
   ``episode_cost_window_size`` episodes (so lambda rises while J_c exceeds the threshold and
-  falls otherwise), clamped at lambda_max;
+  falls otherwise), clamped at lambda_clamp;
 * the actor maximises the PPO clipped surrogate of (A_r - lambda A_c) / (1 + lambda), plus an
   optional pre-training (ptx) loss on the SFT data, as in Safe-RLHF's scripts.
 
@@ -76,7 +76,8 @@ class PPOLagSettings(Settings):
     threshold: float = setting(0.0, "Cost budget d of E[c] <= d, in cost-model units.")
     lambda_init: float = setting(1.0, "Initial Lagrange multiplier.", exclusive_minimum=0)
     lambda_lr: float = setting(0.1, "SGD learning rate of log(lambda).", exclusive_minimum=0)
-    lambda_max: float | None = setting(5.0, "Upper clamp of lambda (null = none).", exclusive_minimum=0)
+    lambda_clamp: float | None = setting(5.0, "Upper clamp of lambda (null = none; Safe-RLHF's --lambda_max).",
+                                         exclusive_minimum=0)
     lambda_update_delay_steps: int = setting(0, "Rollouts before lambda starts to move.", minimum=0)
     episode_cost_window_size: int = setting(128, "Episodes in the moving mean cost J_c.", minimum=1)
     ptx_coeff: float = setting(16.0, "Weight of the SFT (ptx) loss on the actor (0 = off).", minimum=0)
@@ -130,14 +131,14 @@ def combined_advantage(adv_reward, adv_cost, lam: float):
 
 
 def lambda_step(log_lambda: float, episode_cost: float, threshold: float, lr: float,
-                lambda_max: float | None) -> float:
+                lambda_clamp: float | None) -> float:
     """One SGD step of log(lambda) on the loss -(J_c - threshold) * lambda, then the clamp.
 
     d loss / d log(lambda) = -(J_c - threshold) * lambda, so
     log(lambda) <- log(lambda) + lr * (J_c - threshold) * lambda."""
     new = log_lambda + lr * (episode_cost - threshold) * math.exp(log_lambda)
-    if lambda_max is not None:
-        new = min(new, math.log(lambda_max))
+    if lambda_clamp is not None:
+        new = min(new, math.log(lambda_clamp))
     return new
 
 
@@ -459,7 +460,7 @@ def _lambda_step(run: Run, state: LoopState, step: int, episode_cost: float) -> 
     """One SGD step on log(lambda) (after the delay), before an actor update; returns the new lambda."""
     s = run.s
     if step >= s.lambda_update_delay_steps:
-        state.log_lambda = lambda_step(state.log_lambda, episode_cost, s.threshold, s.lambda_lr, s.lambda_max)
+        state.log_lambda = lambda_step(state.log_lambda, episode_cost, s.threshold, s.lambda_lr, s.lambda_clamp)
     return math.exp(state.log_lambda)
 
 

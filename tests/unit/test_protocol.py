@@ -1,0 +1,78 @@
+"""The paper configs are the paper's protocol: every key a paper file leaves unset resolves to the
+default of the step that owns it (never a toy value), and every value the paper or the scripts it
+cites state (config/protocol/*.yaml, each row with its source) is what the resolved config holds."""
+
+import dataclasses
+
+import pytest
+import yaml
+
+from lara.config import load, load_schema
+
+from ..conftest import REPO
+
+SCHEMA = load_schema()
+PAPER = {"llama": REPO / "config/paper-llama.yaml", "qwen": REPO / "config/paper-qwen.yaml"}
+
+
+def _resolve(node, schema):
+    ref = node.get("$ref")
+    if ref:
+        target = schema
+        for part in ref.lstrip("#/").split("/"):
+            target = target[part]
+        return {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+    return node
+
+
+def _defaults_of(dotted: str) -> dict:
+    """The default of every key under a config path: a step's settings fields, else the schema's key defaults."""
+    from lara.settings import SECTIONS, settings_class
+
+    if dotted in SECTIONS:
+        cls = settings_class(dotted)
+        return {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                for f in dataclasses.fields(cls) if f.metadata.get("config", True)
+                and (f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING)}
+    node = SCHEMA
+    for part in dotted.split("."):
+        node = _resolve(_resolve(node, SCHEMA)["properties"][part], SCHEMA)
+    return {k: _resolve(sub, SCHEMA)["default"] for k, sub in node.get("properties", {}).items()
+            if "default" in _resolve(sub, SCHEMA) and "properties" not in _resolve(sub, SCHEMA)
+            and "x-settings" not in sub}
+
+
+def _sections(config: dict, path: str = ""):
+    """Every mapping section of a resolved config with a fixed set of keys, by dotted path."""
+    for key, value in config.items():
+        dotted = f"{path}{key}"
+        if isinstance(value, dict) and dotted not in ("resources", "decode.policy_variants"):
+            yield dotted, value
+            yield from _sections(value, f"{dotted}.")
+
+
+@pytest.mark.parametrize("on_toy", [False, True], ids=["alone", "on-config.yaml"])
+@pytest.mark.parametrize("name", sorted(PAPER))
+def test_a_key_the_paper_config_does_not_set_is_the_step_default_never_a_toy_value(name, on_toy):
+    """Loaded alone, or after config/config.yaml as Snakemake's configfile + --configfile orders them,
+    a paper config's unset keys resolve to the defaults of the steps that own them (Safe-RLHF's
+    ppo-lag.sh learning rates, not the toy world's 50x)."""
+    files = (REPO / "config/config.yaml", PAPER[name]) if on_toy else (PAPER[name],)
+    resolved = load(*files)
+    given = yaml.safe_load(PAPER[name].read_text())
+    checked, wrong = 0, []
+    for dotted, section in _sections(resolved):
+        node = given
+        for part in dotted.split("."):
+            node = node.get(part, {}) if isinstance(node, dict) else {}
+        for key, default in _defaults_of(dotted).items():
+            if key in node:
+                continue
+            checked += 1
+            if section[key] != default:
+                wrong.append(f"{dotted}.{key}: {section[key]!r} (default {default!r})")
+    assert wrong == [] and checked > 80
+    ppo = resolved["train"]["safe_rlhf"]
+    assert (ppo["actor_lr"], ppo["critic_lr"], ppo["max_steps"]) == (1.0e-5, 5.0e-6, -1)
+
+
