@@ -52,7 +52,7 @@ pd.DataFrame({{"prompt_id": [f"p{{i // 2}}" for i in range(10)], "sample_id": [i
             ("lara calibrate, 10 rows, 1000 replicates", [py, "-m", "lara", "--log-level", "WARNING", "calibrate",
                                                         "--scores", str(scores), "--tau", "0", "--bootstrap",
                                                         "1000", "--out", str(Path(tmp) / "lambda.json")], 1.5),
-            ("code hashes of every lara command", [py, "-c", "from lara.cli import COMMANDS; from lara.codehash "
+            ("code hashes of every lara command", [py, "-c", "from lara.steps import COMMANDS; from lara.codehash "
                                                    "import step_code; [step_code(c) for c in COMMANDS]"], None),
         ]
         print(f"{'what':46s} {'median s':>9s} {'target s':>9s}")

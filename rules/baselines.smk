@@ -26,11 +26,10 @@ rule train_safe_rlhf:
     params:
         launch=launcher("train_safe_rlhf"),
         settings=lambda w: policy_settings(w.safe_rlhf_model, "train"),
-        options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
         code=step_code("train-safe-rlhf"),
     shell:
         "{params.launch} train-safe-rlhf --model {input.sft:q} --reward {input.reward:q} --cost {input.cost:q}"
-        " --prompts {input.prompts:q} --sft-data {input.sft_data:q} --settings {params.settings:q} {params.options}"
+        " --prompts {input.prompts:q} --sft-data {input.sft_data:q} --settings {params.settings:q}"
         " --checkpoints results/{wildcards.exp:q}/checkpoints/{wildcards.safe_rlhf_model:q} --out {output:q}"
         " > {log:q} 2>&1"
 
@@ -53,11 +52,10 @@ rule train_safedpo:
     params:
         launch=launcher("train_safedpo"),
         settings=lambda w: policy_settings(w.safedpo_model, "train"),
-        options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
         code=step_code("train-safedpo"),
     shell:
         "{params.launch} train-safedpo --model {input.sft:q} --data {input.data:q} --settings {params.settings:q}"
-        " {params.options} --checkpoints results/{wildcards.exp:q}/checkpoints/{wildcards.safedpo_model:q}"
+        " --checkpoints results/{wildcards.exp:q}/checkpoints/{wildcards.safedpo_model:q}"
         " --out {output:q} > {log:q} 2>&1"
 
 
@@ -77,12 +75,8 @@ rule generate_policy:
     resources:
         **job_resources("generate_policy"),
     params:
-        options=opts(
-            dtype=config["base_model"]["dtype"],
-            tensor_parallel=tensor_parallel("generate_policy"),
-            seed=config["seed"] + 2,
-        ),
-        settings=lambda w: policy_settings(w.policy, "generation"),
+        options=opts(tensor_parallel=tensor_parallel("generate_policy")),
+        settings=lambda w: policy_settings(w.policy, "generation", seed=config["seed"] + 2),
         code=step_code("generate-policy"),
     shell:
         "lara generate-policy --policy {wildcards.policy:q} --model {input.model:q} --prompts {input.prompts:q}"

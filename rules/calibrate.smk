@@ -22,7 +22,7 @@ rule sample:
     resources:
         **job_resources("sample"),
     params:
-        settings=step_settings("generation"),
+        settings=lambda w: sample_settings(w.pool),
         options=lambda w: sample_options(w.pool),
         code=step_code("sample"),
     shell:
@@ -47,10 +47,10 @@ rule score:
     resources:
         **job_resources("score"),
     params:
-        options=opts(dtype=config["base_model"]["dtype"]),
+        settings=step_settings("score"),
         code=step_code("score"),
     shell:
-        "lara score --input {input.samples:q} --reward {input.reward:q} --cost {input.cost:q} {params.options}"
+        "lara score --input {input.samples:q} --reward {input.reward:q} --cost {input.cost:q} --settings {params.settings:q}"
         " --out {output:q} > {log:q} 2>&1"
 
 
@@ -69,12 +69,10 @@ rule calibrate_lambda:
     resources:
         **job_resources("calibrate_lambda"),
     params:
-        settings=step_settings("calibration"),
-        options=calibration_options(config["decode"]["bon_n"]),
+        settings=calibration_settings(config["decode"]["bon_n"]),
         code=step_code("calibrate"),
     shell:
-        "lara calibrate --scores {input.scores:q} --settings {params.settings:q} {params.options}"
-        " --out {output:q} > {log:q} 2>&1"
+        "lara calibrate --scores {input.scores:q} --settings {params.settings:q}" " --out {output:q} > {log:q} 2>&1"
 
 
 # Best-of-N with other N (decode.sweep_n) for Fig. 1, each calibrated for its own N (bon mode only)
@@ -91,9 +89,7 @@ rule calibrate_lambda_for_n:
     resources:
         **job_resources("calibrate_lambda"),
     params:
-        settings=step_settings("calibration"),
-        options=lambda w: calibration_options(int(w.n)),
+        settings=lambda w: calibration_settings(int(w.n)),
         code=step_code("calibrate"),
     shell:
-        "lara calibrate --scores {input.scores:q} --settings {params.settings:q} {params.options}"
-        " --out {output:q} > {log:q} 2>&1"
+        "lara calibrate --scores {input.scores:q} --settings {params.settings:q}" " --out {output:q} > {log:q} 2>&1"

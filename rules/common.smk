@@ -19,8 +19,11 @@ os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get(
 # The configuration is layered by lara.config.layers, not by Snakemake's merge: the Snakefile's configfile
 # (the toy default), then each --configfile, then --config. A file that names an experiment starts afresh
 # (or from the file it `extends:`), so `--configfile config/paper-llama.yaml` never inherits a toy value.
-_cli_files = [str(f) for f in workflow.overwrite_configfiles]
-_sources = [str(f) for f in workflow.configfiles[len(_cli_files) :]] + _cli_files
+_cli_files = [
+    os.path.relpath(f) if Path(f).resolve().is_relative_to(Path.cwd()) else str(f)
+    for f in workflow.overwrite_configfiles
+]
+_sources = [str(f) for f in workflow.configfiles[len(workflow.overwrite_configfiles) :]] + _cli_files
 _schema = lara_config.load_schema(Path(workflow.basedir) / "config" / "schema.yaml")
 CONFIG_LAYERS = lara_config.layers(*_sources, overrides=dict(workflow.config_settings.config))
 _validated = lara_config.validate(lara_config.merged(CONFIG_LAYERS), schema=_schema, source=", ".join(_sources))
@@ -32,6 +35,10 @@ if _problems:
     raise lara_config.ConfigError(
         f"{', '.join(_sources)}: invalid configuration:\n" + "\n".join(f"  - {p}" for p in _problems)
     )
+
+# the layers as JSON: the experiment_settings job writes results/{exp}/settings.tsv from them (every value, its origin)
+# (execution sections left out: changing resources or numerics reruns nothing)
+CONFIG_LAYERS_JSON = json.dumps(lara_config.result_layers(CONFIG_LAYERS), sort_keys=True)
 
 # The CPU kernels every job runs (numerics.cpu_kernels; see lara.runtime): exported to the jobs.
 os.environ.update(cpu_kernel_environment(config["numerics"]["cpu_kernels"]))
@@ -60,17 +67,21 @@ def policy_model(name):
     return name if v is None or v.get("train") else v["base"]
 
 
-def policy_settings(name, part):
-    """A policy's train or generation settings JSON: the section's keys with the variant's overrides."""
+def policy_settings(name, part, **derived):
+    """A policy's train or generation settings JSON: the section's keys with the variant's overrides (and
+    the other sections' values the step reads, as step_settings gives them)."""
     base = json.loads(
         step_settings(
-            "generation"
-            if part == "generation"
-            else lara_config.TRAIN_SECTIONS[VARIANTS[name]["base"] if name in VARIANTS else name]
+            (
+                "generation"
+                if part == "generation"
+                else lara_config.TRAIN_SECTIONS[VARIANTS[name]["base"] if name in VARIANTS else name]
+            ),
+            **derived,
         )
     )
     overrides = lara_config.variant_settings(config, name, part)
-    return json.dumps({k: overrides[k] for k in base}, sort_keys=True)
+    return json.dumps({k: overrides.get(k, v) for k, v in base.items()}, sort_keys=True)
 
 
 def _alternatives(names):
@@ -139,10 +150,11 @@ def held_out_options():
     return shlex.join(["--calibration-preferences", calibration_preferences_input()[0], "--exclude-held-out", *pairs])
 
 
-def step_settings(section):
-    """The --settings JSON of a config section whose keys a step's settings dataclass owns
-    (lara.settings.SECTIONS): exactly those keys, sorted, so it changes when one of them does."""
-    return lara_config.settings_json(config, section, _schema)
+def step_settings(name, **derived):
+    """The --settings JSON of a step (lara.config.step_settings): its section's keys (lara.settings.SECTIONS),
+    the other sections' values it reads (seed, base_model.dtype, ...), and values this rule derives (a pool's
+    seed, a calibration's N); sorted, so it changes exactly when one of them does. The one way in."""
+    return lara_config.settings_json(config, name, _schema, **derived)
 
 
 # the prompt pools sampled from pi_ref and scored (rules sample and score): their prompts, responses per
@@ -171,13 +183,12 @@ SAMPLE_POOLS = {
 
 def sample_options(pool):
     p = SAMPLE_POOLS[pool]
-    return opts(
-        n=p["n"],
-        max_prompts=p["max_prompts"],
-        dtype=config["base_model"]["dtype"],
-        tensor_parallel=tensor_parallel("sample"),
-        seed=p["seed"],
-    )
+    return opts(n=p["n"], max_prompts=p["max_prompts"], tensor_parallel=tensor_parallel("sample"))
+
+
+def sample_settings(pool):
+    """The generation settings of a pool, with its own seed."""
+    return step_settings("generation", seed=SAMPLE_POOLS[pool]["seed"])
 
 
 def tensor_parallel(rule):
@@ -215,10 +226,9 @@ def base_model_arg(wildcards, input):
     return input.base if input.base else base_model_path()
 
 
-def calibration_options(bon_n):
-    """The options of `lara calibrate` besides its settings: the seed, and in bon mode the Best-of-N
-    size calibrated for."""
-    return opts(bon_n=bon_n if config["calibration"]["mode"] == "bon" else None, seed=config["seed"])
+def calibration_settings(bon_n):
+    """The calibration's settings; in bon mode for Best-of-N of size bon_n (decode.bon_n, or a Fig. 1 size)."""
+    return step_settings("calibration", bon_n=bon_n if config["calibration"]["mode"] == "bon" else None)
 
 
 def sweep_sizes():
@@ -322,7 +332,7 @@ EVAL_SCORER_MODULES = named_scorer_modules(config["evaluation"]["reward_model"],
 
 
 def evaluation_options():
-    return shlex.join(["--settings", step_settings("evaluation")]) + " " + opts(dtype=config["base_model"]["dtype"])
+    return shlex.join(["--settings", step_settings("evaluation")])
 
 
 def judge_options():
@@ -338,6 +348,9 @@ def figure_shows(wildcards, output):
         return json.loads(Path(output.provenance).read_text())["shows"]
     except (OSError, KeyError, ValueError):
         return {}
+
+
+SETTINGS_TABLE = f"{RESULTS}/settings.tsv"
 
 
 def figure_params():

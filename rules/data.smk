@@ -18,10 +18,9 @@ rule make_toy_world:
         **job_resources("make_toy_world"),
     params:
         settings=step_settings("toy"),
-        seed=config["seed"],
         code=step_code("make-toy-world"),
     shell:
-        "lara make-toy-world --settings {params.settings:q} --seed {params.seed:q}"
+        "lara make-toy-world --settings {params.settings:q}"
         " --alpaca {output.alpaca:q} --preferences {output.preferences:q} --prompts {output.prompts:q}"
         " > {log:q} 2>&1"
 
@@ -43,10 +42,9 @@ rule make_toy_model:
         **job_resources("make_toy_model"),
     params:
         settings=step_settings("toy.model"),
-        options=opts(vocab_size=config["toy"]["tokenizer"]["vocab_size"], seed=config["seed"]),
         code=step_code("make-toy-model"),
     shell:
-        "lara make-toy-model --settings {params.settings:q} {params.options}"
+        "lara make-toy-model --settings {params.settings:q}"
         " --alpaca {input.alpaca:q} --preferences {input.preferences:q} --out {output:q} > {log:q} 2>&1"
 
 
@@ -66,7 +64,7 @@ rule prepare_sft_data:
         **job_resources("prepare_sft_data"),
     params:
         settings=step_settings("data.sft"),
-        options=opts(source=data_source("sft"), seed=config["seed"]),
+        options=opts(source=data_source("sft")),
         code=step_code("prepare-data"),
     shell:
         "lara prepare-data --kind sft --settings {params.settings:q} {params.options} --out {output:q} > {log:q} 2>&1"
@@ -88,7 +86,7 @@ rule prepare_preferences:
         **job_resources("prepare_preferences"),
     params:
         settings=step_settings("data.preferences"),
-        options=opts(source=data_source("preferences"), seed=config["seed"]),
+        options=opts(source=data_source("preferences")),
         code=step_code("prepare-data"),
     shell:
         "lara prepare-data --kind preferences --settings {params.settings:q} {params.options} --out {output:q}"
@@ -113,7 +111,7 @@ rule split_prompts:
         **job_resources("split_prompts"),
     params:
         settings=step_settings("data.prompts"),
-        options=opts(source=data_source("prompts"), seed=config["seed"]),
+        options=opts(source=data_source("prompts")),
         exclude=held_out_options(),
         code=step_code("split-prompts"),
     shell:
@@ -140,9 +138,8 @@ rule value_prompts:
         **job_resources("value_prompts"),
     params:
         settings=step_settings("data.value_prompts"),
-        options=opts(seed=config["seed"]),
         code=step_code("value-prompts"),
     shell:
         "lara value-prompts --sft {input.sft:q} --preferences {input.preferences:q}"
-        " --exclude {input.calibration:q} {input.test:q} --settings {params.settings:q} {params.options}"
+        " --exclude {input.calibration:q} {input.test:q} --settings {params.settings:q}"
         " --out {output:q} > {log:q} 2>&1"

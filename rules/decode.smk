@@ -38,12 +38,12 @@ rule bon_sweep:
         **job_resources("bon_sweep"),
     params:
         grid=json.dumps(config["decode"]["lambda_grid"]),
-        options=opts(tau=config["calibration"]["tau"], bootstrap=config["evaluation"]["bootstrap"], seed=config["seed"]),
+        settings=step_settings("bon-sweep"),
         sizes=sweep_sizes(),
         code=step_code("bon-sweep"),
     shell:
         "lara bon-sweep --candidates {input.candidates:q} --grid {params.grid:q} --lambda-json {input.lam:q}"
-        " --n {params.sizes:q} {params.options} --out {output:q} > {log:q} 2>&1"
+        " --n {params.sizes:q} --settings {params.settings:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule decode_rgtg:
@@ -67,10 +67,8 @@ rule decode_rgtg:
     params:
         options=lambda w: lambda_options(w.lam),
         settings=lambda w: step_settings(f"decode.rgtg.{w.method}"),
-        seed=config["seed"],
-        dtype=config["base_model"]["dtype"],
         code=step_code("rgtg"),
     shell:
         "lara rgtg --method {wildcards.method:q} --policy {input.sft:q} --reward {input.reward:q} --cost {input.cost:q}"
-        " --prompts {input.prompts:q} {params.options} --settings {params.settings:q} --seed {params.seed:q}"
-        " --dtype {params.dtype:q} --out {output:q} > {log:q} 2>&1"
+        " --prompts {input.prompts:q} {params.options} --settings {params.settings:q}"
+        " --out {output:q} > {log:q} 2>&1"

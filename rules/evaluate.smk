@@ -85,14 +85,9 @@ rule aggregate:
     resources:
         **job_resources("aggregate"),
     params:
-        options=opts(
-            tau=config["calibration"]["tau"],
-            overpenalised_lambda=config["decode"]["overpenalised_lambda"],
-            bootstrap=config["evaluation"]["bootstrap"],
-            seed=config["seed"],
-        ),
+        settings=step_settings("aggregate"),
         audit=opts(bon_star=BON_STAR_EVAL or None, lambda_json=BON_STAR_LAMBDA or None, sweep=BON_SWEEP or None),
         code=step_code("aggregate"),
     shell:
         "lara aggregate --scores {input.scores:q} --judge {input.judge:q} {params.audit}"
-        " {params.options} --out {output.summary:q} --audit {output.audit:q} > {log:q} 2>&1"
+        " --settings {params.settings:q} --out {output.summary:q} --audit {output.audit:q} > {log:q} 2>&1"

@@ -8,6 +8,7 @@ rule figure_lambda_sweep:
     input:
         sweep="results/{exp}/decode/bon/sweep.csv",
         lam="results/{exp}/calibration/lambda.json",
+        settings="results/{exp}/settings.tsv",
     output:
         png=report(
             "results/{exp}/figures/lambda_sweep.png",
@@ -28,6 +29,7 @@ rule figure_lambda_sweep:
         **figure_params(),
     shell:
         "lara figure --kind lambda_sweep --sweep {input.sweep:q} --lambda-json {input.lam:q} --settings {params.settings:q}"
+        " --experiment-settings {input.settings:q}"
         " --rule figure_lambda_sweep --png {output.png:q} --pdf {output.pdf:q} --provenance {output.provenance:q}"
         " > {log:q} 2>&1"
 
@@ -36,6 +38,7 @@ rule figure_tradeoff:
     input:
         summary="results/{exp}/eval/summary.csv",
         lam="results/{exp}/calibration/lambda.json",
+        settings="results/{exp}/settings.tsv",
     output:
         png=report(
             "results/{exp}/figures/tradeoff.png",
@@ -56,12 +59,14 @@ rule figure_tradeoff:
         **figure_params(),
     shell:
         "lara figure --kind tradeoff --summary {input.summary:q} --lambda-json {input.lam:q} --settings {params.settings:q}"
+        " --experiment-settings {input.settings:q}"
         " --rule figure_tradeoff --png {output.png:q} --pdf {output.pdf:q} --provenance {output.provenance:q} > {log:q} 2>&1"
 
 
 rule figure_calibration:
     input:
         lam="results/{exp}/calibration/lambda.json",
+        settings="results/{exp}/settings.tsv",
     output:
         png=report(
             "results/{exp}/figures/calibration.png",
@@ -82,5 +87,25 @@ rule figure_calibration:
         **figure_params(),
     shell:
         "lara figure --kind calibration --lambda-json {input.lam:q} --settings {params.settings:q}"
+        " --experiment-settings {input.settings:q}"
         " --rule figure_calibration --png {output.png:q} --pdf {output.pdf:q} --provenance {output.provenance:q}"
         " > {log:q} 2>&1"
+
+
+# Every resolved config value with its origin (a file, a step default), beside the results; each figure
+# takes it as an input, so its provenance (and `lara trail`) names the settings it was made with.
+rule experiment_settings:
+    output:
+        "results/{exp}/settings.tsv",
+    log:
+        "logs/{exp}/experiment_settings.log",
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("figures")
+    resources:
+        **job_resources("figures"),
+    params:
+        layers=CONFIG_LAYERS_JSON,
+        code=step_code("validate-config"),
+    shell:
+        "lara validate-config --layers {params.layers:q} --quiet --out {output:q} > {log:q} 2>&1"

@@ -22,9 +22,7 @@ rule train_sft:
         launch=launcher("train_sft"),
         model=base_model_arg,
         settings=step_settings("train.sft"),
-        options=opts(
-            seed=config["seed"], dtype=config["base_model"]["dtype"], revision=config["base_model"]["revision"]
-        ),
+        options=opts(revision=config["base_model"]["revision"]),
         code=step_code("train-sft"),
     shell:
         "{params.launch} train-sft --model {params.model:q} --data {input.data:q} --settings {params.settings:q}"
@@ -49,11 +47,10 @@ rule train_reward_model:
     params:
         launch=launcher("train_reward_model"),
         settings=step_settings("train.reward"),
-        options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
         code=step_code("train-reward"),
     shell:
         "{params.launch} train-reward --model {input.sft:q} --data {input.data:q} --settings {params.settings:q}"
-        " {params.options} --checkpoints results/{wildcards.exp:q}/checkpoints/reward --out {output:q} > {log:q} 2>&1"
+        " --checkpoints results/{wildcards.exp:q}/checkpoints/reward --out {output:q} > {log:q} 2>&1"
 
 
 rule train_cost_model:
@@ -74,11 +71,10 @@ rule train_cost_model:
     params:
         launch=launcher("train_cost_model"),
         settings=step_settings("train.cost"),
-        options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
         code=step_code("train-cost"),
     shell:
         "{params.launch} train-cost --model {input.sft:q} --data {input.data:q} --settings {params.settings:q}"
-        " {params.options} --checkpoints results/{wildcards.exp:q}/checkpoints/cost --out {output:q} > {log:q} 2>&1"
+        " --checkpoints results/{wildcards.exp:q}/checkpoints/cost --out {output:q} > {log:q} 2>&1"
 
 
 rule train_partial_model:
@@ -99,11 +95,10 @@ rule train_partial_model:
     params:
         launch=launcher("train_partial_model"),
         settings=step_settings("train.partial"),
-        options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
         code=step_code("train-partial"),
     shell:
         "{params.launch} train-partial --kind {wildcards.kind:q} --model {input.sft:q} --data {input.data:q}"
-        " --settings {params.settings:q} {params.options}"
+        " --settings {params.settings:q}"
         " --checkpoints results/{wildcards.exp:q}/checkpoints/partial_{wildcards.kind:q} --out {output:q} > {log:q} 2>&1"
 
 
@@ -125,9 +120,8 @@ rule train_value_model:
     params:
         launch=launcher("train_value_model"),
         settings=step_settings("train.value"),
-        options=opts(seed=config["seed"], dtype=config["base_model"]["dtype"]),
         code=step_code("train-value"),
     shell:
         "{params.launch} train-value --kind {wildcards.kind:q} --model {input.sft:q} --data {input.data:q}"
-        " --settings {params.settings:q} {params.options}"
+        " --settings {params.settings:q}"
         " --checkpoints results/{wildcards.exp:q}/checkpoints/value_{wildcards.kind:q} --out {output:q} > {log:q} 2>&1"

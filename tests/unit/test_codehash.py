@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lara.cli import COMMANDS
 from lara.codehash import closure, imports_of, step_code
+from lara.steps import COMMANDS
 
 from ..conftest import REPO
 
@@ -19,7 +19,7 @@ PKG = REPO / "workflow" / "lara"
 
 def hashes_of(pkg_root: Path) -> dict[str, str]:
     """Every command's code hash, computed by a fresh interpreter on the package copy at pkg_root."""
-    script = "import json; from lara.cli import COMMANDS; from lara.codehash import step_code; " \
+    script = "import json; from lara.steps import COMMANDS; from lara.codehash import step_code; " \
              "print(json.dumps({c: step_code(c) for c in COMMANDS}))"
     out = subprocess.run([sys.executable, "-c", script], env={"PYTHONPATH": str(pkg_root)}, cwd=pkg_root,
                          capture_output=True, text=True, check=True).stdout

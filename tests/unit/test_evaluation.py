@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from lara.evaluate import aggregate, judge
+from lara.evaluate.intervals import mean_interval
 
 # ---------------------------------------------------------------------------------------------
 # the oracle as judge
@@ -122,12 +123,12 @@ def test_a_checkpoint_without_its_head_or_of_an_unknown_architecture_is_refused(
 def test_bootstrap_ci_covers_the_mean_and_shrinks_with_n():
     rng = np.random.default_rng(0)
     small, large = rng.normal(1.0, 1.0, 50), rng.normal(1.0, 1.0, 5000)
-    m, lo, hi = aggregate.bootstrap_ci(small, 2000, seed=1)
+    m, lo, hi = mean_interval(small, 2000, seed=1)
     assert lo < m < hi and m == pytest.approx(small.mean())
-    _, lo2, hi2 = aggregate.bootstrap_ci(large, 2000, seed=1)
+    _, lo2, hi2 = mean_interval(large, 2000, seed=1)
     assert (hi2 - lo2) < (hi - lo) / 5
     assert (hi2 - lo2) == pytest.approx(2 * 1.96 / np.sqrt(5000), rel=0.15)
-    assert aggregate.bootstrap_ci([5.0, 5.0, 5.0], 100) == (5.0, 5.0, 5.0)
+    assert mean_interval([5.0, 5.0, 5.0], 100) == (5.0, 5.0, 5.0)
 
 
 def _record(tau, lambda_star=0.4, n=None):
@@ -163,7 +164,7 @@ def test_a_record_is_audited_only_against_its_own_tau_and_n():
     from lara.data.tables import DataError
 
     check_budget(_record(-0.5, n=20), -0.5, 20)
-    with pytest.raises(DataError, match=r"calibrated for tau = -0.5, but --tau is -1 \(calibration.tau\)"):
+    with pytest.raises(DataError, match=r"calibrated for tau = -0.5, but calibration.tau is -1: rerun"):
         check_budget(_record(-0.5, n=20), -1.0)
     with pytest.raises(DataError, match=r"N = 20, but the decoder draws N = 8 \(decode.bon_n\)"):
         check_budget(_record(-0.5, n=20), -0.5, 8)

@@ -3,6 +3,7 @@ default of the step that owns it (never a toy value), and every value the paper 
 cites state (config/protocol/*.yaml, each row with its source) is what the resolved config holds."""
 
 import dataclasses
+import re
 
 import pytest
 import yaml
@@ -76,3 +77,66 @@ def test_a_key_the_paper_config_does_not_set_is_the_step_default_never_a_toy_val
     assert (ppo["actor_lr"], ppo["critic_lr"], ppo["max_steps"]) == (1.0e-5, 5.0e-6, -1)
 
 
+
+
+def _at(config: dict, dotted: str):
+    node = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise KeyError(dotted)
+        node = node[part]
+    return node
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        return isinstance(a, (int, float)) and isinstance(b, (int, float)) and float(a) == pytest.approx(float(b),
+                                                                                                        rel=1e-12)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+@pytest.mark.parametrize("name", sorted(PAPER))
+def test_the_resolved_paper_config_is_the_protocol_row_by_row(name):
+    """config/protocol/paper-*.yaml lists every value the paper or the scripts it cites state (with the
+    source) and the values they leave open (with the choice and why): the resolved config holds each."""
+    protocol = yaml.safe_load((REPO / "config" / "protocol" / f"paper-{name}.yaml").read_text())
+    assert protocol["config"] == f"config/paper-{name}.yaml"
+    resolved = load(PAPER[name])
+    stated, open_ = protocol["stated"], protocol["open"]
+    assert len(stated) >= 40 and len(open_) >= 5
+    keys = [row["key"] for row in stated + open_]
+    assert len(keys) == len(set(keys)), "a key listed twice"
+    unknown_source = [row["key"] for row in stated if row["source"] not in protocol["sources"]]
+    assert unknown_source == []
+    assert all(row.get("where") for row in stated) and all(row.get("why") for row in open_)
+    wrong = []
+    for row in stated + open_:
+        try:
+            value = _at(resolved, row["key"])
+        except KeyError:
+            wrong.append(f"{row['key']}: not a key of the resolved config")
+            continue
+        if not _same(value, row["value"]):
+            wrong.append(f"{row['key']}: config {value!r}, protocol {row['value']!r} "
+                         f"({row.get('source', 'open')} {row.get('where', '')})")
+    assert wrong == []
+
+
+def test_the_readme_protocol_table_names_only_keys_the_protocol_files_list():
+    """The README's 'Protocol choices' table is checked against the protocol files: every key it names in
+    its last column is a row of both (or a section whose keys are)."""
+    readme = (REPO / "README.md").read_text()
+    table = readme[readme.index("### Protocol choices"):]
+    table = table[:table.index("\n\n", table.index("| --- |"))]
+    named = set()
+    for line in table.splitlines()[3:]:
+        last = line.rstrip(" |").rsplit("|", 1)[-1]
+        named |= {k.rstrip(".*") for k in re.findall(r"`([a-z_.*]+)`", last)}
+    listed = set()
+    for name in PAPER:
+        protocol = yaml.safe_load((REPO / "config" / "protocol" / f"paper-{name}.yaml").read_text())
+        listed |= {row["key"] for row in protocol["stated"] + protocol["open"]}
+    missing = sorted(k for k in named if not any(key == k or key.startswith(k + ".") for key in listed))
+    assert len(named) > 10 and missing == []

@@ -47,7 +47,7 @@ def test_each_section_in_the_schema_is_exactly_its_dataclass(section):
 def others(cls):
     """Placeholders for the values a step takes from elsewhere and has no default for (a data source)."""
     return {f.name: "placeholder" for f in dataclasses.fields(cls)
-            if not f.metadata.get("config", True) and f.default is dataclasses.MISSING}
+            if not f.metadata.get("config", True) and not f.metadata.get("key") and f.default is dataclasses.MISSING}
 
 
 def outside(prop):
@@ -158,3 +158,38 @@ def test_each_key_has_a_flag_that_parses_its_type(section, flag, text, value):
     required = {"tau": 0.0} if section == "calibration" else {}
     args.settings = json.dumps(required)
     assert getattr(read_settings(args, cls, **others(cls)), key) == value
+
+
+def test_a_config_value_reaches_a_step_one_way_through_generated_flags():
+    """No step defines a flag of its own for a value the config holds (the seed, the dtype, tau, N, the
+    bootstrap size): each is a settings field naming its key, filled by lara.config.step_settings and
+    parsed by the flag generated from the field."""
+    import re
+
+    from lara.cli import make_parser
+
+    own = re.compile(r'add_argument\(\s*"--(seed|dtype|tau|bootstrap|bon-n|vocab-size|lambda-search-max|lambda-max)"')
+    sources = sorted((REPO / "workflow" / "lara").rglob("*.py"))
+    hand_written = [str(p.relative_to(REPO)) for p in sources if own.search(p.read_text())]
+    assert hand_written == []
+    expected = {"calibrate": ("--seed", "--bon-n", "--tau"), "sample": ("--seed", "--dtype"),
+                "train-safe-rlhf": ("--seed", "--dtype", "--lambda-clamp"), "rgtg": ("--seed", "--dtype"),
+                "aggregate": ("--tau", "--bootstrap", "--seed", "--overpenalised-lambda"),
+                "bon-sweep": ("--tau", "--bootstrap", "--seed"), "score": ("--dtype",),
+                "make-toy-model": ("--vocab-size", "--seed"), "evaluate": ("--dtype",)}
+    for command, flags in expected.items():
+        sub = make_parser(command)._subparsers._group_actions[0].choices[command]
+        known = {opt for action in sub._actions for opt in action.option_strings}
+        assert set(flags) <= known, (command, set(flags) - known)
+
+
+def test_step_settings_fill_other_sections_values_and_derived_ones():
+    cfg = load(REPO / "config" / "paper-llama.yaml")
+    ppo = json.loads(settings_json(cfg, "train.safe_rlhf", SCHEMA))
+    assert (ppo["seed"], ppo["dtype"], ppo["actor_lr"]) == (0, "bfloat16", 1.0e-5)
+    audit = json.loads(settings_json(cfg, "aggregate", SCHEMA))
+    assert audit == {"tau": -4.0, "overpenalised_lambda": 2.0, "bootstrap": cfg["evaluation"]["bootstrap"], "seed": 0}
+    bon4 = json.loads(settings_json(cfg, "calibration", SCHEMA, bon_n=4))
+    assert bon4["bon_n"] == 4 and bon4["tau"] == -4.0
+    with pytest.raises(ConfigError, match="derived values \\['colour'\\]"):
+        settings_json(cfg, "calibration", SCHEMA, colour=1)

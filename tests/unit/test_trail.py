@@ -20,7 +20,8 @@ def _record(root: Path, path: str, rule: str, inputs: list[str]) -> None:
     f = root / ".snakemake" / "metadata" / b64
     f.parent.mkdir(parents=True, exist_ok=True)
     f.write_text(json.dumps({"rule": rule, "input": inputs, "params": [f"{rule}-param"],
-                             "shellcmd": f"lara {rule} --seed 7", "endtime": 1.7e9}))
+                             "shellcmd": f"lara {rule} --settings '{{\"seed\": 7, \"x\": 1}}' > log 2>&1",
+                             "endtime": 1.7e9}))
 
 
 @pytest.fixture()

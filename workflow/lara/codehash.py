@@ -124,7 +124,7 @@ def modules_code(names: tuple[str, ...]) -> str:
 def step_code(command: str, *also: str) -> str:
     """Hash of the code that ``lara COMMAND`` runs (see the module docstring), plus the modules
     ``also`` that it loads by name rather than by import (a named scorer's module)."""
-    from lara.cli import COMMANDS
+    from lara.steps import COMMANDS
 
     if command not in COMMANDS:
         raise ValueError(f"unknown lara command {command!r}; known: {', '.join(COMMANDS)}")

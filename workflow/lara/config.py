@@ -49,6 +49,8 @@ def load_schema(path: str | Path | None = None) -> dict:
             node["required"] = sorted({*node.get("required", []), *generated[section]["required"]})
         node.setdefault("additionalProperties", False)
         node.setdefault("type", "object")
+    schema["x-borrowed"] = (generated or {}).get("x-borrowed", {})
+    schema["x-steps"] = (generated or {}).get("x-steps", [])
     return schema
 
 
@@ -71,16 +73,34 @@ def section(config: dict, dotted: str) -> dict:
     return node
 
 
-def settings_json(config: dict, dotted: str, schema: dict) -> str:
-    """The JSON that a rule hands its step as ``--settings``: the section's step-settings keys (the
-    dataclass's config keys, read from the merged schema), sorted, so it changes exactly when they do."""
-    node = schema
-    for part in dotted.split("."):
-        node = _resolve(node, schema)["properties"][part]
-    if "x-settings-keys" not in node:
-        raise ConfigError(f"{dotted}: no step settings own this section (x-settings)")
-    values = section(config, dotted)
-    return json.dumps({k: values[k] for k in node["x-settings-keys"]}, sort_keys=True)
+def step_settings(config: dict, name: str, schema: dict, **derived) -> dict:
+    """Everything a step's settings read, as a rule hands it over (``--settings``): the keys of its
+    own section (``name`` is a section of lara.settings.SECTIONS, or a section-less step of STEPS),
+    the values of other sections' keys that it names (``seed``, ``base_model.dtype``,
+    ``calibration.tau``: the ``x-borrowed`` map generated from the dataclasses), and ``derived``
+    values that the rule computes (a pool's seed, a calibration's Best-of-N size). The one way a
+    rule builds a step's settings."""
+    out = {}
+    if name not in schema.get("x-steps", []):
+        node = schema
+        for part in name.split("."):
+            node = _resolve(node, schema)["properties"][part]
+        if "x-settings-keys" not in node:
+            raise ConfigError(f"{name}: no step settings own this section (x-settings)")
+        values = section(config, name)
+        out = {k: values[k] for k in node["x-settings-keys"]}
+    borrowed = schema.get("x-borrowed", {})
+    for field, key in borrowed.get(name, {}).items():
+        out[field] = section(config, key)
+    unknown = sorted(set(derived) - set(borrowed.get(name, {})) - set(out))
+    if unknown:
+        raise ConfigError(f"{name}: derived values {unknown} are not fields of its settings")
+    return out | derived
+
+
+def settings_json(config: dict, name: str, schema: dict, **derived) -> str:
+    """:func:`step_settings` as sorted JSON, so it changes exactly when a value the step reads does."""
+    return json.dumps(step_settings(config, name, schema, **derived), sort_keys=True)
 
 
 def load_yaml(path: str | Path) -> dict:
@@ -494,6 +514,24 @@ def _owner(path: list[str]) -> str | None:
     return None
 
 
+SETTINGS_TABLE_HEADER = "key\tvalue\torigin"
+# where and how jobs run, never what they compute (changing them reruns nothing): not in the settings table
+EXECUTION_SECTIONS = ("resources", "numerics")
+
+
+def result_layers(layer_list: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+    """The layers without the execution sections: what the settings table is made from."""
+    return [(origin, {k: v for k, v in data.items() if k not in EXECUTION_SECTIONS}) for origin, data in layer_list]
+
+
+def settings_table(rows: list[dict]) -> str:
+    """The resolved settings that decide results, as a TSV (key, value as JSON, origin), written beside
+    an experiment's results (``results/{exp}/settings.tsv``); every figure records its hash."""
+    rows = [r for r in rows if r["key"].split(".")[0] not in EXECUTION_SECTIONS]
+    return "\n".join([SETTINGS_TABLE_HEADER, *(f"{r['key']}\t{json.dumps(r['value'])}\t{r['origin']}"
+                                                for r in rows)]) + "\n"
+
+
 def explain_text(rows: list[dict]) -> str:
     """The ``--explain`` table: key, value (JSON), origin; one line each, aligned."""
     width = max((len(r["key"]) for r in rows), default=0)
@@ -511,8 +549,11 @@ HELP = "validate experiment config files against the schema and print the resolv
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("configs", nargs="+", help="YAML files, layered left to right (a file that names an "
+    parser.add_argument("configs", nargs="*", help="YAML files, layered left to right (a file that names an "
                         "experiment starts afresh unless it `extends:` another)")
+    parser.add_argument("--layers", default=None,
+                        help="instead of files: the layers as the Snakefile made them (JSON list of [origin, mapping])")
+    parser.add_argument("--out", default=None, help="write the --explain table here as TSV (key, value, origin)")
     parser.add_argument("--schema", default=None, help="schema file (default: config/schema.yaml)")
     parser.add_argument("--quiet", action="store_true", help="only report errors")
     parser.add_argument("--explain", action="store_true",
@@ -522,8 +563,21 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     schema = load_schema(args.schema) if args.schema else load_schema()
-    parts = layers(*args.configs)
-    config = validate(merged(parts), schema, source=", ".join(args.configs))
+    if args.layers is not None:
+        try:
+            parts = [(str(origin), dict(data)) for origin, data in json.loads(args.layers)]
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"--layers: expected a JSON list of [origin, mapping] pairs ({exc})") from None
+    elif args.configs:
+        parts = layers(*args.configs)
+    else:
+        raise ConfigError("validate-config: give config files, or --layers")
+    config = validate(merged(parts), schema, source=", ".join(o for o, _ in parts) or "config")
+    if args.out:
+        from lara.io import atomic_output
+
+        with atomic_output(args.out) as tmp:
+            Path(tmp).write_text(settings_table(explain(config, parts, schema)))
     if args.quiet:
         return
     if args.explain:

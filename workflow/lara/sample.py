@@ -16,7 +16,7 @@ from typing import ClassVar, Literal, Protocol
 
 import pandas as pd
 
-from lara.settings import Settings, add_settings_arguments, read_settings, setting
+from lara.settings import Dtype, Settings, add_settings_arguments, dtype_setting, read_settings, seed_setting, setting
 from lara.template import format_prompt
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,8 @@ class GenerationSettings(Settings):
     repetition_penalty: float = setting(1.0, "Repetition penalty (1 = none; transformers' and vLLM's meaning).",
                                         exclusive_minimum=0)
     batch_size: int = setting(64, "Prompts per generation batch.", minimum=1)
+    seed: int = seed_setting()
+    dtype: Dtype = dtype_setting()
 
 
 class Generator(Protocol):
@@ -139,9 +141,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--n", type=int, required=True, help="responses per prompt")
     add_settings_arguments(parser, GenerationSettings)
     parser.add_argument("--max-prompts", type=int, default=None, help="a seeded sample of N prompts")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     add_tensor_parallel_argument(parser)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="output parquet")
 
 
@@ -162,12 +162,12 @@ def run(args) -> None:
         prompts = pd.unique(df["prompt"])
         df = pd.DataFrame({"prompt_id": [prompt_id(p) for p in prompts], "prompt": prompts})
     if args.max_prompts is not None and args.max_prompts < len(df):
-        df = df.sample(n=args.max_prompts, random_state=args.seed).sort_index()
+        df = df.sample(n=args.max_prompts, random_state=s.seed).sort_index()
     require_model(args.model, "--model")
-    gen = make_generator(s.backend, args.model, args.dtype, args.tensor_parallel)
+    gen = make_generator(s.backend, args.model, s.dtype, args.tensor_parallel)
     log.info("sampling %d x %d responses from %s (%s)", len(df), args.n, args.model, s)
-    out = gen.generate(df["prompt_id"].tolist(), df["prompt"].tolist(), args.n, s, args.seed)
+    out = gen.generate(df["prompt_id"].tolist(), df["prompt"].tolist(), args.n, s, s.seed)
     log.info("mean response length %.1f tokens; %.1f%% stopped at EOS", out["n_tokens"].mean(),
              100 * (out["n_tokens"] < s.max_new_tokens).mean())
     write_table(out, args.out, {"model": args.model, "backend": s.backend, "settings": s.__dict__,
-                                "n": args.n, "seed": args.seed, "code": code_version()})
+                                "n": args.n, "seed": s.seed, "code": code_version()})

@@ -8,10 +8,20 @@ step that scores) or ``lara.toy.score`` (the toy world's oracle as a named score
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 
+from lara.settings import Dtype, Settings, add_settings_arguments, dtype_setting, read_settings
+
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ScoreSettings(Settings):
+    """What scoring reads from the config: the weight dtype of the scorer models."""
+
+    dtype: Dtype = dtype_setting()
 
 HELP = "score responses with reward and cost scorers (model directories or 'oracle')"
 
@@ -21,8 +31,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--reward", required=True, help="reward scorer: model directory or 'oracle'")
     parser.add_argument("--cost", required=True, help="cost scorer: model directory or 'oracle'")
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
-                        help="weight dtype of the scorer models (config key base_model.dtype)")
+    add_settings_arguments(parser, ScoreSettings)
     parser.add_argument("--out", required=True, help="output parquet (input columns + reward, cost)")
 
 
@@ -31,9 +40,10 @@ def run(args) -> None:
     from lara.provenance import code_version
     from lara.scoring import load_scorer
 
+    s = read_settings(args, ScoreSettings)
     df = read_table(args.input, required=("prompt", "response"))
     for col, spec in (("reward", args.reward), ("cost", args.cost)):
-        scorer = load_scorer(spec, role=col, batch_size=args.batch_size, dtype=args.dtype)
+        scorer = load_scorer(spec, role=col, batch_size=args.batch_size, dtype=s.dtype)
         log.info("scoring %d responses for %s with %s", len(df), col, spec)
         df[col] = scorer.score(df["prompt"].tolist(), df["response"].tolist())
         if not np.all(np.isfinite(df[col])):

@@ -14,9 +14,15 @@ inherits :class:`Settings` then
   (``lara settings-schema --write``), merged into ``config/schema.yaml`` by
   :func:`lara.config.load_schema`, and a test keeps the file equal to the dataclasses.
 
-Fields declared with ``config=False`` (the seed, the weight dtype, a Best-of-N size) are
-not keys of the section: their values come from elsewhere in the config, as flags.
-This module imports nothing heavy; the step modules are imported only to write the schema.
+A field declared with ``key=`` (the seed, the weight dtype, tau for the audit) is not a key of
+the section: it names the config key, owned by another section, that its value comes from
+(:func:`seed_setting`, :func:`dtype_setting`). The one function that builds a step's settings
+from the config (:func:`lara.config.step_settings`, which every rule calls) fills it, and the
+same generated flag parses it (``--seed``), so no step defines a flag of its own for a config
+value. Fields with ``config=False`` and no key are the step's own options (a batch size).
+Steps without a config section of their own (the audit, the sweep, scoring) register their
+settings in :data:`STEPS`. This module imports nothing heavy; the step modules are imported only
+to write the schema.
 """
 
 from __future__ import annotations
@@ -69,6 +75,13 @@ def renamed_message(key: str) -> str:
     return f"{key} is now {new} ({what}); rename the key"
 
 
+# steps that read no config section of their own, only other sections' keys (their ``key=`` fields)
+STEPS: dict[str, str] = {
+    "score": "lara.score:ScoreSettings",
+    "bon-sweep": "lara.decode.sweep:SweepSettings",
+    "aggregate": "lara.evaluate.aggregate:AuditSettings",
+}
+
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "config" / "settings.schema.yaml"
 
 _MISSING = dataclasses.MISSING
@@ -76,18 +89,37 @@ _MISSING = dataclasses.MISSING
 
 def setting(default: Any = _MISSING, help: str = "", *, minimum: float | None = None,
             maximum: float | None = None, exclusive_minimum: float | None = None,
-            exclusive_maximum: float | None = None, config: bool = True, bookkeeping: bool = False) -> Any:
+            exclusive_maximum: float | None = None, config: bool = True, bookkeeping: bool = False,
+            key: str | None = None) -> Any:
     """A settings field: its default, a one-line description, and its allowed range. ``bookkeeping``
     marks a key that changes how a run is logged or checkpointed, never its result (a checkpoint
-    made under another value is still resumed)."""
+    made under another value is still resumed). ``key``: the config key (another section's) that
+    the value comes from; such a field is not a key of the step's own section."""
     if not help:
         raise ValueError("every setting needs a description")
-    metadata = {"help": help, "config": config, "bookkeeping": bookkeeping, "range": {
+    if key is not None:
+        config = False
+        help = f"{help} (config key {key})"
+    metadata = {"help": help, "config": config, "bookkeeping": bookkeeping, "key": key, "range": {
         k: v for k, v in (("minimum", minimum), ("maximum", maximum), ("exclusiveMinimum", exclusive_minimum),
                           ("exclusiveMaximum", exclusive_maximum)) if v is not None}}
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+Dtype = Literal["float32", "bfloat16", "float16"]
+
+
+def seed_setting() -> Any:
+    """The experiment seed, as a field of every step that draws random numbers."""
+    return setting(0, "The experiment seed; every stochastic step derives its own streams from it.", minimum=0,
+                   key="seed")
+
+
+def dtype_setting() -> Any:
+    """The weight dtype, as a field of every step that loads a model."""
+    return setting("float32", "Weight dtype of the models this step loads.", key="base_model.dtype")
 
 
 def new_default(base, name: str, default: Any) -> Any:
@@ -140,19 +172,24 @@ class Settings:
         return [f.name for f in dataclasses.fields(cls) if f.metadata.get("config", True)]
 
     @classmethod
+    def borrowed(cls) -> dict[str, str]:
+        """The fields whose values come from other sections' config keys: field name -> dotted key."""
+        return {f.name: f.metadata["key"] for f in dataclasses.fields(cls) if f.metadata.get("key")}
+
+    @classmethod
     def from_mapping(cls, data: dict, origin: str = "--settings", **others):
         """The settings from a config section (``data``) plus the values that come from elsewhere."""
         from lara.config import ConfigError
 
         if not isinstance(data, dict):
             raise ConfigError(f"{origin}: expected a mapping of {cls.SECTION or cls.__name__} settings")
-        unknown = sorted(set(data) - set(cls.config_keys()))
+        unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
         old = [renamed_message(cls.key(k)) for k in unknown if cls.key(k) in RENAMED]
         if old:
             raise ConfigError(f"{origin}: " + "; ".join(old))
         if unknown:
             raise ConfigError(f"{origin}: unknown key {', '.join(cls.key(k) for k in unknown)} "
-                              f"(known: {', '.join(cls.config_keys())})")
+                              f"(known: {', '.join(cls.config_keys() + list(cls.borrowed()))})")
         missing = [f.name for f in dataclasses.fields(cls) if f.name not in data and f.name not in others
                    and f.default is _MISSING and f.default_factory is _MISSING]
         if missing:
@@ -178,7 +215,8 @@ class Settings:
         return {k: getattr(self, k) for k in self.config_keys()}
 
     def to_json(self) -> str:
-        return json.dumps(self.section(), sort_keys=True)
+        """What a rule hands the step as ``--settings``: the section's keys and the other sections' values."""
+        return json.dumps(self.section() | {k: getattr(self, k) for k in self.borrowed()}, sort_keys=True)
 
 
 @typing.no_type_check
@@ -217,13 +255,17 @@ def section_schema(cls) -> dict:
 
 
 def settings_class(section: str):
-    module, _, name = SECTIONS[section].partition(":")
+    """The settings dataclass of a config section (:data:`SECTIONS`) or a section-less step (:data:`STEPS`)."""
+    module, _, name = {**SECTIONS, **STEPS}[section].partition(":")
     return getattr(importlib.import_module(module), name)
 
 
 def generated_schema() -> dict:
-    """Every registered section's schema, keyed by section."""
-    return {section: section_schema(settings_class(section)) for section in SECTIONS}
+    """Every registered section's schema, keyed by section, and (``x-borrowed``) for every section and
+    section-less step, the other sections' keys that its settings read: field -> dotted config key."""
+    out = {section: section_schema(settings_class(section)) for section in SECTIONS}
+    borrowed = {name: settings_class(name).borrowed() for name in [*SECTIONS, *STEPS]}
+    return out | {"x-steps": list(STEPS), "x-borrowed": {name: b for name, b in borrowed.items() if b}}
 
 
 def render_schema_file() -> str:
@@ -240,16 +282,19 @@ def render_schema_file() -> str:
 
 
 def add_settings_arguments(parser: argparse.ArgumentParser, cls, *, section_help: str | None = None) -> None:
-    """``--settings JSON`` (the config section) and ``--KEY VALUE`` for each config key of ``cls``
-    (a flag given on the command line wins over the JSON)."""
+    """``--settings JSON`` (the config section plus the values of other sections' keys that the
+    step reads, as :func:`lara.config.step_settings` builds it) and ``--NAME VALUE`` for each of
+    those fields (a flag given on the command line wins over the JSON)."""
     parser.add_argument("--settings", default="{}",
-                        help=section_help or f"JSON of the config's {cls.SECTION} section (keys below)")
+                        help=section_help or f"JSON of {cls.SECTION or cls.__name__}'s settings (keys below)")
     schemas = _field_schemas(cls)
-    group = parser.add_argument_group(f"{cls.SECTION or cls.__name__} settings (override --settings)")
+    own = parser.add_argument_group(f"{cls.SECTION or cls.__name__} settings (override --settings)")
+    other = parser.add_argument_group("values of other sections' config keys (override --settings)")
     for f in dataclasses.fields(cls):
-        if not f.metadata.get("config", True):
+        if not (f.metadata.get("config", True) or f.metadata.get("key")):
             continue
         default = f.default if f.default is not _MISSING else "required"
+        group = own if f.metadata.get("config", True) else other
         group.add_argument(f"--{f.name.replace('_', '-')}", dest=f"setting_{f.name}", default=argparse.SUPPRESS,
                            type=_parser_of(schemas[f.name]), metavar="V",
                            help=f"{f.metadata['help']} (default {default})")
@@ -283,7 +328,7 @@ def read_settings(args: argparse.Namespace, cls, **others):
         raise ConfigError(f"--settings: not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError("--settings: expected a JSON object")
-    for name in cls.config_keys():
+    for name in [*cls.config_keys(), *cls.borrowed()]:
         if hasattr(args, f"setting_{name}"):  # given on the command line (null included)
             data[name] = getattr(args, f"setting_{name}")
     return cls.from_mapping(data, "--settings", **others)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 import socket
 from base64 import urlsafe_b64encode
 from datetime import UTC, datetime
@@ -66,6 +65,24 @@ def _lara_record(path: Path) -> dict | None:
     return None
 
 
+def seed_of(shellcmd: str | None) -> int | None:
+    """The seed a job ran with: the ``seed`` of its ``--settings`` JSON (every step reads its seed there)."""
+    import shlex
+
+    try:
+        words = shlex.split(shellcmd or "")
+    except ValueError:
+        return None
+    for flag, value in zip(words, words[1:], strict=False):
+        if flag == "--settings":
+            try:
+                seed = json.loads(value).get("seed")
+            except (ValueError, AttributeError):
+                return None
+            return seed if isinstance(seed, int) else None
+    return None
+
+
 def build_trail(inputs: list[str], root: Path = Path("."), made_under: str | None = "results") -> list[dict]:
     """Every upstream output of ``inputs``, nearest first, each once. A file with no Snakemake record
     is a source (data or a model no job of this workflow made), except under ``made_under`` (the
@@ -89,10 +106,9 @@ def build_trail(inputs: list[str], root: Path = Path("."), made_under: str | Non
                 log.warning("%s: no Snakemake record of the job that made it (.snakemake/metadata); its origin is "
                             "recorded as unknown", path)
         else:
-            seed = re.search(r"--seed\s+(\d+)", rec.get("shellcmd") or "")
             entry |= {"rule": rec.get("rule"), "origin": "rule", "params": rec.get("params"),
                       "shellcmd": rec.get("shellcmd"), "inputs": rec.get("input", []),
-                      "seed": int(seed.group(1)) if seed else None,
+                      "seed": seed_of(rec.get("shellcmd")),
                       "finished": datetime.fromtimestamp(rec["endtime"], UTC).isoformat(timespec="seconds")
                       if rec.get("endtime") else None}
             queue.extend(rec.get("input", []))
@@ -204,7 +220,13 @@ def format_trail(record: dict) -> str:
              f"  drawn by rule {record['rule']} on {record['host']} ({record['device']}) at {record['created']}",
              f"  code: {json.dumps(record['code'])}",
              f"  software: {', '.join(f'{k} {v}' for k, v in record['software'].items() if v)}",
-             f"  params: {json.dumps(record['params'])}", "upstream (nearest first):"]
+             f"  params: {json.dumps(record['params'])}"]
+    table = (record.get("shows") or {}).get("settings_table")
+    if table:
+        sha = next((e.get("sha256") for e in record["trail"] if e["path"] == table), None)
+        lines.append(f"  made with the settings in {table} (sha256 {str(sha)[:16]}…): every resolved config value "
+                     "and where it came from")
+    lines.append("upstream (nearest first):")
     for e in record["trail"]:
         made = (f"rule {e['rule']}" if e.get("rule") else "origin unknown (no Snakemake record)"
                 if e.get("origin") == "unknown" else "source (not made by this workflow)")

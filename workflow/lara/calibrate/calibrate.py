@@ -24,7 +24,7 @@ from lara.calibrate.record import write_lambda
 from lara.data.tables import DataError, read_table
 from lara.io import sha256_file
 from lara.provenance import code_version
-from lara.settings import Settings, add_settings_arguments, read_settings, setting
+from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +52,10 @@ class CalibrationSettings(Settings):
                "the smallest lambda whose expected Best-of-N cost is <= tau); soft: Algorithm 1's KL-regularised "
                "dual at beta (targets the Gibbs tilt). The token-level decoders use the same lambda* (a heuristic).")
     tolerance: float = setting(1e-8, "Bisection tolerance in lambda.", exclusive_minimum=0)
-    seed: int = setting(0, "The experiment seed (config key seed).", minimum=0, config=False)
-    bon_n: int | None = setting(None, "Bon mode: the decoder's N (config key decode.bon_n; None = K, every "
-                                      "sample).", minimum=1, config=False)
+    seed: int = seed_setting()
+    bon_n: int | None = setting(None, "Bon mode: the decoder's N (null = K, every sample; N > K is an error); "
+                                      "the rule calibrating Fig. 1's other sizes sets its own N.", minimum=1,
+                                key="decode.bon_n")
     grid_points: int = setting(101, "Points of the diagnostic curves of g and g' over [0, Lambda].", minimum=2,
                                config=False)
 
@@ -157,16 +158,13 @@ HELP = "calibrate the Lagrange multiplier: bisection on the empirical dual plus 
 def add_arguments(parser) -> None:
     parser.add_argument("--scores", required=True, help="parquet/CSV/jsonl with prompt_id, reward, cost")
     add_settings_arguments(parser, CalibrationSettings)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--bon-n", type=int, default=None,
-                        help="bon mode: the decoder's N (default: K, the samples per prompt); N > K is an error")
     parser.add_argument("--allow-infeasible", action="store_true",
                         help="write lambda_search_max (feasible: false) instead of failing when tau is unreachable")
     parser.add_argument("--out", required=True, help="output lambda.json")
 
 
 def run(args) -> None:
-    s = read_settings(args, CalibrationSettings, seed=args.seed, bon_n=args.bon_n)
+    s = read_settings(args, CalibrationSettings)
     scores = load_scores(args.scores)
     log.info("%d prompts, %d responses; settings %s", scores.n_prompts, int(scores.counts.sum()), s)
     try:

@@ -75,14 +75,14 @@ def read_lambda(path: str | Path) -> LambdaRecord:
                         data=data)
 
 
-def check_budget(record: LambdaRecord, tau: float | None, n: int | None = None, key: str = "--tau") -> None:
+def check_budget(record: LambdaRecord, tau: float | None, n: int | None = None, key: str = "calibration.tau") -> None:
     """Refuse to audit ``record`` against another budget or another Best-of-N size than it was
     calibrated for: a lambda* means something only for its own tau (and, in bon mode, its own N)."""
     from lara.data.tables import DataError
 
     if tau is not None and float(tau) != record.tau:
-        raise DataError(f"{record.path}: calibrated for tau = {record.tau:g}, but {key} is {float(tau):g} "
-                        "(calibration.tau): rerun the calibration for this tau, or audit against the record's own")
+        raise DataError(f"{record.path}: calibrated for tau = {record.tau:g}, but {key} is {float(tau):g}: rerun "
+                        "the calibration for this tau, or audit against the record's own")
     if n is not None and record.decoder_n is not None and int(n) != record.decoder_n:
         raise DataError(f"{record.path}: calibrated for Best-of-N with N = {record.decoder_n}, but the decoder "
                         f"draws N = {int(n)} (decode.bon_n): rerun the calibration for this N")

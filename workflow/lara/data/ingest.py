@@ -21,7 +21,7 @@ import pandas as pd
 from lara.data.tables import DataError, check_text_file, write_table
 from lara.io import sha256_file
 from lara.provenance import code_version
-from lara.settings import Settings, add_settings_arguments, read_settings, setting
+from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
 from lara.template import alpaca_user_text
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ class IngestSettings(Settings):
                                "where toy names the toy world's file).", config=False)
     split: str = setting("train", "Dataset split to read.")
     max_examples: int | None = setting(None, "Keep the first N rows after shuffling (null = all).", minimum=1)
-    seed: int = setting(0, "The experiment seed (config key seed).", minimum=0, config=False)
+    seed: int = seed_setting()
 
 
 @dataclass(frozen=True)
@@ -228,12 +228,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--source", required=True, help="local file/dir or hub dataset id")
     add_settings_arguments(parser, PreferenceIngestSettings,
                            section_help="JSON of the config's data.sft or data.preferences section")
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="output parquet")
 
 
 def run(args) -> None:
-    s = read_settings(args, SETTINGS[args.kind], source=args.source, seed=args.seed)
+    s = read_settings(args, SETTINGS[args.kind], source=args.source)
     df, meta = ingest(args.kind, s)
     write_table(df, args.out, meta)
     log.info("%s: %d rows in, %d dropped, %d written to %s", s.source, meta["rows_in"],

@@ -22,7 +22,7 @@ import pandas as pd
 from lara.data.ingest import _require, _text, load_source
 from lara.data.tables import DataError, write_table
 from lara.provenance import code_version
-from lara.settings import Settings, add_settings_arguments, read_settings, setting
+from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class SplitSettings(Settings):
     column: str = setting("prompt", "Column holding the prompt text.")
     n_calibration: int = setting(200, "Calibration prompts (N).", minimum=1)
     n_test: int = setting(256, "Test prompts (the paper uses 256).", minimum=1)
-    seed: int = setting(0, "The experiment seed (config key seed).", minimum=0, config=False)
+    seed: int = seed_setting()
 
 
 def prompt_id(text: str) -> str:
@@ -105,7 +105,6 @@ HELP = "draw disjoint calibration and test prompt splits from a prompt pool"
 def add_arguments(parser) -> None:
     parser.add_argument("--source", required=True, help="local file/dir or hub dataset id")
     add_settings_arguments(parser, SplitSettings)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--calibration-preferences", default=None,
                         help="draw the calibration prompts from this preference data (parquet) instead of the pool")
     parser.add_argument("--exclude-held-out", nargs="*", default=[], metavar="FRACTION:SEED",
@@ -116,7 +115,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
-    s = read_settings(args, SplitSettings, source=args.source, seed=args.seed)
+    s = read_settings(args, SplitSettings, source=args.source)
     raw, origin = load_source(s.source, s.split)
     _require(raw, (s.column,), s.source)
     pool = _text(raw, s.column, s.source)

@@ -18,7 +18,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from lara.settings import Settings, add_settings_arguments, read_settings, setting
+from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class ValuePromptSettings(Settings):
                              minimum=1)
     safety_fraction: float = setting(0.5, "Share drawn from the safety preference prompts; the rest from the "
                                           "instruction (SFT) prompts.", minimum=0, maximum=1)
-    seed: int = setting(0, "The experiment seed (config key seed).", minimum=0, config=False)
+    seed: int = seed_setting()
 
 
 def draw(sft: pd.Series, safety: pd.Series, exclude: set[str], s: ValuePromptSettings,
@@ -67,7 +67,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--preferences", required=True, help="the safety preference data (parquet with prompt)")
     parser.add_argument("--exclude", nargs="+", default=[], help="prompt splits whose prompts are never drawn")
     add_settings_arguments(parser, ValuePromptSettings)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="output parquet: prompt_id, prompt, source")
 
 
@@ -76,7 +75,7 @@ def run(args) -> None:
     from lara.data.tables import read_table, write_table
     from lara.provenance import code_version
 
-    s = read_settings(args, ValuePromptSettings, seed=args.seed)
+    s = read_settings(args, ValuePromptSettings)
     sft = read_table(args.sft, required=("prompt",))["prompt"]
     safety = read_table(args.preferences, required=("prompt",))["prompt"]
     exclude: set[str] = set()

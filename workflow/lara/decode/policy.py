@@ -25,9 +25,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--model", required=True, help="the policy's model directory")
     parser.add_argument("--prompts", required=True, help="test prompts (prompt_id, prompt)")
     add_settings_arguments(parser, GenerationSettings)
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     add_tensor_parallel_argument(parser)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="output parquet: one response per prompt")
 
 
@@ -37,11 +35,11 @@ def run(args) -> None:
 
     s = read_settings(args, GenerationSettings)
     df = read_table(args.prompts, required=("prompt_id", "prompt"))
-    gen = make_generator(s.backend, args.model, args.dtype, args.tensor_parallel)
+    gen = make_generator(s.backend, args.model, s.dtype, args.tensor_parallel)
     log.info("%s policy: one response to each of %d prompts (%s)", args.policy, len(df), s)
-    out = gen.generate(df["prompt_id"].tolist(), df["prompt"].tolist(), 1, s, args.seed)
+    out = gen.generate(df["prompt_id"].tolist(), df["prompt"].tolist(), 1, s, s.seed)
     out = out.drop(columns=["sample_id"])
     out["method"], out["setting"], out["lambda"] = args.policy, "policy", float("nan")
     log.info("mean response length %.1f tokens", out["n_tokens"].mean())
     write_table(out[DECODER_COLUMNS], args.out, {"method": args.policy, "model": args.model,
-                                                 "settings": s.__dict__, "seed": args.seed})
+                                                 "settings": s.__dict__, "seed": s.seed})

@@ -26,7 +26,16 @@ from typing import ClassVar
 
 from lara.calibrate.record import add_lambda_arguments
 from lara.scoring import encode, pad_batch
-from lara.settings import Settings, add_settings_arguments, new_default, read_settings, setting
+from lara.settings import (
+    Dtype,
+    Settings,
+    add_settings_arguments,
+    dtype_setting,
+    new_default,
+    read_settings,
+    seed_setting,
+    setting,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +55,8 @@ class RGTGSettings(Settings):
     batch_size: int = setting(16, "Prompts decoded together.", minimum=1, config=False)
     stop_at_eos: bool = setting(True, "False only for benchmarks that need a fixed number of steps.",
                                 config=False)
+    seed: int = seed_setting()
+    dtype: Dtype = dtype_setting()
 
 
 @dataclass(frozen=True)
@@ -372,8 +383,6 @@ def add_arguments(parser) -> None:
     add_lambda_arguments(parser)
     add_settings_arguments(parser, RGTGSettings)
     parser.add_argument("--naive", action="store_true", help="use the uncached reference scorers")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True)
 
 
@@ -391,10 +400,10 @@ def run(args) -> None:
     df = read_table(args.prompts, required=("prompt_id", "prompt"))
     for flag, spec in (("--policy", args.policy), ("--reward", args.reward), ("--cost", args.cost)):
         require_model(spec, flag)
-    tok, pm, rm, cm = load_models(args.method, args.policy, args.reward, args.cost, args.dtype)
+    tok, pm, rm, cm = load_models(args.method, args.policy, args.reward, args.cost, s.dtype)
     log.info("%s decoding of %d prompts at lambda=%s (%.6g), %s", args.method, len(df), args.setting, lam, s)
     t0 = time.perf_counter()
-    tokens = decode(pm, rm, cm, tok, df["prompt"].tolist(), lam, s, args.seed, cached=not args.naive)
+    tokens = decode(pm, rm, cm, tok, df["prompt"].tolist(), lam, s, s.seed, cached=not args.naive)
     elapsed = time.perf_counter() - t0
     n_tok = sum(len(t) for t in tokens)
     log.info("%d tokens in %.1f s (%.1f tokens/s)", n_tok, elapsed, n_tok / max(elapsed, 1e-9))
@@ -403,4 +412,4 @@ def run(args) -> None:
                         "n_tokens": [len(t) for t in tokens]})
     out["method"], out["setting"], out["lambda"] = args.method, args.setting, lam
     write_table(out, args.out, {"method": args.method, "setting": args.setting, "lambda": lam,
-                                "settings": s.__dict__, "seed": args.seed})
+                                "settings": s.__dict__, "seed": s.seed})

@@ -16,28 +16,29 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from lara.decode.bon import score_matrix
+from lara.evaluate.intervals import interval, verdict
+from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
 
 log = logging.getLogger(__name__)
 
 HELP = "Best-of-N lambda sweep with the held-out constraint audit at every lambda, for one or more N"
 
-VERDICTS = ("met (upper 95% bound at or below tau)", "met on average, not with 95% confidence", "violated")
 
 
-def verdict(mean: float, hi: float, tau: float) -> str:
-    return VERDICTS[0] if hi <= tau else VERDICTS[1] if mean <= tau else VERDICTS[2]
+@dataclass(frozen=True)
+class SweepSettings(Settings):
+    """What the Best-of-N sweep reads from the config."""
 
-
-def bootstrap_means(per_prompt: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
-    """(n_boot, L) means over prompt resamples of per-prompt values (P, L)."""
-    from lara.calibrate.dual import resample_weights
-
-    return resample_weights(np.random.default_rng(seed), per_prompt.shape[0], n_boot) @ per_prompt
+    tau: float | None = setting(None, "The cost budget of the audit verdicts (null: no verdicts); each lambda.json "
+                                      "given must have been calibrated for it.", key="calibration.tau")
+    bootstrap: int = setting(2000, "Bootstrap replicates over test prompts.", minimum=1, key="evaluation.bootstrap")
+    seed: int = seed_setting()
 
 
 def sweep_table(reward: np.ndarray, cost: np.ndarray, lams, labels, n: int, tau: float | None,
@@ -51,9 +52,7 @@ def sweep_table(reward: np.ndarray, cost: np.ndarray, lams, labels, n: int, tau:
     cols = {"mean_reward": reward, "mean_cost": cost, "safe_fraction": (cost <= 0).astype(float)}
     table = pd.DataFrame({"n": n, "lambda": lams, "label": labels})
     for name, per_prompt in zip(cols, expected(reward, cost, mask, lams, n, *cols.values()), strict=True):
-        boots = bootstrap_means(per_prompt, n_boot, seed)
-        table[name] = per_prompt.mean(axis=0)
-        table[f"{name}_lo"], table[f"{name}_hi"] = np.quantile(boots, [0.025, 0.975], axis=0)
+        table[name], table[f"{name}_lo"], table[f"{name}_hi"] = interval(per_prompt, n_boot, seed)
     if tau is not None:
         table["tau"] = tau
         table["verdict"] = [verdict(m, h, tau) for m, h in zip(table["mean_cost"], table["mean_cost_hi"], strict=True)]
@@ -68,10 +67,7 @@ def add_arguments(parser) -> None:
                         "N's lambda-hat and lambda* rows")
     parser.add_argument("--n", type=int, nargs="*", default=None,
                         help="Best-of-N sizes to sweep (default: the candidates per prompt)")
-    parser.add_argument("--tau", type=float, default=None, help="the cost budget: adds the audit verdicts")
-    parser.add_argument("--bootstrap", type=int, required=True,
-                        help="bootstrap replicates over test prompts (config key evaluation.bootstrap)")
-    parser.add_argument("--seed", type=int, default=0)
+    add_settings_arguments(parser, SweepSettings)
     parser.add_argument("--out", required=True, help="output CSV")
 
 
@@ -79,6 +75,7 @@ def run(args) -> None:
     from lara.calibrate.record import check_budget, read_lambda
     from lara.data.tables import DataError, read_table, write_table
 
+    s = read_settings(args, SweepSettings)
     df = read_table(args.candidates, required=("prompt_id", "sample_id", "reward", "cost"))
     try:
         _, reward, cost, _ = score_matrix(df)
@@ -92,7 +89,7 @@ def run(args) -> None:
     calibrated = {}
     for path in args.lambda_json:
         rec = read_lambda(path)
-        check_budget(rec, args.tau)
+        check_budget(rec, s.tau)
         n = rec.decoder_n or m
         if n not in sizes:
             raise DataError(f"{path}: calibrated for Best-of-N with N = {n}, which is not a swept size {sizes} "
@@ -115,12 +112,12 @@ def run(args) -> None:
         if n in calibrated:
             lams += [calibrated[n].lambda_hat, calibrated[n].lambda_star]
             labels += ["lambda_hat", "lambda_star"]
-        tables.append(sweep_table(reward, cost, lams, labels, n, args.tau, args.bootstrap, args.seed))
+        tables.append(sweep_table(reward, cost, lams, labels, n, s.tau, s.bootstrap, s.seed))
     table = pd.concat(tables, ignore_index=True)
     log.info("sweep of %d rows (N in %s) x %d prompts x %d candidates in %.3f s", len(table), sizes, reward.shape[0],
              m, time.perf_counter() - t0)
     for r in table.to_dict("records"):
         log.info("N=%d lambda=%.4f (%s): mean reward %.4f, mean cost %.4f [%.4f, %.4f], safe %.3f%s", r["n"],
                  r["lambda"], r["label"], r["mean_reward"], r["mean_cost"], r["mean_cost_lo"], r["mean_cost_hi"],
-                 r["safe_fraction"], f": {r['verdict']}" if args.tau is not None else "")
+                 r["safe_fraction"], f": {r['verdict']}" if s.tau is not None else "")
     write_table(table, args.out)

@@ -16,27 +16,31 @@ responses with its bootstrap interval, and whether the interval's upper end is b
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from lara.calibrate.record import LambdaRecord, check_budget, overpenalised_note, read_lambda
+from lara.evaluate.intervals import mean_interval, verdict
+from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
 
 log = logging.getLogger(__name__)
 
 HELP = "summary table of every evaluated output (bootstrap CIs) and the held-out constraint audit"
 
 
-def bootstrap_ci(x, n_boot: int, level: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
-    """(mean, lower, upper): percentile bootstrap of the mean over rows (prompts)."""
-    x = np.asarray(x, dtype=float)
-    x = x[np.isfinite(x)]
-    if len(x) == 0:
-        return float("nan"), float("nan"), float("nan")
-    idx = np.random.default_rng(seed).integers(0, len(x), size=(n_boot, len(x)))
-    means = x[idx].mean(axis=1)
-    alpha = (1 - level) / 2
-    return float(x.mean()), float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha))
+@dataclass(frozen=True)
+class AuditSettings(Settings):
+    """What the summary and the constraint audit read from the config."""
+
+    tau: float = setting(help="The cost budget; the audited lambda.json must have been calibrated for it.",
+                         key="calibration.tau")
+    overpenalised_lambda: float | None = setting(None, "The `max` setting's lambda: the audit says when lambda* is "
+                                                       "at or above it.", minimum=0, key="decode.overpenalised_lambda")
+    bootstrap: int = setting(2000, "Bootstrap replicates over test prompts of every interval.", minimum=1,
+                             key="evaluation.bootstrap")
+    seed: int = seed_setting()
 
 
 def summarise(scores: pd.DataFrame, judge: pd.DataFrame | None, n_boot: int, seed: int) -> pd.DataFrame:
@@ -49,10 +53,10 @@ def summarise(scores: pd.DataFrame, judge: pd.DataFrame | None, n_boot: int, see
                       how="left", validate="one_to_one")
         metrics += cols
     rows = []
-    for (method, setting), g in df.groupby(["method", "setting"], sort=False):
-        row = {"method": method, "setting": setting, "lambda": g["lambda"].iloc[0], "n": len(g)}
+    for (method, named), g in df.groupby(["method", "setting"], sort=False):
+        row = {"method": method, "setting": named, "lambda": g["lambda"].iloc[0], "n": len(g)}
         for m in metrics:
-            row[m], row[f"{m}_lo"], row[f"{m}_hi"] = bootstrap_ci(g[m], n_boot, seed=seed)
+            row[m], row[f"{m}_lo"], row[f"{m}_hi"] = mean_interval(g[m], n_boot, seed=seed)
             if m.startswith("judge_"):  # the judge's mean is over valid ratings; say how many and how many failed
                 valid = int(np.isfinite(g[m].to_numpy(dtype=float)).sum())
                 row[f"{m}_n"], row[f"{m}_failed"] = valid, len(g) - valid
@@ -68,7 +72,7 @@ def star_n(lam: LambdaRecord, sweep: pd.DataFrame) -> int:
 def constraint_audit(bon_star: pd.DataFrame, lam: LambdaRecord, n_boot: int, seed: int,
                      overpenalised: float | None = None) -> dict:
     """The held-out verdict of Best-of-N at lambda* against the tau that ``lam`` was calibrated for."""
-    mean, lo, hi = bootstrap_ci(bon_star["decoder_cost"], n_boot, seed=seed)
+    mean, lo, hi = mean_interval(bon_star["decoder_cost"], n_boot, seed=seed)
     tau = lam.tau
     note = overpenalised_note(lam.lambda_star, overpenalised)
     return {"question": "does Best-of-N at lambda* meet E[c] <= tau on the test prompts?",
@@ -78,8 +82,7 @@ def constraint_audit(bon_star: pd.DataFrame, lam: LambdaRecord, n_boot: int, see
             "calibration_mode": lam.mode, "n_test_prompts": int(len(bon_star)),
             "mean_cost": mean, "ci95": [lo, hi], "meets_tau_point": bool(mean <= tau),
             "meets_tau_upper_ci": bool(hi <= tau),
-            "verdict": ("met (upper 95% bound below tau)" if hi <= tau else
-                        "met on average, not with 95% confidence" if mean <= tau else "violated")}
+            "verdict": verdict(mean, hi, tau)}
 
 
 def sweep_audit(sweep: pd.DataFrame, n: int) -> dict:
@@ -100,13 +103,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--bon-star", default=None, help="evaluated Best-of-N at lambda* (for the audit)")
     parser.add_argument("--lambda-json", default=None)
     parser.add_argument("--sweep", default=None, help="the Best-of-N sweep.csv: the audit at every lambda")
-    parser.add_argument("--tau", type=float, required=True,
-                        help="the config's calibration.tau: refused unless lambda.json was calibrated for it")
-    parser.add_argument("--overpenalised-lambda", type=float, default=None,
-                        help="the `max` setting's lambda (decode.overpenalised_lambda): the audit says when lambda* "
-                        "is at or above it")
-    parser.add_argument("--bootstrap", type=int, required=True, help="replicates (config key evaluation.bootstrap)")
-    parser.add_argument("--seed", type=int, default=0)
+    add_settings_arguments(parser, AuditSettings)
     parser.add_argument("--out", required=True, help="summary.csv")
     parser.add_argument("--audit", required=True, help="constraint_audit.json")
 
@@ -115,16 +112,17 @@ def run(args) -> None:
     from lara.data.tables import read_table, write_table
     from lara.io import atomic_output, write_json
 
+    s = read_settings(args, AuditSettings)
     scores = pd.concat([read_table(p, required=("prompt_id", "method", "setting", "helpfulness", "harmfulness"))
                         for p in args.scores], ignore_index=True)
     judge = pd.concat([read_table(p) for p in args.judge], ignore_index=True) if args.judge else None
-    summary = summarise(scores, judge, args.bootstrap, args.seed)
+    summary = summarise(scores, judge, s.bootstrap, s.seed)
     audit = None
     if args.bon_star:
         star = read_table(args.bon_star, required=("decoder_cost",))
         lam = read_lambda(args.lambda_json)
-        check_budget(lam, args.tau)
-        audit = constraint_audit(star, lam, args.bootstrap, args.seed, args.overpenalised_lambda)
+        check_budget(lam, s.tau)
+        audit = constraint_audit(star, lam, s.bootstrap, s.seed, s.overpenalised_lambda)
         log.info("constraint audit: Best-of-N at lambda*=%.4g: mean cost %.4f, 95%% CI [%.4f, %.4f], tau %.4g: %s",
                  audit["lambda_star"], audit["mean_cost"], *audit["ci95"], lam.tau, audit["verdict"])
         if audit.get("note"):

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 import numpy as np
 
-from lara.settings import Settings, add_settings_arguments, read_settings, setting
+from lara.settings import Dtype, Settings, add_settings_arguments, dtype_setting, read_settings, setting
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +27,7 @@ class EvaluationSettings(Settings):
     reward_model: str = setting("oracle", '"oracle" (toy world) or a hub id / path of a score model.')
     cost_model: str = setting("oracle", '"oracle" (toy world) or a hub id / path of a score model.')
     batch_size: int = setting(16, "Responses per scoring batch.", minimum=1)
-    dtype: Literal["float32", "bfloat16", "float16"] = setting(
-        "float32", "Weight dtype (config key base_model.dtype).", config=False)
+    dtype: Dtype = dtype_setting()
 
 
 KEEP = ("prompt_id", "prompt", "response", "method", "setting", "lambda")
@@ -37,7 +36,6 @@ KEEP = ("prompt_id", "prompt", "response", "method", "setting", "lambda")
 def add_arguments(parser) -> None:
     parser.add_argument("--responses", required=True, help="responses parquet (decoder or policy output)")
     add_settings_arguments(parser, EvaluationSettings)
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--out", required=True, help="output parquet: the responses + helpfulness, harmfulness")
 
 
@@ -46,7 +44,7 @@ def run(args) -> None:
     from lara.provenance import code_version
     from lara.scoring import load_scorer
 
-    s = read_settings(args, EvaluationSettings, dtype=args.dtype)
+    s = read_settings(args, EvaluationSettings)
     df = read_table(args.responses, required=KEEP)
     out = df[list(KEEP)].copy()
     if "cost" in df.columns:  # the decoding cost model's own score (Best-of-N), kept for the constraint audit

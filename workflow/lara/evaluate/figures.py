@@ -21,6 +21,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
+from lara.evaluate.intervals import VERDICTS
 from lara.settings import Settings, add_settings_arguments, read_settings, setting
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: FigureSettings):
     axes[1].axhline(tau, color="black", ls="--", lw=1.2, label=f"$\\tau$ = {tau:g}")
     if "verdict" in sweep.columns:
         g = sweep[(sweep["n"] == main_n) & (sweep["label"] == "grid")].sort_values("lambda")
-        met = g[g["mean_cost_hi"] <= tau]
+        met = g[g["verdict"] == VERDICTS[0]]  # the sweep's own verdict (lara.evaluate.intervals)
         if len(met):
             axes[1].axvspan(met["lambda"].min(), g["lambda"].max(), color="green", alpha=0.08,
                             label=f"audit: N = {main_n} meets $\\tau$ (95%)")
@@ -247,6 +248,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--summary", default=None, help="eval summary.csv (tradeoff)")
     add_settings_arguments(parser, FigureSettings)
     parser.add_argument("--rule", default="figure", help="the rule name recorded in the provenance sidecar")
+    parser.add_argument("--experiment-settings", default=None,
+                        help="the experiment's settings table (results/{exp}/settings.tsv): recorded, hashed, in the "
+                        "figure's provenance")
     parser.add_argument("--png", required=True)
     parser.add_argument("--pdf", required=True)
     parser.add_argument("--provenance", required=True, help="the sidecar .provenance.json")
@@ -265,7 +269,7 @@ def run(args) -> None:
     missing = [f"--{n.replace('_', '-')}" for n in need[args.kind] if getattr(args, n) is None]
     if missing:
         raise DataError(f"figure {args.kind} needs {', '.join(missing)}")
-    inputs = [getattr(args, n) for n in ("sweep", "summary", "lambda_json")
+    inputs = [getattr(args, n) for n in ("sweep", "summary", "lambda_json", "experiment_settings")
               if getattr(args, n) is not None]
     lam = read_lambda(args.lambda_json).data if args.lambda_json else None
     summary = None
@@ -284,6 +288,8 @@ def run(args) -> None:
     shows = describe(args.kind, trail, lam, summary)
     if sizes:
         shows["sizes"] = sizes
+    if args.experiment_settings:
+        shows["settings_table"] = args.experiment_settings
     line = summary_line(shows)
     for path, fmt in ((args.png, "png"), (args.pdf, "pdf")):
         meta = {"Creator": "lara", "Description": line} if fmt == "png" else \

@@ -22,14 +22,13 @@ HELP = "generate the embedded toy safety world (Alpaca data, PKU-SafeRLHF pairs,
 
 def add_arguments(parser) -> None:
     add_settings_arguments(parser, ToyWorldSettings)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--alpaca", required=True, help="output: Alpaca-schema jsonl")
     parser.add_argument("--preferences", required=True, help="output: PKU-SafeRLHF-schema jsonl")
     parser.add_argument("--prompts", required=True, help="output: held-out prompt pool jsonl")
 
 
 def run(args) -> None:
-    s = read_settings(args, ToyWorldSettings, seed=args.seed)
+    s = read_settings(args, ToyWorldSettings)
     log.info("toy world settings: %s", s)
     world = generate(s)
     sft = world["alpaca"]

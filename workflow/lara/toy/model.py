@@ -18,7 +18,7 @@ import pandas as pd
 
 from lara.io import atomic_output, write_json
 from lara.provenance import record
-from lara.settings import Settings, add_settings_arguments, read_settings, setting
+from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
 from lara.template import alpaca_user_text, format_prompt
 
 log = logging.getLogger(__name__)
@@ -32,15 +32,15 @@ class TinyLlamaSettings(Settings):
 
     SECTION: ClassVar[str] = "toy.model"
 
-    vocab_size: int = setting(1024, "Vocabulary size incl. special tokens (config key toy.tokenizer.vocab_size).",
-                              minimum=300, config=False)
+    vocab_size: int = setting(1024, "Vocabulary size incl. special tokens.", minimum=300,
+                              key="toy.tokenizer.vocab_size")
     hidden_size: int = setting(64, "Model width.", minimum=1)
     intermediate_size: int = setting(176, "MLP width.", minimum=1)
     num_hidden_layers: int = setting(2, "Decoder layers.", minimum=1)
     num_attention_heads: int = setting(4, "Attention heads.", minimum=1)
     num_key_value_heads: int = setting(2, "Key/value heads (GQA).", minimum=1)
     max_position_embeddings: int = setting(256, "Context length.", minimum=1)
-    seed: int = setting(0, "The experiment seed (config key seed).", minimum=0, config=False)
+    seed: int = seed_setting()
 
 
 def corpus(alpaca_path: str | Path, pairs_path: str | Path) -> list[str]:
@@ -125,11 +125,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preferences", required=True, help="toy PKU-SafeRLHF-schema jsonl")
     parser.add_argument("--out", required=True, help="output model directory")
     add_settings_arguments(parser, TinyLlamaSettings)
-    parser.add_argument("--vocab-size", type=int, default=None, help="tokenizer vocabulary (toy.tokenizer.vocab_size)")
-    parser.add_argument("--seed", type=int, default=0)
 
 
 def run(args) -> None:
-    vocab = {} if args.vocab_size is None else {"vocab_size": args.vocab_size}
-    s = read_settings(args, TinyLlamaSettings, seed=args.seed, **vocab)
+    s = read_settings(args, TinyLlamaSettings)
     make_toy_model(args.alpaca, args.preferences, args.out, s)

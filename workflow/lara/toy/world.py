@@ -43,7 +43,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from lara.settings import Settings, setting
+from lara.settings import Settings, seed_setting, setting
 
 
 @dataclass(frozen=True)
@@ -224,7 +224,7 @@ class ToyWorldSettings(Settings):
 
     SECTION: ClassVar[str] = "toy"
 
-    seed: int = setting(0, "The experiment seed (config key seed).", minimum=0, config=False)
+    seed: int = seed_setting()
     n_sft: int = setting(2000, "Alpaca-schema instruction examples.", minimum=1)
     n_pairs: int = setting(2000, "PKU-SafeRLHF-schema preference pairs.", minimum=1)
     n_eval_prompts: int = setting(600, "Requests held out of all training data, the pool for calibration and "

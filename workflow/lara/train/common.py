@@ -18,12 +18,10 @@ from typing import ClassVar, Literal
 from lara.io import atomic_output, write_json
 from lara.provenance import record
 from lara.runtime import rank, world_size
-from lara.settings import Settings, setting
+from lara.settings import Dtype, Settings, dtype_setting, seed_setting, setting
 
 log = logging.getLogger(__name__)
 
-DTYPES = ("float32", "bfloat16", "float16")
-Dtype = Literal["float32", "bfloat16", "float16"]
 
 
 @dataclass(frozen=True)
@@ -47,8 +45,8 @@ class TrainSettings(Settings):
                                           "otherwise such a checkpoint is set aside.", bookkeeping=True)
     warmup_ratio: float = setting(0.0, "Linear warm-up share of the schedule.", minimum=0, maximum=1)
     weight_decay: float = setting(0.0, "AdamW weight decay.", minimum=0)
-    seed: int = setting(0, "The experiment seed (config key seed).", minimum=0, config=False)
-    dtype: Dtype = setting("float32", "Weight dtype (config key base_model.dtype).", config=False)
+    seed: int = seed_setting()
+    dtype: Dtype = dtype_setting()
 
 
 @dataclass(frozen=True)
@@ -447,14 +445,12 @@ def add_common_arguments(parser, settings_cls: type[TrainSettings],
     parser.add_argument("--model", required=True, help=model_help)
     parser.add_argument("--data", required=True, help="training data (parquet)")
     add_settings_arguments(parser, settings_cls)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--dtype", default="float32", choices=DTYPES)
     parser.add_argument("--checkpoints", required=True, help="checkpoint directory (kept across reruns)")
     parser.add_argument("--out", required=True, help="output model directory")
 
 
 def read_train_settings(args, settings_cls: type[TrainSettings]) -> TrainSettings:
-    """The stage's settings from its arguments (``--settings`` JSON, key flags, seed, dtype)."""
+    """The stage's settings from its arguments (``--settings`` JSON and the generated flags)."""
     from lara.settings import read_settings
 
-    return read_settings(args, settings_cls, seed=args.seed, dtype=args.dtype)
+    return read_settings(args, settings_cls)

@@ -36,11 +36,11 @@ import shutil
 from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import numpy as np
 
-from lara.settings import Settings, add_settings_arguments, read_settings, setting
+from lara.settings import Dtype, Settings, add_settings_arguments, dtype_setting, read_settings, seed_setting, setting
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +89,8 @@ class PPOLagSettings(Settings):
     save_steps: int = setting(100, "Checkpoint every this many rollouts (a rerun resumes).", minimum=1,
                               bookkeeping=True)
     logging_steps: int = setting(1, "Log every this many rollouts.", minimum=1, bookkeeping=True)
-    seed: int = setting(0, "The experiment seed (config key seed).", minimum=0, config=False)
-    dtype: Literal["float32", "bfloat16", "float16"] = setting(
-        "float32", "Weight dtype (config key base_model.dtype).", config=False)
+    seed: int = seed_setting()
+    dtype: Dtype = dtype_setting()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -617,8 +616,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--prompts", required=True, help="training prompts (parquet/jsonl with a prompt column)")
     parser.add_argument("--sft-data", default=None, help="SFT data for the ptx loss (prompt, output)")
     add_settings_arguments(parser, PPOLagSettings)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--checkpoints", required=True, help="checkpoint directory (kept across reruns)")
     parser.add_argument("--out", required=True, help="output model directory (the trained actor)")
 
@@ -626,7 +623,7 @@ def add_arguments(parser) -> None:
 def run(args) -> None:
     from lara.config import require_model
 
-    s = read_settings(args, PPOLagSettings, seed=args.seed, dtype=args.dtype)
+    s = read_settings(args, PPOLagSettings)
     for flag, spec in (("--model", args.model), ("--reward", args.reward), ("--cost", args.cost)):
         require_model(spec, flag)
     train_safe_rlhf(args.model, args.reward, args.cost, args.prompts, args.sft_data, args.checkpoints, args.out, s)
