@@ -147,3 +147,12 @@ def test_a_module_of_later_steps_reruns_exactly_those_steps_and_their_downstream
                       "decode_rgtg": 3, "evaluate_decoded": 6, "judge_decoded": 6, "aggregate": 1,
                       "figure_lambda_sweep": 1, "figure_tradeoff": 1, "figure_calibration": 1}, counts
     assert own_code_changed(toy_run, env) == {"calibrate_lambda", "calibrate_lambda_for_n", "select_bon"}
+
+
+def test_execution_settings_rerun_nothing_and_a_plot_option_only_the_settings_table_and_figures(toy_run, tmp_path):
+    # resources and numerics decide where and how jobs run, not what they compute: not in the settings table
+    execution = "numerics: {cpu_kernels: native}\nresources: {default: {mem_mb: 8000}}\n"
+    assert dry_run(toy_run, *override(tmp_path, execution)) == ({}, set())
+    counts, _ = dry_run(toy_run, *override(tmp_path, "figures: {dpi: 100}\n"))
+    assert counts == {"experiment_settings": 1, "figure_lambda_sweep": 1, "figure_tradeoff": 1,
+                      "figure_calibration": 1}, counts
