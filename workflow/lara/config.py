@@ -423,7 +423,7 @@ def _chain(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[str, dict]]:
     parent = (Path(path).parent / base).resolve()
     if parent in seen or parent == Path(path).resolve():
         raise ConfigError(f"{path}: {EXTENDS}: {base} extends itself (a cycle of {EXTENDS})")
-    if "experiment" in data and not (Path(path).parent / base).is_file():
+    if not parent.is_file():
         raise ConfigError(f"{path}: {EXTENDS}: {base}: no such config file (read relative to {Path(path).parent})")
     return _chain(parent, (*seen, Path(path).resolve())) + [(str(path), data)]
 
@@ -439,7 +439,7 @@ def layers(*paths: str | Path, overrides: dict | None = None) -> list[tuple[str,
     out: list[tuple[str, dict]] = []
     for path in paths:
         chain = _chain(Path(path))
-        if "experiment" in chain[-1][1] or any("experiment" in data for _, data in chain):
+        if any("experiment" in data for _, data in chain):  # a whole experiment: the files before it do not count
             out = []
         out += chain
     if overrides:
