@@ -37,12 +37,11 @@ rule bon_sweep:
     resources:
         **job_resources("bon_sweep"),
     params:
-        grid=json.dumps(config["decode"]["lambda_grid"]),
         settings=step_settings("bon-sweep"),
         sizes=sweep_sizes(),
         code=step_code("bon-sweep"),
     shell:
-        "lara bon-sweep --candidates {input.candidates:q} --grid {params.grid:q} --lambda-json {input.lam:q}"
+        "lara bon-sweep --candidates {input.candidates:q} --lambda-json {input.lam:q}"
         " --n {params.sizes:q} --settings {params.settings:q} --out {output:q} > {log:q} 2>&1"
 
 

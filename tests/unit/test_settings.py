@@ -168,14 +168,15 @@ def test_a_config_value_reaches_a_step_one_way_through_generated_flags():
 
     from lara.cli import make_parser
 
-    own = re.compile(r'add_argument\(\s*"--(seed|dtype|tau|bootstrap|bon-n|vocab-size|lambda-search-max|lambda-max)"')
+    flags = "seed|dtype|tau|bootstrap|bon-n|vocab-size|lambda-search-max|lambda-max|grid"
+    own = re.compile(rf'add_argument\(\s*"--({flags})"')
     sources = sorted((REPO / "workflow" / "lara").rglob("*.py"))
     hand_written = [str(p.relative_to(REPO)) for p in sources if own.search(p.read_text())]
     assert hand_written == []
     expected = {"calibrate": ("--seed", "--bon-n", "--tau"), "sample": ("--seed", "--dtype"),
                 "train-safe-rlhf": ("--seed", "--dtype", "--lambda-clamp"), "rgtg": ("--seed", "--dtype"),
                 "aggregate": ("--tau", "--bootstrap", "--seed", "--overpenalised-lambda"),
-                "bon-sweep": ("--tau", "--bootstrap", "--seed"), "score": ("--dtype",),
+                "bon-sweep": ("--tau", "--bootstrap", "--seed", "--lambda-grid"), "score": ("--dtype",),
                 "make-toy-model": ("--vocab-size", "--seed"), "evaluate": ("--dtype",)}
     for command, flags in expected.items():
         sub = make_parser(command)._subparsers._group_actions[0].choices[command]
@@ -193,3 +194,25 @@ def test_step_settings_fill_other_sections_values_and_derived_ones():
     assert bon4["bon_n"] == 4 and bon4["tau"] == -4.0
     with pytest.raises(ConfigError, match="derived values \\['colour'\\]"):
         settings_json(cfg, "calibration", SCHEMA, colour=1)
+
+
+def test_a_field_that_names_another_key_defaults_to_that_key_s_default_or_to_nothing():
+    """A step run by hand without the flag gets the owning key's own default (or None: it does without,
+    e.g. no verdicts without a tau), never a second default that could drift from the schema's."""
+    from lara.config import defaults
+    from lara.settings import STEPS
+
+    base = defaults(SCHEMA)
+    checked = 0
+    for name in [*SECTIONS, *STEPS]:
+        cls = settings_class(name)
+        for field, key in cls.borrowed().items():
+            default = cls.__dataclass_fields__[field].default
+            if default is dataclasses.MISSING or default is None:
+                continue
+            node = base
+            for part in key.split("."):
+                node = node[part]
+            assert default == node, f"{name}.{field} defaults to {default!r}, {key} to {node!r}"
+            checked += 1
+    assert checked > 20

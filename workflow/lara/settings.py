@@ -165,6 +165,10 @@ class Settings:
 
     @classmethod
     def key(cls, name: str) -> str:
+        """The config key of a field, for messages: its own section's, or the other section's it names."""
+        field = getattr(cls, "__dataclass_fields__", {}).get(name)
+        if field is not None and field.metadata.get("key"):
+            return field.metadata["key"]
         return f"{cls.SECTION}.{name}" if cls.SECTION else name
 
     @classmethod
@@ -309,7 +313,15 @@ def _parser_of(schema: dict):
     plain = {"integer": int, "number": float, "string": str}
     base = next((plain[k] for k in kinds if k in plain), None)
     if base is None:  # booleans and lists: JSON (true, false, [1, 2])
-        return json.loads
+        def parse_json(text: str):
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError:
+                raise argparse.ArgumentTypeError(f"not JSON: {text!r} (a list is written [0, 0.5, 1], a "
+                                                 "boolean true or false)") from None
+
+        parse_json.__name__ = "JSON"
+        return parse_json
 
     def parse(text: str):
         return None if "null" in kinds and text in ("null", "None") else base(text)

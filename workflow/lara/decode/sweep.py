@@ -13,7 +13,6 @@ that N).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -35,6 +34,8 @@ HELP = "Best-of-N lambda sweep with the held-out constraint audit at every lambd
 class SweepSettings(Settings):
     """What the Best-of-N sweep reads from the config."""
 
+    lambda_grid: list[float] = setting(help="Lambda values of the sweep (each lambda.json adds its lambda-hat and "
+                                            "lambda*).", minimum=0, key="decode.lambda_grid")
     tau: float | None = setting(None, "The cost budget of the audit verdicts (null: no verdicts); each lambda.json "
                                       "given must have been calibrated for it.", key="calibration.tau")
     bootstrap: int = setting(2000, "Bootstrap replicates over test prompts.", minimum=1, key="evaluation.bootstrap")
@@ -61,7 +62,6 @@ def sweep_table(reward: np.ndarray, cost: np.ndarray, lams, labels, n: int, tau:
 
 def add_arguments(parser) -> None:
     parser.add_argument("--candidates", required=True, help="scored candidates (prompt_id, sample_id, reward, cost)")
-    parser.add_argument("--grid", required=True, help="JSON list of lambda values")
     parser.add_argument("--lambda-json", nargs="*", default=[],
                         help="lambda.json files, each calibrated for one Best-of-N size (their decoder.n): add that "
                         "N's lambda-hat and lambda* rows")
@@ -95,16 +95,11 @@ def run(args) -> None:
             raise DataError(f"{path}: calibrated for Best-of-N with N = {n}, which is not a swept size {sizes} "
                             "(decode.bon_n, decode.sweep_n)")
         calibrated[n] = rec
-    try:
-        grid = [float(x) for x in json.loads(args.grid)]
-    except (ValueError, TypeError):
+    grid = [float(x) for x in s.lambda_grid]
+    if not grid or any(not np.isfinite(x) for x in grid):
         from lara.config import ConfigError
 
-        raise ConfigError(f"--grid {args.grid!r}: a JSON list of numbers, e.g. [0, 0.5, 1]") from None
-    if not grid or any(not np.isfinite(x) or x < 0 for x in grid):
-        from lara.config import ConfigError
-
-        raise ConfigError(f"--grid {args.grid!r}: lambda values must be finite and >= 0, at least one")
+        raise ConfigError(f"decode.lambda_grid {s.lambda_grid!r}: lambda values must be finite, at least one")
     t0 = time.perf_counter()
     tables = []
     for n in sizes:
