@@ -75,7 +75,7 @@ def test_the_base_model_revision_reaches_sft(workflow_copy):
 def test_token_level_decoding_runs_in_the_model_dtype(workflow_copy):
     proc = run_snakemake(workflow_copy, "-n", "--printshellcmds", "--configfile", "config/paper-llama.yaml")
     decodes = [line for line in proc.stdout.splitlines() if "lara rgtg " in line]
-    assert len(decodes) == 9 and all("--dtype bfloat16" in line for line in decodes)
+    assert len(decodes) == 9 and all('"dtype": "bfloat16"' in line for line in decodes)
     # the Snakefile's configfile (the toy default) comes first, yet the paper run sees none of its values:
     # Safe-RLHF trains at ppo-lag.sh's learning rates by epochs, not the toy world's 80 steps at 50x
     ppo = json.loads(re.search(r"lara train-safe-rlhf .*--settings '([^']*)'", proc.stdout).group(1))

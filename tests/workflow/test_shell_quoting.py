@@ -51,12 +51,24 @@ def _nested(flat):
 
 
 def _strings(token):
-    """The strings an argument carries: itself, and a JSON object's string values."""
+    """The strings an argument carries: itself, or every string inside a JSON object or list (a step's
+    settings; the config layers the settings table is made from), keys and values."""
     try:
         data = json.loads(token)
     except ValueError:
         return [token]
-    return [v for v in data.values() if isinstance(v, str)] if isinstance(data, dict) else [token]
+    if not isinstance(data, (dict, list)):
+        return [token]
+    out, todo = [], [data]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            todo += [*node.keys(), *node.values()]
+        elif isinstance(node, list):
+            todo += node
+        elif isinstance(node, str):
+            out.append(node)
+    return out
 
 
 def test_hostile_strings_reach_every_command_intact(workflow_copy, tmp_path):
@@ -84,7 +96,8 @@ def test_hostile_strings_reach_every_command_intact(workflow_copy, tmp_path):
     assert missing == [], f"never passed to a command: {missing}"
 
 
-# every command that loads a model (sample, score, train, decode, generate, evaluate) takes the experiment's dtype
+# every command that loads a model (sample, score, train, decode, generate, evaluate) takes the experiment's dtype,
+# in its --settings (lara.config.step_settings fills base_model.dtype into every step that names it)
 MODEL_COMMANDS = {"train-sft", "train-reward", "train-cost", "train-partial", "train-value", "train-safe-rlhf",
                   "train-safedpo", "sample", "score", "rgtg", "generate-policy", "evaluate"}
 
@@ -101,5 +114,5 @@ def test_every_model_loading_command_gets_the_dtype(workflow_copy, tmp_path):
         command = next((argv[i + 1] for i, a in enumerate(argv) if a.endswith("lara") or a == "lara"), None)
         if command in MODEL_COMMANDS:
             seen.add(command)
-            assert "--dtype bfloat16" in line, line[:300]
+            assert '"dtype": "bfloat16"' in line and "--dtype" not in line, line[:300]
     assert seen == MODEL_COMMANDS, MODEL_COMMANDS - seen
