@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-LEVEL = 0.95
+BOUNDS = (0.025, 0.975)  # the 95 % percentile interval's quantiles (written out: 1 - 0.95 is not 0.05 in floats)
 VERDICTS = ("met (upper 95% bound at or below tau)", "met on average, not with 95% confidence", "violated")
 
 
@@ -25,8 +25,7 @@ def bootstrap_means(per_prompt: np.ndarray, n_boot: int, seed: int) -> np.ndarra
 
 def interval(per_prompt: np.ndarray, n_boot: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(mean, lower, upper) of each column of per-prompt values (P, L): the 95 % percentile interval."""
-    alpha = (1 - LEVEL) / 2
-    lo, hi = np.quantile(bootstrap_means(per_prompt, n_boot, seed), [alpha, 1 - alpha], axis=0)
+    lo, hi = np.quantile(bootstrap_means(per_prompt, n_boot, seed), BOUNDS, axis=0)
     return per_prompt.mean(axis=0), lo, hi
 
 
