@@ -139,7 +139,8 @@ def test_a_checkpoint_without_optimizer_state_is_resumed_only_when_asked(tmp_pat
 
 
 def test_logging_and_checkpoint_intervals_keep_the_checkpoints_other_settings_set_them_aside(tmp_path):
-    from lara.train.common import SFTSettings, fingerprint, set_aside_stale_checkpoints
+    from lara.train.checkpoints import fingerprint, set_aside_stale_checkpoints
+    from lara.train.common import SFTSettings
 
     ckpt = tmp_path / "ckpt"
     data = tmp_path / "data.parquet"

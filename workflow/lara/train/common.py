@@ -19,6 +19,14 @@ from lara.io import atomic_output, write_json
 from lara.provenance import record
 from lara.runtime import rank, world_size
 from lara.settings import Dtype, Settings, dtype_setting, seed_setting, setting
+from lara.train.checkpoints import (
+    numbered,
+    prune,
+    publish,
+    remove_interrupted_saves,
+    set_aside_stale_checkpoints,
+    staging_dir,
+)
 
 log = logging.getLogger(__name__)
 
@@ -170,18 +178,7 @@ def training_arguments(config_cls, s: TrainSettings, checkpoint_dir: str | Path,
     )
 
 
-STAGING = ".staging-"  # checkpoint-N is written here and renamed into place once complete
 REQUIRED_STATE = ("trainer_state.json", "optimizer.pt", "scheduler.pt")
-KEEP_SET_ASIDE = 2  # stale checkpoint sets / incomplete checkpoints kept for inspection
-
-
-def _prune(folder: Path, keep: int = KEEP_SET_ASIDE) -> None:
-    """Keep the ``keep`` newest entries of ``folder`` (by modification time)."""
-    import shutil
-
-    entries = sorted(folder.iterdir(), key=lambda p: p.stat().st_mtime) if folder.is_dir() else []
-    for old in entries[:-keep] if keep else entries:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _missing_state(candidate: Path) -> list[str]:
@@ -213,13 +210,8 @@ def last_checkpoint(checkpoint_dir: str | Path, resume_partial: bool = False) ->
     path = Path(checkpoint_dir)
     if not path.is_dir():
         return None
-    for staging in path.glob(f"{STAGING}*"):
-        log.warning("%s: a checkpoint save was interrupted (job killed while saving?); removing the partial copy",
-                    staging)
-        shutil.rmtree(staging, ignore_errors=True)
-    found = sorted((int(p.name.split("-", 1)[1]), p) for p in path.glob("checkpoint-*")
-                   if p.is_dir() and p.name.split("-", 1)[1].isdigit())
-    for _, candidate in reversed(found):
+    remove_interrupted_saves(path)
+    for _, candidate in reversed(numbered(path)):
         missing = _missing_state(candidate)
         if not missing:
             return str(candidate)
@@ -236,7 +228,7 @@ def last_checkpoint(checkpoint_dir: str | Path, resume_partial: bool = False) ->
         aside.parent.mkdir(exist_ok=True)
         shutil.rmtree(aside, ignore_errors=True)
         candidate.rename(aside)
-        _prune(aside.parent)
+        prune(aside.parent)
     return None
 
 
@@ -244,7 +236,6 @@ def stage_checkpoints(trainer) -> None:
     """Make ``trainer`` write each checkpoint into ``.staging-N`` beside the others and rename it to
     ``checkpoint-N`` only once every file is written, so a checkpoint is either complete or absent;
     then keep the newest ``save_total_limit``."""
-    import os
     import shutil
 
     from transformers.trainer_utils import rotate_checkpoints
@@ -254,7 +245,7 @@ def stage_checkpoints(trainer) -> None:
     def save(model, trial):
         run_dir = Path(trainer.args.output_dir)
         step = trainer.state.global_step
-        staging = run_dir / f"{STAGING}{step}"
+        staging = staging_dir(run_dir, step)
         if trainer.args.should_save:
             shutil.rmtree(staging, ignore_errors=True)
         trainer.args.output_dir = str(staging)
@@ -264,11 +255,7 @@ def stage_checkpoints(trainer) -> None:
             trainer.args.output_dir = str(run_dir)
         trainer.accelerator.wait_for_everyone()
         if trainer.args.should_save:
-            final = run_dir / f"checkpoint-{step}"
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(staging / f"checkpoint-{step}", final)
-            shutil.rmtree(staging, ignore_errors=True)
+            publish(staging / f"checkpoint-{step}", run_dir, step)
             rotate_checkpoints(str(run_dir), trainer.args.save_total_limit)
         trainer.accelerator.wait_for_everyone()
 
@@ -298,63 +285,6 @@ def quiet_trainer(trainer):
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
     return trainer
-
-
-def fingerprint(settings, inputs: dict[str, str | Path]) -> dict:
-    """What a checkpoint must have been trained with to be resumed: the settings that can change
-    the result (not how often it logs or checkpoints), and the inputs (data by content hash; a
-    model directory by its provenance record, else its path)."""
-    from lara.io import sha256_file
-
-    def ident(path):
-        p = Path(path)
-        if p.is_file():
-            return sha256_file(p)
-        if (p / "provenance.json").is_file():
-            return sha256_file(p / "provenance.json")
-        return str(path)
-
-    return {"settings": settings.result_settings(), "inputs": {k: ident(v) for k, v in inputs.items()}}
-
-
-def set_aside_stale_checkpoints(checkpoint_dir: Path, fp: dict) -> None:
-    """When the checkpoints in ``checkpoint_dir`` were made with other settings or inputs than ``fp``,
-    move them (with their fingerprint) to ``stale/<fingerprint>/``, keeping the newest two such sets;
-    when a set there was made with ``fp``, move it back, so changing a setting and changing it back
-    resumes where the run stopped. Then stamp ``checkpoint_dir`` with ``fp``."""
-    import hashlib
-    import shutil
-
-    def key(f: dict) -> str:
-        return hashlib.sha256(json.dumps(f, sort_keys=True).encode()).hexdigest()[:12]
-
-    stamp = checkpoint_dir / "fingerprint.json"
-    old = json.loads(stamp.read_text()) if stamp.is_file() else None
-    new = json.loads(json.dumps(fp))
-    ours = [p for p in checkpoint_dir.glob("checkpoint-*") if p.is_dir()] if checkpoint_dir.is_dir() else []
-    if old is not None and old != new:
-        changed = sorted(k for part in ("settings", "inputs") for k in set(old.get(part, {})) | set(new[part])
-                         if old.get(part, {}).get(k) != new[part].get(k))
-        aside = checkpoint_dir / "stale" / key(old)
-        if ours:
-            log.warning("%s changed since the checkpoints in %s were made: moving them to %s (the newest %d such "
-                        "sets are kept)", ", ".join(changed), checkpoint_dir, aside, KEEP_SET_ASIDE)
-            shutil.rmtree(aside, ignore_errors=True)
-            aside.mkdir(parents=True)
-            for p in ours:
-                p.rename(aside / p.name)
-            stamp.rename(aside / stamp.name)
-            os.utime(aside)
-            _prune(aside.parent)
-        ours = []
-    back = checkpoint_dir / "stale" / key(new)
-    if not ours and (back / "fingerprint.json").is_file():
-        log.info("checkpoints made with these settings and inputs were set aside in %s: moving them back", back)
-        for p in back.glob("checkpoint-*"):
-            p.rename(checkpoint_dir / p.name)
-        shutil.rmtree(back)
-    checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    write_json(stamp, fp)
 
 
 def train_with_resume(trainer, checkpoint_dir: str | Path, fp: dict | None = None, resume_partial: bool = False):

@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import shutil
 from collections import deque
 from dataclasses import asdict, dataclass
@@ -229,10 +228,9 @@ class LoopState:
 def _save_checkpoint(accelerator, checkpoint_dir: Path, state: LoopState, keep: int = 2) -> None:
     """Save into ``.staging-N`` and rename to ``checkpoint-N`` once complete (loop_state.json last),
     so a checkpoint is either complete or absent; keep the newest ``keep``."""
-    from lara.train.common import STAGING
+    from lara.train.checkpoints import keep_newest, publish, staging_dir
 
-    final = checkpoint_dir / f"checkpoint-{state.step}"
-    staging = checkpoint_dir / f"{STAGING}{state.step}"
+    staging = staging_dir(checkpoint_dir, state.step)
     if accelerator.is_main_process:
         shutil.rmtree(staging, ignore_errors=True)
     accelerator.wait_for_everyone()
@@ -240,25 +238,18 @@ def _save_checkpoint(accelerator, checkpoint_dir: Path, state: LoopState, keep: 
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         (staging / "loop_state.json").write_text(json.dumps(asdict(state)))
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(staging, final)
-        done = sorted(checkpoint_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
-        for old in done[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+        publish(staging, checkpoint_dir, state.step)
+        keep_newest(checkpoint_dir, keep)
     accelerator.wait_for_everyone()
     log.info("checkpoint saved at step %d", state.step)
 
 
-def _remove_interrupted_saves(checkpoint_dir: Path) -> None:
-    for staging in checkpoint_dir.glob(".staging-*"):
-        log.warning("%s: a checkpoint save was interrupted; removing the partial copy", staging)
-        shutil.rmtree(staging, ignore_errors=True)
-
-
 def _last_checkpoint(checkpoint_dir: Path) -> Path | None:
-    done = [p for p in checkpoint_dir.glob("checkpoint-*") if (p / "loop_state.json").is_file()]
-    return max(done, key=lambda p: int(p.name.split("-")[1])) if done else None
+    """The newest checkpoint with its loop state (the last file a save writes)."""
+    from lara.train.checkpoints import numbered
+
+    done = [p for _, p in numbered(checkpoint_dir) if (p / "loop_state.json").is_file()]
+    return done[-1] if done else None
 
 
 @dataclass
@@ -368,11 +359,11 @@ def _setup(sft_path: str, reward_path: str, cost_path: str, prompts_path: str, s
 
 def _resume(run: Run, checkpoint_dir: Path) -> LoopState:
     """The loop state of the last complete checkpoint made with these settings and inputs, else step 0."""
-    from lara.train.common import fingerprint, set_aside_stale_checkpoints
+    from lara.train.checkpoints import fingerprint, remove_interrupted_saves, set_aside_stale_checkpoints
 
     if run.accelerator.is_main_process:  # the main process tidies the folder, then all resume the same checkpoint
         set_aside_stale_checkpoints(checkpoint_dir, fingerprint(run.s, run.inputs))
-        _remove_interrupted_saves(checkpoint_dir)
+        remove_interrupted_saves(checkpoint_dir)
     run.accelerator.wait_for_everyone()
     resume = _last_checkpoint(checkpoint_dir)
     if resume is None:

@@ -24,9 +24,9 @@ import pandas as pd
 
 from lara.scoring import encode, pad_batch, sequence_scores
 from lara.template import PROMPT_TEMPLATE
+from lara.train.checkpoints import fingerprint
 from lara.train.common import (
     TrainSettings,
-    fingerprint,
     progress_callback,
     quiet_trainer,
     save_model,

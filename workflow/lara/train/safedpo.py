@@ -179,8 +179,8 @@ def train_safedpo(model_path: str, data_path: str, checkpoints: str, out: str, s
 
     from lara.config import require_model
     from lara.data.tables import read_table
+    from lara.train.checkpoints import fingerprint
     from lara.train.common import (
-        fingerprint,
         progress_callback,
         quiet_trainer,
         save_model,

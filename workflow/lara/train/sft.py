@@ -11,11 +11,11 @@ import logging
 import pandas as pd
 
 from lara.template import format_prompt
+from lara.train.checkpoints import fingerprint
 from lara.train.common import (
     SFTSettings,
     TrainSettings,
     add_common_arguments,
-    fingerprint,
     progress_callback,
     quiet_trainer,
     read_train_settings,

@@ -20,11 +20,11 @@ import pandas as pd
 
 from lara.scoring import encode, pad_batch
 from lara.template import PROMPT_TEMPLATE
+from lara.train.checkpoints import fingerprint
 from lara.train.common import (
     TrainSettings,
     ValueSettings,
     device,
-    fingerprint,
     progress_callback,
     quiet_trainer,
     read_train_settings,
