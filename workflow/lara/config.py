@@ -481,17 +481,11 @@ def explain(resolved: dict, layer_list: list[tuple[str, dict]], schema: dict | N
     def walk(node, sub_schema, path):
         sub_schema = _resolve(sub_schema or {}, schema)
         props = sub_schema.get("properties")
-        if isinstance(node, dict) and props is not None and node:
+        extra = sub_schema.get("additionalProperties")
+        extra = extra if isinstance(extra, dict) else None
+        if isinstance(node, dict) and node and (props is not None or extra is not None):
             for key, value in node.items():
-                child = props.get(key)
-                if child is None and isinstance(sub_schema.get("additionalProperties"), dict):
-                    child = sub_schema["additionalProperties"]
-                walk(value, child, [*path, key])
-            return
-        if isinstance(node, dict) and node and props is None and isinstance(
-                sub_schema.get("additionalProperties"), dict):
-            for key, value in node.items():
-                walk(value, sub_schema["additionalProperties"], [*path, key])
+                walk(value, (props or {}).get(key) or extra, [*path, key])
             return
         origin = origin_of(path)
         if origin == "default":
@@ -507,11 +501,7 @@ def _owner(path: list[str]) -> str | None:
     """The settings dataclass (``module:Class``) that owns the key at ``path``, if any."""
     from lara.settings import SECTIONS
 
-    for cut in range(len(path) - 1, 0, -1):
-        section = ".".join(path[:cut])
-        if section in SECTIONS and cut == len(path) - 1:
-            return SECTIONS[section]
-    return None
+    return SECTIONS.get(".".join(path[:-1]))
 
 
 SETTINGS_TABLE_HEADER = "key\tvalue\torigin"
