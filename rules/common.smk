@@ -350,9 +350,6 @@ def figure_shows(wildcards, output):
         return {}
 
 
-SETTINGS_TABLE = f"{RESULTS}/settings.tsv"
-
-
 def figure_params():
     return dict(
         settings=step_settings("figures"),
