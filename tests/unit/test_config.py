@@ -249,3 +249,11 @@ def test_a_step_run_by_hand_refuses_an_old_name_too():
 
     with pytest.raises(ConfigError, match="calibration.lambda_max is now calibration.lambda_search_max"):
         CalibrationSettings.from_json('{"tau": -1.0, "lambda_max": 5.0}')
+
+
+def test_the_settings_table_leaves_out_execution_settings_and_layers_that_only_hold_them():
+    from lara.config import result_layers
+
+    parts = [("a.yaml", {"experiment": "x", "resources": {"default": {}}}), ("b.yaml", {"numerics": {}}),
+             ("c.yaml", {"calibration": {"tau": -1.0}})]
+    assert result_layers(parts) == [("a.yaml", {"experiment": "x"}), ("c.yaml", {"calibration": {"tau": -1.0}})]

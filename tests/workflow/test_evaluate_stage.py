@@ -125,7 +125,9 @@ def test_report_renders_in_headless_chromium(toy_run, tmp_path):
 
 def test_plot_option_reruns_only_the_figures(toy_run, tmp_path):
     counts, outputs = dry_run(toy_run, *override(tmp_path, "figures:\n  dpi: 120\n"))
-    assert counts == {"figure_lambda_sweep": 1, "figure_tradeoff": 1, "figure_calibration": 1}, counts
+    # and the settings table every figure records (results/{exp}/settings.tsv)
+    assert counts == {"figure_lambda_sweep": 1, "figure_tradeoff": 1, "figure_calibration": 1,
+                      "experiment_settings": 1}, counts
 
 
 def test_tau_reruns_only_the_star_evaluations(toy_run, tmp_path):

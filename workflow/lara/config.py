@@ -510,8 +510,10 @@ EXECUTION_SECTIONS = ("resources", "numerics")
 
 
 def result_layers(layer_list: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
-    """The layers without the execution sections: what the settings table is made from."""
-    return [(origin, {k: v for k, v in data.items() if k not in EXECUTION_SECTIONS}) for origin, data in layer_list]
+    """The layers without the execution sections: what the settings table is made from (a layer left
+    empty is dropped, so a file that sets only resources or numerics changes nothing the table shows)."""
+    kept = [(origin, {k: v for k, v in data.items() if k not in EXECUTION_SECTIONS}) for origin, data in layer_list]
+    return [(origin, data) for origin, data in kept if data]
 
 
 def settings_table(rows: list[dict]) -> str:
