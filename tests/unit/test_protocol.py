@@ -11,19 +11,10 @@ import yaml
 from lara.config import load, load_schema
 
 from ..conftest import REPO
+from .test_config import _resolve
 
 SCHEMA = load_schema()
 PAPER = {"llama": REPO / "config/paper-llama.yaml", "qwen": REPO / "config/paper-qwen.yaml"}
-
-
-def _resolve(node, schema):
-    ref = node.get("$ref")
-    if ref:
-        target = schema
-        for part in ref.lstrip("#/").split("/"):
-            target = target[part]
-        return {**target, **{k: v for k, v in node.items() if k != "$ref"}}
-    return node
 
 
 def _defaults_of(dotted: str) -> dict:
