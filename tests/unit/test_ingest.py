@@ -153,3 +153,23 @@ def test_cli_writes_parquet_with_provenance(tmp_path):
     meta = read_metadata(out)
     assert meta["rows_out"] == 60 and meta["origin"]["sha256"] and json.dumps(meta)
     assert len(pd.read_parquet(out)) == 60
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet", ".csv"])
+def test_a_source_edited_with_its_mtime_restored_is_read_afresh(tmp_path, suffix, monkeypatch):
+    """The datasets cache is keyed by path and modification time; a file edited and given back its old
+    mtime (cp -p, touch -d, a restored backup) must still give its new rows, under the hash of those bytes."""
+    import hashlib
+    import os
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf"))  # one shared cache, as on a workstation
+    rows = pd.DataFrame(WORLD["alpaca"][:5])
+    src = write(rows, tmp_path / f"sft{suffix}")
+    os.utime(src, (1_700_000_000, 1_700_000_000))
+    old, old_meta = ingest("sft", IngestSettings(source=str(src)))
+    edited = rows.assign(output=[f"edited {i}" for i in range(5)])
+    write(edited, src)
+    os.utime(src, (1_700_000_000, 1_700_000_000))
+    new, new_meta = ingest("sft", IngestSettings(source=str(src)))
+    assert sorted(new["output"]) == sorted(edited["output"]) != sorted(old["output"])
+    assert new_meta["origin"]["sha256"] == hashlib.sha256(src.read_bytes()).hexdigest() != old_meta["origin"]["sha256"]

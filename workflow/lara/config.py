@@ -9,7 +9,10 @@ The Snakefile calls :func:`validate` before any job is scheduled.
 from __future__ import annotations
 
 import copy
+import functools
 import json
+import math
+import re
 from pathlib import Path
 
 import yaml
@@ -27,7 +30,7 @@ def load_schema(path: str | Path | None = None) -> dict:
     settings from ``settings.schema.yaml`` (generated from the dataclasses that own them)."""
     path = Path(path or SCHEMA_PATH)
     with open(path) as fh:
-        schema = yaml.safe_load(fh)
+        schema = strict_yaml(fh)
     generated_path = path.parent / SETTINGS_SCHEMA
     generated = None
     for node in _nodes(schema):
@@ -35,7 +38,7 @@ def load_schema(path: str | Path | None = None) -> dict:
             continue
         if generated is None:
             with open(generated_path) as fh:
-                generated = yaml.safe_load(fh)
+                generated = strict_yaml(fh)
         section = node["x-settings"]
         if section not in generated:
             raise ConfigError(f"{path}: x-settings {section!r} is not a section of {generated_path}")
@@ -103,10 +106,106 @@ def settings_json(config: dict, name: str, schema: dict, **derived) -> str:
     return json.dumps(step_settings(config, name, schema, **derived), sort_keys=True)
 
 
+# ---------------------------------------------------------------------------------------------
+# one validator for the config files and the steps' settings (lara.settings.Settings)
+
+
+@functools.cache
+def strict_validator():
+    """JSON Schema (2020-12) as this project reads it, for the config and the step settings alike: a
+    ``number`` is finite (JSON Schema's ranges never fire for NaN, and YAML reads ``.nan`` and ``.inf``),
+    an ``integer`` is an int (not ``20.0``, which the standard counts as one and a later step refuses),
+    and a ``pattern`` must match the whole string (Python's ``$`` also matches before a final newline)."""
+    from jsonschema import Draft202012Validator, ValidationError, validators
+
+    def finite_number(checker, instance):
+        return isinstance(instance, (int, float)) and not isinstance(instance, bool) and math.isfinite(instance)
+
+    def int_only(checker, instance):
+        return isinstance(instance, int) and not isinstance(instance, bool)
+
+    def whole_pattern(validator, pattern, instance, schema):
+        if validator.is_type(instance, "string") and re.fullmatch(pattern, instance) is None:
+            yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+    checker = Draft202012Validator.TYPE_CHECKER.redefine_many({"number": finite_number, "integer": int_only})
+    return validators.extend(Draft202012Validator, {"pattern": whole_pattern}, type_checker=checker)
+
+
+def schema_errors(instance, schema: dict) -> list:
+    """The errors of ``instance`` against ``schema`` (:func:`strict_validator`), in key order."""
+    return sorted(strict_validator()(schema).iter_errors(instance), key=lambda e: [str(p) for p in e.absolute_path])
+
+
+def error_message(error) -> str:
+    """A validation error's message, with the fix for the mistakes people make: a NaN or infinite
+    number, an integer written as a float, a number YAML read as a string (``2e-5``)."""
+    value, expected = error.instance, error.validator_value
+    if error.validator == "type":
+        kinds = expected if isinstance(expected, list) else [expected]
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{value} is not a finite number (NaN and infinities are refused)"
+        if "integer" in kinds and "number" not in kinds and isinstance(value, float) and value.is_integer():
+            return f"{value!r} is not an integer; write {int(value)}"
+        if {"number", "integer"} & set(kinds) and isinstance(value, str):
+            try:
+                float(value)
+            except ValueError:
+                pass
+            else:
+                return (f"{value!r} is a string, not a number: YAML 1.1 reads an exponent without a dot as text; "
+                        f"write {_yaml_number(value)}")
+    return error.message
+
+
+def _yaml_number(text: str) -> str:
+    """``2e-5`` as YAML reads it as a number (``2.0e-5``)."""
+    mantissa, _, exponent = text.lower().partition("e")
+    if exponent and "." not in mantissa:
+        return f"{mantissa}.0e{exponent}"
+    return text
+
+
+def nonfinite(value, path: tuple = ()) -> list[str]:
+    """Every NaN or infinite number anywhere in ``value`` (a mapping, a list), as dotted keys."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [_key(path)]
+    if isinstance(value, dict):
+        return [k for key, sub in value.items() for k in nonfinite(sub, (*path, key))]
+    if isinstance(value, list):
+        return [k for i, sub in enumerate(value) for k in nonfinite(sub, (*path, i))]
+    return []
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last silently)."""
+
+
+def _no_duplicates(loader, node, deep=False):
+    seen = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"the key {key!r} is given twice in one mapping (lines {seen[key].line + 1} and "
+                f"{key_node.start_mark.line + 1}); the second would silently replace the first",
+                key_node.start_mark)
+        seen[key] = key_node.start_mark
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
+def strict_yaml(stream):
+    """``yaml.safe_load``, refusing duplicate keys."""
+    return yaml.load(stream, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
 def load_yaml(path: str | Path) -> dict:
     try:
         with open(path) as fh:
-            data = yaml.safe_load(fh)
+            data = strict_yaml(fh)
     except FileNotFoundError:
         raise ConfigError(f"{path}: config file not found") from None
     except yaml.YAMLError as exc:
@@ -184,14 +283,12 @@ def _describe(error) -> str:
         what = {"tau": "every experiment states its cost budget (E[c] <= tau, in the cost model's units)"}
         return "; ".join(f"{_key([*error.absolute_path, k])}: missing; {what.get(k, 'it has no default')}"
                          for k in missing)
-    return f"{_key(error.absolute_path)}: {error.message}"
+    return f"{_key(error.absolute_path)}: {error_message(error)}"
 
 
 def validate(config: dict, schema: dict | None = None, source: str = "config") -> dict:
     """Return ``config`` with defaults filled in, or raise :class:`ConfigError` naming every
     offending key."""
-    from jsonschema import Draft202012Validator
-
     from lara.settings import RENAMED, renamed_message
 
     old = [renamed_message(k) for k in RENAMED if _has_key(config, k)]
@@ -200,9 +297,9 @@ def validate(config: dict, schema: dict | None = None, source: str = "config") -
         raise ConfigError(f"{source}: invalid configuration:\n{lines}")
     schema = schema or load_schema()
     filled = _fill(copy.deepcopy(config), schema, schema)
-    errors = sorted(Draft202012Validator(schema).iter_errors(filled),
-                    key=lambda e: [str(p) for p in e.absolute_path])
-    problems = [_describe(e) for e in errors] or _cross_checks(filled) or check_policies(filled, schema)
+    problems = ([_describe(e) for e in schema_errors(filled, schema)]
+                or [f"{k}: not a finite number (NaN and infinities are refused)" for k in nonfinite(filled)]
+                or _cross_checks(filled) or check_policies(filled, schema))
     if problems:
         lines = "\n".join(f"  - {p}" for p in problems)
         raise ConfigError(f"{source}: invalid configuration:\n{lines}")
@@ -371,6 +468,16 @@ def _section_schema(schema: dict, dotted: str) -> dict:
     return {**_resolve(node, schema), "$defs": schema.get("$defs", {})}
 
 
+def check_value(dotted: str, value, schema: dict | None = None):
+    """``value`` for the config key ``dotted``, checked against that key's schema (the one validation a
+    config file's value goes through), or :class:`ConfigError` naming the key."""
+    schema = schema or load_schema()
+    problems = [error_message(e) for e in schema_errors(value, _section_schema(schema, dotted))]
+    if problems:
+        raise ConfigError(f"{dotted}: {'; '.join(problems)}")
+    return value
+
+
 def variant_settings(config: dict, name: str, part: str) -> dict:
     """A policy's ``train`` or ``generation`` section: the config's, with a variant's overrides."""
     variant = config["decode"].get("policy_variants", {}).get(name)
@@ -382,8 +489,6 @@ def variant_settings(config: dict, name: str, part: str) -> dict:
 def check_policies(config: dict, schema: dict) -> list[str]:
     """decode.policies names base policies or variants; each variant's overrides are keys of the
     section they override, with values that section's schema accepts."""
-    from jsonschema import Draft202012Validator
-
     problems = []
     variants = config["decode"].get("policy_variants", {})
     for name, v in variants.items():
@@ -399,9 +504,10 @@ def check_policies(config: dict, schema: dict) -> list[str]:
                 continue
             dotted = "generation" if part == "generation" else TRAIN_SECTIONS[v["base"]]
             merged = variant_settings(config, name, part)
-            for error in Draft202012Validator(_section_schema(schema, dotted)).iter_errors(merged):
+            for error in schema_errors(merged, _section_schema(schema, dotted)):
                 where = ".".join(str(p) for p in error.absolute_path)
-                problems.append(f"{key}.{part}{'.' + where if where else ''}: {error.message} (overriding {dotted})")
+                problems.append(f"{key}.{part}{'.' + where if where else ''}: {error_message(error)} "
+                                f"(overriding {dotted})")
     unknown = [p for p in config["decode"]["policies"] if p not in BASE_POLICIES and p not in variants]
     if unknown:
         problems.append(f"decode.policies: {', '.join(unknown)} is neither a base policy ({', '.join(BASE_POLICIES)}) "

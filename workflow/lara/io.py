@@ -79,6 +79,17 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def copy_hashed(src: str | os.PathLike, dest: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """Copy ``src`` to ``dest`` and return the sha256 of the bytes copied (so what is read later, from
+    ``dest``, is exactly what was hashed, whatever happens to ``src`` meanwhile)."""
+    h = hashlib.sha256()
+    with open(src, "rb") as fin, open(dest, "wb") as fout:
+        while block := fin.read(chunk):
+            h.update(block)
+            fout.write(block)
+    return h.hexdigest()
+
+
 def sha256_path(path: str | os.PathLike) -> str:
     """sha256 of a file, or of a directory's files (relative names and contents, sorted)."""
     path = Path(path)

@@ -108,13 +108,17 @@ def setting(default: Any = _MISSING, help: str = "", *, minimum: float | None = 
     return dataclasses.field(default=default, metadata=metadata)
 
 
+# the largest seed: every library's generator takes it, with room for the streams derived from it (seed + 1);
+# numpy's legacy seeding and torch's CUDA generators stop at 2**32 - 1
+SEED_MAX = 2**31 - 1
+
 Dtype = Literal["float32", "bfloat16", "float16"]
 
 
 def seed_setting() -> Any:
     """The experiment seed, as a field of every step that draws random numbers."""
     return setting(0, "The experiment seed; every stochastic step derives its own streams from it.", minimum=0,
-                   key="seed")
+                   maximum=SEED_MAX, key="seed")
 
 
 def dtype_setting() -> Any:
@@ -151,15 +155,13 @@ class Settings:
     def __post_init__(self):
         """Check every field against its schema with the validator the config goes through
         (lara.config), so a step refuses exactly what the schema refuses, naming the key."""
-        from jsonschema import Draft202012Validator
+        from lara.config import ConfigError, error_message, schema_errors
 
         cls = type(self)
         schema = {"type": "object", "properties": _field_schemas(cls)}
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        problems = [f"{cls.key(str(e.absolute_path[0]))}: {e.message}"
-                    for e in sorted(Draft202012Validator(schema).iter_errors(values), key=lambda e: list(e.path))]
+        problems = [f"{cls.key(str(e.absolute_path[0]))}: {error_message(e)}" for e in schema_errors(values, schema)]
         if problems:
-            from lara.config import ConfigError
 
             raise ConfigError("invalid settings: " + "; ".join(problems))
 

@@ -128,7 +128,8 @@ def calibrate(scores: PromptScores, s: CalibrationSettings) -> dict:
             "quantile": s.quantile,
             "mean": float(lams.mean()),
             "std": float(lams.std(ddof=1)) if len(lams) > 1 else 0.0,
-            "quantiles": {str(q): float(np.quantile(lams, q)) for q in QUANTILES},
+            # with the deployed one, so a reader can check lambda_star against it (lara.calibrate.record)
+            "quantiles": {str(q): float(np.quantile(lams, q)) for q in sorted({*QUANTILES, s.quantile})},
             "n_inactive": int((boot.status == 1).sum()),
             "n_infeasible": int((boot.status == 2).sum()),
             "histogram": {"counts": hist.tolist(), "edges": edges.tolist()},

@@ -10,9 +10,12 @@ module parses the file: they call :func:`read_lambda` and use :class:`LambdaReco
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from lara.config import nonfinite
 
 # the keys every consumer relies on (the writer puts them there; the reader checks they are)
 REQUIRED = ("lambda_hat", "lambda_star", "tau", "mode", "decoder", "feasible", "status", "bootstrap")
@@ -63,16 +66,41 @@ def read_lambda(path: str | Path) -> LambdaRecord:
     if missing:
         raise DataError(f"{path}: missing key(s) {', '.join(missing)} (written by `lara calibrate`)")
     try:
-        lam_hat, lam_star, tau = float(data["lambda_hat"]), float(data["lambda_star"]), float(data["tau"])
+        lam_hat, lam_star, tau = (_number(data[k]) for k in ("lambda_hat", "lambda_star", "tau"))
     except (TypeError, ValueError):
         raise DataError(f"{path}: lambda_hat, lambda_star and tau must be numbers") from None
+    bad = nonfinite(data)
+    if bad:
+        raise DataError(f"{path}: {', '.join(bad)}: not a finite number (NaN or infinite); rerun `lara calibrate`")
     if not (lam_hat >= 0 and lam_star >= 0):
         raise DataError(f"{path}: lambda_hat and lambda_star must be >= 0, got {lam_hat} and {lam_star}")
     if not isinstance(data["decoder"], dict):
         raise DataError(f"{path}: decoder must be an object (kind, n or beta)")
+    _check_values(data, path)
     return LambdaRecord(path=str(path), lambda_hat=lam_hat, lambda_star=lam_star, tau=tau, mode=str(data["mode"]),
                         decoder=data["decoder"], feasible=bool(data["feasible"]), status=str(data["status"]),
                         data=data)
+
+
+def _number(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(value)
+    return float(value)
+
+
+def _check_values(data: dict, path) -> None:
+    """What a writer guarantees and an edit can break: the deployed lambda* is the record's own bootstrap
+    quantile (bootstrap.quantiles holds the deployed quantile's value)."""
+    from lara.data.tables import DataError
+
+    boot = data["bootstrap"] if isinstance(data["bootstrap"], dict) else {}
+    q = boot.get("quantile")
+    deployed = (boot.get("quantiles") or {}).get(str(q))
+    if isinstance(deployed, (int, float)) and not math.isclose(float(data["lambda_star"]), deployed, rel_tol=1e-9,
+                                                              abs_tol=1e-12):
+        raise DataError(f"{path}: lambda_star = {data['lambda_star']!r} is not the record's own bootstrap quantile "
+                        f"{q} = {deployed!r} (bootstrap.quantiles); the file was edited after `lara calibrate` "
+                        "wrote it: rerun the calibration (decoders deploy only what it computed)")
 
 
 def check_budget(record: LambdaRecord, tau: float | None, n: int | None = None, key: str = "calibration.tau") -> None:
@@ -106,6 +134,10 @@ def write_lambda(record: dict, path: str | Path) -> None:
     missing = [k for k in REQUIRED if k not in record]
     if missing:
         raise DataError(f"{path}: refusing to write a lambda.json without {', '.join(missing)}")
+    bad = nonfinite(record)
+    if bad:
+        raise DataError(f"{path}: refusing to write a lambda.json whose {', '.join(bad)} is not a finite number")
+    _check_values(record, path)
     write_json(path, record)
 
 
@@ -120,12 +152,28 @@ def parse_setting(name: str) -> float | None:
     return float(name.replace("p", "."))
 
 
+def _overpenalised(text: str) -> float:
+    """--overpenalised-lambda, checked as the config key it carries (finite, >= 0)."""
+    import argparse
+
+    from lara.config import ConfigError, check_value
+
+    try:
+        return check_value("decode.overpenalised_lambda", float(text))
+    except (ValueError, ConfigError) as exc:
+        raise argparse.ArgumentTypeError(str(exc) if isinstance(exc, ConfigError) else f"not a number: {text!r}") \
+            from None
+
+
+_overpenalised.__name__ = "number"
+
+
 def add_lambda_arguments(parser) -> None:
     """The decoders' lambda setting, one definition for every decoder: the setting's name, the
     over-penalised lambda that ``max`` stands for (config key decode.overpenalised_lambda) and the
     calibration record that ``star`` reads."""
     parser.add_argument("--setting", required=True, help="lambda setting: zero, star, max, or a literal such as 0p5")
-    parser.add_argument("--overpenalised-lambda", type=float, required=True,
+    parser.add_argument("--overpenalised-lambda", type=_overpenalised, required=True,
                         help="the lambda of the `max` setting (config key decode.overpenalised_lambda)")
     parser.add_argument("--lambda-json", default=None, help="lambda.json (needed by 'star')")
 

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from lara.data.tables import DataError, check_text_file, write_table
-from lara.io import sha256_file
+from lara.io import copy_hashed, sha256_path
 from lara.provenance import code_version
 from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
 from lara.template import alpaca_user_text
@@ -63,37 +63,50 @@ SETTINGS = {"sft": IngestSettings, "preferences": PreferenceIngestSettings}
 
 
 def load_source(source: str, split: str) -> tuple[pd.DataFrame, dict]:
-    """Load one split of a source as a DataFrame, plus a record of where it came from."""
+    """Load one split of a source as a DataFrame, plus a record of where it came from.
+
+    A local source is read fresh every time: a file is copied (and hashed while copied) into a
+    temporary folder and loaded from there with a cache of its own, so the rows are the bytes whose
+    sha256 is recorded; the datasets cache (keyed by path and modification time) would return the
+    rows of an earlier version of a file edited with its mtime restored. A local dataset folder also
+    gets a fresh cache. Hub datasets go through the datasets cache as usual (a hub revision is
+    content-addressed)."""
+    import tempfile
+
     from datasets import load_dataset
 
     path = Path(source)
-    if path.suffix.lower() in FILE_BUILDERS or path.is_file():
-        builder = FILE_BUILDERS.get(path.suffix.lower())
-        if builder is None:
-            raise DataError(f"{source}: unsupported file type {path.suffix!r} "
-                            f"(expected one of {', '.join(sorted(FILE_BUILDERS))})")
-        if not path.is_file():
-            raise DataError(f"{source}: file not found")
-        if path.stat().st_size == 0:
-            raise DataError(f"{source}: the file is empty")
-        check_text_file(path)
-        args = dict(path=builder, data_files={split: str(path)})
-        origin = {"source": source, "kind": "file", "sha256": sha256_file(path)}
-    elif path.is_dir():
-        args = dict(path=str(path))
-        origin = {"source": source, "kind": "directory"}
-    elif HUB_ID.match(source):
-        args = dict(path=source)
-        origin = {"source": source, "kind": "hub"}
-    else:
-        raise DataError(f"{source}: no such file or directory, and not a hub dataset id (owner/name)")
-    try:
-        ds = load_dataset(**args, split=split)
-    except Exception as exc:  # datasets raises many types (FileNotFound, ConnectionError, ...)
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DataError(f"{source}: could not load split {split!r}: {msg}") from exc
-    origin |= {"split": split, "fingerprint": getattr(ds, "_fingerprint", None)}
-    return ds.to_pandas(), origin
+    with tempfile.TemporaryDirectory(prefix="lara-ingest-") as tmp:
+        cache = {"cache_dir": str(Path(tmp) / "cache")}
+        if path.suffix.lower() in FILE_BUILDERS or path.is_file():
+            builder = FILE_BUILDERS.get(path.suffix.lower())
+            if builder is None:
+                raise DataError(f"{source}: unsupported file type {path.suffix!r} "
+                                f"(expected one of {', '.join(sorted(FILE_BUILDERS))})")
+            if not path.is_file():
+                raise DataError(f"{source}: file not found")
+            staged = Path(tmp) / f"source{path.suffix.lower()}"
+            digest = copy_hashed(path, staged)
+            if staged.stat().st_size == 0:
+                raise DataError(f"{source}: the file is empty")
+            check_text_file(staged, name=source)
+            args = dict(path=builder, data_files={split: str(staged)}, **cache)
+            origin = {"source": source, "kind": "file", "sha256": digest}
+        elif path.is_dir():
+            args = dict(path=str(path), **cache)
+            origin = {"source": source, "kind": "directory", "sha256": sha256_path(path)}
+        elif HUB_ID.match(source):
+            args = dict(path=source)
+            origin = {"source": source, "kind": "hub"}
+        else:
+            raise DataError(f"{source}: no such file or directory, and not a hub dataset id (owner/name)")
+        try:
+            ds = load_dataset(**args, split=split)
+        except Exception as exc:  # datasets raises many types (FileNotFound, ConnectionError, ...)
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise DataError(f"{source}: could not load split {split!r}: {msg}") from exc
+        origin |= {"split": split, "fingerprint": getattr(ds, "_fingerprint", None)}
+        return ds.to_pandas(), origin
 
 
 def _require(df: pd.DataFrame, columns, source: str) -> None:

@@ -20,11 +20,12 @@ class DataError(ValueError):
 TEXT_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv")
 
 
-def check_text_file(path: str | Path) -> None:
+def check_text_file(path: str | Path, name: str | None = None) -> None:
     """A text data file must be UTF-8, and a JSON Lines file one JSON object per line: the first
-    line that is not is a :class:`DataError` naming the file and the line (the readers below would
-    name neither, or fail inside pyarrow)."""
+    line that is not is a :class:`DataError` naming the file (``name``, if the bytes were copied
+    from it) and the line (the readers below would name neither, or fail inside pyarrow)."""
     path = Path(path)
+    name = name or str(path)
     suffix = path.suffix.lower()
     if suffix not in TEXT_SUFFIXES:
         return
@@ -33,15 +34,15 @@ def check_text_file(path: str | Path) -> None:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise DataError(f"{path}: line {number} is not UTF-8 (byte 0x{raw[exc.start]:02x} at column "
+                raise DataError(f"{name}: line {number} is not UTF-8 (byte 0x{raw[exc.start]:02x} at column "
                                 f"{exc.start + 1}); re-encode the file as UTF-8") from None
             if suffix == ".jsonl" and line.strip():
                 try:
                     row = json.loads(line)
                 except ValueError as exc:
-                    raise DataError(f"{path}: line {number} is not valid JSON ({exc})") from None
+                    raise DataError(f"{name}: line {number} is not valid JSON ({exc})") from None
                 if not isinstance(row, dict):
-                    raise DataError(f"{path}: line {number} is not a JSON object (one record per line)")
+                    raise DataError(f"{name}: line {number} is not a JSON object (one record per line)")
 
 
 def read_table(path: str | Path, required: list[str] | tuple[str, ...] = ()) -> pd.DataFrame:
