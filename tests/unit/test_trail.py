@@ -118,3 +118,63 @@ def test_missing_snakemake_metadata_makes_the_origin_unknown(drawn):
     rc, out = _check(drawn)
     assert rc == 1 and "PROVENANCE UNKNOWN: results/x/b.txt: no Snakemake record" in out
     assert "origin unknown" in out and "holds" not in out
+
+
+def test_a_sidecar_swapped_for_another_figures_is_broken(drawn):
+    """`lara trail f.png` verifies f.png itself: another figure's sidecar beside it does not vouch for it."""
+    other = "results/x/figures/g.png"
+    (drawn / other).write_bytes(b"another png")
+    trail.write_sidecar([other], ["results/x/b.txt"], "figure", {}, drawn / trail.sidecar_path(other), root=drawn)
+    (drawn / trail.sidecar_path(FIG)).write_bytes((drawn / trail.sidecar_path(other)).read_bytes())
+    rc, out = _check(drawn)
+    assert rc == 1 and "this sidecar is the provenance of g.png, not of f.png" in out and "holds" not in out
+
+
+def test_a_figure_that_is_not_the_recorded_one_is_broken(drawn):
+    (drawn / FIG).write_bytes(b"redrawn by hand")
+    rc, out = _check(drawn)
+    assert rc == 1 and "this is not the figure the sidecar vouches for" in out
+
+
+@pytest.mark.parametrize("field, change", [
+    ("shows", lambda r: r["shows"].update(lambda_star=0.5, tau=1.0)),
+    ("code", lambda r: r["code"].update(git_commit="0" * 40)),
+    ("params", lambda r: r["params"].update(x="y")),
+    ("seeds", lambda r: r["seeds"].update({"results/x/b.txt": 99})),
+    ("rule", lambda r: r.update(rule="another_rule")),
+    ("software", lambda r: r["software"].update(torch="0.0")),
+])
+def test_every_field_a_reader_relies_on_is_under_the_digest(drawn, field, change):
+    side = drawn / trail.sidecar_path(FIG)
+    trail.write_sidecar([FIG], ["results/x/b.txt"], "figure", {"a": 1}, side, root=drawn,
+                        shows={"lambda_star": 0.1, "tau": -0.5})
+    assert _check(drawn)[0] == 0
+    _edit(drawn, change)
+    rc, out = _check(drawn)
+    assert rc == 1 and "PROVENANCE BROKEN: the sidecar does not match its digest" in out, field
+
+
+def test_an_older_sidecar_with_a_partial_digest_is_unknown(drawn):
+    def legacy(record):
+        record.pop("digest_covers")
+        record["digest"] = trail.digest(record, legacy=True)
+
+    _edit(drawn, legacy)
+    rc, out = _check(drawn)
+    assert rc == 1 and "PROVENANCE UNKNOWN: an older sidecar: its digest covers the figure, inputs and trail" in out
+
+
+def test_the_trail_is_found_from_the_sidecar_wherever_lara_trail_runs(drawn, tmp_path_factory):
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    proc = subprocess.run([sys.executable, "-m", "lara", "trail", str(drawn / FIG)], cwd=elsewhere,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and "provenance holds" in proc.stdout, proc.stdout + proc.stderr
+    moved = elsewhere / "f.png"  # a figure and sidecar taken out of their workflow: say --root
+    moved.write_bytes((drawn / FIG).read_bytes())
+    (elsewhere / "f.provenance.json").write_bytes((drawn / trail.sidecar_path(FIG)).read_bytes())
+    proc = subprocess.run([sys.executable, "-m", "lara", "trail", "f.png"], cwd=elsewhere, capture_output=True,
+                          text=True)
+    assert proc.returncode == 1 and "pass --root WORKFLOW_DIR" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "lara", "trail", "f.png", "--root", str(drawn)], cwd=elsewhere,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout

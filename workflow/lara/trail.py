@@ -9,9 +9,11 @@ time; plus the figure files' own hashes, the code version (git commit, or packag
 source hash), software versions, host and device.
 
 ``lara trail FIGURE`` prints that trail and re-hashes every recorded file. It exits with status
-1 and says "broken", naming the file, when one is missing or no longer matches (an input altered
+1 and says "broken", naming the file, when FIGURE is not the figure its sidecar recorded (a sidecar
+copied from another figure), when a recorded file is missing or no longer matches (an input altered
 after the figure was drawn, or a figure drawn from other data than recorded), when an input has no
-entry of its own or the sidecar no longer matches its digest (an entry removed or edited); and
+entry of its own or the sidecar no longer matches its digest (which covers every field: an entry
+removed, a caption value, param, seed or code version edited); and
 "unknown" when an entry has no hash or a workflow output had no Snakemake record of its job. A
 sidecar that is not one (corrupt JSON, missing keys) exits 2 naming the file. It never says
 "holds" with a hole in the trail.
@@ -121,11 +123,18 @@ def build_trail(inputs: list[str], root: Path = Path("."), made_under: str | Non
     return entries
 
 
-def digest(record: dict) -> str:
-    """sha256 of what the sidecar vouches for (figure hashes, inputs, trail), so an edited or
-    truncated sidecar does not verify."""
-    body = {k: record.get(k) for k in ("figure", "inputs", "trail")}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+# what the digest of a sidecar covers; older sidecars (no ``digest_covers``) covered figure, inputs and trail only
+DIGEST_COVERS = "every field but digest"
+LEGACY_DIGEST = ("figure", "inputs", "trail")
+
+
+def digest(record: dict, legacy: bool = False) -> str:
+    """sha256 of everything the sidecar vouches for: every field but the digest itself (the figure's
+    hashes, what its caption shows, rule, params, seeds, code and software versions, the trail), so an
+    edited or truncated sidecar does not verify. ``legacy``: the older digest of figure, inputs and trail."""
+    keys = LEGACY_DIGEST if legacy else sorted(k for k in record if k != "digest")
+    body = {k: record.get(k) for k in keys}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def write_sidecar(figures: list[str], inputs: list[str], rule: str, params: dict, out: str | Path,
@@ -149,6 +158,7 @@ def write_sidecar(figures: list[str], inputs: list[str], rule: str, params: dict
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "seeds": {e["path"]: e["seed"] for e in trail if e.get("seed") is not None},
         "trail": trail,
+        "digest_covers": DIGEST_COVERS,
     }
     record["digest"] = digest(record)
     with atomic_output(out) as tmp:
@@ -176,27 +186,48 @@ def read_sidecar(path: Path) -> dict:
     return record
 
 
-def verify(record: dict, root: Path = Path(".")) -> list[tuple[str, str]]:
+def verify(record: dict, root: Path = Path("."), figure: Path | None = None) -> list[tuple[str, str]]:
     """Problems with the trail, each (``BROKEN`` or ``UNKNOWN``, message); empty when it holds.
 
-    BROKEN: the sidecar was edited after drawing (its digest), an input has no entry of its own
-    (an entry removed), or a recorded file is missing or hashes differently now. UNKNOWN: an entry
-    with no recorded hash, or a workflow output with no record of the job that made it."""
+    BROKEN: ``figure`` (the file the reader asked about) is not a figure of this sidecar or is not
+    the file it recorded; the sidecar was edited after drawing (its digest covers every field); an
+    input has no entry of its own (an entry removed); or a recorded file is missing or hashes
+    differently now. UNKNOWN: an older sidecar whose digest covers only part of it, an entry with
+    no recorded hash, or a workflow output with no record of the job that made it."""
     from lara.io import sha256_path
 
     problems = []
+    if figure is not None:
+        mine = [e for e in record["figure"] if Path(e["path"]).name == figure.name]
+        if not mine:
+            problems.append(("BROKEN", f"{figure}: this sidecar is the provenance of "
+                                       f"{', '.join(Path(e['path']).name for e in record['figure'])}, not of "
+                                       f"{figure.name} (a sidecar copied from another figure?)"))
+        elif mine[0].get("sha256") != sha256_path(figure):
+            problems.append(("BROKEN", f"{figure}: sha256 {sha256_path(figure)[:16]}… is not the recorded "
+                                       f"{str(mine[0].get('sha256'))[:16]}… of {mine[0]['path']}: this is not the "
+                                       "figure the sidecar vouches for"))
     if "digest" not in record:
-        problems.append(("UNKNOWN", "the sidecar carries no digest of its trail (written before lara recorded one, "
-                                    "or edited): its completeness cannot be checked"))
-    elif record["digest"] != digest(record):
+        problems.append(("UNKNOWN", "the sidecar carries no digest (written before lara recorded one, or edited): "
+                                    "its completeness cannot be checked"))
+    elif record.get("digest_covers") == DIGEST_COVERS:
+        if record["digest"] != digest(record):
+            problems.append(("BROKEN", "the sidecar does not match its digest: it was edited after the figure was "
+                                       "drawn"))
+    elif record["digest"] != digest(record, legacy=True):
         problems.append(("BROKEN", "the sidecar's trail does not match its digest: it was edited after the figure "
                                    "was drawn"))
+    else:
+        problems.append(("UNKNOWN", "an older sidecar: its digest covers the figure, inputs and trail only, not its "
+                                    "caption values, rule, params, seeds or code version; redraw the figure "
+                                    "(snakemake --forcerun RULE) for a complete check"))
     listed = {e["path"] for e in record["trail"]}
     needed = [(p, "the figure") for p in record["inputs"]]
     needed += [(p, e["path"]) for e in record["trail"] for p in e.get("inputs") or []]
     for path, user in needed:
         if path not in listed:
             problems.append(("BROKEN", f"{path}: an input of {user} with no entry in the trail (an entry was removed)"))
+    missing = 0
     for e in record["figure"] + record["trail"]:
         if e.get("origin") == "unknown":
             problems.append(("UNKNOWN", f"{e['path']}: no Snakemake record of the job that made it when the figure "
@@ -206,13 +237,33 @@ def verify(record: dict, root: Path = Path(".")) -> list[tuple[str, str]]:
             continue
         p = root / e["path"]
         if not p.exists():
-            problems.append(("BROKEN", f"{e['path']}: missing (recorded sha256 {e['sha256'][:16]}…)"))
+            missing += 1
+            problems.append(("BROKEN", f"{e['path']}: missing under {root} (recorded sha256 {e['sha256'][:16]}…)"))
             continue
         now = sha256_path(p)
         if now != e["sha256"]:
             problems.append(("BROKEN", f"{e['path']}: sha256 {now[:16]}… no longer matches the recorded "
                                        f"{e['sha256'][:16]}…"))
+    if missing and missing == sum(1 for e in record["figure"] + record["trail"] if e.get("sha256")):
+        problems.append(("BROKEN", f"every recorded file is missing under {root}: the paths are relative to the "
+                                   "workflow directory; run lara trail there or pass --root WORKFLOW_DIR"))
     return problems
+
+
+def workflow_root(side: Path, record: dict) -> Path:
+    """The directory a sidecar's relative paths start from, found from where the sidecar lies: its
+    figure was recorded as ``results/EXP/figures/NAME.png`` beside it, so the root is that many folders
+    up. The current directory when the layout does not say (a sidecar moved elsewhere)."""
+    recorded = Path(record["figure"][0]["path"]) if record["figure"] else None
+    here = side.resolve().parent
+    if recorded is None or recorded.is_absolute():
+        return Path(".")
+    parts = recorded.parent.parts
+    if not parts:
+        return here
+    if here.parts[-len(parts):] == parts:
+        return Path(*here.parts[:-len(parts)])
+    return Path(".")
 
 
 def format_trail(record: dict) -> str:
@@ -240,7 +291,9 @@ def format_trail(record: dict) -> str:
 
 def add_arguments(parser) -> None:
     parser.add_argument("figure", help="a figure (PNG/PDF) or its .provenance.json sidecar")
-    parser.add_argument("--root", default=".", help="the workflow directory the recorded paths are relative to")
+    parser.add_argument("--root", default=None,
+                        help="the workflow directory the recorded paths are relative to (default: found from "
+                             "where the sidecar lies)")
     parser.add_argument("--quiet", action="store_true", help="only the verdict")
 
 
@@ -248,13 +301,17 @@ def run(args) -> None:
     from lara.data.tables import DataError
 
     fig = Path(args.figure)
-    side = fig if fig.name.endswith(SUFFIX) else sidecar_path(fig)
+    given = None if fig.name.endswith(SUFFIX) else fig
+    side = fig if given is None else sidecar_path(fig)
+    if given is not None and not given.is_file():
+        raise DataError(f"{given}: no such figure")
     if not side.is_file():
         raise DataError(f"{side}: no provenance sidecar for {args.figure}")
     record = read_sidecar(side)
+    root = Path(args.root) if args.root is not None else workflow_root(side, record)
     if not args.quiet:
         print(format_trail(record))
-    problems = verify(record, Path(args.root))
+    problems = verify(record, root, figure=given)
     n = len(record["figure"]) + sum(1 for e in record["trail"] if e.get("sha256"))
     if problems:
         for kind, message in problems:
@@ -263,4 +320,5 @@ def run(args) -> None:
         print(f"provenance {'broken' if 'BROKEN' in kinds else 'unknown'}: {len(problems)} problem(s) "
               f"in {side}")
         raise SystemExit(1)
-    print(f"provenance holds: all {n} recorded hashes match the files on disk")
+    asked = f"; {given.name} is the figure it recorded" if given is not None else ""
+    print(f"provenance holds: all {n} recorded hashes match the files on disk, the sidecar matches its digest{asked}")
