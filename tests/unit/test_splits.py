@@ -86,3 +86,22 @@ def test_value_prompts_refuse_to_come_up_short():
                                         r"but data.value_prompts wants 8 safety prompts"):
         draw(pd.Series(["a", "b"]), safety, {f"q{i}" for i in range(5)},
              ValuePromptSettings(n_prompts=16, safety_fraction=0.5), ("sft.parquet", "prefs.parquet"))
+
+
+def test_unicode_equivalent_prompts_are_one_prompt():
+    """NFC/NFD spellings, a zero-width space, a soft hyphen or a non-breaking space do not make a second
+    prompt: equivalent prompts are deduplicated before splitting, so none lands in both splits."""
+    import unicodedata
+
+    from lara.data.splits import prompt_key, split_prompts
+    from lara.data.tables import DataError
+
+    base = [f"Où est le café numéro {i} ?" for i in range(30)]
+    variants = ([unicodedata.normalize("NFD", t) for t in base] + [t.replace("est", "e\u200bst") for t in base]
+                + [t.replace("numéro", "nu\u00adméro") for t in base] + [t.replace(" ", "\u00a0", 1) for t in base])
+    cal, test = split_prompts(pd.Series(base + variants), 15, 15, seed=0)
+    keys = {"cal": set(cal["prompt"].map(prompt_key)), "test": set(test["prompt"].map(prompt_key))}
+    assert len(keys["cal"]) == 15 and len(keys["test"]) == 15 and not keys["cal"] & keys["test"]
+    assert not set(cal["prompt_id"]) & set(test["prompt_id"])
+    with pytest.raises(DataError, match="30 distinct prompts"):
+        split_prompts(pd.Series(base + variants), 16, 15, seed=0)

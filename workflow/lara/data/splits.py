@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import unicodedata
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -48,23 +49,39 @@ def prompt_id(text: str) -> str:
 
 
 def _normalise(texts) -> pd.Series:
-    return pd.Series(list(texts), dtype=object).map(lambda t: " ".join(str(t).split()))
+    """Prompt texts as stored: Unicode NFC, whitespace runs collapsed to one space."""
+    return pd.Series(list(texts), dtype=object).map(lambda t: " ".join(unicodedata.normalize("NFC", str(t)).split()))
+
+
+def prompt_key(text: str) -> str:
+    """What makes two prompts the same prompt: NFC, no invisible format characters (zero-width space
+    and joiners, soft hyphen, byte-order mark, direction marks: Unicode category Cf), whitespace
+    collapsed. Deduplication, the splits' disjointness and prompt ids go by it."""
+    text = unicodedata.normalize("NFC", str(text))
+    return " ".join("".join(ch for ch in text if unicodedata.category(ch) != "Cf").split())
+
+
+def distinct_prompts(texts) -> tuple[np.ndarray, list[str]]:
+    """The first of each set of equivalent prompts (as stored), and their keys."""
+    texts = _normalise(texts)
+    keys = texts.map(prompt_key)
+    first = ~keys.duplicated()
+    return texts[first].to_numpy(), keys[first].tolist()
 
 
 def split_prompts(prompts: pd.Series, n_calibration: int, n_test: int, seed: int,
                   source: str = "prompts") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Deduplicate (after whitespace normalisation), shuffle with ``seed`` and cut into two
-    disjoint splits of the requested sizes."""
-    unique = pd.unique(_normalise(prompts))
+    """Deduplicate (prompts equal under :func:`prompt_key` are one prompt), shuffle with ``seed`` and
+    cut into two disjoint splits of the requested sizes."""
+    unique, keys = distinct_prompts(prompts)
     if n_calibration < 0 or n_test < 0:
         raise DataError(f"{source}: n_calibration and n_test must be >= 0, got {n_calibration} and {n_test}")
     need = n_calibration + n_test
     if len(unique) < need:
         raise DataError(f"{source}: {len(unique)} distinct prompts, but n_calibration + n_test = "
                         f"{n_calibration} + {n_test} = {need} are needed")
-    order = np.random.default_rng(seed).permutation(len(unique))
-    chosen = unique[order[:need]]
-    frame = pd.DataFrame({"prompt_id": [prompt_id(t) for t in chosen], "prompt": chosen})
+    order = np.random.default_rng(seed).permutation(len(unique))[:need]
+    frame = pd.DataFrame({"prompt_id": [prompt_id(keys[i]) for i in order], "prompt": unique[order]})
     return (frame.iloc[:n_calibration].reset_index(drop=True),
             frame.iloc[n_calibration:].reset_index(drop=True))
 
@@ -77,7 +94,7 @@ def held_out_pair_prompts(preferences: pd.DataFrame, held_out: list[tuple[float,
     out: set[str] = set()
     for fraction, seed in held_out:
         _, evaluation = split_eval(preferences[["prompt"]].reset_index(drop=True), fraction, seed)
-        out |= set(_normalise(evaluation["prompt"]))
+        out |= set(_normalise(evaluation["prompt"]).map(prompt_key))
     return out
 
 
@@ -87,8 +104,9 @@ def split_from_training(pool: pd.Series, preferences: pd.DataFrame, n_calibratio
     """Test prompts from ``pool``; calibration prompts from the preference data's prompts, minus the
     whole test pool and the held-out evaluation pairs' prompts."""
     _, test = split_prompts(pool, 0, n_test, seed, source)
-    banned = set(_normalise(pool)) | held_out_pair_prompts(preferences, held_out)
-    candidates = pd.Series([t for t in pd.unique(_normalise(preferences["prompt"])) if t not in banned], dtype=object)
+    banned = set(_normalise(pool).map(prompt_key)) | held_out_pair_prompts(preferences, held_out)
+    texts, keys = distinct_prompts(preferences["prompt"])
+    candidates = pd.Series([t for t, k in zip(texts, keys, strict=True) if k not in banned], dtype=object)
     if len(candidates) < n_calibration:
         raise DataError(f"{preferences_source}: {len(candidates)} training prompts outside the test pool and the "
                         f"held-out evaluation pairs, but n_calibration = {n_calibration} are needed")

@@ -62,7 +62,40 @@ def read_table(path: str | Path, required: list[str] | tuple[str, ...] = ()) -> 
     if missing:
         raise DataError(f"{path}: missing column(s) {', '.join(missing)} "
                         f"(found: {', '.join(map(str, df.columns))})")
+    check_ids(df, path)
     return df
+
+
+ID_COLUMNS = ("prompt_id", "sample_id")  # what rows are grouped and matched by: never missing, never a float
+
+
+def _rows(mask, limit: int = 5) -> str:
+    import numpy as np
+
+    rows = np.flatnonzero(np.asarray(mask))
+    more = f" and {len(rows) - limit} more" if len(rows) > limit else ""
+    return f"row{'s' if len(rows) > 1 else ''} {', '.join(map(str, rows[:limit]))}{more}"
+
+
+def check_ids(df: pd.DataFrame, path) -> None:
+    """The identifier columns of a table (``prompt_id``, ``sample_id``) hold a value in every row: a
+    missing id (NaN, None, empty) would be grouped into one extra prompt, or break a reshape; a
+    ``sample_id`` is a whole number."""
+    import numpy as np
+
+    for col in (c for c in ID_COLUMNS if c in df.columns):
+        values = df[col]
+        absent = values.isna().to_numpy() | values.astype(str).str.strip().eq("").to_numpy()
+        if absent.any():
+            raise DataError(f"{path}: column {col!r} has no value at {_rows(absent)} (every row names its "
+                            f"{col.removesuffix('_id')}); fix or drop those rows")
+        if col == "sample_id":
+            numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
+            bad = ~np.isfinite(numbers) | (numbers != np.round(numbers))
+            if bad.any():
+                first = int(np.flatnonzero(bad)[0])
+                raise DataError(f"{path}: column 'sample_id' holds {values.iloc[first]!r} at {_rows(bad)}; "
+                                "a sample id is a whole number")
 
 
 def write_table(df: pd.DataFrame, path: str | Path, metadata: dict | None = None) -> None:

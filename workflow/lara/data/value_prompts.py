@@ -41,8 +41,9 @@ class ValuePromptSettings(Settings):
 def draw(sft: pd.Series, safety: pd.Series, exclude: set[str], s: ValuePromptSettings,
          sources: tuple[str, str] = ("sft", "preferences")) -> pd.DataFrame:
     """prompt_id, prompt, source (instruction | safety): ``round(n * safety_fraction)`` safety prompts and
-    the rest instruction prompts, none of them in ``exclude`` (normalised texts), none twice."""
-    from lara.data.splits import _normalise, prompt_id
+    the rest instruction prompts, none of them in ``exclude`` (prompt keys, lara.data.splits.prompt_key), none
+    twice."""
+    from lara.data.splits import distinct_prompts, prompt_id
     from lara.data.tables import DataError
 
     n_safety = int(round(s.n_prompts * s.safety_fraction))
@@ -50,15 +51,17 @@ def draw(sft: pd.Series, safety: pd.Series, exclude: set[str], s: ValuePromptSet
     taken: set[str] = set(exclude)
     parts = []
     for offset, (kind, texts, source) in enumerate((("safety", safety, sources[1]), ("instruction", sft, sources[0]))):
-        pool = [t for t in pd.unique(_normalise(texts)) if t not in taken]
+        texts, keys = distinct_prompts(texts)
+        pool = [(t, k) for t, k in zip(texts, keys, strict=True) if k not in taken]
         if len(pool) < wanted[kind]:
             raise DataError(f"{source}: {len(pool)} distinct prompts outside the calibration and test splits, but "
                             f"data.value_prompts wants {wanted[kind]} {kind} prompts (n_prompts = {s.n_prompts}, "
                             f"safety_fraction = {s.safety_fraction})")
         order = np.random.default_rng([s.seed, offset]).permutation(len(pool))[:wanted[kind]]
         chosen = [pool[i] for i in sorted(order)]
-        taken |= set(chosen)
-        parts.append(pd.DataFrame({"prompt_id": [prompt_id(t) for t in chosen], "prompt": chosen, "source": kind}))
+        taken |= {k for _, k in chosen}
+        parts.append(pd.DataFrame({"prompt_id": [prompt_id(k) for _, k in chosen], "prompt": [t for t, _ in chosen],
+                                   "source": kind}))
     return pd.concat(parts, ignore_index=True)
 
 
@@ -71,7 +74,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
-    from lara.data.splits import _normalise
+    from lara.data.splits import prompt_key
     from lara.data.tables import read_table, write_table
     from lara.provenance import code_version
 
@@ -80,7 +83,7 @@ def run(args) -> None:
     safety = read_table(args.preferences, required=("prompt",))["prompt"]
     exclude: set[str] = set()
     for path in args.exclude:
-        exclude |= set(_normalise(read_table(path, required=("prompt",))["prompt"]))
+        exclude |= set(read_table(path, required=("prompt",))["prompt"].map(prompt_key))
     out = draw(sft, safety, exclude, s, (args.sft, args.preferences))
     write_table(out, args.out, {"settings": asdict(s), "sft": args.sft, "preferences": args.preferences,
                                 "excluded": args.exclude, "code": code_version()})
