@@ -253,3 +253,34 @@ def test_keys_and_auth_headers_are_redacted(text):
     assert "[redacted]" in clean
     for secret in ("sk-abcdefghijklmnop", "abc.def", "abcd1234efgh", "sk-proj-abcdefghijkl1234", KEY):
         assert secret not in clean
+
+
+def test_a_key_echoed_in_a_reply_is_not_stored_in_the_cache(tmp_path, serve):
+    import sqlite3
+
+    endpoint = serve([_completion(f"Your key {KEY} works. Rating: 6")] * 6)
+    _responses(tmp_path)
+    proc = _judge(tmp_path, endpoint, tmp_path / "j.parquet")
+    assert proc.returncode == 0, proc.stderr
+    replies = [r for (r,) in sqlite3.connect(tmp_path / "cache.sqlite").execute("SELECT reply FROM judgments")]
+    assert len(replies) == 6 and all("[redacted]" in r and KEY not in r for r in replies)
+
+
+def test_credentials_in_urls_are_redacted_and_the_rest_kept():
+    clean = judge.redact("POST https://bob:hunter2@api.example.com/v1?api-key=SEKRET1&api-version=2024 failed; "
+                         "see http://h/x?access_token=TOK2&sig=SIG3#frag")
+    for secret in ("bob", "hunter2", "SEKRET1", "TOK2", "SIG3"):
+        assert secret not in clean
+    assert "api.example.com/v1" in clean and "api-version=2024" in clean and "#frag" in clean
+
+
+@pytest.mark.parametrize("url", ["https://bob:hunter2@api.example.com/v1", "https://api.example.com/v1?api-key=hunter2",
+                                 "https://api.example.com/v1?x=1&access_token=hunter2"])
+def test_a_base_url_with_credentials_is_refused_and_never_repeated(tmp_path, serve, url):
+    endpoint = serve()
+    _responses(tmp_path)
+    endpoint.url = url
+    proc = _judge(tmp_path, endpoint, tmp_path / "j.parquet")
+    assert proc.returncode == 2 and endpoint.requests == 0
+    assert "evaluation.judge.base_url: the URL carries credentials" in proc.stderr and "api_key_env" in proc.stderr
+    assert "hunter2" not in proc.stderr + proc.stdout and not (tmp_path / "j.parquet").exists()

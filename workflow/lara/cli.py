@@ -87,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = make_parser(_command_in(argv)).parse_args(argv)
     logging.basicConfig(**_log_format(args.log_level))
+    from lara.secrets import RedactingFilter
+
+    for handler in logging.getLogger().handlers:  # no credential in a URL or header reaches a log line
+        handler.addFilter(RedactingFilter())
     from lara.config import ConfigError
     from lara.data.tables import DataError
     from lara.provenance import code_version

@@ -115,7 +115,8 @@ def strict_validator():
     """JSON Schema (2020-12) as this project reads it, for the config and the step settings alike: a
     ``number`` is finite (JSON Schema's ranges never fire for NaN, and YAML reads ``.nan`` and ``.inf``),
     an ``integer`` is an int (not ``20.0``, which the standard counts as one and a later step refuses),
-    and a ``pattern`` must match the whole string (Python's ``$`` also matches before a final newline)."""
+    a ``pattern`` must match the whole string (Python's ``$`` also matches before a final newline), and
+    ``x-no-credentials`` marks a URL that must not carry a password or key (lara.secrets)."""
     from jsonschema import Draft202012Validator, ValidationError, validators
 
     def finite_number(checker, instance):
@@ -128,8 +129,19 @@ def strict_validator():
         if validator.is_type(instance, "string") and re.fullmatch(pattern, instance) is None:
             yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
+    def no_credentials(validator, wanted, instance, schema):
+        from lara.secrets import url_credentials
+
+        found = url_credentials(instance) if wanted and isinstance(instance, str) else []
+        if found:  # the value itself is never repeated
+            yield ValidationError(f"the URL carries credentials ({', '.join(found)}); remove them: a key reaches "
+                                  "the judge only through the environment variable named by "
+                                  "evaluation.judge.api_key_env, so it is never written to a log, a shell command "
+                                  "or a file")
+
     checker = Draft202012Validator.TYPE_CHECKER.redefine_many({"number": finite_number, "integer": int_only})
-    return validators.extend(Draft202012Validator, {"pattern": whole_pattern}, type_checker=checker)
+    return validators.extend(Draft202012Validator, {"pattern": whole_pattern, "x-no-credentials": no_credentials},
+                             type_checker=checker)
 
 
 def schema_errors(instance, schema: dict) -> list:

@@ -90,11 +90,12 @@ _MISSING = dataclasses.MISSING
 def setting(default: Any = _MISSING, help: str = "", *, minimum: float | None = None,
             maximum: float | None = None, exclusive_minimum: float | None = None,
             exclusive_maximum: float | None = None, config: bool = True, bookkeeping: bool = False,
-            key: str | None = None) -> Any:
+            key: str | None = None, url: bool = False) -> Any:
     """A settings field: its default, a one-line description, and its allowed range. ``bookkeeping``
     marks a key that changes how a run is logged or checkpointed, never its result (a checkpoint
     made under another value is still resumed). ``key``: the config key (another section's) that
-    the value comes from; such a field is not a key of the step's own section."""
+    the value comes from; such a field is not a key of the step's own section. ``url``: a URL that must not
+    carry credentials (``x-no-credentials``, checked by :func:`lara.config.strict_validator`)."""
     if not help:
         raise ValueError("every setting needs a description")
     if key is not None:
@@ -102,7 +103,8 @@ def setting(default: Any = _MISSING, help: str = "", *, minimum: float | None = 
         help = f"{help} (config key {key})"
     metadata = {"help": help, "config": config, "bookkeeping": bookkeeping, "key": key, "range": {
         k: v for k, v in (("minimum", minimum), ("maximum", maximum), ("exclusiveMinimum", exclusive_minimum),
-                          ("exclusiveMaximum", exclusive_maximum)) if v is not None}}
+                          ("exclusiveMaximum", exclusive_maximum)) if v is not None} | (
+        {"x-no-credentials": True} if url else {})}
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)

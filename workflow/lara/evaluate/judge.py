@@ -28,6 +28,7 @@ from typing import ClassVar
 import numpy as np
 
 from lara.config import ConfigError
+from lara.secrets import RedactingFilter, redact
 from lara.settings import Settings, add_settings_arguments, read_settings, setting
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,9 @@ class JudgeSettings(Settings):
 
     SECTION: ClassVar[str] = "evaluation.judge"
 
-    base_url: str | None = setting(None, "Endpoint base URL (null: no LLM judge).")
+    base_url: str | None = setting(None, "Endpoint base URL (null: no LLM judge); never with credentials in it "
+                                         "(user:password@, a key in the query): the key comes from api_key_env only.",
+                                   url=True)
     model: str | None = setting("oracle", 'Judge model name; "oracle" = the toy oracle; null = no judge (its jobs '
                                           "are skipped).")
     api_key_env: str = setting("OPENAI_API_KEY", "Environment variable holding the key (checked before any request; "
@@ -145,40 +148,6 @@ class JudgeError(RuntimeError):
     had no rating. The message names the endpoint or the setting and never carries a key."""
 
 
-_SECRET_PATTERNS = [
-    re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)(bearer\s+)?[^\s\"',}]+"),
-    re.compile(r"(?i)(bearer\s+)[^\s\"',}]+"),
-    re.compile(r"(?i)((?:api[-_]?key|x-api-key)[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]+"),
-    re.compile(r"\b(sk-)[A-Za-z0-9_\-]{8,}"),
-]
-
-
-def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
-    """``text`` with the given secrets and anything that looks like an auth header or key replaced
-    by ``[redacted]`` (a server that echoes its request puts the key in its error body)."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "[redacted]")
-    for pattern in _SECRET_PATTERNS:
-        text = pattern.sub(lambda m: m.group(1) + "[redacted]", text)
-    return text
-
-
-class RedactingFilter(logging.Filter):
-    """Log filter that runs every record's message through :func:`redact`."""
-
-    def __init__(self, secrets: tuple[str, ...] = ()):
-        super().__init__()
-        self.secrets = secrets
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        clean = redact(message, self.secrets)
-        if clean != message:
-            record.msg, record.args = clean, None
-        return True
-
-
 class ChatJudge:
     """Client of an OpenAI-compatible ``/chat/completions`` endpoint through the ``openai`` client:
     connection errors, timeouts, 408/409/429 and 5xx are retried with jittered exponential back-off,
@@ -257,7 +226,7 @@ def judge_table(df, judge: ChatJudge, cache: JudgeCache, reparse_attempts: int =
                     break
             if rating is None:
                 log.warning("no rating in the judge's reply for row %d (%s): %r", i, aspect, reply[:200])
-            cache.put(key, judge.model, aspect, rating, reply)
+            cache.put(key, judge.model, aspect, rating, redact(reply, judge.secrets))
             out[aspect][i] = np.nan if rating is None else rating
     log.info("%d of %d judgments from the cache, %d requests sent", hits, 2 * len(rows), judge.requests)
     return out
@@ -321,4 +290,5 @@ def run(args) -> None:
         out[f"judge_{aspect}"] = ratings[aspect]
         log.info("judge %s: mean %.3f (%d unparsed)", aspect, np.nanmean(ratings[aspect]),
                  int(np.isnan(ratings[aspect]).sum()))
-    write_table(out, args.out, {"responses": args.responses, "judge": s.model, "base_url": s.base_url})
+    write_table(out, args.out, {"responses": args.responses, "judge": s.model,
+                                "base_url": redact(s.base_url) if s.base_url else None})
