@@ -69,6 +69,35 @@ class Case:
     messages: list  # each must appear in stderr + stdout
     absent: list = field(default_factory=list)  # outputs that must not exist afterwards
     env: dict | None = None
+    hidden: list = field(default_factory=list)  # text that must appear nowhere in the output (a secret)
+
+
+def lambda_json(change):
+    """A lambda.json as `lara calibrate` writes it (its required keys), with ``change`` applied."""
+    record = {"lambda_hat": 0.05, "lambda_star": 0.1, "tau": 0.0, "mode": "bon", "feasible": True, "status": "interior",
+              "decoder": {"kind": "best_of_n", "n": 4, "k": 4},
+              "bootstrap": {"quantile": 0.975, "quantiles": {"0.5": 0.05, "0.975": 0.1}}}
+
+    def make(t):
+        change(record)
+        (t / "lambda.json").write_text(json.dumps(record))  # json writes NaN / Infinity as JavaScript does
+    return make
+
+
+def missing_prompt_id(t):
+    df = candidates()
+    df.loc[[4, 5], "prompt_id"] = None
+    df.to_parquet(t / "cand.parquet")
+
+
+def stale_temporaries(t):
+    """What a writer killed mid-write (SIGKILL, a time limit) leaves: its temporary file and folder."""
+    import os
+
+    _cand(t)
+    for name in (".lambda.json.k1ll3d.tmp", ".lambda.json.0ld.tmp"):
+        (t / name).mkdir() if name.startswith(".lambda.json.0ld") else (t / name).write_text('{"half": ')
+        os.utime(t / name, (1_700_000_000, 1_700_000_000))
 
 
 def nan_reward(t):
@@ -129,6 +158,22 @@ CASES = [
          ["cand.parquet: could not be read"], ["lambda.json"]),
     Case("calibrate: quantile out of range", [_cand], [*CAL, "--quantile", "1.5"], 2,
          ["calibration.quantile: 1.5 is greater than or equal to the maximum of 1"], ["lambda.json"]),
+    Case("calibrate: a NaN beta in --settings", [_cand], [*CAL, "--settings", '{"beta": NaN, "mode": "soft"}'], 2,
+         ["calibration.beta: nan is not a finite number"], ["lambda.json"]),
+    Case("calibrate: a NaN tolerance flag", [_cand], [*CAL, "--tolerance", "nan"], 2,
+         ["calibration.tolerance: nan is not a finite number"], ["lambda.json"]),
+    Case("calibrate: an integer setting given as a float", [_cand], [*CAL, "--settings", '{"bon_n": 4.0}'], 2,
+         ["decode.bon_n: 4.0 is not an integer; write 4"], ["lambda.json"]),
+    Case("calibrate: a seed beyond every generator's range", [_cand], [*CAL, "--seed", str(2**45)], 2,
+         ["seed: 35184372088832 is greater than the maximum of 2147483647"], ["lambda.json"]),
+    Case("calibrate: rows without a prompt id", [missing_prompt_id], CAL, 2,
+         ["cand.parquet: column 'prompt_id' has no value at rows 4, 5"], ["lambda.json"]),
+    Case("calibrate: --out is a folder", [_cand, lambda t: (t / "lambda.json").mkdir()], CAL, 2,
+         ["--out", "lambda.json: is a folder; this step writes a file there (nothing was computed)"]),
+    Case("calibrate: --out where nothing can be written", [_cand], [*CAL[:-1], "/proc/lambda.json"], 2,
+         ["--out /proc/lambda.json: cannot write in /proc", "nothing was computed"]),
+    Case("calibrate: temporaries of a killed writer", [stale_temporaries], CAL, 0, [], [".lambda.json.k1ll3d.tmp",
+                                                                                        ".lambda.json.0ld.tmp"]),
     Case("calibrate: --settings not JSON", [_cand], [*CAL, "--settings", "{not json"], 2,
          ["--settings: not valid JSON"], ["lambda.json"]),
     Case("calibrate: an unknown settings key", [_cand], [*CAL, "--settings", '{"tua": 1}'], 2,
@@ -144,6 +189,18 @@ CASES = [
     Case("select-bon: lambda.json without lambda_star", [_cand, _write("lambda.json", '{"lambda_hat": 1}')],
          [*SEL, "--setting", "star", "--lambda-json", "{t}/lambda.json"], 2,
          ["lambda.json: missing key(s)", "lambda_star"], ["out.parquet"]),
+    Case("select-bon: lambda_star Infinity in lambda.json", [_cand, lambda_json(lambda r: r.update(lambda_star=1e999))],
+         [*SEL, "--setting", "star", "--lambda-json", "{t}/lambda.json"], 2,
+         ["lambda.json: lambda_star: not a finite number"], ["out.parquet"]),
+    Case("select-bon: a hand-edited lambda_star", [_cand, lambda_json(lambda r: r.update(lambda_star=0.5))],
+         [*SEL, "--setting", "star", "--lambda-json", "{t}/lambda.json"], 2,
+         ["lambda.json: lambda_star = 0.5 is not the record's own bootstrap quantile 0.975 = 0.1"], ["out.parquet"]),
+    Case("select-bon: a NaN over-penalised lambda", [_cand], [*SEL[:-3], "nan", "--setting", "max", *SEL[-2:]], 2,
+         ["--overpenalised-lambda: decode.overpenalised_lambda: nan is not a finite number"], ["out.parquet"]),
+    Case("select-bon: rows without a prompt id", [missing_prompt_id], [*SEL, "--setting", "zero"], 2,
+         ["cand.parquet: column 'prompt_id' has no value at rows 4, 5"], ["out.parquet"]),
+    Case("select-bon: an empty table", [lambda t: candidates().iloc[:0].to_parquet(t / "cand.parquet")],
+         [*SEL, "--setting", "zero"], 2, ["cand.parquet: the table has no rows"], ["out.parquet"]),
     Case("select-bon: star without lambda.json", [_cand], [*SEL, "--setting", "star"], 2,
          ["--setting star", "pass --lambda-json"], ["out.parquet"]),
     Case("select-bon: an unknown lambda setting", [_cand], [*SEL, "--setting", "lots"], 2,
@@ -151,6 +208,9 @@ CASES = [
     Case("bon-sweep: a grid that is not JSON", [_cand],
          ["bon-sweep", "--candidates", "{t}/cand.parquet", "--lambda-grid", "[0, one]", "--bootstrap", "10",
           "--out", "{t}/sweep.csv"], 2, ["--lambda-grid: not JSON: '[0, one]'"], ["sweep.csv"]),
+    Case("bon-sweep: rows without a prompt id", [missing_prompt_id],
+         ["bon-sweep", "--candidates", "{t}/cand.parquet", "--lambda-grid", "[0, 1]", "--bootstrap", "10",
+          "--out", "{t}/sweep.csv"], 2, ["cand.parquet: column 'prompt_id' has no value at rows 4, 5"], ["sweep.csv"]),
     Case("bon-sweep: a negative lambda", [_cand],
          ["bon-sweep", "--candidates", "{t}/cand.parquet", "--lambda-grid", "[0, -1]", "--bootstrap", "10",
           "--out", "{t}/sweep.csv"], 2, ["decode.lambda_grid: -1 is less than the minimum of 0"], ["sweep.csv"]),
@@ -214,6 +274,23 @@ CASES = [
          [*JUDGE, "--model", "gpt-x", "--base-url", "http://127.0.0.1:9/v1", "--api-key-env", "LARA_NO_SUCH_KEY",
           "--cache", "{t}/cache.sqlite"], 2, ["evaluation.judge.api_key_env", "LARA_NO_SUCH_KEY is not set"],
          ["judge.parquet"]),
+    Case("judge: a password in the endpoint URL", [responses],
+         [*JUDGE, "--model", "gpt-x", "--base-url", "https://bob:hunter2@api.example.com/v1"], 2,
+         ["evaluation.judge.base_url: the URL carries credentials (user:password@)", "api_key_env"], ["judge.parquet"],
+         hidden=["hunter2"]),
+    Case("judge: a key in the endpoint URL's query", [responses],
+         [*JUDGE, "--model", "gpt-x", "--base-url", "https://api.example.com/v1?api-key=hunter2"], 2,
+         ["evaluation.judge.base_url: the URL carries credentials (the query parameter api-key)"], ["judge.parquet"],
+         hidden=["hunter2"]),
+    Case("aggregate: NaN harmfulness", [lambda t: candidates().assign(
+        method="bon", setting="zero", helpfulness=1.0, harmfulness=[np.nan] + [0.0] * 11).to_parquet(t / "s.parquet")],
+         ["aggregate", "--scores", "{t}/s.parquet", "--tau", "0", "--out", "{t}/summary.csv", "--audit", "{t}/a.json"],
+         2, ["s.parquet: column 'harmfulness' holds nan, not a finite number, at row 0 (prompt 'p0')"],
+         ["summary.csv", "a.json"]),
+    Case("aggregate: an empty scores table", [lambda t: candidates().iloc[:0].assign(
+        method="bon", setting="zero", helpfulness=1.0, harmfulness=0.0).to_parquet(t / "s.parquet")],
+         ["aggregate", "--scores", "{t}/s.parquet", "--tau", "0", "--out", "{t}/summary.csv", "--audit", "{t}/a.json"],
+         2, ["s.parquet: the table has no rows"], ["summary.csv", "a.json"]),
     Case("judge: a failure share above 1", [responses], [*JUDGE, "--max-failure-share", "1.5"], 2,
          ["evaluation.judge.max_failure_share: 1.5 is greater than the maximum of 1"], ["judge.parquet"]),
     Case("trail: a corrupt sidecar", [sidecar], ["trail", "{t}/fig.png"], 2,
@@ -225,6 +302,26 @@ CASES = [
     Case("config: a value out of range", [_write("c.yaml", "calibration: {quantile: 2}\n")],
          ["validate-config", CONFIG, "{t}/c.yaml"], 2,
          ["c.yaml: invalid configuration", "calibration.quantile: 2 is greater than or equal to the maximum of 1"]),
+    Case("config: NaN in a setting", [_write("c.yaml", "calibration: {beta: .nan, mode: soft}\n")],
+         ["validate-config", CONFIG, "{t}/c.yaml"], 2, ["calibration.beta: nan is not a finite number"]),
+    Case("config: an infinite over-penalised lambda", [_write("c.yaml", "decode: {overpenalised_lambda: .inf}\n")],
+         ["validate-config", CONFIG, "{t}/c.yaml"], 2, ["decode.overpenalised_lambda: inf is not a finite number"]),
+    Case("config: a key given twice",
+         [_write("c.yaml", "calibration:\n  tau: -4\nseed: 1\ncalibration:\n  tau: -0.5\n")],
+         ["validate-config", CONFIG, "{t}/c.yaml"], 2, ["the key 'calibration' is given twice", "lines 1 and 4"]),
+    Case("config: an integer written as a float", [_write("c.yaml", "decode: {bon_n: 20.0}\n")],
+         ["validate-config", CONFIG, "{t}/c.yaml"], 2, ["decode.bon_n: 20.0 is not an integer; write 20"]),
+    Case("config: a float read as text by YAML", [_write("c.yaml", "train: {sft: {learning_rate: 2e-5}}\n")],
+         ["validate-config", CONFIG, "{t}/c.yaml"], 2,
+         ["train.sft.learning_rate: '2e-5' is a string, not a number", "write 2.0e-5"]),
+    Case("config: a seed too large", [_write("c.yaml", f"seed: {2**45}\n")], ["validate-config", CONFIG, "{t}/c.yaml"],
+         2, ["seed: 35184372088832 is greater than the maximum of 2147483647"]),
+    Case("config: a name ending in a newline", [_write("c.yaml", 'experiment: "tiny\\n"\n')],
+         ["validate-config", CONFIG, "{t}/c.yaml"], 2, ["experiment: 'tiny\\n' does not match"]),
+    Case("config: a password in the judge URL",
+         [_write("c.yaml", "evaluation: {judge: {model: gpt-x, base_url: 'https://bob:hunter2@x.org/v1'}}\n")],
+         ["validate-config", CONFIG, "{t}/c.yaml"], 2, ["evaluation.judge.base_url: the URL carries credentials"],
+         hidden=["hunter2"]),
     Case("config: not YAML", [_write("c.yaml", "calibration: [unclosed\n")], ["validate-config", "{t}/c.yaml"], 2,
          ["c.yaml: not valid YAML"]),
     Case("config: no such file", [], ["validate-config", "{t}/c.yaml"], 2, ["c.yaml: config file not found"]),
@@ -241,6 +338,8 @@ def test_fault(case, tmp_path):
     assert proc.returncode == case.rc, out[-3000:]
     for message in case.messages:
         assert message in out, f"{message!r} not in:\n{out[-3000:]}"
+    for secret in case.hidden:
+        assert secret not in out, f"{secret!r} was repeated:\n{out[-3000:]}"
     assert "Traceback" not in out
     for name in case.absent:
         assert not (tmp_path / name).exists(), f"{name} was left behind"
@@ -265,6 +364,12 @@ WORKFLOW_CASES = [
      ["decode.rgtg.args.top_k: 5000 candidate tokens per step exceed the vocabulary of 1024"]),
     ("a value out of range", {"calibration": {"bootstrap": 0}}, ["calibration.bootstrap: 0 is less than"]),
     ("Best-of-N larger than K", {"decode": {"bon_n": 64}}, ["decode.bon_n: Best-of-N with N = 64"]),
+    # a config file as text: YAML that a dict cannot hold
+    ("a key given twice", "calibration:\n  tau: -4\ndecode: {bon_n: 4}\ncalibration:\n  tau: -0.5\n",
+     ["the key 'calibration' is given twice in one mapping (lines 1 and 4)"]),
+    ("NaN in a setting", "calibration: {beta: .nan, mode: soft}\n", ["calibration.beta: nan is not a finite number"]),
+    ("a password in the judge URL", "evaluation: {judge: {model: gpt-x, base_url: 'https://bob:hunter2@x.org/v1'}}\n",
+     ["evaluation.judge.base_url: the URL carries credentials (user:password@)"]),
 ]
 
 
@@ -275,12 +380,13 @@ def dry_workflow(tmp_path_factory):
 
 @pytest.mark.parametrize("name, override, messages", WORKFLOW_CASES, ids=[c[0] for c in WORKFLOW_CASES])
 def test_workflow_fault(dry_workflow, tmp_path, name, override, messages):
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(override))
+    (tmp_path / "c.yaml").write_text(override if isinstance(override, str) else yaml.safe_dump(override))
     proc = run_snakemake(dry_workflow, "-n", "--configfile", str(tmp_path / "c.yaml"), check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-2000:]
     for message in messages:
         assert message in out, f"{message!r} not in:\n{out[-3000:]}"
+    assert "hunter2" not in out  # a credential is never repeated (nor reaches a shell command: no job is made)
     assert not (dry_workflow / "results").exists() and not (dry_workflow / "logs").exists()
 
 

@@ -83,6 +83,39 @@ def _log_format(level: str) -> dict:
     return {"level": level, "stream": sys.stderr, "format": fmt}
 
 
+def check_outputs(args) -> None:
+    """Every output a step will write (the flags its module lists in ``OUTPUTS``, default ``--out``) can be
+    written there, checked before any computation: a file output that names a folder, a folder output
+    that names a file, or a folder nobody can write in is refused naming the flag, not found out after
+    hours by a traceback."""
+    import tempfile
+    from pathlib import Path
+
+    from lara.config import ConfigError
+
+    module = sys.modules[args._run.__module__]
+    for dest in getattr(module, "OUTPUTS", ("out",)):
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        flag, path = f"--{dest.replace('_', '-')}", Path(value)
+        if path.suffix and path.is_dir():
+            raise ConfigError(f"{flag} {value}: is a folder; this step writes a file there (nothing was computed)")
+        if not path.suffix and path.exists() and not path.is_dir():
+            raise ConfigError(f"{flag} {value}: is a file; this step writes a folder there (nothing was computed)")
+        here = path.absolute().parent
+        while not here.exists():
+            here = here.parent
+        if not here.is_dir():
+            raise ConfigError(f"{flag} {value}: {here} is a file, not a folder (nothing was computed)")
+        try:
+            with tempfile.TemporaryFile(dir=here, prefix=".lara-write-check-"):
+                pass
+        except OSError as exc:
+            raise ConfigError(f"{flag} {value}: cannot write in {here} ({exc.strerror or exc}); nothing was "
+                              "computed") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = make_parser(_command_in(argv)).parse_args(argv)
@@ -107,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         configure_torch()
     start = time.perf_counter()
     try:
+        check_outputs(args)
         args._run(args)
     except (ConfigError, DataError) as exc:
         log.error("lara %s failed: %s", args.command, exc)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +28,27 @@ def _usual_permissions(root: Path, umask: int) -> None:
                 os.chmod(f, ((0o666 | (os.stat(f).st_mode & 0o111)) & ~umask))
 
 
+STARTED = time.time()  # this process's start: a temporary file older than it belongs to an earlier one
+log = logging.getLogger(__name__)
+
+
+def remove_stale_temporaries(path: Path) -> list[Path]:
+    """Remove the temporary files and folders (``.NAME.*.tmp``) that a writer of ``path`` killed by an
+    earlier process (SIGKILL, a scheduler's time limit, a power cut) left beside it: only a process
+    that ended without its cleanup leaves them, and only those older than this process are removed (a
+    writer running now, in another rank, is left alone)."""
+    stale = [p for p in path.parent.glob(f".{glob.escape(path.name)}.*.tmp") if p.lstat().st_mtime < STARTED - 1]
+    for p in stale:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    if stale:
+        log.info("removed %d temporary file(s) an interrupted earlier write of %s left behind: %s", len(stale),
+                 path, ", ".join(p.name for p in stale))
+    return stale
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike, directory: bool = False) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; move it into place only on success.
@@ -34,6 +58,7 @@ def atomic_output(path: str | os.PathLike, directory: bool = False) -> Iterator[
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path)
     if directory:
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     else:

@@ -199,7 +199,9 @@ def verify(record: dict, root: Path = Path("."), figure: Path | None = None) -> 
     problems = []
     if figure is not None:
         mine = [e for e in record["figure"] if Path(e["path"]).name == figure.name]
-        if not mine:
+        if not figure.is_file():
+            problems.append(("BROKEN", f"{figure}: no such figure beside its sidecar"))
+        elif not mine:
             problems.append(("BROKEN", f"{figure}: this sidecar is the provenance of "
                                        f"{', '.join(Path(e['path']).name for e in record['figure'])}, not of "
                                        f"{figure.name} (a sidecar copied from another figure?)"))
@@ -303,8 +305,6 @@ def run(args) -> None:
     fig = Path(args.figure)
     given = None if fig.name.endswith(SUFFIX) else fig
     side = fig if given is None else sidecar_path(fig)
-    if given is not None and not given.is_file():
-        raise DataError(f"{given}: no such figure")
     if not side.is_file():
         raise DataError(f"{side}: no provenance sidecar for {args.figure}")
     record = read_sidecar(side)

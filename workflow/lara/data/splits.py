@@ -120,6 +120,9 @@ def split_from_training(pool: pd.Series, preferences: pd.DataFrame, n_calibratio
 HELP = "draw disjoint calibration and test prompt splits from a prompt pool"
 
 
+OUTPUTS = ("calibration", "test")  # the files this step writes (checked before it computes: lara.cli.check_outputs)
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("--source", required=True, help="local file/dir or hub dataset id")
     add_settings_arguments(parser, SplitSettings)

@@ -127,3 +127,28 @@ def read_metadata(path: str | Path) -> dict:
 
     meta = pq.read_schema(path).metadata or {}
     return json.loads(meta[b"lara"]) if b"lara" in meta else {}
+
+
+def require_rows(df: pd.DataFrame, path) -> pd.DataFrame:
+    """A table that must hold at least one row (an empty one would give an empty or NaN result)."""
+    if df.empty:
+        raise DataError(f"{path}: the table has no rows")
+    return df
+
+
+def require_finite(df: pd.DataFrame, columns, path) -> pd.DataFrame:
+    """Numeric columns whose every value is a finite number: the first that is not is named with its
+    column and rows (and prompt, where the table has prompt ids)."""
+    import numpy as np
+
+    for col in columns:
+        values = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float)
+        bad = ~np.isfinite(values)
+        if bad.any():
+            first = int(np.flatnonzero(bad)[0])
+            value = df[col].iloc[first]
+            shown = repr(value) if isinstance(value, str) else str(value)
+            prompt = f" (prompt {df['prompt_id'].iloc[first]!r})" if "prompt_id" in df.columns else ""
+            raise DataError(f"{path}: column {col!r} holds {shown}, not a finite number, at "
+                            f"{_rows(bad)}{prompt}")
+    return df

@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 def score_matrix(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(prompt ids, reward, cost, row index) as (P,), (P, N), (P, N), (P, N) arrays; every
     prompt must have the same number of candidates."""
+    if df.empty:
+        raise ValueError("the table has no rows: no candidates to choose from")
     df = df.sort_values(["prompt_id", "sample_id"], kind="stable")
     for col in ("reward", "cost"):
         bad = np.flatnonzero(~np.isfinite(df[col].to_numpy(float)))

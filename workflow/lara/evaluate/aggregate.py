@@ -97,6 +97,9 @@ def sweep_audit(sweep: pd.DataFrame, n: int) -> dict:
             "by_n": {str(k): rows(g) for k, g in sweep.groupby("n")}}
 
 
+OUTPUTS = ("out", "audit")  # the files this step writes (checked before it computes: lara.cli.check_outputs)
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("--scores", nargs="+", required=True, help="evaluate outputs (parquet)")
     parser.add_argument("--judge", nargs="*", default=[], help="judge outputs (parquet), if any")
@@ -109,17 +112,21 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
-    from lara.data.tables import read_table, write_table
+    from lara.data.tables import read_table, require_finite, require_rows, write_table
     from lara.io import atomic_output, write_json
 
     s = read_settings(args, AuditSettings)
-    scores = pd.concat([read_table(p, required=("prompt_id", "method", "setting", "helpfulness", "harmfulness"))
-                        for p in args.scores], ignore_index=True)
+    metrics = ("helpfulness", "harmfulness")
+    tables = [require_rows(read_table(p, required=("prompt_id", "method", "setting", *metrics)), p)
+              for p in args.scores]
+    scores = pd.concat([require_finite(t, metrics, p) for t, p in zip(tables, args.scores, strict=True)],
+                       ignore_index=True)
     judge = pd.concat([read_table(p) for p in args.judge], ignore_index=True) if args.judge else None
     summary = summarise(scores, judge, s.bootstrap, s.seed)
     audit = None
     if args.bon_star:
-        star = read_table(args.bon_star, required=("decoder_cost",))
+        star = require_finite(require_rows(read_table(args.bon_star, required=("decoder_cost",)), args.bon_star),
+                              ("decoder_cost",), args.bon_star)
         lam = read_lambda(args.lambda_json)
         check_budget(lam, s.tau)
         audit = constraint_audit(star, lam, s.bootstrap, s.seed, s.overpenalised_lambda)

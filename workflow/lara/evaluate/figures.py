@@ -240,6 +240,9 @@ def summary_line(shows: dict) -> str:
     return "; ".join(parts)
 
 
+OUTPUTS = ("png", "pdf")  # the files this step writes (checked before it computes: lara.cli.check_outputs)
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("--kind", required=True, choices=KINDS)
     parser.add_argument("--sweep", default=None, help="Best-of-N sweep.csv (lambda_sweep)")

@@ -245,6 +245,9 @@ def check_failures(ratings: dict[str, np.ndarray], limit: float) -> dict[str, in
     return failed
 
 
+OUTPUTS = ("out", "cache")  # the files this step writes (checked before it computes: lara.cli.check_outputs)
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("--responses", required=True, help="responses parquet (decoder or policy output)")
     add_settings_arguments(parser, JudgeSettings)
