@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 CORES  ?= all
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: run smol test lint env cluster-deps browser-deps slurm-up slurm-down
+.PHONY: run smol test test-fast lint env cluster-deps browser-deps slurm-up slurm-down
 
 env: $(STAMP)
 
@@ -60,3 +60,7 @@ lint: $(STAMP)
 
 test: $(STAMP) lint cluster-deps browser-deps
 	pytest
+
+# The maintainer's loop: every module's logic, no model, training run or workflow (about 2 minutes)
+test-fast: $(STAMP)
+	pytest -m "not slow"

@@ -18,6 +18,19 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 
 REPO = Path(__file__).resolve().parents[1]
+
+# A test is slow when it needs a model, a training run or the workflow itself: it uses one of these
+# fixtures (directly or through another fixture), or carries a marker that says it runs Snakemake, a
+# SLURM cluster or a GPU. `pytest -m "not slow"` (make test-fast) is the rest: every module's logic.
+SLOW_FIXTURES = {"tiny_world", "ppo_inputs", "smollm2", "toy_run", "workflow_copy", "dry_workflow"}
+SLOW_MARKERS = {"workflow", "slurm", "gpu"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) or SLOW_MARKERS & {m.name for m in
+                                                                                    item.iter_markers()}:
+            item.add_marker(pytest.mark.slow)
 WORKFLOW_FILES = ("Snakefile", "rules", "config", "envs", "slurm", "report")
 
 

@@ -83,6 +83,27 @@ def _log_format(level: str) -> dict:
     return {"level": level, "stream": sys.stderr, "format": fmt}
 
 
+_HANDLER: logging.Handler | None = None  # the handler main() installed (replaced when main runs again in-process)
+
+
+def _configure_logging(level: str) -> None:
+    """This process's log: one handler on stderr, in the format of :func:`_log_format`, through a filter
+    that redacts credentials (lara.secrets), so no key in a URL or header reaches a log line. Calling
+    main() again in the same process (the fault catalogue does) replaces it, never stacks a second."""
+    from lara.secrets import RedactingFilter
+
+    global _HANDLER
+    root = logging.getLogger()
+    if _HANDLER is not None:
+        root.removeHandler(_HANDLER)
+    spec = _log_format(level)
+    _HANDLER = logging.StreamHandler(spec["stream"])
+    _HANDLER.setFormatter(logging.Formatter(spec["format"]))
+    _HANDLER.addFilter(RedactingFilter())
+    root.addHandler(_HANDLER)
+    root.setLevel(spec["level"])
+
+
 def check_outputs(args) -> None:
     """Every output a step will write (the flags its module lists in ``OUTPUTS``, default ``--out``) can be
     written there, checked before any computation: a file output that names a folder, a folder output
@@ -119,11 +140,7 @@ def check_outputs(args) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = make_parser(_command_in(argv)).parse_args(argv)
-    logging.basicConfig(**_log_format(args.log_level))
-    from lara.secrets import RedactingFilter
-
-    for handler in logging.getLogger().handlers:  # no credential in a URL or header reaches a log line
-        handler.addFilter(RedactingFilter())
+    _configure_logging(args.log_level)
     from lara.config import ConfigError
     from lara.data.tables import DataError
     from lara.provenance import code_version
