@@ -29,16 +29,14 @@ def load_schema(path: str | Path | None = None) -> dict:
     """The schema, with each ``x-settings: SECTION`` node given the keys of that section's step
     settings from ``settings.schema.yaml`` (generated from the dataclasses that own them)."""
     path = Path(path or SCHEMA_PATH)
-    with open(path) as fh:
-        schema = strict_yaml(fh)
+    schema = _read_yaml(path)
     generated_path = path.parent / SETTINGS_SCHEMA
     generated = None
     for node in _nodes(schema):
         if "x-settings" not in node:
             continue
         if generated is None:
-            with open(generated_path) as fh:
-                generated = strict_yaml(fh)
+            generated = _read_yaml(generated_path)
         section = node["x-settings"]
         if section not in generated:
             raise ConfigError(f"{path}: x-settings {section!r} is not a section of {generated_path}")
@@ -55,6 +53,18 @@ def load_schema(path: str | Path | None = None) -> dict:
     schema["x-borrowed"] = (generated or {}).get("x-borrowed", {})
     schema["x-steps"] = (generated or {}).get("x-steps", [])
     return schema
+
+
+def _read_yaml(path: Path) -> dict:
+    """A schema file, parsed once per version of the file (its size and modification time), as a fresh copy."""
+    stat = path.stat()
+    return copy.deepcopy(_parsed(str(path.resolve()), stat.st_mtime_ns, stat.st_size))
+
+
+@functools.cache
+def _parsed(path: str, mtime_ns: int, size: int) -> dict:
+    with open(path) as fh:
+        return strict_yaml(fh)
 
 
 def _nodes(node):
@@ -189,7 +199,7 @@ def nonfinite(value, path: tuple = ()) -> list[str]:
     return []
 
 
-class _StrictLoader(yaml.SafeLoader):
+class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml's parser where PyYAML has it
     """YAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last silently)."""
 
 
