@@ -20,6 +20,9 @@ log = logging.getLogger(__name__)
 HELP = "generate the embedded toy safety world (Alpaca data, PKU-SafeRLHF pairs, prompt pool)"
 
 
+OUTPUTS = ("alpaca", "preferences", "prompts")  # the files this step writes (lara.cli.check_outputs)
+
+
 def add_arguments(parser) -> None:
     add_settings_arguments(parser, ToyWorldSettings)
     parser.add_argument("--alpaca", required=True, help="output: Alpaca-schema jsonl")
