@@ -240,7 +240,7 @@ def summary_line(shows: dict) -> str:
     return "; ".join(parts)
 
 
-OUTPUTS = ("png", "pdf")  # the files this step writes (checked before it computes: lara.cli.check_outputs)
+OUTPUTS = ("png", "pdf", "provenance")  # the files this step writes (checked first: lara.cli.check_outputs)
 
 
 def add_arguments(parser) -> None:
@@ -263,7 +263,7 @@ def run(args) -> None:
     import matplotlib.pyplot as plt
 
     from lara.calibrate.record import read_lambda
-    from lara.data.tables import DataError, read_table
+    from lara.data.tables import DataError, read_table, require_finite, require_rows
     from lara.io import atomic_output
     from lara.trail import build_trail, write_sidecar
 
@@ -278,11 +278,15 @@ def run(args) -> None:
     summary = None
     sizes = None
     if args.kind == "lambda_sweep":
-        sweep = read_table(args.sweep, required=("n", "lambda", "label", "mean_reward", "mean_cost"))
+        sweep = require_finite(require_rows(read_table(args.sweep, required=(
+            "n", "lambda", "label", "mean_reward", "mean_cost")), args.sweep), ("lambda", "mean_reward", "mean_cost"),
+            args.sweep)
         sizes = sorted(int(n) for n in sweep["n"].unique())
         fig = lambda_sweep(sweep, lam, opts)
     elif args.kind == "tradeoff":
-        summary = read_table(args.summary, required=("method", "setting", "helpfulness", "harmfulness"))
+        summary = require_finite(require_rows(read_table(args.summary, required=(
+            "method", "setting", "helpfulness", "harmfulness")), args.summary), ("helpfulness", "harmfulness"),
+            args.summary)
         fig = tradeoff(summary, opts)
     else:
         fig = calibration(lam, opts)
