@@ -257,3 +257,11 @@ def test_the_settings_table_leaves_out_execution_settings_and_layers_that_only_h
     parts = [("a.yaml", {"experiment": "x", "resources": {"default": {}}}), ("b.yaml", {"numerics": {}}),
              ("c.yaml", {"calibration": {"tau": -1.0}})]
     assert result_layers(parts) == [("a.yaml", {"experiment": "x"}), ("c.yaml", {"calibration": {"tau": -1.0}})]
+
+
+def test_the_largest_config_seed_leaves_room_for_the_streams_derived_from_it():
+    """Rules hand steps seed + 1 (the Best-of-N pool); every step accepts seeds up to SEED_MAX."""
+    from lara.config import load_schema
+    from lara.settings import SEED_MAX
+
+    assert load_schema()["properties"]["seed"]["maximum"] + 1 == SEED_MAX

@@ -324,7 +324,7 @@ CASES = [
          ["validate-config", CONFIG, "{t}/c.yaml"], 2,
          ["train.sft.learning_rate: '2e-5' is a string, not a number", "write 2.0e-5"]),
     Case("config: a seed too large", [_write("c.yaml", f"seed: {2**45}\n")], ["validate-config", CONFIG, "{t}/c.yaml"],
-         2, ["seed: 35184372088832 is greater than the maximum of 2147483647"]),
+         2, ["seed: 35184372088832 is greater than the maximum of 2147483646"]),
     Case("config: a name ending in a newline", [_write("c.yaml", 'experiment: "tiny\\n"\n')],
          ["validate-config", CONFIG, "{t}/c.yaml"], 2, ["experiment: 'tiny\\n' does not match"]),
     Case("config: a password in the judge URL",
