@@ -43,3 +43,34 @@ def test_a_failed_write_leaves_nothing_and_keeps_the_old_output(tmp_path):
     with atomic_output(out) as tmp:
         tmp.write_text("new")
     assert out.read_text() == "new" and stat.S_IMODE(out.stat().st_mode) == 0o666 & ~_umask()
+
+
+@pytest.mark.parametrize("signal_name, directory", [("SIGKILL", False), ("SIGTERM", False), ("SIGKILL", True)])
+def test_the_temporaries_of_a_killed_writer_are_removed_by_the_next_write(tmp_path, signal_name, directory):
+    """A writer killed inside atomic_output (no cleanup runs on SIGKILL, nor on an unhandled SIGTERM)
+    leaves its .NAME.*.tmp beside the output; the next write of that output removes it."""
+    import subprocess
+    import sys
+    import textwrap
+
+    out = tmp_path / ("model" if directory else "table.parquet")
+    child = textwrap.dedent(f"""
+        import os, signal
+        from lara.io import atomic_output
+        with atomic_output({str(out)!r}, directory={directory}) as tmp:
+            (tmp / "half").write_text("x") if {directory} else tmp.write_text("half")
+            os.kill(os.getpid(), signal.{signal_name})
+    """)
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True)
+    assert proc.returncode < 0, proc.stderr  # killed by the signal
+    left = list(tmp_path.glob(f".{out.name}.*.tmp"))
+    assert len(left) == 1 and not out.exists()
+    other = tmp_path / f".other.{out.name}.x.tmp"  # another output's temporary is not touched
+    other.write_text("x")
+    from lara.io import STARTED
+
+    os.utime(left[0], (STARTED - 10, STARTED - 10))  # as if this process started after the killed one
+    with atomic_output(out, directory=directory) as tmp:
+        (tmp / "w").write_text("w") if directory else tmp.write_text("whole")
+    assert not left[0].exists() and other.exists() and out.exists()
+    assert list(tmp_path.glob(f".{out.name}.*.tmp")) == []
