@@ -86,9 +86,12 @@ def check_ids(df: pd.DataFrame, path) -> None:
     for col in (c for c in ID_COLUMNS if c in df.columns):
         values = df[col]
         absent = values.isna().to_numpy() | values.astype(str).str.strip().eq("").to_numpy()
+        numbers = pd.to_numeric(values, errors="coerce") if values.dtype.kind in "fc" else None
+        if numbers is not None:  # a float id column: an infinity is no id either
+            absent |= ~np.isfinite(numbers.to_numpy(dtype=float))
         if absent.any():
-            raise DataError(f"{path}: column {col!r} has no value at {_rows(absent)} (every row names its "
-                            f"{col.removesuffix('_id')}); fix or drop those rows")
+            raise DataError(f"{path}: column {col!r} has no value (missing, empty or infinite) at {_rows(absent)} "
+                            f"(every row names its {col.removesuffix('_id')}); fix or drop those rows")
         if col == "sample_id":
             numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
             bad = ~np.isfinite(numbers) | (numbers != np.round(numbers))
