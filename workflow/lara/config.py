@@ -161,7 +161,8 @@ def schema_errors(instance, schema: dict) -> list:
 
 def error_message(error) -> str:
     """A validation error's message, with the fix for the mistakes people make: a NaN or infinite
-    number, an integer written as a float, a number YAML read as a string (``2e-5``)."""
+    number, an integer written as a float, a number YAML read as a string (``2e-5``), and a schema
+    node's own ``x-hint`` (how a literal lambda setting is spelt)."""
     value, expected = error.instance, error.validator_value
     if error.validator == "type":
         kinds = expected if isinstance(expected, list) else [expected]
@@ -177,7 +178,8 @@ def error_message(error) -> str:
             else:
                 return (f"{value!r} is a string, not a number: YAML 1.1 reads an exponent without a dot as text; "
                         f"write {_yaml_number(value)}")
-    return error.message
+    hint = error.schema.get("x-hint") if isinstance(error.schema, dict) else None
+    return f"{error.message} ({hint})" if hint else error.message
 
 
 def _yaml_number(text: str) -> str:
