@@ -133,3 +133,20 @@ def test_a_package_registers_a_scorer_by_name(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(tmp_path)}, capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == "[-1. -1.]"
+
+
+def test_a_whole_table_is_scored_with_progress_and_the_same_scores(score_model, capsys):
+    """score_table: a model scorer reports rows, rate and ETA (tqdm on stderr, the rule's log); the scores
+    are those of plain score(); a scorer without progress (the oracle) is called as it is."""
+    from lara.scoring import SequenceScorer, load_scorer, score_table
+
+    scorer = SequenceScorer(score_model, batch_size=2)
+    plain = scorer.score(PROMPTS, RESPONSES)
+    capsys.readouterr()
+    shown = score_table(scorer, PROMPTS, RESPONSES, "scoring reward")
+    err = capsys.readouterr().err
+    np.testing.assert_array_equal(shown, plain)
+    assert "scoring reward: 100%" in err and "3/3" in err and "response/s" in err
+    oracle = load_scorer("oracle", role="cost")
+    np.testing.assert_array_equal(score_table(oracle, PROMPTS, RESPONSES, "scoring cost"),
+                                  oracle.score(PROMPTS, RESPONSES))

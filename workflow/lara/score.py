@@ -38,14 +38,14 @@ def add_arguments(parser) -> None:
 def run(args) -> None:
     from lara.data.tables import DataError, read_table, write_table
     from lara.provenance import code_version
-    from lara.scoring import load_scorer
+    from lara.scoring import load_scorer, score_table
 
     s = read_settings(args, ScoreSettings)
     df = read_table(args.input, required=("prompt", "response"))
     for col, spec in (("reward", args.reward), ("cost", args.cost)):
         scorer = load_scorer(spec, role=col, batch_size=args.batch_size, dtype=s.dtype)
         log.info("scoring %d responses for %s with %s", len(df), col, spec)
-        df[col] = scorer.score(df["prompt"].tolist(), df["response"].tolist())
+        df[col] = score_table(scorer, df["prompt"].tolist(), df["response"].tolist(), f"scoring {col}")
         if not np.all(np.isfinite(df[col])):
             raise DataError(f"{spec}: produced non-finite {col} scores")
         log.info("%s: mean %.4f, std %.4f", col, df[col].mean(), df[col].std())

@@ -42,7 +42,7 @@ def add_arguments(parser) -> None:
 def run(args) -> None:
     from lara.data.tables import DataError, read_table, write_table
     from lara.provenance import code_version
-    from lara.scoring import load_scorer
+    from lara.scoring import load_scorer, score_table
 
     s = read_settings(args, EvaluationSettings)
     df = read_table(args.responses, required=KEEP)
@@ -51,7 +51,7 @@ def run(args) -> None:
         out["decoder_cost"] = df["cost"]
     for col, role, spec in (("helpfulness", "reward", s.reward_model), ("harmfulness", "cost", s.cost_model)):
         scorer = load_scorer(spec, role=role, batch_size=s.batch_size, dtype=s.dtype)
-        out[col] = scorer.score(out["prompt"].tolist(), out["response"].tolist())
+        out[col] = score_table(scorer, out["prompt"].tolist(), out["response"].tolist(), f"scoring {col}")
         if not np.all(np.isfinite(out[col])):
             raise DataError(f"{spec}: non-finite {col} scores for {args.responses}")
         log.info("%s by %s: mean %.4f over %d responses", col, spec, out[col].mean(), len(out))
