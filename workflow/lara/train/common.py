@@ -171,7 +171,7 @@ def training_arguments(config_cls, s: TrainSettings, checkpoint_dir: str | Path,
         bf16=cuda and s.dtype == "bfloat16",
         fp16=cuda and s.dtype == "float16",
         use_cpu=not cuda,
-        gradient_checkpointing=False,
+        activation_checkpointing=False,  # TRL defaults to it; the old name (gradient_checkpointing) warns
         dataloader_num_workers=0,
         disable_tqdm=True,
         **extra,

@@ -251,6 +251,8 @@ def train_preference_model(kind: str, model_path: str, data_path: str, checkpoin
     log.info("%s model: %d training pairs, %d held-out pairs", name, len(train_data["chosen_ids"]),
              len(eval_data["chosen_ids"]))
     model = AutoModelForSequenceClassification.from_pretrained(model_path, num_labels=1, dtype=torch_dtype(s.dtype))
+    log.info("the %s model's score head is new: a load report listing score.weight as MISSING (newly initialized) "
+             "is expected, it is what this step trains", name)
     model.config.pad_token_id = tokenizer.pad_token_id
     keep = ("chosen_ids", "rejected_ids", "chosen_sign", "rejected_sign")
     has_eval = len(eval_data["chosen_ids"]) > 0
