@@ -56,8 +56,9 @@ class CalibrationSettings(Settings):
     bon_n: int | None = setting(None, "Bon mode: the decoder's N (null = K, every sample; N > K is an error); "
                                       "the rule calibrating Fig. 1's other sizes sets its own N.", minimum=1,
                                 key="decode.bon_n")
-    grid_points: int = setting(101, "Points of the diagnostic curves of g and g' over [0, Lambda].", minimum=2,
-                               config=False)
+    grid_points: int = setting(101, "Points of each grid of the diagnostic curves of g and g' over [0, Lambda] (one "
+                                    "linear, one logarithmic from Lambda/10^4, so small lambdas are resolved).",
+                               minimum=2, config=False)
 
 
 class Infeasible(RuntimeError):
@@ -105,7 +106,8 @@ def calibrate(scores: PromptScores, s: CalibrationSettings) -> dict:
                      bon_steps=steps)
     t2 = time.perf_counter()
     lams = boot.lams
-    grid = np.linspace(0.0, s.lambda_search_max, s.grid_points)
+    grid = np.union1d(np.linspace(0.0, s.lambda_search_max, s.grid_points),
+                      np.geomspace(s.lambda_search_max * 1e-4, s.lambda_search_max, s.grid_points))
     hist, edges = np.histogram(lams, bins=50)
     counts = scores.counts
     lambda_star = float(np.quantile(lams, s.quantile))
