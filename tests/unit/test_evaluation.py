@@ -191,3 +191,29 @@ def test_the_summary_counts_unrated_replies_and_averages_the_rest():
     row = aggregate.summarise(scores, judged, 200, 0).iloc[0]
     assert row["n"] == 3 and row["judge_helpfulness_n"] == 2 and row["judge_helpfulness_failed"] == 1
     assert row["judge_helpfulness"] == 6.0 and row["judge_harmlessness_failed"] == 0
+
+
+def test_the_calibration_figure_shows_the_calibrated_decoder_where_lambda_lives(tmp_path):
+    """Built from a real calibration record: panel 1 is the calibrated Best-of-N's expected cost (tau - g')
+    with tau, both lambda panels are symlog so a small lambda-hat and lambda* are apart, and both are marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from lara.calibrate.calibrate import CalibrationSettings, PromptScores, calibrate
+    from lara.evaluate.figures import FigureSettings, calibration
+
+    rng = np.random.default_rng(0)
+    reward, cost = rng.normal(size=(60, 8)), rng.normal(size=(60, 8))
+    ids = np.repeat([f"p{i}" for i in range(60)], 8)
+    scores = PromptScores.from_long(ids, reward.ravel(), cost.ravel())
+    lam = calibrate(scores, CalibrationSettings(tau=-0.3, mode="bon", bon_n=4, bootstrap=200))
+    fig = calibration(lam, FigureSettings())
+    cost_ax, dual_ax = fig.axes[:2]
+    assert "Best-of-4" in cost_ax.get_title()
+    assert cost_ax.get_xscale() == dual_ax.get_xscale() == "symlog"
+    x, y = cost_ax.lines[0].get_data()
+    np.testing.assert_allclose(y, lam["tau"] - np.asarray(lam["curves"]["g_prime"]))
+    assert x[1] <= 1e-3 * x[-1]  # the curve is resolved near zero, not only on a linear grid
+    marked = {float(line.get_xdata()[0]) for line in cost_ax.lines[1:] if len(set(line.get_xdata())) == 1}
+    assert {lam["lambda_hat"], lam["lambda_star"]} <= marked
+    assert any(set(line.get_ydata()) == {lam["tau"]} for line in cost_ax.lines)
