@@ -104,11 +104,13 @@ def _configure_logging(level: str) -> None:
     root.setLevel(spec["level"])
 
 
+FILE_SUFFIXES = (".parquet", ".json", ".jsonl", ".csv", ".tsv", ".png", ".pdf", ".sqlite")  # outputs that are files
+
+
 def check_outputs(args) -> None:
     """Every output a step will write (the flags its module lists in ``OUTPUTS``, default ``--out``) can be
-    written there, checked before any computation: a file output that names a folder, a folder output
-    that names a file, or a folder nobody can write in is refused naming the flag, not found out after
-    hours by a traceback."""
+    written there, checked before any computation: a file output that names a folder, or a folder
+    nobody can write in, is refused naming the flag, not found out after hours by a traceback."""
     import tempfile
     from pathlib import Path
 
@@ -120,10 +122,8 @@ def check_outputs(args) -> None:
         if value is None:
             continue
         flag, path = f"--{dest.replace('_', '-')}", Path(value)
-        if path.suffix and path.is_dir():
+        if path.suffix.lower() in FILE_SUFFIXES and path.is_dir():  # (a model folder may be called Qwen2.5-3B)
             raise ConfigError(f"{flag} {value}: is a folder; this step writes a file there (nothing was computed)")
-        if not path.suffix and path.exists() and not path.is_dir():
-            raise ConfigError(f"{flag} {value}: is a file; this step writes a folder there (nothing was computed)")
         here = path.absolute().parent
         while not here.exists():
             here = here.parent
