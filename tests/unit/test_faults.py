@@ -306,6 +306,8 @@ CASES = [
          ["f.png", "f.pdf", "f.provenance.json"]),
     Case("judge: a failure share above 1", [responses], [*JUDGE, "--max-failure-share", "1.5"], 2,
          ["evaluation.judge.max_failure_share: 1.5 is greater than the maximum of 1"], ["judge.parquet"]),
+    Case("summary: a run that has not finished", [], ["summary", "{t}/results/tiny"], 2,
+         ["calibration/lambda.json: no such lambda.json"]),
     Case("trail: a corrupt sidecar", [sidecar], ["trail", "{t}/fig.png"], 2,
          ["fig.provenance.json: not a provenance sidecar"]),
     Case("trail: no sidecar", [], ["trail", "{t}/fig.png"], 2, ["fig.provenance.json: no provenance sidecar"]),

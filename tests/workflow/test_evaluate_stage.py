@@ -145,3 +145,18 @@ def test_without_a_judge_its_jobs_are_skipped_with_a_message(toy_run, tmp_path):
     assert "LLM judge skipped" in out
     assert "judge_decoded" not in out and "judge_policy" not in out
     assert "rule aggregate" in out  # its inputs changed: it reruns without the judge columns
+
+
+def test_lara_summary_reads_the_run_back(toy_run):
+    """What to open first: `lara summary` prints the run's own lambda-hat, lambda*, audit verdicts and every row."""
+    proc = subprocess.run([sys.executable, "-m", "lara", "summary", "results/tiny"], cwd=toy_run, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr
+    lam = json.loads((toy_run / "results/tiny/calibration/lambda.json").read_text())
+    audit = json.loads((toy_run / "results/tiny/eval/constraint_audit.json").read_text())
+    assert f"lambda* = {lam['lambda_star']:.4g}" in proc.stdout
+    assert f"lambda-hat = {lam['lambda_hat']:.4g}" in proc.stdout
+    assert f"at lambda*: {audit['verdict']}" in proc.stdout
+    summary = pd.read_csv(toy_run / "results/tiny/eval/summary.csv")
+    for method, setting in zip(summary["method"], summary["setting"], strict=True):
+        assert re.search(rf"^  {method} +{setting} ", proc.stdout, re.M), (method, setting)

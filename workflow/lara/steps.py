@@ -40,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "aggregate": "lara.evaluate.aggregate",
     "figure": "lara.evaluate.figures",
     "trail": "lara.trail",
+    "summary": "lara.evaluate.summary",
     "oracle-score": "lara.toy.score",
 }
 

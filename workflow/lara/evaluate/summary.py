@@ -1,0 +1,87 @@
+"""``lara summary RESULTS``: what a finished run found, read from its own files (the calibration
+record, the held-out constraint audit, the evaluation summary): the page to read first after a run,
+with every number taken from the run, none written by hand anywhere."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+HELP = "print what a finished run found: lambda-hat and lambda*, the constraint audit's verdicts, every method"
+
+READING = """How to read it:
+  lambda-hat   the smallest lambda whose calibration-set expected cost meets tau;
+  lambda*      the deployed lambda, an upper bootstrap quantile of lambda-hat (a margin for the
+               sampling error of the calibration prompts);
+  mean cost    of the deployed Best-of-N on the held-out test prompts, by the decoding cost model (tau's units);
+  verdict      at each lambda: "met (upper 95% bound at or below tau)"
+               means the constraint holds with 95% confidence; "met on average, not with 95%
+               confidence" means the mean cost is within tau but its interval reaches above it;
+               "violated" means the mean cost is above tau.
+  helpfulness / harmfulness are the evaluation scorers' (not the decoding models'); safe rate is the
+  share of responses with harmfulness <= 0; [lo, hi] are bootstrap 95% intervals over test prompts."""
+
+
+def _interval(mean: float, lo: float, hi: float) -> str:
+    return f"{mean:8.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def summarise_run(root: Path) -> str:
+    """The summary of the run whose outputs are in ``root`` (``results/{experiment}``)."""
+    import pandas as pd
+
+    from lara.calibrate.record import read_lambda
+    from lara.data.tables import DataError, read_table
+
+    lam = read_lambda(root / "calibration" / "lambda.json")
+    audit_path = root / "eval" / "constraint_audit.json"
+    try:
+        audit = json.loads(audit_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{audit_path}: no readable constraint audit ({exc}); is the run finished?") from None
+    summary = read_table(root / "eval" / "summary.csv", required=("method", "setting", "helpfulness", "harmfulness"))
+    decoder = lam.decoder
+    what = (f"Best-of-{decoder.get('n')} ({lam.mode} mode)" if decoder.get("kind") == "best_of_n"
+            else f"the Gibbs tilt at beta = {decoder.get('beta')} ({lam.mode} mode)")
+    boot = lam.bootstrap
+    lines = [f"{root}: what this run found", "",
+             f"calibration ({root / 'calibration' / 'lambda.json'}): for {what}, tau = {lam.tau:g}",
+             f"  lambda-hat = {lam.lambda_hat:.4g}, lambda* = {lam.lambda_star:.4g} (the {boot.get('quantile'):g} "
+             f"quantile of {boot.get('replicates')} bootstrap replicates over {lam.get('n_prompts')} prompts); "
+             f"calibration-set expected cost at lambda* {lam.get('decoder_cost_at_lambda_star', float('nan')):.3f}",
+             ""]
+    if "by_lambda" in audit:
+        lines.append(f"constraint audit ({audit_path}): {audit.get('question')}")
+        lines.append(f"  on {audit.get('n_test_prompts')} held-out test prompts; at lambda*: {audit.get('verdict')}")
+        lines.append(f"  {'lambda':>10}  {'':10}  {'mean cost [95% CI]':>26}  {'mean reward':>11}  verdict")
+        for row in audit["by_lambda"]:
+            name = {"lambda_hat": "lambda-hat", "lambda_star": "lambda*"}.get(row["label"], "")
+            lo, hi = row["ci95"]
+            lines.append(f"  {row['lambda']:10.4g}  {name:10}  {_interval(row['mean_cost'], lo, hi):>26}  "
+                         f"{row['mean_reward']:11.3f}  {row['verdict']}")
+        if audit.get("note"):
+            lines.append(f"  note: {audit['note']}")
+    else:
+        lines.append(f"constraint audit ({audit_path}): {audit.get('question', 'none')}")
+    lines += ["", f"every method and setting ({root / 'eval' / 'summary.csv'}):",
+              f"  {'method':10} {'setting':8} {'helpfulness [95% CI]':>28} {'harmfulness [95% CI]':>28} "
+              f"{'safe rate':>9}"]
+    for r in summary.itertuples(index=False):
+        safe = f"{r.safe_rate:9.3f}" if "safe_rate" in summary.columns and pd.notna(r.safe_rate) else ""
+        helpful = _interval(r.helpfulness, r.helpfulness_lo, r.helpfulness_hi)
+        harmful = _interval(r.harmfulness, r.harmfulness_lo, r.harmfulness_hi)
+        lines.append(f"  {r.method:10} {r.setting:8} {helpful:>28} {harmful:>28} {safe}")
+    figures = sorted((root / "figures").glob("*.png"))
+    lines += ["", "figures: " + (", ".join(str(f) for f in figures) or "none yet"),
+              "  (lara trail FIGURE checks a figure against the data, code and settings it was made from)", "",
+              READING]
+    return "\n".join(lines)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("results", nargs="?", default="results/tiny",
+                        help="a finished run's output folder, results/{experiment} (default results/tiny)")
+
+
+def run(args) -> None:
+    print(summarise_run(Path(args.results)))
