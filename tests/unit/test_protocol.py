@@ -115,11 +115,11 @@ def test_the_resolved_paper_config_is_the_protocol_row_by_row(name):
     assert wrong == []
 
 
-def test_the_readme_protocol_table_names_only_keys_the_protocol_files_list():
-    """The README's 'Protocol choices' table is checked against the protocol files: every key it names in
-    its last column is a row of both (or a section whose keys are)."""
-    readme = (REPO / "README.md").read_text()
-    table = readme[readme.index("### Protocol choices"):]
+def test_the_documented_protocol_table_names_only_keys_the_protocol_files_list():
+    """The 'Protocol choices' table of docs/protocol.md is checked against the protocol files: every key it
+    names in its last column is a row of both (or a section whose keys are)."""
+    page = (REPO / "docs" / "protocol.md").read_text()
+    table = page[page.index("## Protocol choices"):]
     table = table[:table.index("\n\n", table.index("| --- |"))]
     named = set()
     for line in table.splitlines()[3:]:

@@ -10,7 +10,7 @@ approximations) and because reductions split work by thread count. The workflow 
 * with ``numerics.cpu_kernels: avx2`` exports :func:`cpu_kernel_environment` to every job, pinning
   PyTorch's vectorised kernels, MKL, oneDNN, OpenBLAS and NumPy's SIMD dispatch to the AVX2 code
   paths that every x86-64 CPU since about 2015 has. Two such machines then run the same kernels; an
-  ARM machine (or a GPU) still computes differently, which the README states.
+  ARM machine (or a GPU) still computes differently, which docs/reproducibility.md states.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ PKU-SafeRLHF pair, y_l the other, and h(y) = 1 for an unsafe response (0 for a s
 * keep the pair when y_w is safe (whatever y_l is);
 * swap it when y_w is unsafe and y_l is safe (the safe response becomes the winner);
 * when both are unsafe: ``both_unsafe`` = ``drop`` removes the pair, ``keep`` keeps the
-  helpfulness order (see :data:`BOTH_UNSAFE_RULES` and the README for the paper's choice).
+  helpfulness order (see :data:`BOTH_UNSAFE_RULES` and docs/baselines.md for the paper's choice).
 
 and the loss adds a safety margin Delta to the DPO logit of pairs whose (new) winner is safe
 and loser unsafe:
