@@ -261,7 +261,9 @@ def test_calibrate_is_deterministic_for_a_seed_and_cli_writes_the_record(tmp_pat
                 "n_prompts", "samples_per_prompt", "seed", "curves"):
         assert key in rec
     assert rec["samples_per_prompt"]["min"] == 3 and rec["n_prompts"] == 120
-    assert len(rec["curves"]["lambda"]) == len(rec["curves"]["g"]) == len(rec["curves"]["g_prime"]) == 101
+    grid = rec["curves"]["lambda"]  # a linear and a logarithmic grid of 101 points each, merged
+    assert len(grid) == len(rec["curves"]["g"]) == len(rec["curves"]["g_prime"]) > 101
+    assert grid[0] == 0.0 and grid[1] == pytest.approx(rec["lambda_search_max"] * 1e-4) and grid == sorted(grid)
 
 
 def test_cli_infeasible_fails_unless_allowed(tmp_path):
