@@ -178,3 +178,17 @@ def test_the_trail_is_found_from_the_sidecar_wherever_lara_trail_runs(drawn, tmp
     proc = subprocess.run([sys.executable, "-m", "lara", "trail", "f.png", "--root", str(drawn)], cwd=elsewhere,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout
+
+
+def test_the_printed_trail_names_each_param(drawn):
+    """Snakemake records a job's params as the reprs of their values, without names; the trail names them by
+    the form every rule gives them (a step's code hash, its settings JSON, extra options)."""
+    meta = drawn / ".snakemake" / "metadata" / urlsafe_b64encode(b"results/x/b.txt").decode()
+    record = json.loads(meta.read_text())
+    record["params"] = ["'fe2596fd0b315caf'", repr('{"seed": 7, "tau": -0.5}'), "'--max-prompts 5'", "3"]
+    meta.write_text(json.dumps(record))
+    trail.write_sidecar([FIG], ["results/x/b.txt"], "figure", {}, drawn / trail.sidecar_path(FIG), root=drawn)
+    rc, out = _check(drawn)
+    assert rc == 0, out
+    assert "code: fe2596fd0b315caf (hash of the step's source)" in out
+    assert 'settings: {"seed": 7, "tau": -0.5}' in out and "options: --max-prompts 5" in out and "param: 3" in out

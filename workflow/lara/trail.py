@@ -268,6 +268,32 @@ def workflow_root(side: Path, record: dict) -> Path:
     return Path(".")
 
 
+def param_name(recorded: str) -> tuple[str, str]:
+    """A job's param as Snakemake records it (the repr of its value; names are not recorded), named by
+    the form every rule of this workflow gives it: ``code`` (``step_code``: the 16-hex hash of the step's
+    modules), ``settings`` (``step_settings``: the JSON a rule hands its step), ``options`` (flags a rule
+    adds, ``--max-prompts 5``), else ``param``."""
+    import ast
+    import re
+
+    try:
+        value = ast.literal_eval(recorded)
+    except (ValueError, SyntaxError):
+        value = recorded
+    text = value if isinstance(value, str) else recorded
+    if re.fullmatch(r"[0-9a-f]{16}", text):
+        return "code", f"{text} (hash of the step's source)"
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        return "settings", text
+    if text.startswith("--"):
+        return "options", text
+    return "param", text
+
+
 def format_trail(record: dict) -> str:
     lines = [f"figure: {', '.join(f['path'] for f in record['figure'])}",
              f"  drawn by rule {record['rule']} on {record['host']} ({record['device']}) at {record['created']}",
@@ -287,7 +313,8 @@ def format_trail(record: dict) -> str:
         if e.get("seed") is not None:
             lines.append(f"      seed {e['seed']}")
         for p in e.get("params") or []:
-            lines.append(f"      param {p[:160]}")
+            name, value = param_name(p)
+            lines.append(f"      {name}: {value[:160]}")
     return "\n".join(lines)
 
 
