@@ -8,9 +8,12 @@ import os
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from ..conftest import run_snakemake
+
+pytestmark = pytest.mark.workflow
 
 HOSTILE = "evil $(touch PWNED); `touch PWNED2` 'q\" & z\\n"
 
