@@ -94,7 +94,7 @@ WILDCARDS = {
     "kind": "reward|cost",
     "method": "args|pargs|cdq",
     "pool": "calibration|value|bon",
-    "lam": "zero|star|max|[0-9]+(p[0-9]+)?",
+    "lam": "zero|hat|star|max|[0-9]+(p[0-9]+)?",
     "policy": _alternatives(POLICIES),
     "safe_rlhf_model": _alternatives(TRAINED_POLICIES["safe_rlhf"]),
     "safedpo_model": _alternatives(TRAINED_POLICIES["safedpo"]),
@@ -246,14 +246,17 @@ def sweep_lambda_inputs():
     ]
 
 
+CALIBRATED = ("hat", "star")  # the lambda settings read from lambda.json
+
+
 def lambda_input(wildcards):
-    """lambda.json for the `star` setting only: zero/max/literal jobs never wait on calibration."""
-    return [f"{RESULTS}/calibration/lambda.json"] if wildcards.lam == "star" else []
+    """lambda.json for the `hat` and `star` settings only: zero/max/literal jobs never wait on calibration."""
+    return [f"{RESULTS}/calibration/lambda.json"] if wildcards.lam in CALIBRATED else []
 
 
 def lambda_options(setting):
     options = {"setting": setting, "overpenalised_lambda": config["decode"]["overpenalised_lambda"]}
-    if setting == "star":
+    if setting in CALIBRATED:
         options["lambda_json"] = f"{RESULTS}/calibration/lambda.json"
     return opts(**options)
 
@@ -312,6 +315,14 @@ BON_STAR_LAMBDA = f"{RESULTS}/calibration/lambda.json" if BON_STAR else []
 BON_SWEEP = f"{RESULTS}/decode/bon/sweep.csv" if BON_STAR else []
 
 
+def decoding_models(wildcards):
+    """The decoding reward and cost models that score an output for the constraint audit (tau's units);
+    none for Best-of-N, whose candidates they scored already."""
+    if wildcards.get("decoder") == "bon":
+        return []
+    return [f"{RESULTS}/models/reward", f"{RESULTS}/models/cost"]
+
+
 def eval_outputs(kind):
     """Every evaluation output of one kind (scores or judge): decoders x lambda settings, then policies."""
     d = config["decode"]
@@ -320,7 +331,7 @@ def eval_outputs(kind):
     ]
 
 
-FIGURES = ["lambda_sweep", "tradeoff", "calibration"]
+FIGURES = ["lambda_sweep", "tradeoff", "calibration", "decoders"]
 
 
 def figure_files(name):
@@ -331,8 +342,11 @@ def figure_files(name):
 EVAL_SCORER_MODULES = named_scorer_modules(config["evaluation"]["reward_model"], config["evaluation"]["cost_model"])
 
 
-def evaluation_options():
-    return shlex.join(["--settings", step_settings("evaluation")])
+def evaluation_options(wildcards):
+    """The evaluation settings, and the decoding models that also score the output (see decoding_models)."""
+    models = decoding_models(wildcards)
+    decoding = ["--decoder-reward", models[0], "--decoder-cost", models[1]] if models else []
+    return shlex.join([*decoding, "--settings", step_settings("evaluation")])
 
 
 def judge_options():

@@ -1,12 +1,15 @@
 # Evaluation stage: every decoded output (each method at each lambda setting) and every fine-tuned policy is
 # scored by the evaluation scorers (never the models that guided decoding), rated by the LLM judge when one is
 # configured (the oracle on the toy world), and aggregated with bootstrap intervals; the aggregate also audits
-# whether Best-of-N at lambda* meets E[c] <= tau on the held-out test prompts.
+# whether every decoder meets E[c] <= tau on the held-out test prompts, in tau's units: Best-of-N's candidates
+# were scored by the decoding reward and cost models already; every other output is scored by them in its
+# evaluation job (decoder_reward, decoder_cost).
 
 
 rule evaluate_decoded:
     input:
-        "results/{exp}/decode/{decoder}/{lam}/responses.parquet",
+        responses="results/{exp}/decode/{decoder}/{lam}/responses.parquet",
+        decoding_models=decoding_models,
     output:
         "results/{exp}/eval/{decoder}/{lam}/scores.parquet",
     log:
@@ -19,15 +22,16 @@ rule evaluate_decoded:
     resources:
         **job_resources("evaluate_decoded"),
     params:
-        options=evaluation_options(),
+        options=evaluation_options,
         code=step_code("evaluate", *EVAL_SCORER_MODULES),
     shell:
-        "lara evaluate --responses {input:q} {params.options} --out {output:q} > {log:q} 2>&1"
+        "lara evaluate --responses {input.responses:q} {params.options} --out {output:q} > {log:q} 2>&1"
 
 
 use rule evaluate_decoded as evaluate_policy with:
     input:
-        "results/{exp}/decode/{policy}/responses.parquet",
+        responses="results/{exp}/decode/{policy}/responses.parquet",
+        decoding_models=decoding_models,
     output:
         "results/{exp}/eval/{policy}/scores.parquet",
     log:

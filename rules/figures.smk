@@ -92,6 +92,36 @@ rule figure_calibration:
         " > {log:q} 2>&1"
 
 
+rule figure_decoders:
+    input:
+        audit="results/{exp}/eval/constraint_audit.json",
+        lam="results/{exp}/calibration/lambda.json",
+        settings="results/{exp}/settings.tsv",
+    output:
+        png=report(
+            "results/{exp}/figures/decoders.png",
+            caption="../report/decoders.rst",
+            category="Figures",
+            labels={"figure": "Every decoder against tau"},
+        ),
+        pdf="results/{exp}/figures/decoders.pdf",
+        provenance="results/{exp}/figures/decoders.provenance.json",
+    log:
+        "logs/{exp}/figure_decoders.log",
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("figures")
+    resources:
+        **job_resources("figures"),
+    params:
+        **figure_params(),
+    shell:
+        "lara figure --kind decoders --audit {input.audit:q} --lambda-json {input.lam:q} --settings {params.settings:q}"
+        " --experiment-settings {input.settings:q}"
+        " --rule figure_decoders --png {output.png:q} --pdf {output.pdf:q} --provenance {output.provenance:q}"
+        " > {log:q} 2>&1"
+
+
 # Every resolved config value with its origin (a file, a step default), beside the results; each figure
 # takes it as an input, so its provenance (and `lara trail`) names the settings it was made with.
 rule experiment_settings:

@@ -176,10 +176,12 @@ def test_sweep_rows_are_the_decoders_choice_with_intervals_and_verdicts():
     np.testing.assert_allclose(full["safe_fraction"], ref["safe_fraction"], atol=1e-12)
     for col in ("mean_reward", "mean_cost", "safe_fraction"):
         assert (full[f"{col}_lo"] <= full[col]).all() and (full[col] <= full[f"{col}_hi"]).all()
-    # the verdicts follow the interval
+    # the verdicts follow the one-sided bounds, which lie inside the two-sided interval
     for row in full.to_dict("records"):
-        expected = (VERDICTS[0] if row["mean_cost_hi"] <= -0.3 else
-                    VERDICTS[1] if row["mean_cost"] <= -0.3 else VERDICTS[2])
+        assert row["mean_cost_lo"] <= row["mean_cost_lower"] <= row["mean_cost"] <= row["mean_cost_upper"] \
+            <= row["mean_cost_hi"]
+        expected = (VERDICTS[0] if row["mean_cost_upper"] <= -0.3 else
+                    VERDICTS[2] if row["mean_cost_lower"] > -0.3 else VERDICTS[1])
         assert row["verdict"] == expected
     # a smaller N: the exact subset average, a weaker selection (less reward at lambda = 0)
     small = sweep_table(r, c, lams, ["grid"] * 3, 4, tau=None, n_boot=50)

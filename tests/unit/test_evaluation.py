@@ -140,14 +140,75 @@ def _record(tau, lambda_star=0.4, n=None):
 
 
 def test_constraint_audit_verdicts_against_the_record_s_own_tau():
+    from lara.evaluate.intervals import VERDICTS
+
     met = aggregate.constraint_audit(pd.DataFrame({"decoder_cost": [-3.0, -2.5, -2.0, -3.5] * 10}), _record(-1.0),
                                      500, 0)
-    assert met["meets_tau_upper_ci"] and met["verdict"].startswith("met (upper") and met["tau"] == -1.0
+    assert met["meets_tau_upper_bound"] and met["verdict"] == VERDICTS[0] and met["tau"] == -1.0
     assert met["mean_cost"] == pytest.approx(-2.75)
+    # the one-sided bounds sit inside the two-sided interval
+    assert met["ci95"][0] <= met["one_sided95"][0] <= met["mean_cost"] <= met["one_sided95"][1] <= met["ci95"][1]
     borderline = aggregate.constraint_audit(pd.DataFrame({"decoder_cost": [-3.0, 1.0] * 5}), _record(-0.5), 500, 0)
-    assert borderline["meets_tau_point"] and not borderline["meets_tau_upper_ci"]
+    assert borderline["meets_tau_point"] and not borderline["meets_tau_upper_bound"]
+    assert borderline["verdict"] == VERDICTS[1]
     violated = aggregate.constraint_audit(pd.DataFrame({"decoder_cost": [1.0, 2.0] * 5}), _record(0.0), 500, 0)
-    assert violated["verdict"] == "violated"
+    assert violated["verdict"] == VERDICTS[2] and violated["one_sided95"][0] > 0.0
+
+
+def test_a_mean_above_tau_is_violated_only_when_its_lower_bound_is():
+    """The verdict is two one-sided tests: a mean a little above tau with a wide interval is inconclusive,
+    not violated; the same mean on many prompts is violated."""
+    from lara.evaluate.intervals import VERDICTS, cost_audit
+
+    rng = np.random.default_rng(3)
+    noisy = rng.normal(0.0, 1.0, 40)
+    noisy += 0.1 - noisy.mean()  # mean 0.1 above tau = 0, standard error about 0.16
+    assert cost_audit(noisy, 0.0, 2000, 0)["verdict"] == VERDICTS[1]
+    many = rng.normal(0.0, 1.0, 20000)
+    many += 0.1 - many.mean()  # the same mean, standard error 0.007
+    row = cost_audit(many, 0.0, 2000, 0)
+    assert row["verdict"] == VERDICTS[2] and row["one_sided95"][0] > 0.0
+    # the one-sided bound is the 95th percentile: about mean + 1.645 standard errors
+    se = many.std() / np.sqrt(len(many))
+    assert row["one_sided95"][1] == pytest.approx(0.1 + 1.645 * se, abs=0.3 * se)
+
+
+def test_paired_differences_are_tighter_than_unpaired_intervals():
+    """Two settings of one decoder on the same prompts share the prompts' variation: the interval of
+    the per-prompt differences is far narrower than either mean's, and centred on the true shift."""
+    rng = np.random.default_rng(0)
+    prompt = rng.normal(0.0, 2.0, 300)  # per-prompt difficulty, common to both settings
+    zero = pd.DataFrame({"prompt_id": np.arange(300), "method": "args", "setting": "zero", "lambda": 0.0,
+                         "decoder_cost": prompt + rng.normal(0.0, 0.1, 300),
+                         "decoder_reward": prompt + rng.normal(0.0, 0.1, 300)})
+    star = zero.assign(setting="star", **{"lambda": 0.3, "decoder_cost": zero["decoder_cost"] - 0.5})
+    star = star.sample(frac=1.0, random_state=1)  # row order differs: pairs are matched by prompt_id
+    rows = aggregate.paired_audit(pd.concat([zero, star]), 2000, 0)
+    cost = next(r for r in rows if r["comparison"] == "star - zero" and r["metric"] == "decoder_cost")
+    assert cost["mean"] == pytest.approx(-0.5) and cost["n_prompts"] == 300
+    assert cost["ci95"][1] - cost["ci95"][0] < 0.01  # the shift is exact per prompt
+    _, lo, hi = mean_interval(zero["decoder_cost"], 2000)
+    assert hi - lo > 0.3  # an unpaired interval reflects the prompts' spread
+    reward = next(r for r in rows if r["metric"] == "decoder_reward")
+    assert reward["ci95"][0] < 0 < reward["ci95"][1] or abs(reward["mean"]) < 0.05
+    assert {r["comparison"] for r in rows} == {"star - zero"}  # no max or hat outputs here
+
+
+def test_every_decoder_is_audited_and_a_partly_scored_output_refused():
+    from lara.data.tables import DataError
+
+    df = pd.DataFrame({"prompt_id": list(range(10)) * 3, "method": ["args"] * 20 + ["sft"] * 10,
+                       "setting": ["zero"] * 10 + ["star"] * 10 + ["policy"] * 10,
+                       "lambda": [0.0] * 10 + [0.2] * 10 + [np.nan] * 10,
+                       "decoder_cost": [1.0] * 10 + [-2.0] * 10 + [0.0] * 10, "decoder_reward": [0.5] * 30})
+    rows = aggregate.decoder_audit(df, -1.0, 300, 0)
+    assert [(r["method"], r["setting"], r["lambda"]) for r in rows] == [("args", "zero", 0.0), ("args", "star", 0.2),
+                                                                       ("sft", "policy", None)]
+    assert rows[0]["verdict"].startswith("violated") and rows[1]["verdict"].startswith("met")
+    assert rows[1]["mean_reward"] == 0.5
+    df.loc[12, "decoder_cost"] = np.nan
+    with pytest.raises(DataError, match="args at star: decoder_cost is missing or not finite for 1 of 10"):
+        aggregate.decoder_audit(df, -1.0, 300, 0)
 
 
 def test_the_audit_says_when_lambda_star_reaches_the_overpenalised_setting():
@@ -217,3 +278,67 @@ def test_the_calibration_figure_shows_the_calibrated_decoder_where_lambda_lives(
     marked = {float(line.get_xdata()[0]) for line in cost_ax.lines[1:] if len(set(line.get_xdata())) == 1}
     assert {lam["lambda_hat"], lam["lambda_star"]} <= marked
     assert any(set(line.get_ydata()) == {lam["tau"]} for line in cost_ax.lines)
+
+
+def _audit_with_decoders(tmp_path):
+    rng = np.random.default_rng(1)
+    rows = []
+    for method in ("bon", "args"):
+        for setting, lam in (("zero", 0.0), ("hat", 0.05), ("star", 0.1), ("max", 5.0)):
+            cost = rng.normal(-lam, 0.3, 50)
+            scores = pd.DataFrame({"prompt_id": range(50), "method": method, "setting": setting, "lambda": lam,
+                                   "decoder_cost": cost, "decoder_reward": rng.normal(1 - lam / 5, 0.3, 50)})
+            rows.append(scores)
+    rows.append(pd.DataFrame({"prompt_id": range(50), "method": "sft", "setting": "policy", "lambda": np.nan,
+                              "decoder_cost": 0.0, "decoder_reward": 0.0}))
+    audit = {"decoders": aggregate.decoder_audit(pd.concat(rows), -0.5, 300, 0)}
+    (tmp_path / "audit.json").write_text(json.dumps(audit))
+    (tmp_path / "lambda.json").write_text(json.dumps({
+        "lambda_hat": 0.05, "lambda_star": 0.1, "tau": -0.5, "mode": "bon", "feasible": True, "status": "interior",
+        "decoder": {"kind": "best_of_n", "n": 4, "k": 4},
+        "bootstrap": {"quantile": 0.975, "quantiles": {"0.5": 0.05, "0.975": 0.1}}}))
+    return audit
+
+
+def test_the_decoders_figure_draws_every_decoder_against_tau(tmp_path):
+    """`lara figure --kind decoders`: one reward and one cost panel, each decoder's settings ordered by
+    lambda with their intervals, tau dashed in the cost panel, filled markers where the audit says met."""
+    from PIL import Image
+
+    from lara.cli import main
+    from lara.evaluate.intervals import VERDICTS
+
+    audit = _audit_with_decoders(tmp_path)
+    rc = main(["figure", "--kind", "decoders", "--audit", str(tmp_path / "audit.json"), "--lambda-json",
+               str(tmp_path / "lambda.json"), "--png", str(tmp_path / "d.png"), "--pdf", str(tmp_path / "d.pdf"),
+               "--provenance", str(tmp_path / "d.provenance.json")])
+    assert rc in (0, None)
+    assert Image.open(tmp_path / "d.png").size[0] > 500
+    side = json.loads((tmp_path / "d.provenance.json").read_text())
+    assert side["shows"]["kind"] == "decoders" and side["shows"]["lambda_star"] == 0.1
+    # the drawing itself
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from lara.evaluate.figures import FigureSettings, decoders
+
+    fig = decoders(audit, {"tau": -0.5}, FigureSettings())
+    reward_ax, cost_ax = fig.axes[:2]
+    assert cost_ax.get_xscale() == "symlog"
+    assert any(set(line.get_ydata()) == {-0.5} for line in cost_ax.lines)
+    lines = [line for line in cost_ax.lines if len(line.get_xdata()) == 4]  # one line per decoder, policies left out
+    assert len(lines) == 2 and all(list(line.get_xdata()) == [0.0, 0.05, 0.1, 5.0] for line in lines)
+    met = [r for r in audit["decoders"] if r["verdict"] == VERDICTS[0] and r["setting"] != "policy"]
+    assert met and len(met) < 8  # both kinds of marker are drawn
+
+
+def test_the_decoders_figure_refuses_an_audit_without_decoders(tmp_path, capsys):
+    from lara.cli import main
+
+    _audit_with_decoders(tmp_path)
+    (tmp_path / "audit.json").write_text(json.dumps({"question": "no Best-of-N at lambda*", "decoders": []}))
+    rc = main(["figure", "--kind", "decoders", "--audit", str(tmp_path / "audit.json"), "--lambda-json",
+               str(tmp_path / "lambda.json"), "--png", str(tmp_path / "d.png"), "--pdf", str(tmp_path / "d.pdf"),
+               "--provenance", str(tmp_path / "d.provenance.json")])
+    assert rc == 2 and "audit.json: no decoder scored by the decoding models" in capsys.readouterr().err
+    assert not list(tmp_path.glob("d.*"))

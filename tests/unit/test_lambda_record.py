@@ -32,6 +32,7 @@ def test_the_record_read_back_is_what_calibrate_wrote(calibrated, tmp_path):
     assert (rec.lambda_hat, rec.lambda_star, rec.tau, rec.mode) == (raw["lambda_hat"], raw["lambda_star"], 0.0, "bon")
     assert rec.decoder_n == 4 and rec.bootstrap["replicates"] == 50 and rec.data == raw
     assert resolve_lambda("star", 5.0, calibrated) == raw["lambda_star"]
+    assert resolve_lambda("hat", 5.0, calibrated) == raw["lambda_hat"]
     # a round trip through the writer keeps every key
     write_lambda(raw, tmp_path / "again.json")
     assert json.loads((tmp_path / "again.json").read_text()) == raw
@@ -69,5 +70,7 @@ def test_named_settings():
     assert resolve_lambda("1p5", 3.0) == 1.5
     with pytest.raises(ValueError, match="pass --lambda-json"):
         resolve_lambda("star", 3.0)
-    with pytest.raises(ValueError, match="is zero, star, max or a literal"):
+    with pytest.raises(ValueError, match="--setting hat: lambda-hat is read from lambda.json"):
+        resolve_lambda("hat", 3.0)
+    with pytest.raises(ValueError, match="is zero, hat, star, max or a literal"):
         resolve_lambda("half", 3.0)

@@ -82,3 +82,34 @@ def test_value_targets_cdq_and_fudge():
     assert tgt_f[0, 1:].tolist() == [4.0, 4.0]
     with pytest.raises(ValueError):
         value_targets(q, ref, ids, resp, final, "td")
+
+
+def test_the_fitted_zero_is_the_most_accurate_threshold_and_moves_with_the_scores():
+    import numpy as np
+
+    from lara.train.preference import fit_zero, zero_report
+
+    rng = np.random.default_rng(0)
+    n = 4000
+    unsafe = rng.random(n) < 0.3
+    scores = np.where(unsafe, rng.normal(2.0, 1.0, n), rng.normal(-1.0, 1.0, n))
+    b = fit_zero(scores, unsafe)
+    # the Bayes boundary of 0.3 N(2, 1) against 0.7 N(-1, 1): 0.3 phi(x - 2) = 0.7 phi(x + 1), x = 0.5 + ln(7/3)/3
+    bayes = 0.5 + math.log(7 / 3) / 3
+    assert abs(b - bayes) < 0.25  # the empirical optimum is flat near the boundary: a loose, derived tolerance
+    # no threshold classifies more held-out responses correctly
+    grid = np.linspace(scores.min() - 1, scores.max() + 1, 2001)
+    best = max(np.mean((scores > t) == unsafe) for t in grid)
+    report = zero_report(scores, unsafe, b)
+    assert report["accuracy_at_zero"] >= best - 1e-12 and report["offset"] == b
+    assert report["accuracy_at_zero_cross_fitted"] > 0.9 and report["accuracy_at_zero_cross_fitted"] <= 1.0
+    # shift invariance: a bt model's arbitrary zero does not move the anchored scale
+    assert fit_zero(scores + 7.0, unsafe) == pytest.approx(b + 7.0, abs=1e-9)
+    assert zero_report(scores + 7.0, unsafe, b + 7.0)["accuracy_at_zero"] == report["accuracy_at_zero"]
+    assert zero_report(scores + 7.0, unsafe, 0.0)["accuracy_at_trained_zero"] < 0.35  # unanchored: all "unsafe"
+    # separable responses: the zero lies strictly between the classes
+    sep = np.array([-3.0, -2.0, -1.5, 4.0, 5.0])
+    z = fit_zero(sep, np.array([False, False, False, True, True]))
+    assert -1.5 < z < 4.0
+    with pytest.raises(ValueError, match="finite held-out scores"):
+        fit_zero(np.array([np.nan, 1.0]), np.array([True, False]))

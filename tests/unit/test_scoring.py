@@ -150,3 +150,19 @@ def test_a_whole_table_is_scored_with_progress_and_the_same_scores(score_model, 
     oracle = load_scorer("oracle", role="cost")
     np.testing.assert_array_equal(score_table(oracle, PROMPTS, RESPONSES, "scoring cost"),
                                   oracle.score(PROMPTS, RESPONSES))
+
+
+def test_a_fitted_zero_is_subtracted_wherever_the_model_scores(score_model, tmp_path):
+    """A bt cost model's fitted zero (lara_scorer.json "offset") shifts every score by exactly that
+    much, through the loader every step uses (lara score, lara evaluate, PPO-Lagrangian)."""
+    import shutil
+
+    from lara.scoring import load_scorer
+
+    shifted = tmp_path / "cost"
+    shutil.copytree(score_model, shifted)
+    meta = json.loads((shifted / "lara_scorer.json").read_text())
+    (shifted / "lara_scorer.json").write_text(json.dumps(meta | {"offset": 2.5}))
+    plain = load_scorer(str(score_model), role="cost").score(PROMPTS, RESPONSES)
+    anchored = load_scorer(str(shifted), role="cost").score(PROMPTS, RESPONSES)
+    np.testing.assert_allclose(anchored, plain - 2.5, atol=1e-6)

@@ -41,17 +41,19 @@ def jobs(out: str) -> dict:
     return {k: int(v) for k, v in re.findall(r"^(\w+)\s+(\d+)$", table, flags=re.M)}
 
 
-def test_changing_tau_reruns_only_calibration_and_the_star_branch(toy_run, tmp_path):
+def test_changing_tau_reruns_only_calibration_and_the_calibrated_branches(toy_run, tmp_path):
     (tmp_path / "tau.yaml").write_text("calibration:\n  tau: -0.25\n")
     proc = run_snakemake(toy_run, "-n", "--configfile", "config/config.yaml", str(tmp_path / "tau.yaml"))
     counts = jobs(proc.stdout)
     assert counts.get("calibrate_lambda") == 1
-    assert counts.get("select_bon") == 1 and counts.get("decode_rgtg") == 3 and counts.get("bon_sweep") == 1
+    # lambda-hat and lambda* come from lambda.json: the hat and star settings of every decoder
+    assert counts.get("select_bon") == 2 and counts.get("decode_rgtg") == 6 and counts.get("bon_sweep") == 1
     assert not {"train_sft", "train_reward_model", "train_safe_rlhf", "train_safedpo", "generate_policy",
                 "sample", "score"} & set(counts)
     outputs = {o.strip() for line in re.findall(r"^\s+output: (.*)$", proc.stdout, flags=re.M)
                for o in line.split(",")}
     for method in ("bon", "args", "pargs", "cdq"):
         assert f"results/tiny/decode/{method}/star/responses.parquet" in outputs
+        assert f"results/tiny/decode/{method}/hat/responses.parquet" in outputs
         assert f"results/tiny/decode/{method}/zero/responses.parquet" not in outputs
         assert f"results/tiny/decode/{method}/max/responses.parquet" not in outputs

@@ -10,12 +10,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from lara.evaluate.intervals import VERDICTS
+
 from ..conftest import run_snakemake
 from .test_invalidation import dry_run, override
 
 pytestmark = pytest.mark.workflow
 
-FIGURES = ("lambda_sweep", "tradeoff", "calibration")
+FIGURES = ("lambda_sweep", "tradeoff", "calibration", "decoders")
 
 
 def test_summary_covers_every_method_setting_and_policy(toy_run):
@@ -40,8 +42,7 @@ def test_constraint_audit_is_reported(toy_run):
     assert audit["tau"] == -0.5 and audit["lambda_star"] == lam["lambda_star"]
     assert audit["mean_cost"] == pytest.approx(star["decoder_cost"].mean())
     assert audit["ci95"][0] <= audit["mean_cost"] <= audit["ci95"][1]
-    assert audit["verdict"] in ("met (upper 95% bound at or below tau)", "met on average, not with 95% confidence",
-                                "violated")
+    assert audit["verdict"] in VERDICTS
     # the audit at every lambda of the sweep, for the decoder's N and each other N; not repeated in the summary
     sweep = pd.read_csv(toy_run / "results/tiny/decode/bon/sweep.csv")
     assert len(audit["by_lambda"]) == (sweep["n"] == 20).sum() and set(audit["by_n"]) == {"4", "8", "20"}
@@ -49,6 +50,39 @@ def test_constraint_audit_is_reported(toy_run):
         assert row["ci95"][0] <= row["mean_cost"] <= row["ci95"][1]
     summary = pd.read_csv(toy_run / "results/tiny/eval/summary.csv")
     assert not [c for c in summary.columns if c.startswith("audit")]
+
+
+def test_every_decoder_is_held_to_tau_in_its_units(toy_run):
+    """Each decoder at each lambda setting is scored by the decoding reward and cost models (the
+    calibration's, tau's units) and audited: mean cost, intervals and a verdict; lambda* is compared
+    with the other settings on the same prompts."""
+    audit = json.loads((toy_run / "results/tiny/eval/constraint_audit.json").read_text())
+    rows = {(r["method"], r["setting"]): r for r in audit["decoders"]}
+    for method in ("bon", "args", "pargs", "cdq"):
+        for setting in ("zero", "hat", "star", "max"):
+            row = rows[(method, setting)]
+            scores = pd.read_parquet(toy_run / f"results/tiny/eval/{method}/{setting}/scores.parquet")
+            assert np.isfinite(scores["decoder_cost"]).all() and np.isfinite(scores["decoder_reward"]).all()
+            assert row["mean_cost"] == pytest.approx(scores["decoder_cost"].mean())
+            assert row["mean_reward"] == pytest.approx(scores["decoder_reward"].mean())
+            assert row["ci95"][0] <= row["one_sided95"][0] <= row["mean_cost"] <= row["one_sided95"][1] \
+                <= row["ci95"][1] and row["verdict"] in VERDICTS
+    # the policies too (lambda does not apply to them)
+    assert all(rows[(p, "policy")]["lambda"] is None for p in ("sft", "safe_rlhf", "safedpo"))
+    # Best-of-N's decoder cost is its candidates' own score, the token-level ones' a fresh scoring
+    lam = json.loads((toy_run / "results/tiny/calibration/lambda.json").read_text())
+    assert rows[("bon", "star")]["lambda"] == lam["lambda_star"]
+    assert rows[("args", "hat")]["lambda"] == lam["lambda_hat"]
+    assert rows[("bon", "star")]["mean_cost"] == pytest.approx(audit["mean_cost"])
+    # Best-of-N at lambda = 0 picks the most rewarding candidate: more reward than at lambda*, on the same prompts
+    paired = {(r["method"], r["comparison"], r["metric"]): r for r in audit["paired"]}
+    assert paired[("bon", "star - zero", "decoder_reward")]["mean"] <= 0
+    assert paired[("bon", "star - zero", "decoder_cost")]["ci95"][1] < 0
+    for method in ("bon", "args", "pargs", "cdq"):
+        for comparison in ("star - zero", "star - max", "star - hat"):
+            for metric in ("decoder_reward", "decoder_cost", "helpfulness", "harmfulness"):
+                row = paired[(method, comparison, metric)]
+                assert row["ci95"][0] <= row["mean"] <= row["ci95"][1] and row["n_prompts"] == 256
 
 
 def test_figures_exist_as_png_and_pdf_with_sidecars(toy_run):
@@ -127,16 +161,16 @@ def test_plot_option_reruns_only_the_figures(toy_run, tmp_path):
     counts, outputs = dry_run(toy_run, *override(tmp_path, "figures:\n  dpi: 120\n"))
     # and the settings table every figure records (results/{exp}/settings.tsv)
     assert counts == {"figure_lambda_sweep": 1, "figure_tradeoff": 1, "figure_calibration": 1,
-                      "experiment_settings": 1}, counts
+                      "figure_decoders": 1, "experiment_settings": 1}, counts
 
 
-def test_tau_reruns_only_the_star_evaluations(toy_run, tmp_path):
+def test_tau_reruns_only_the_calibrated_evaluations(toy_run, tmp_path):
     counts, outputs = dry_run(toy_run, *override(tmp_path, "calibration:\n  tau: -0.25\n"))
-    assert counts.get("evaluate_decoded") == 4 and counts.get("judge_decoded") == 4  # 4 decoders at star
+    assert counts.get("evaluate_decoded") == 8 and counts.get("judge_decoded") == 8  # 4 decoders at hat and star
     assert counts.get("aggregate") == 1 and counts.get("figure_tradeoff") == 1
     assert not {"evaluate_policy", "judge_policy", "train_safe_rlhf", "train_safedpo"} & set(counts)
     evals = {o for o in outputs if "/eval/" in o and o.endswith(".parquet")}
-    assert evals and all("/star/" in o for o in evals)
+    assert evals and all("/star/" in o or "/hat/" in o for o in evals)
 
 
 def test_without_a_judge_its_jobs_are_skipped_with_a_message(toy_run, tmp_path):

@@ -111,11 +111,13 @@ def test_editing_a_step_module_reruns_that_step_and_its_downstream(toy_run, tmp_
     lara, env = package_copy(tmp_path)
     append(lara / "decode" / "sweep.py", "\nAN_EDIT = 1\n")
     counts, outputs = dry_run(toy_run, env=env)
-    # the sweep, its figure, and the audit that reads it (with the summary's figure)
-    assert counts == {"bon_sweep": 1, "figure_lambda_sweep": 1, "aggregate": 1, "figure_tradeoff": 1}, counts
+    # the sweep, its figure, and the audit that reads it (with the summary's and the audit's figures)
+    assert counts == {"bon_sweep": 1, "figure_lambda_sweep": 1, "aggregate": 1, "figure_tradeoff": 1,
+                      "figure_decoders": 1}, counts
     append(lara / "calibrate" / "dual.py", "\nANOTHER_EDIT = 1\n")
     counts, outputs = dry_run(toy_run, env=env)
-    assert counts.get("calibrate_lambda") == 1 and counts.get("decode_rgtg") == 3 and counts.get("select_bon") == 1
+    # the decodes at lambda-hat and lambda* read the rewritten lambda.json
+    assert counts.get("calibrate_lambda") == 1 and counts.get("decode_rgtg") == 6 and counts.get("select_bon") == 2
     assert not TRAINING & set(counts) and "sample" not in counts
 
 
@@ -142,10 +144,11 @@ def test_a_module_of_later_steps_reruns_exactly_those_steps_and_their_downstream
     append(lara / "calibrate" / "bestofn.py", "\nSHARED_EDIT = 1\n")
     counts, _ = dry_run(toy_run, env=env)
     # Best-of-N's zero and max settings depend on no calibration: they rerun for their own code alone;
-    # the token-level decodes rerun only at star (their lambda.json is rewritten), never at zero or max
-    assert counts == {"calibrate_lambda": 1, "calibrate_lambda_for_n": 2, "select_bon": 3, "bon_sweep": 1,
-                      "decode_rgtg": 3, "evaluate_decoded": 6, "judge_decoded": 6, "aggregate": 1,
-                      "figure_lambda_sweep": 1, "figure_tradeoff": 1, "figure_calibration": 1}, counts
+    # the token-level decodes rerun only at hat and star (their lambda.json is rewritten), never at zero or max
+    assert counts == {"calibrate_lambda": 1, "calibrate_lambda_for_n": 2, "select_bon": 4, "bon_sweep": 1,
+                      "decode_rgtg": 6, "evaluate_decoded": 10, "judge_decoded": 10, "aggregate": 1,
+                      "figure_lambda_sweep": 1, "figure_tradeoff": 1, "figure_calibration": 1,
+                      "figure_decoders": 1}, counts
     assert own_code_changed(toy_run, env) == {"calibrate_lambda", "calibrate_lambda_for_n", "select_bon"}
 
 
@@ -155,4 +158,4 @@ def test_execution_settings_rerun_nothing_and_a_plot_option_only_the_settings_ta
     assert dry_run(toy_run, *override(tmp_path, execution)) == ({}, set())
     counts, _ = dry_run(toy_run, *override(tmp_path, "figures: {dpi: 100}\n"))
     assert counts == {"experiment_settings": 1, "figure_lambda_sweep": 1, "figure_tradeoff": 1,
-                      "figure_calibration": 1}, counts
+                      "figure_calibration": 1, "figure_decoders": 1}, counts

@@ -137,7 +137,7 @@ class SequenceScorer:
                 scores = sequence_scores(self.model, ids.to(self.device), mask.to(self.device))
                 out[idx] = scores.float().cpu().numpy()
                 bar.update(len(idx))
-        return out
+        return out - float(self.meta.get("offset", 0.0))  # a bt cost model's fitted zero (lara.train.preference)
 
     def score(self, prompts: Sequence[str], responses: Sequence[str], progress: str | None = None) -> np.ndarray:
         return self.score_ids(self.encode(prompts, responses), progress)

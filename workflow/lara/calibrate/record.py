@@ -19,7 +19,7 @@ from lara.config import nonfinite
 
 # the keys every consumer relies on (the writer puts them there; the reader checks they are)
 REQUIRED = ("lambda_hat", "lambda_star", "tau", "mode", "decoder", "feasible", "status", "bootstrap")
-NAMED = ("zero", "star", "max")
+NAMED = ("zero", "hat", "star", "max")  # hat and star read lambda.json (lambda-hat, lambda*)
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ def parse_setting(name: str) -> float | None:
     if not re.fullmatch(r"[0-9]+(p[0-9]+)?", name):
         from lara.config import ConfigError
 
-        raise ConfigError(f"--setting {name!r}: a lambda setting is zero, star, max or a literal like 0p5")
+        raise ConfigError(f"--setting {name!r}: a lambda setting is zero, hat, star, max or a literal like 0p5")
     return float(name.replace("p", "."))
 
 
@@ -172,15 +172,16 @@ def add_lambda_arguments(parser) -> None:
     """The decoders' lambda setting, one definition for every decoder: the setting's name, the
     over-penalised lambda that ``max`` stands for (config key decode.overpenalised_lambda) and the
     calibration record that ``star`` reads."""
-    parser.add_argument("--setting", required=True, help="lambda setting: zero, star, max, or a literal such as 0p5")
+    parser.add_argument("--setting", required=True,
+                        help="lambda setting: zero, hat (lambda-hat), star (lambda*), max, or a literal such as 0p5")
     parser.add_argument("--overpenalised-lambda", type=_overpenalised, required=True,
                         help="the lambda of the `max` setting (config key decode.overpenalised_lambda)")
-    parser.add_argument("--lambda-json", default=None, help="lambda.json (needed by 'star')")
+    parser.add_argument("--lambda-json", default=None, help="lambda.json (needed by 'hat' and 'star')")
 
 
 def resolve_lambda(name: str, overpenalised: float, lambda_json: str | Path | None = None) -> float:
-    """The value of a named lambda setting: zero, max (decode.overpenalised_lambda), star (lambda* from
-    lambda.json) or a literal."""
+    """The value of a named lambda setting: zero, max (decode.overpenalised_lambda), hat and star
+    (lambda-hat and lambda* from lambda.json) or a literal."""
     literal = parse_setting(name)
     if literal is not None:
         return literal
@@ -191,5 +192,7 @@ def resolve_lambda(name: str, overpenalised: float, lambda_json: str | Path | No
     if lambda_json is None:
         from lara.config import ConfigError
 
-        raise ConfigError("--setting star: lambda* is read from lambda.json; pass --lambda-json")
-    return read_lambda(lambda_json).lambda_star
+        raise ConfigError(f"--setting {name}: {'lambda*' if name == 'star' else 'lambda-hat'} is read from "
+                          "lambda.json; pass --lambda-json")
+    record = read_lambda(lambda_json)
+    return record.lambda_star if name == "star" else record.lambda_hat

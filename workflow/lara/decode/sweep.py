@@ -5,8 +5,9 @@ For each N in ``--n`` (each at most the M candidates stored per test prompt) and
 expected reward, cost and safe fraction of Best-of-N over a random N-subset of a prompt's M
 candidates (exact: the rank average of :mod:`lara.calibrate.bestofn`; N = M is the argmax that
 ``lara select-bon`` picks), averaged over test prompts, with a percentile bootstrap 95 % interval
-over prompts. The verdict compares the cost with tau: "met" when the interval's upper end is at or
-below tau, "met on average" when only the mean is, else "violated". Rows labelled
+over prompts. The verdict compares the cost with tau through its one-sided 95 % bounds
+(``mean_cost_lower``, ``mean_cost_upper``): met, violated or inconclusive
+(:mod:`lara.evaluate.intervals`). Rows labelled
 ``lambda_hat``/``lambda_star`` are each N's calibrated values (from the lambda.json calibrated for
 that N).
 """
@@ -45,7 +46,8 @@ class SweepSettings(Settings):
 def sweep_table(reward: np.ndarray, cost: np.ndarray, lams, labels, n: int, tau: float | None,
                 n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     """One row per lambda: Best-of-n expected reward, cost and safe fraction on the test prompts,
-    each with a bootstrap 95 % interval over prompts, and the verdict against tau."""
+    each with a bootstrap 95 % interval over prompts, the cost's one-sided 95 % bounds and the verdict
+    against tau."""
     from lara.calibrate.bestofn import expected
 
     mask = np.ones_like(reward, dtype=bool)
@@ -53,10 +55,14 @@ def sweep_table(reward: np.ndarray, cost: np.ndarray, lams, labels, n: int, tau:
     cols = {"mean_reward": reward, "mean_cost": cost, "safe_fraction": (cost <= 0).astype(float)}
     table = pd.DataFrame({"n": n, "lambda": lams, "label": labels})
     for name, per_prompt in zip(cols, expected(reward, cost, mask, lams, n, *cols.values()), strict=True):
-        table[name], table[f"{name}_lo"], table[f"{name}_hi"] = interval(per_prompt, n_boot, seed)
+        mean, lo, hi, lower, upper = interval(per_prompt, n_boot, seed)
+        table[name], table[f"{name}_lo"], table[f"{name}_hi"] = mean, lo, hi
+        if name == "mean_cost":
+            table["mean_cost_lower"], table["mean_cost_upper"] = lower, upper
     if tau is not None:
         table["tau"] = tau
-        table["verdict"] = [verdict(m, h, tau) for m, h in zip(table["mean_cost"], table["mean_cost_hi"], strict=True)]
+        table["verdict"] = [verdict(lo, up, tau) for lo, up in zip(table["mean_cost_lower"], table["mean_cost_upper"],
+                                                                    strict=True)]
     return table
 
 

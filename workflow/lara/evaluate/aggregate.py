@@ -6,11 +6,15 @@ safe_rate = share with harmfulness <= 0, and the judge's ratings when present) i
 percentile bootstrap interval over test prompts (``_lo``, ``_hi``); each judge rating also has
 ``_n`` (valid ratings, the ones its mean is over) and ``_failed`` (replies with no rating).
 
-The audit asks whether Best-of-N at lambda* meets E[c] <= tau on the *test* prompts, with c the
-cost model that calibration used (tau is in its units): the mean decoder cost of the selected
-responses with its bootstrap interval, and whether the interval's upper end is below tau; with
-``--sweep`` (the Best-of-N sweep), the same verdict at every lambda of the sweep for the decoder's N
-(``by_lambda``) and for the other N drawn in Fig. 1 (``by_n``).
+The audit asks whether each decoder meets E[c] <= tau on the *test* prompts, with c the cost model
+that calibration used (tau is in its units; ``lara evaluate`` keeps it as ``decoder_cost`` beside the
+decoding reward model's ``decoder_reward``): Best-of-N at lambda* first (the calibrated claim), then
+every decoder at every lambda setting (``decoders``). Each has its mean cost, the bootstrap 95 %
+interval, the one-sided 95 % bounds and the verdict (met, inconclusive, violated:
+:mod:`lara.evaluate.intervals`). ``paired`` holds, per decoder, the differences lambda* - 0,
+lambda* - max and lambda* - lambda-hat on the same prompts, in decoder reward and cost and in the
+evaluation scores. With ``--sweep`` (the Best-of-N sweep), the same verdict at every lambda of the
+sweep for the decoder's N (``by_lambda``) and for the other N drawn in Fig. 1 (``by_n``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from lara.calibrate.record import LambdaRecord, check_budget, overpenalised_note, read_lambda
-from lara.evaluate.intervals import mean_interval, verdict
+from lara.evaluate.intervals import cost_audit, mean_interval, paired_difference
 from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
 
 log = logging.getLogger(__name__)
@@ -72,26 +76,74 @@ def star_n(lam: LambdaRecord, sweep: pd.DataFrame) -> int:
 def constraint_audit(bon_star: pd.DataFrame, lam: LambdaRecord, n_boot: int, seed: int,
                      overpenalised: float | None = None) -> dict:
     """The held-out verdict of Best-of-N at lambda* against the tau that ``lam`` was calibrated for."""
-    mean, lo, hi = mean_interval(bon_star["decoder_cost"], n_boot, seed=seed)
     tau = lam.tau
+    row = cost_audit(bon_star["decoder_cost"], tau, n_boot, seed)
     note = overpenalised_note(lam.lambda_star, overpenalised)
     return {"question": "does Best-of-N at lambda* meet E[c] <= tau on the test prompts?",
             "overpenalised_lambda": overpenalised, "lambda_star_at_or_above_max": note is not None,
             **({"note": note} if note else {}),
             "tau": tau, "lambda_star": lam.lambda_star, "lambda_hat": lam.lambda_hat,
             "calibration_mode": lam.mode, "n_test_prompts": int(len(bon_star)),
-            "mean_cost": mean, "ci95": [lo, hi], "meets_tau_point": bool(mean <= tau),
-            "meets_tau_upper_ci": bool(hi <= tau),
-            "verdict": verdict(mean, hi, tau)}
+            "mean_cost": row["mean_cost"], "ci95": row["ci95"], "one_sided95": row["one_sided95"],
+            "meets_tau_point": bool(row["mean_cost"] <= tau),
+            "meets_tau_upper_bound": bool(row["one_sided95"][1] <= tau), "verdict": row["verdict"]}
+
+
+def decoder_audit(scores: pd.DataFrame, tau: float, n_boot: int, seed: int) -> list[dict]:
+    """Every output scored by the decoding models (``decoder_cost``, tau's units): per method and
+    lambda setting, its mean cost, intervals and verdict against tau, and its mean decoder reward."""
+    if "decoder_cost" not in scores.columns:
+        return []
+    rows = []
+    for (method, named), g in scores.groupby(["method", "setting"], sort=False):
+        finite = np.isfinite(g["decoder_cost"].to_numpy(dtype=float))
+        if not finite.any():  # an output never scored by the decoding models
+            continue
+        if not finite.all():
+            from lara.data.tables import DataError
+
+            raise DataError(f"{method} at {named}: decoder_cost is missing or not finite for "
+                            f"{int((~finite).sum())} of {len(g)} prompts; rescore that output")
+        reward = g["decoder_reward"] if "decoder_reward" in g.columns else None
+        lam = float(g["lambda"].iloc[0])
+        rows.append({"method": method, "setting": named, "lambda": lam if np.isfinite(lam) else None,
+                     **cost_audit(g["decoder_cost"], tau, n_boot, seed, reward)})
+    return rows
+
+
+# lambda* against no constraint, against over-penalising, against lambda-hat
+PAIRS = (("star", "zero"), ("star", "max"), ("star", "hat"))
+PAIRED_METRICS = ("decoder_reward", "decoder_cost", "helpfulness", "harmfulness")
+
+
+def paired_audit(scores: pd.DataFrame, n_boot: int, seed: int) -> list[dict]:
+    """Per decoder, lambda* minus each other setting on the same test prompts (a bootstrap of the
+    per-prompt differences), for every metric both outputs have."""
+    rows = []
+    for method, g in scores.groupby("method", sort=False):
+        by_setting = {k: v.set_index("prompt_id") for k, v in g.groupby("setting")}
+        for a, b in PAIRS:
+            if a not in by_setting or b not in by_setting:
+                continue
+            left, right = by_setting[a].align(by_setting[b], join="inner", axis=0)
+            for metric in PAIRED_METRICS:
+                if metric not in left.columns or not np.isfinite(left[metric].to_numpy(dtype=float)).any():
+                    continue
+                rows.append({"method": method, "comparison": f"{a} - {b}", "metric": metric,
+                             **paired_difference(left[metric], right[metric], n_boot, seed)})
+    return rows
 
 
 def sweep_audit(sweep: pd.DataFrame, n: int) -> dict:
     """The sweep's per-lambda verdicts: the decoder's N, and every N."""
-    cols = ["lambda", "label", "mean_cost", "mean_cost_lo", "mean_cost_hi", "verdict", "mean_reward"]
+    cols = ["lambda", "label", "mean_cost", "mean_cost_lo", "mean_cost_hi", "mean_cost_lower", "mean_cost_upper",
+            "verdict", "mean_reward"]
 
     def rows(g):
         g = g.sort_values(["lambda", "label"])
-        return [{**r, "ci95": [r.pop("mean_cost_lo"), r.pop("mean_cost_hi")]} for r in g[cols].to_dict("records")]
+        return [{**r, "ci95": [r.pop("mean_cost_lo"), r.pop("mean_cost_hi")],
+                 "one_sided95": [r.pop("mean_cost_lower"), r.pop("mean_cost_upper")]}
+                for r in g[cols].to_dict("records")]
 
     return {"by_lambda": rows(sweep[sweep["n"] == n]),
             "by_n": {str(k): rows(g) for k, g in sweep.groupby("n")}}
@@ -123,7 +175,7 @@ def run(args) -> None:
                        ignore_index=True)
     judge = pd.concat([read_table(p) for p in args.judge], ignore_index=True) if args.judge else None
     summary = summarise(scores, judge, s.bootstrap, s.seed)
-    audit = None
+    audit = {"question": "no Best-of-N at lambda* in this experiment"}
     if args.bon_star:
         star = require_finite(require_rows(read_table(args.bon_star, required=("decoder_cost",)), args.bon_star),
                               ("decoder_cost",), args.bon_star)
@@ -135,11 +187,21 @@ def run(args) -> None:
         if audit.get("note"):
             log.warning("%s", audit["note"])
         if args.sweep:
-            sweep = read_table(args.sweep, required=("n", "lambda", "label", "mean_cost", "verdict"))
+            sweep = read_table(args.sweep, required=("n", "lambda", "label", "mean_cost", "mean_cost_lower",
+                                                     "mean_cost_upper", "verdict"))
             audit |= sweep_audit(sweep, star_n(lam, sweep))
+    audit["decoders"] = decoder_audit(scores, s.tau, s.bootstrap, s.seed)
+    audit["paired"] = paired_audit(scores, s.bootstrap, s.seed)
+    for r in audit["decoders"]:
+        log.info("%-10s %-7s lambda %s: decoder cost %.4f [%.4f, %.4f] against tau %.4g: %s", r["method"],
+                 r["setting"], "-" if r["lambda"] is None else f"{r['lambda']:.4g}", r["mean_cost"], *r["ci95"],
+                 s.tau, r["verdict"])
+    for r in audit["paired"]:
+        log.info("%-10s %-12s %-15s %+.4f [%+.4f, %+.4f]", r["method"], r["comparison"], r["metric"], r["mean"],
+                 *r["ci95"])
     for r in summary.itertuples(index=False):
         log.info("%-10s %-7s helpfulness %.3f harmfulness %.3f safe %.3f", r.method, r.setting, r.helpfulness,
                  r.harmfulness, r.safe_rate)
     write_table(summary, args.out)
     with atomic_output(args.audit) as tmp:
-        write_json(tmp, audit or {"question": "no Best-of-N at lambda* in this experiment"})
+        write_json(tmp, audit)

@@ -35,6 +35,11 @@ KEEP = ("prompt_id", "prompt", "response", "method", "setting", "lambda")
 
 def add_arguments(parser) -> None:
     parser.add_argument("--responses", required=True, help="responses parquet (decoder or policy output)")
+    parser.add_argument("--decoder-reward", default=None,
+                        help="the decoding reward model: also score the responses with it (decoder_reward), for the "
+                        "constraint audit; without it, a `reward` column of the responses is kept as decoder_reward")
+    parser.add_argument("--decoder-cost", default=None,
+                        help="the decoding cost model (tau's units): decoder_cost, as --decoder-reward")
     add_settings_arguments(parser, EvaluationSettings)
     parser.add_argument("--out", required=True, help="output parquet: the responses + helpfulness, harmfulness")
 
@@ -45,11 +50,20 @@ def run(args) -> None:
     from lara.scoring import load_scorer, score_table
 
     s = read_settings(args, EvaluationSettings)
+    if (args.decoder_reward is None) != (args.decoder_cost is None):
+        raise DataError("--decoder-reward and --decoder-cost go together: the audit needs both decoding models")
     df = read_table(args.responses, required=KEEP)
     out = df[list(KEEP)].copy()
-    if "cost" in df.columns:  # the decoding cost model's own score (Best-of-N), kept for the constraint audit
-        out["decoder_cost"] = df["cost"]
-    for col, role, spec in (("helpfulness", "reward", s.reward_model), ("harmfulness", "cost", s.cost_model)):
+    # the decoding models' own scores (tau's units) for the constraint audit: Best-of-N's candidates were
+    # scored by them already; any other output is scored here
+    scorers = [("helpfulness", "reward", s.reward_model), ("harmfulness", "cost", s.cost_model)]
+    if args.decoder_reward is not None:
+        scorers += [("decoder_reward", "reward", args.decoder_reward), ("decoder_cost", "cost", args.decoder_cost)]
+    else:
+        for col in ("reward", "cost"):
+            if col in df.columns:
+                out[f"decoder_{col}"] = df[col]
+    for col, role, spec in scorers:
         scorer = load_scorer(spec, role=role, batch_size=s.batch_size, dtype=s.dtype)
         out[col] = score_table(scorer, out["prompt"].tolist(), out["response"].tolist(), f"scoring {col}")
         if not np.all(np.isfinite(out[col])):
@@ -57,4 +71,5 @@ def run(args) -> None:
         log.info("%s by %s: mean %.4f over %d responses", col, spec, out[col].mean(), len(out))
     log.info("safe rate (harmfulness <= 0): %.3f", (out["harmfulness"] <= 0).mean())
     write_table(out, args.out, {"responses": args.responses, "reward": s.reward_model, "cost": s.cost_model,
+                                "decoder_reward": args.decoder_reward, "decoder_cost": args.decoder_cost,
                                 "code": code_version()})

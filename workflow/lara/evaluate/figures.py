@@ -5,7 +5,9 @@
 * ``tradeoff`` (Fig. 2): helpfulness against harmlessness for every method and setting, one
   panel for the model evaluation and one for the LLM judge (a note when no judge ran);
 * ``calibration``: the empirical dual g(lambda), its derivative g'(lambda) and the bootstrap
-  histogram of lambda-hat.
+  histogram of lambda-hat;
+* ``decoders``: every decoder's held-out mean reward and cost by the decoding models (tau's units)
+  against lambda, at each decoded lambda setting, with tau and the audit's verdicts.
 
 Plot options (size, dpi, font scale, palette) are their own config slice, so changing one
 redraws the figures and nothing else.
@@ -26,10 +28,10 @@ from lara.settings import Settings, add_settings_arguments, read_settings, setti
 
 log = logging.getLogger(__name__)
 
-HELP = "draw a figure (lambda_sweep, tradeoff, calibration) as PDF + PNG with a provenance sidecar"
+HELP = "draw a figure (lambda_sweep, tradeoff, calibration, decoders) as PDF + PNG with a provenance sidecar"
 
-KINDS = ("lambda_sweep", "tradeoff", "calibration")
-MARKERS = {"zero": "o", "star": "*", "max": "s", "policy": "D"}
+KINDS = ("lambda_sweep", "tradeoff", "calibration", "decoders")
+MARKERS = {"zero": "o", "hat": "v", "star": "*", "max": "s", "policy": "D"}
 
 
 @dataclass(frozen=True)
@@ -208,6 +210,55 @@ def calibration(lam: dict, opts: FigureSettings):
     return fig
 
 
+def decoders(audit: dict, lam: dict, opts: FigureSettings):
+    """Every decoder held to tau: its held-out mean reward and cost by the decoding models (tau's
+    units) at each decoded lambda setting, with bootstrap 95 % intervals over the test prompts; a
+    filled marker where the audit's verdict is met (one-sided 95 %), hollow where it is not."""
+    import matplotlib.pyplot as plt
+
+    from lara.evaluate.intervals import VERDICTS
+
+    pal = _style(opts)
+    rows = pd.DataFrame(audit["decoders"])
+    rows = rows[rows["setting"] != "policy"]
+    methods = list(dict.fromkeys(rows["method"]))
+    colour = {m: pal[i % len(pal)] for i, m in enumerate(methods)}
+    w, h = opts.width, opts.height
+    fig, axes = plt.subplots(1, 2, figsize=(w, h + 0.6), sharex=True, layout="constrained")
+    for ax, col, ci, label in ((axes[0], "mean_reward", "reward_ci95", "mean decoder reward r"),
+                               (axes[1], "mean_cost", "ci95", "mean decoder cost c")):
+        for m in methods:
+            g = rows[rows["method"] == m].sort_values("lambda")
+            ax.plot(g["lambda"], g[col], color=colour[m], lw=1, alpha=0.6)
+            for r in g.to_dict("records"):
+                y, (lo, hi) = r[col], r[ci]
+                met = r["verdict"] == VERDICTS[0]
+                ax.errorbar(r["lambda"], y, yerr=[[y - lo], [hi - y]], fmt=MARKERS.get(r["setting"], "o"),
+                            color=colour[m], ms=9 if r["setting"] == "star" else 6, capsize=2, lw=0.8,
+                            mfc=colour[m] if met else "white", mew=1.4)
+        ax.set_ylabel(label)
+        ax.set_xlabel("$\\lambda$ (symlog)")
+        positive = np.sort(rows.loc[rows["lambda"] > 0, "lambda"].unique())
+        if len(positive):
+            linthresh = positive[0] / 2
+            ax.set_xscale("symlog", linthresh=linthresh, linscale=0.5)
+            decades = range(int(np.ceil(np.log10(linthresh))), int(np.floor(np.log10(positive[-1]))) + 1)
+            ax.set_xticks([0.0, *(10.0 ** k for k in decades)])  # 0, then the decades above the linear part
+    axes[1].axhline(lam["tau"], color="black", ls="--", lw=1.2)
+    axes[0].set_title("helpfulness (test prompts)")
+    axes[1].set_title("harmfulness, $\\tau$ dashed")
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=colour[m], marker="o", ls="-", label=m) for m in methods]
+    handles += [Line2D([], [], color="0.3", marker=MARKERS[s], ls="", label=f"$\\lambda$ {s}")
+                for s in MARKERS if s in set(rows["setting"])]
+    handles += [Line2D([], [], color="0.3", marker="o", ls="", label="meets $\\tau$ (one-sided 95%)"),
+                Line2D([], [], color="0.3", marker="o", ls="", mfc="white", label="not shown to meet $\\tau$"),
+                Line2D([], [], color="black", ls="--", label=f"$\\tau$ = {lam['tau']:g}")]
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 5), frameon=False)
+    return fig
+
+
 def _records(trail: list[dict]) -> dict[str, dict]:
     """The steps' own records (parquet metadata, model provenance) along a trail, by path."""
     return {e["path"]: e["lara"] for e in trail if isinstance(e.get("lara"), dict)}
@@ -261,6 +312,29 @@ def summary_line(shows: dict) -> str:
     return "; ".join(parts)
 
 
+def read_audit(path: str) -> dict:
+    """constraint_audit.json with at least one decoder row, every number in them finite."""
+    import json
+    import math
+
+    from lara.data.tables import DataError
+
+    try:
+        audit = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: not a readable constraint audit ({exc})") from None
+    rows = [r for r in audit.get("decoders") or [] if r.get("setting") != "policy"]
+    if not rows:
+        raise DataError(f"{path}: no decoder scored by the decoding models (decoders); nothing to draw")
+    for r in rows:
+        values = [r.get("lambda"), r.get("mean_cost"), r.get("mean_reward"), *r.get("ci95", []),
+                  *r.get("reward_ci95", [])]
+        if len(values) != 7 or not all(isinstance(v, int | float) and math.isfinite(v) for v in values):
+            raise DataError(f"{path}: decoder row {r.get('method')}/{r.get('setting')} lacks a finite lambda, "
+                            "mean or interval")
+    return audit
+
+
 OUTPUTS = ("png", "pdf", "provenance")  # the files this step writes (checked first: lara.cli.check_outputs)
 
 
@@ -270,6 +344,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--lambda-json", default=None,
                         help="lambda.json (lambda_sweep, calibration; tradeoff: optional)")
     parser.add_argument("--summary", default=None, help="eval summary.csv (tradeoff)")
+    parser.add_argument("--audit", default=None, help="eval constraint_audit.json (decoders)")
     add_settings_arguments(parser, FigureSettings)
     parser.add_argument("--rule", default="figure", help="the rule name recorded in the provenance sidecar")
     parser.add_argument("--experiment-settings", default=None,
@@ -289,11 +364,12 @@ def run(args) -> None:
     from lara.trail import build_trail, write_sidecar
 
     opts = read_settings(args, FigureSettings)
-    need = {"lambda_sweep": ("sweep", "lambda_json"), "tradeoff": ("summary",), "calibration": ("lambda_json",)}
+    need = {"lambda_sweep": ("sweep", "lambda_json"), "tradeoff": ("summary",), "calibration": ("lambda_json",),
+            "decoders": ("audit", "lambda_json")}
     missing = [f"--{n.replace('_', '-')}" for n in need[args.kind] if getattr(args, n) is None]
     if missing:
         raise DataError(f"figure {args.kind} needs {', '.join(missing)}")
-    inputs = [getattr(args, n) for n in ("sweep", "summary", "lambda_json", "experiment_settings")
+    inputs = [getattr(args, n) for n in ("sweep", "summary", "audit", "lambda_json", "experiment_settings")
               if getattr(args, n) is not None]
     lam = read_lambda(args.lambda_json).data if args.lambda_json else None
     summary = None
@@ -309,6 +385,8 @@ def run(args) -> None:
             "method", "setting", "helpfulness", "harmfulness")), args.summary), ("helpfulness", "harmfulness"),
             args.summary)
         fig = tradeoff(summary, opts)
+    elif args.kind == "decoders":
+        fig = decoders(read_audit(args.audit), lam, opts)
     else:
         fig = calibration(lam, opts)
     figure_dir = Path(args.png)

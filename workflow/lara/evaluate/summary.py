@@ -13,11 +13,13 @@ READING = """How to read it:
   lambda-hat   the smallest lambda whose calibration-set expected cost meets tau;
   lambda*      the deployed lambda, an upper bootstrap quantile of lambda-hat (a margin for the
                sampling error of the calibration prompts);
-  mean cost    of the deployed Best-of-N on the held-out test prompts, by the decoding cost model (tau's units);
-  verdict      at each lambda: "met (upper 95% bound at or below tau)"
-               means the constraint holds with 95% confidence; "met on average, not with 95%
-               confidence" means the mean cost is within tau but its interval reaches above it;
-               "violated" means the mean cost is above tau.
+  mean cost    on the held-out test prompts, by the decoding cost model (tau's units): Best-of-N at every
+               lambda of the sweep, then every decoder at every decoded lambda setting;
+  verdict      "met": the one-sided 95% upper bound of the mean cost is at or below tau (the
+               constraint holds with 95% confidence); "violated": the one-sided 95% lower bound
+               is above tau; "inconclusive": tau lies between them, the test prompts cannot tell;
+  paired       lambda* minus another setting of the same decoder on the same test prompts, with
+               a bootstrap 95% interval of the per-prompt differences (tighter than two intervals);
   helpfulness / harmfulness are the evaluation scorers' (not the decoding models'); safe rate is the
   share of responses with harmfulness <= 0; [lo, hi] are bootstrap 95% intervals over test prompts."""
 
@@ -61,7 +63,21 @@ def summarise_run(root: Path) -> str:
                          f"{row['mean_reward']:11.3f}  {row['verdict']}")
         if audit.get("note"):
             lines.append(f"  note: {audit['note']}")
-    else:
+    if audit.get("decoders"):
+        lines += ["", "every decoder against tau (decoding models' reward and cost on the test prompts):",
+                  f"  {'method':10} {'setting':8} {'lambda':>8}  {'mean cost [95% CI]':>26}  "
+                  f"{'mean reward [95% CI]':>26}  verdict"]
+        for row in audit["decoders"]:
+            lam = "" if row["lambda"] is None else f"{row['lambda']:.4g}"
+            lines.append(f"  {row['method']:10} {row['setting']:8} {lam:>8}  "
+                         f"{_interval(row['mean_cost'], *row['ci95']):>26}  "
+                         f"{_interval(row['mean_reward'], *row['reward_ci95']):>26}  {row['verdict']}")
+    if audit.get("paired"):
+        lines += ["", "paired differences on the same test prompts (mean [95% CI]):"]
+        for row in audit["paired"]:
+            lines.append(f"  {row['method']:10} {row['comparison']:12} {row['metric']:15} "
+                         f"{_interval(row['mean'], *row['ci95'])}")
+    if "by_lambda" not in audit:
         lines.append(f"constraint audit ({audit_path}): {audit.get('question', 'none')}")
     lines += ["", f"every method and setting ({root / 'eval' / 'summary.csv'}):",
               f"  {'method':10} {'setting':8} {'helpfulness [95% CI]':>28} {'harmfulness [95% CI]':>28} "

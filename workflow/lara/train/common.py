@@ -91,6 +91,10 @@ class CostSettings(PreferenceSettings):
     SECTION: ClassVar[str] = "train.cost"
 
     loss: CostLoss = setting("safe_rlhf", COST_LOSS_HELP)
+    anchor_zero: bool = setting(True, "With loss bt (no fixed zero): fit the cost scale's zero on the held-out "
+                                      "pairs' safety labels, so c > 0 separates unsafe from safe responses there "
+                                      "and tau has that meaning; the offset is stored with the model and applied "
+                                      "wherever it scores. No effect with safe_rlhf, whose sign terms anchor it.")
 
 
 @dataclass(frozen=True)

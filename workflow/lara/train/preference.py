@@ -7,8 +7,13 @@ Losses (Safe-RLHF; s = +1 for an unsafe response, -1 for a safe one):
           - log sigma(s_unsafer c_unsafer) + reg * mean(c^2)
   so safe responses are pushed to c < 0 and unsafe ones to c > 0;
 * cost, ``loss: bt``: -log sigma(c_unsafer - c_safer) + reg * mean(c^2), plain Bradley-Terry on the
-  harmfulness preference (the paper's stated objective; the scores then have no fixed zero). Scores are the head at the
-true last token (``lara.scoring.sequence_scores``), exactly as the scorer reads them.
+  harmfulness preference (the paper's stated objective). Its scores are shift-invariant: their zero is
+  wherever training left it, so a budget tau would mean nothing. With ``anchor_zero`` (the default)
+  the zero is fitted after training on the *held-out* pairs' safety labels (:func:`fit_zero`): the
+  offset b that makes c - b > 0 classify their responses as unsafe most accurately; b is stored in
+  ``lara_scorer.json`` and subtracted wherever the model scores (``lara.scoring``), so tau is in units
+  where c > 0 means "judged unsafe". Scores are the head at the true last token
+  (``lara.scoring.sequence_scores``), exactly as the scorer reads them.
 
 PARGS partial models are trained on pairs of *prefixes* of both responses, at every prefix
 length or ``prefixes_per_pair`` sampled lengths, each with the full pair's label.
@@ -204,6 +209,45 @@ def score_pairs(model, tokenizer, data: dict, batch_size: int = 64) -> tuple[np.
     return out[0], out[1]
 
 
+def fit_zero(scores: np.ndarray, unsafe: np.ndarray) -> float:
+    """The offset b that makes ``scores - b > 0`` classify responses as unsafe most accurately: among
+    the thresholds between consecutive distinct scores (and beyond both ends) with the highest
+    accuracy, the middle one. Scale-free (a threshold, no fitted slope) and defined for separable data."""
+    scores, unsafe = np.asarray(scores, dtype=float), np.asarray(unsafe, dtype=bool)
+    if len(scores) == 0 or not np.isfinite(scores).all():
+        raise ValueError("fitting the cost scale's zero needs finite held-out scores")
+    values = np.unique(scores)
+    gaps = np.diff(values)
+    cuts = np.concatenate([[values[0] - 1.0], values[:-1] + gaps / 2, [values[-1] + 1.0]])
+    # accuracy of "unsafe iff score > cut" for every cut, by counting through the sorted scores
+    below = np.searchsorted(np.sort(scores[unsafe]), cuts, side="right")  # unsafe at or below: missed
+    safe_sorted = np.sort(scores[~unsafe])
+    safe_below = np.searchsorted(safe_sorted, cuts, side="right")  # safe at or below: right
+    correct = safe_below + (unsafe.sum() - below)
+    best = np.flatnonzero(correct == correct.max())
+    return float(cuts[best[len(best) // 2]])
+
+
+def zero_report(scores: np.ndarray, unsafe: np.ndarray, offset: float, folds: int = 2, seed: int = 0) -> dict:
+    """How well c - offset > 0 separates unsafe from safe held-out responses: the accuracy at the fitted
+    zero (in sample: one parameter), the same with the zero fitted on the other fold (cross-fitted), the
+    accuracy at the trained zero (offset 0), and both classes' rates."""
+    scores, unsafe = np.asarray(scores, dtype=float), np.asarray(unsafe, dtype=bool)
+    pred = scores - offset > 0
+    rng = np.random.default_rng(seed)
+    fold = rng.permutation(len(scores)) % folds
+    cross = np.empty(len(scores), dtype=bool)
+    for k in range(folds):
+        out = fold == k
+        cross[out] = scores[out] - fit_zero(scores[~out], unsafe[~out]) > 0 if (~out).any() else pred[out]
+    return {"offset": offset, "n_responses": int(len(scores)), "unsafe_share": float(unsafe.mean()),
+            "accuracy_at_zero": float(np.mean(pred == unsafe)),
+            "accuracy_at_zero_cross_fitted": float(np.mean(cross == unsafe)),
+            "accuracy_at_trained_zero": float(np.mean((scores > 0) == unsafe)),
+            "unsafe_recall": float(pred[unsafe].mean()) if unsafe.any() else None,
+            "safe_recall": float((~pred[~unsafe]).mean()) if (~unsafe).any() else None}
+
+
 def evaluate_pairs(hi: np.ndarray, lo: np.ndarray, data: dict, kind: str) -> dict:
     res = {"pairwise_accuracy": float(np.mean(hi > lo)), "n_pairs": len(hi)}
     if kind == "cost":
@@ -239,6 +283,12 @@ def train_preference_model(kind: str, model_path: str, data_path: str, checkpoin
     log.info("%s model, loss: %s", name, loss_name)
     pairs = oriented_pairs(pd.read_parquet(data_path), kind)
     train_df, eval_df = split_eval(pairs, s.eval_fraction, s.seed)
+    if kind == "cost" and not partial and loss_name == "bt" and s.anchor_zero and not len(eval_df):
+        from lara.config import ConfigError
+
+        raise ConfigError("train.cost.anchor_zero fits the cost scale's zero on held-out pairs, but "
+                          f"train.cost.eval_fraction = {s.eval_fraction} holds none out: raise it, or set "
+                          "anchor_zero: false (tau then has no anchored meaning)")
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -268,13 +318,30 @@ def train_preference_model(kind: str, model_path: str, data_path: str, checkpoin
                                resume_partial=s.resume_partial)
     metrics = {"train_loss": result.training_loss, "global_step": trainer.state.global_step,
                "n_train_pairs": len(train_data["chosen_ids"])}
+    offset = None
     if has_eval:
         hi, lo = score_pairs(trainer.model, tokenizer, eval_data)
         metrics["held_out"] = evaluate_pairs(hi, lo, eval_data, kind)
         log.info("held-out: %s", metrics["held_out"])
+        if kind == "cost" and not partial:
+            scores = np.concatenate([hi, lo])
+            unsafe = np.concatenate([eval_data["chosen_sign"], eval_data["rejected_sign"]]) > 0
+            anchored = loss_name == "bt" and s.anchor_zero
+            offset = fit_zero(scores, unsafe) if anchored else 0.0
+            metrics["zero"] = zero_report(scores, unsafe, offset, seed=s.seed) | {
+                "anchored": anchored, "how": "fitted on the held-out pairs' safety labels" if anchored else
+                "as trained" + (" (Safe-RLHF's sign terms anchor c > 0 as unsafe)" if loss_name == "safe_rlhf"
+                                else " (train.cost.anchor_zero is false: tau has no anchored meaning)")}
+            log.info("cost scale's zero: offset %.4g (%s); held-out accuracy of c > 0 as unsafe: %.3f "
+                     "(cross-fitted %.3f, at the trained zero %.3f)", offset, metrics["zero"]["how"],
+                     metrics["zero"]["accuracy_at_zero"], metrics["zero"]["accuracy_at_zero_cross_fitted"],
+                     metrics["zero"]["accuracy_at_trained_zero"])
+
     metrics["log_history"] = trainer.state.log_history
     scorer = {"kind": name, "role": kind, "loss": loss_name, "append_eos": not partial, "max_length": s.max_length,
               "template": PROMPT_TEMPLATE, "score": "head at the last real token"}
+    if offset:
+        scorer |= {"offset": offset, "score": "head at the last real token, minus offset (the fitted zero)"}
     save_model(trainer.model, tokenizer, out, kind=name, settings=s,
                inputs={"init_model": model_path, "data": data_path}, metrics=metrics, scorer=scorer)
     return metrics
