@@ -166,3 +166,38 @@ def test_a_fitted_zero_is_subtracted_wherever_the_model_scores(score_model, tmp_
     plain = load_scorer(str(score_model), role="cost").score(PROMPTS, RESPONSES)
     anchored = load_scorer(str(shifted), role="cost").score(PROMPTS, RESPONSES)
     np.testing.assert_allclose(anchored, plain - 2.5, atol=1e-6)
+
+
+def test_a_bt_cost_model_gets_its_zero_from_held_out_safety_labels(tiny_world, tmp_path, capsys):
+    """`lara train-cost` with the paper's plain Bradley-Terry loss: the zero is fitted on the held-out
+    pairs, recorded in metrics.json and lara_scorer.json, and the loaded scorer's c > 0 classifies the
+    held-out responses exactly as the metrics say; without held-out pairs it refuses before training."""
+    import pandas as pd
+
+    from lara.cli import main
+    from lara.scoring import load_scorer
+    from lara.train.common import split_eval
+    from lara.train.preference import oriented_pairs
+
+    settings = {"learning_rate": 1e-3, "max_steps": 30, "batch_size": 8, "max_length": 128, "eval_fraction": 0.2,
+                "save_steps": 100, "loss": "bt", "seed": 0}
+    argv = ["train-cost", "--model", str(tiny_world["base"]), "--data", str(tiny_world["preferences"]),
+            "--checkpoints", str(tmp_path / "ckpt"), "--out", str(tmp_path / "cost")]
+    assert main([*argv, "--settings", json.dumps(settings)]) in (0, None)
+    metrics = json.loads((tmp_path / "cost" / "metrics.json").read_text())
+    zero = metrics["zero"]
+    meta = json.loads((tmp_path / "cost" / "lara_scorer.json").read_text())
+    assert zero["anchored"] and meta["offset"] == zero["offset"] and zero["n_responses"] == 160
+    assert zero["accuracy_at_zero"] >= zero["accuracy_at_trained_zero"]
+    # the held-out responses through the loader every step uses: c > 0 is "unsafe" as often as metrics say
+    pairs = oriented_pairs(pd.read_parquet(tiny_world["preferences"]), "cost")
+    _, held = split_eval(pairs, 0.2, 0)
+    scorer = load_scorer(str(tmp_path / "cost"), role="cost")
+    c = np.concatenate([scorer.score(held["prompt"].tolist(), held[side].tolist()) for side in ("chosen", "rejected")])
+    unsafe = np.concatenate([held["chosen_sign"], held["rejected_sign"]]) > 0
+    assert np.mean((c > 0) == unsafe) == pytest.approx(zero["accuracy_at_zero"], abs=1 / 160)
+    # no held-out pairs: refused before any training, naming the keys
+    capsys.readouterr()
+    rc = main([*argv[:-2], "--out", str(tmp_path / "cost2"), "--settings", json.dumps(settings | {"eval_fraction": 0})])
+    assert rc == 2 and "train.cost.eval_fraction = 0" in capsys.readouterr().err
+    assert not (tmp_path / "cost2").exists()
