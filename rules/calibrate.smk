@@ -75,6 +75,29 @@ rule calibrate_lambda:
         "lara calibrate --scores {input.scores:q} --settings {params.settings:q}" " --out {output:q} > {log:q} 2>&1"
 
 
+# The paper's estimator as an arm: soft mode (Algorithm 1) at each beta of calibration.soft_betas, on the same
+# scores; the sweep applies its lambda* to Best-of-N and the audit holds it to tau (calibration.mode decides
+# which lambda.json the decoders deploy)
+rule calibrate_soft:
+    input:
+        scores="results/{exp}/calibration/scores.parquet",
+    output:
+        "results/{exp}/calibration/lambda_soft_beta{beta}.json",
+    log:
+        "logs/{exp}/calibrate_soft_beta{beta}.log",
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("calibrate_lambda")
+    resources:
+        **job_resources("calibrate_lambda"),
+    params:
+        settings=lambda w: step_settings("calibration", mode="soft", bon_n=None, beta=float(w.beta.replace("p", "."))),
+        code=step_code("calibrate"),
+    shell:
+        "lara calibrate --scores {input.scores:q} --settings {params.settings:q} --allow-infeasible"
+        " --out {output:q} > {log:q} 2>&1"
+
+
 # Best-of-N with other N (decode.sweep_n) for Fig. 1, each calibrated for its own N (bon mode only)
 rule calibrate_lambda_for_n:
     input:

@@ -95,6 +95,7 @@ WILDCARDS = {
     "method": "args|pargs|cdq",
     "pool": "calibration|value|bon",
     "lam": "zero|hat|star|max|[0-9]+(p[0-9]+)?",
+    "beta": "[0-9]+(p[0-9]+)?",
     "policy": _alternatives(POLICIES),
     "safe_rlhf_model": _alternatives(TRAINED_POLICIES["safe_rlhf"]),
     "safedpo_model": _alternatives(TRAINED_POLICIES["safedpo"]),
@@ -234,6 +235,19 @@ def calibration_settings(bon_n):
 def sweep_sizes():
     """The Best-of-N sizes of Fig. 1: decode.sweep_n plus the decoder's own N."""
     return sorted(set(config["decode"]["sweep_n"]) | {config["decode"]["bon_n"]})
+
+
+def beta_name(beta):
+    """A soft-mode beta as a file-name part, as lambda settings are written: 0.1 -> 0p1, 10.0 -> 10."""
+    text = f"{float(beta):g}"
+    if "e" in text:
+        raise ValueError(f"calibration.soft_betas: {beta} cannot be written as a file name; use a decimal")
+    return text.replace(".", "p")
+
+
+def soft_lambda_inputs():
+    """The soft-mode calibrations of the arm calibration.soft_betas (one lambda.json per beta)."""
+    return [f"{RESULTS}/calibration/lambda_soft_beta{beta_name(b)}.json" for b in config["calibration"]["soft_betas"]]
 
 
 def sweep_lambda_inputs():

@@ -27,6 +27,7 @@ rule bon_sweep:
     input:
         candidates="results/{exp}/bon/scores.parquet",
         lam=sweep_lambda_inputs(),
+        soft=soft_lambda_inputs(),
     output:
         "results/{exp}/decode/bon/sweep.csv",
     log:
@@ -41,7 +42,7 @@ rule bon_sweep:
         sizes=sweep_sizes(),
         code=step_code("bon-sweep"),
     shell:
-        "lara bon-sweep --candidates {input.candidates:q} --lambda-json {input.lam:q}"
+        "lara bon-sweep --candidates {input.candidates:q} --lambda-json {input.lam:q} --soft-lambda-json {input.soft:q}"
         " --n {params.sizes:q} --settings {params.settings:q} --out {output:q} > {log:q} 2>&1"
 
 

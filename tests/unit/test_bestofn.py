@@ -298,3 +298,43 @@ def test_best_of_all_expectations_are_the_values_at_the_argmax():
     probs[0] = 1.0
     generic = np.stack([(probs * np.take_along_axis(c, order(r, c, lam), axis=1)).sum(axis=1) for lam in lams], 1)
     np.testing.assert_allclose(got[1], generic, rtol=0, atol=0)
+
+
+def test_the_paper_s_soft_estimator_is_an_arm_of_the_sweep(tmp_path, capsys):
+    """Soft mode at several beta on the same scores, its lambda* applied to Best-of-N: one row per beta at
+    the largest N, labelled soft_beta=B, with the Best-of-N expected cost and the verdict at that lambda;
+    a bon-mode record given as a soft one is refused, naming the file."""
+    from lara.calibrate.record import write_lambda
+    from lara.cli import main
+    from lara.decode.sweep import sweep_table
+
+    r, c = gaussian(7, 120, 8)
+    ids = np.repeat([f"p{i}" for i in range(120)], 8)
+    pd.DataFrame({"prompt_id": ids, "sample_id": np.tile(np.arange(8), 120), "reward": r.ravel(),
+                  "cost": c.ravel()}).to_parquet(tmp_path / "cand.parquet")
+    scores = PromptScores.from_long(ids, r.ravel(), c.ravel())
+    soft = {}
+    for beta in (0.1, 1.0):
+        rec = calibrate(scores, CalibrationSettings(tau=-0.3, mode="soft", beta=beta, bootstrap=200))
+        write_lambda(rec, tmp_path / f"soft{beta}.json")
+        soft[beta] = rec["lambda_star"]
+    write_lambda(calibrate(scores, CalibrationSettings(tau=-0.3, mode="bon", bon_n=8, bootstrap=200)),
+                 tmp_path / "bon.json")
+    argv = ["bon-sweep", "--candidates", str(tmp_path / "cand.parquet"), "--lambda-json", str(tmp_path / "bon.json"),
+            "--soft-lambda-json", str(tmp_path / "soft0.1.json"), str(tmp_path / "soft1.0.json"), "--n", "4", "8",
+            "--tau", "-0.3", "--bootstrap", "200", "--lambda-grid", "[0, 1]", "--out", str(tmp_path / "sweep.csv")]
+    assert main(argv) in (0, None)
+    table = pd.read_csv(tmp_path / "sweep.csv")
+    rows = table[table["label"].str.startswith("soft_beta=")]
+    assert sorted(rows["label"]) == ["soft_beta=0.1", "soft_beta=1"] and (rows["n"] == 8).all()
+    for beta, label in ((0.1, "soft_beta=0.1"), (1.0, "soft_beta=1")):
+        row = rows[rows["label"] == label].iloc[0]
+        assert row["lambda"] == soft[beta]
+        ref = sweep_table(r, c, [soft[beta]], [label], 8, tau=-0.3, n_boot=200)
+        assert row["mean_cost"] == pytest.approx(ref["mean_cost"].iloc[0]) and row["verdict"] == ref["verdict"].iloc[0]
+    # the Gibbs tilt is not argmax Best-of-N: a larger beta is a softer tilt and needs another lambda
+    assert soft[0.1] != soft[1.0]
+    capsys.readouterr()
+    argv[argv.index(str(tmp_path / "soft0.1.json"))] = str(tmp_path / "bon.json")
+    assert main(argv) == 2 and "bon.json: calibrated in bon mode; --soft-lambda-json takes soft-mode records" \
+        in capsys.readouterr().err

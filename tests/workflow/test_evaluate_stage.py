@@ -85,6 +85,22 @@ def test_every_decoder_is_held_to_tau_in_its_units(toy_run):
                 assert row["ci95"][0] <= row["mean"] <= row["ci95"][1] and row["n_prompts"] == 256
 
 
+def test_the_paper_s_soft_estimator_is_audited_beside_bon_mode(toy_run):
+    """Soft mode (Algorithm 1) at each beta of calibration.soft_betas, calibrated on the same scores:
+    its lambda* applied to Best-of-N, held to tau on the test prompts beside the bon-mode lambda*."""
+    audit = json.loads((toy_run / "results/tiny/eval/constraint_audit.json").read_text())
+    rows = audit["soft_mode"]
+    assert [r["beta"] for r in rows] == [0.1, 1.0, 10.0]
+    names = {0.1: "0p1", 1.0: "1", 10.0: "10"}
+    for row in rows:
+        rec = json.loads((toy_run / f"results/tiny/calibration/lambda_soft_beta{names[row['beta']]}.json").read_text())
+        assert rec["mode"] == "soft" and rec["beta"] == row["beta"] and rec["tau"] == audit["tau"]
+        assert row["lambda"] == rec["lambda_star"] and row["verdict"] in VERDICTS
+        assert row["one_sided95"][0] <= row["mean_cost"] <= row["one_sided95"][1]
+    # the same scores, another target: soft mode's lambda* is not bon mode's
+    assert all(row["lambda"] != audit["lambda_star"] for row in rows)
+
+
 def test_figures_exist_as_png_and_pdf_with_sidecars(toy_run):
     from PIL import Image
 

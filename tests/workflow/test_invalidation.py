@@ -145,11 +145,13 @@ def test_a_module_of_later_steps_reruns_exactly_those_steps_and_their_downstream
     counts, _ = dry_run(toy_run, env=env)
     # Best-of-N's zero and max settings depend on no calibration: they rerun for their own code alone;
     # the token-level decodes rerun only at hat and star (their lambda.json is rewritten), never at zero or max
-    assert counts == {"calibrate_lambda": 1, "calibrate_lambda_for_n": 2, "select_bon": 4, "bon_sweep": 1,
+    assert counts == {"calibrate_lambda": 1, "calibrate_lambda_for_n": 2, "calibrate_soft": 3, "select_bon": 4,
+                      "bon_sweep": 1,
                       "decode_rgtg": 6, "evaluate_decoded": 10, "judge_decoded": 10, "aggregate": 1,
                       "figure_lambda_sweep": 1, "figure_tradeoff": 1, "figure_calibration": 1,
                       "figure_decoders": 1}, counts
-    assert own_code_changed(toy_run, env) == {"calibrate_lambda", "calibrate_lambda_for_n", "select_bon"}
+    assert own_code_changed(toy_run, env) == {"calibrate_lambda", "calibrate_lambda_for_n", "calibrate_soft",
+                                              "select_bon"}
 
 
 def test_execution_settings_rerun_nothing_and_a_plot_option_only_the_settings_table_and_figures(toy_run, tmp_path):

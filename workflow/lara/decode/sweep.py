@@ -9,7 +9,9 @@ over prompts. The verdict compares the cost with tau through its one-sided 95 % 
 (``mean_cost_lower``, ``mean_cost_upper``): met, violated or inconclusive
 (:mod:`lara.evaluate.intervals`). Rows labelled
 ``lambda_hat``/``lambda_star`` are each N's calibrated values (from the lambda.json calibrated for
-that N).
+that N); rows labelled ``soft_beta=B`` apply the lambda* of a soft-mode calibration (the paper's
+Algorithm 1 at beta = B, ``--soft-lambda-json``) to Best-of-N at the largest N, so the audit holds the
+paper's estimator to tau beside bon mode.
 """
 
 from __future__ import annotations
@@ -71,6 +73,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--lambda-json", nargs="*", default=[],
                         help="lambda.json files, each calibrated for one Best-of-N size (their decoder.n): add that "
                         "N's lambda-hat and lambda* rows")
+    parser.add_argument("--soft-lambda-json", nargs="*", default=[],
+                        help="soft-mode lambda.json files (any beta): their lambda* applied to Best-of-N at the "
+                        "largest N, rows labelled soft_beta=B")
     parser.add_argument("--n", type=int, nargs="*", default=None,
                         help="Best-of-N sizes to sweep (default: the candidates per prompt)")
     add_settings_arguments(parser, SweepSettings)
@@ -101,6 +106,13 @@ def run(args) -> None:
             raise DataError(f"{path}: calibrated for Best-of-N with N = {n}, which is not a swept size {sizes} "
                             "(decode.bon_n, decode.sweep_n)")
         calibrated[n] = rec
+    soft = []
+    for path in args.soft_lambda_json:
+        rec = read_lambda(path)
+        check_budget(rec, s.tau)
+        if rec.mode != "soft":
+            raise DataError(f"{path}: calibrated in {rec.mode} mode; --soft-lambda-json takes soft-mode records")
+        soft.append(rec)
     grid = [float(x) for x in s.lambda_grid]
     if not grid or any(not np.isfinite(x) for x in grid):
         from lara.config import ConfigError
@@ -113,6 +125,9 @@ def run(args) -> None:
         if n in calibrated:
             lams += [calibrated[n].lambda_hat, calibrated[n].lambda_star]
             labels += ["lambda_hat", "lambda_star"]
+        if n == max(sizes):
+            lams += [rec.lambda_star for rec in soft]
+            labels += [f"soft_beta={rec.get('beta'):g}" for rec in soft]
         tables.append(sweep_table(reward, cost, lams, labels, n, s.tau, s.bootstrap, s.seed))
     table = pd.concat(tables, ignore_index=True)
     log.info("sweep of %d rows (N in %s) x %d prompts x %d candidates in %.3f s", len(table), sizes, reward.shape[0],

@@ -14,7 +14,8 @@ interval, the one-sided 95 % bounds and the verdict (met, inconclusive, violated
 :mod:`lara.evaluate.intervals`). ``paired`` holds, per decoder, the differences lambda* - 0,
 lambda* - max and lambda* - lambda-hat on the same prompts, in decoder reward and cost and in the
 evaluation scores. With ``--sweep`` (the Best-of-N sweep), the same verdict at every lambda of the
-sweep for the decoder's N (``by_lambda``) and for the other N drawn in Fig. 1 (``by_n``).
+sweep for the decoder's N (``by_lambda``) and for the other N drawn in Fig. 1 (``by_n``), and for
+the paper's own estimator, soft mode at each beta, its lambda* applied to Best-of-N (``soft_mode``).
 """
 
 from __future__ import annotations
@@ -145,8 +146,10 @@ def sweep_audit(sweep: pd.DataFrame, n: int) -> dict:
                  "one_sided95": [r.pop("mean_cost_lower"), r.pop("mean_cost_upper")]}
                 for r in g[cols].to_dict("records")]
 
-    return {"by_lambda": rows(sweep[sweep["n"] == n]),
-            "by_n": {str(k): rows(g) for k, g in sweep.groupby("n")}}
+    main = rows(sweep[sweep["n"] == n])
+    soft = [{"beta": float(r["label"].split("=", 1)[1]), **r} for r in main if r["label"].startswith("soft_beta=")]
+    return {"by_lambda": main, "by_n": {str(k): rows(g) for k, g in sweep.groupby("n")},
+            "soft_mode": sorted(soft, key=lambda r: r["beta"])}
 
 
 OUTPUTS = ("out", "audit")  # the files this step writes (checked before it computes: lara.cli.check_outputs)

@@ -82,6 +82,10 @@ def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: FigureSettings):
             if n != main_n and len(star):
                 ax.plot(star["lambda"], star[col], marker="*", ms=10, ls="none", color=colour[n],
                         label=f"$\\lambda^*$ for N = {n}")
+        soft = sweep[(sweep["n"] == main_n) & sweep["label"].str.startswith("soft_beta=")]
+        for i, r in enumerate(soft.sort_values("lambda").to_dict("records")):
+            ax.plot(r["lambda"], r[col], marker="X", ms=8, ls="none", color=str(0.15 + 0.25 * (i % 3)),
+                    label=f"soft mode $\\beta$ = {r['label'].split('=', 1)[1]}: $\\lambda^*$ = {r['lambda']:.3g}")
         q = lam.get("bootstrap", {}).get("quantiles", {})
         lo, hi = q.get("0.025"), q.get("0.975")
         if lo is not None and hi is not None:

@@ -13,6 +13,8 @@ READING = """How to read it:
   lambda-hat   the smallest lambda whose calibration-set expected cost meets tau;
   lambda*      the deployed lambda, an upper bootstrap quantile of lambda-hat (a margin for the
                sampling error of the calibration prompts);
+  soft_beta=B  the paper's Algorithm 1 (soft mode, the Gibbs tilt at beta = B) calibrated on the same
+               scores, its lambda* applied to Best-of-N: where the paper's estimator lands against tau;
   mean cost    on the held-out test prompts, by the decoding cost model (tau's units): Best-of-N at every
                lambda of the sweep, then every decoder at every decoded lambda setting;
   verdict      "met": the one-sided 95% upper bound of the mean cost is at or below tau (the
@@ -57,7 +59,7 @@ def summarise_run(root: Path) -> str:
         lines.append(f"  on {audit.get('n_test_prompts')} held-out test prompts; at lambda*: {audit.get('verdict')}")
         lines.append(f"  {'lambda':>10}  {'':10}  {'mean cost [95% CI]':>26}  {'mean reward':>11}  verdict")
         for row in audit["by_lambda"]:
-            name = {"lambda_hat": "lambda-hat", "lambda_star": "lambda*"}.get(row["label"], "")
+            name = {"lambda_hat": "lambda-hat", "lambda_star": "lambda*", "grid": ""}.get(row["label"], row["label"])
             lo, hi = row["ci95"]
             lines.append(f"  {row['lambda']:10.4g}  {name:10}  {_interval(row['mean_cost'], lo, hi):>26}  "
                          f"{row['mean_reward']:11.3f}  {row['verdict']}")
