@@ -103,7 +103,7 @@ def test_toy_dag_through_sbatch_on_gpus_matches_the_local_run(cluster, toy_run, 
     (wf / "gpu.yaml").write_text(GPU_RESOURCES)
     env = snakemake_env() | {"SLURM_CONF": str(cluster.conf)}
     cmd = [sys.executable, "-m", "snakemake", "--profile", "slurm", "--slurm-init-seconds-before-status-checks", "3",
-           "--jobs", "2", "--configfile", "config/config.yaml", "gpu.yaml", *TARGETS]
+           "--jobs", "2", *TARGETS, "--configfile", "config/config.yaml", "gpu.yaml"]
     proc = subprocess.run(cmd, cwd=wf, env=env, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:] + cluster.logs()
     out = proc.stdout + proc.stderr

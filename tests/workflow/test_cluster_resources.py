@@ -39,7 +39,8 @@ def test_paper_dag_requests_gpus_where_the_paper_used_them(workflow_copy, paper)
                         "train-value": (2, 8), "train-safedpo": (2, 8), "train-safe-rlhf": (4, 8)}, launched
     assert "--config_file config/accelerate/fsdp-4gpu.yaml" in re.search(r".*train-safe-rlhf.*", proc.stdout).group(0)
     assert set(jobs) >= GPU_RULES | CPU_RULES, set(jobs)
-    assert len(jobs["decode_rgtg"]) == 9 and len(jobs["select_bon"]) == 3 and len(jobs["train_value_model"]) == 2
+    # 3 token-level decoders and Best-of-N at lambda 0, lambda-hat, lambda*, max
+    assert len(jobs["decode_rgtg"]) == 12 and len(jobs["select_bon"]) == 4 and len(jobs["train_value_model"]) == 2
     assert len(jobs["sample"]) == len(jobs["score"]) == 3  # the calibration, CD-Q and Best-of-N pools
     for rule in GPU_RULES:
         for res in jobs[rule]:
@@ -75,7 +76,7 @@ def test_the_base_model_revision_reaches_sft(workflow_copy):
 def test_token_level_decoding_runs_in_the_model_dtype(workflow_copy):
     proc = run_snakemake(workflow_copy, "-n", "--printshellcmds", "--configfile", "config/paper-llama.yaml")
     decodes = [line for line in proc.stdout.splitlines() if "lara rgtg " in line]
-    assert len(decodes) == 9 and all('"dtype": "bfloat16"' in line for line in decodes)
+    assert len(decodes) == 12 and all('"dtype": "bfloat16"' in line for line in decodes)
     # the Snakefile's configfile (the toy default) comes first, yet the paper run sees none of its values:
     # Safe-RLHF trains at ppo-lag.sh's learning rates by epochs, not the toy world's 80 steps at 50x
     ppo = json.loads(re.search(r"lara train-safe-rlhf .*--settings '([^']*)'", proc.stdout).group(1))

@@ -15,8 +15,11 @@ def test_bon_sweep_trades_reward_for_cost(toy_run):
     assert sorted(sweep["n"].unique()) == [4, 8, 20]  # decode.sweep_n and bon_n
     for n, rows in sweep.groupby("n"):
         grid = rows[rows["label"] == "grid"].sort_values("lambda")
-        # every N has the 9 grid lambdas of the toy config and its own calibrated lambda-hat and lambda*
-        assert len(grid) == 9 and sorted(rows["label"]) == sorted(["grid"] * 9 + ["lambda_hat", "lambda_star"]), n
+        # every N has the 9 grid lambdas of the toy config and its own calibrated lambda-hat and lambda*; the
+        # decoder's N also the lambda* of soft mode at each beta of calibration.soft_betas
+        soft = ["soft_beta=0.1", "soft_beta=1", "soft_beta=10"] if n == 20 else []
+        expected = ["grid"] * 9 + ["lambda_hat", "lambda_star"] + soft
+        assert len(grid) == 9 and sorted(rows["label"]) == sorted(expected), n
         # exact expectations over fixed candidates: both fall monotonically with lambda
         assert (grid["mean_cost"].diff().dropna() <= 1e-9).all() and (grid["mean_reward"].diff().dropna() <= 1e-9).all()
         assert grid["safe_fraction"].iloc[-1] > grid["safe_fraction"].iloc[0]

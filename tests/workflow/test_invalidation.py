@@ -47,14 +47,14 @@ def test_sft_learning_rate_reruns_everything_downstream_of_sft(toy_run, tmp_path
 
 def test_unrelated_training_key_reruns_only_its_stage(toy_run, tmp_path):
     counts, outputs = dry_run(toy_run, *override(tmp_path, "train:\n  partial:\n    prefixes_per_pair: 5\n"))
-    assert counts.get("train_partial_model") == 2 and counts.get("decode_rgtg") == 3  # pargs x 3 settings
+    assert counts.get("train_partial_model") == 2 and counts.get("decode_rgtg") == 4  # pargs x 4 settings
     assert not {"train_sft", "train_reward_model", "calibrate_lambda", "select_bon"} & set(counts)
     assert all("/pargs/" in o for o in outputs if "/decode/" in o)
 
 
 def test_one_method_s_decoding_settings_rerun_only_that_method(toy_run, tmp_path):
     counts, outputs = dry_run(toy_run, *override(tmp_path, "decode:\n  rgtg:\n    pargs:\n      temperature: 0.5\n"))
-    assert counts.get("decode_rgtg") == 3 and counts.get("evaluate_decoded") == 3
+    assert counts.get("decode_rgtg") == 4 and counts.get("evaluate_decoded") == 4
     assert not {"train_partial_model", "calibrate_lambda", "select_bon", "sample"} & set(counts)
     assert all("/pargs/" in o for o in outputs if "/decode/" in o or "/eval/pargs" in o or "/eval/args" in o)
 
