@@ -70,7 +70,7 @@ def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: FigureSettings):
     sizes = sorted(sweep["n"].unique())
     colour = {n: pal[i % len(pal)] for i, n in enumerate(sizes)}
     w, h = opts.width, opts.height
-    fig, axes = plt.subplots(1, 2, figsize=(w, h), sharex=True)
+    fig, axes = plt.subplots(1, 2, figsize=(w, h + 1.2), sharex=True, layout="constrained")
     for ax, col, label in ((axes[0], "mean_reward", "mean reward r"), (axes[1], "mean_cost", "mean cost c")):
         for n in sizes:
             g = sweep[(sweep["n"] == n) & (sweep["label"] == "grid")].sort_values("lambda")
@@ -114,8 +114,8 @@ def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: FigureSettings):
             if lb not in labels:
                 handles.append(hd)
                 labels.append(lb)
-    fig.legend(handles, labels, loc="lower center", ncol=3, frameon=False, bbox_to_anchor=(0.5, -0.02))
-    fig.tight_layout(rect=(0, 0.26, 1, 1))
+    # below the panels, in exactly the room it needs (constrained layout: never over the axis labels)
+    fig.legend(handles, labels, loc="outside lower center", ncol=3, frameon=False)
     return fig
 
 
