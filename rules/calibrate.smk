@@ -91,7 +91,7 @@ rule calibrate_soft:
     resources:
         **job_resources("calibrate_lambda"),
     params:
-        settings=lambda w: step_settings("calibration", mode="soft", bon_n=None, beta=float(w.beta.replace("p", "."))),
+        settings=lambda w: step_settings("calibration", mode="soft", bon_n=None, beta=parse_setting(w.beta)),
         code=step_code("calibrate"),
     shell:
         "lara calibrate --scores {input.scores:q} --settings {params.settings:q} --allow-infeasible"

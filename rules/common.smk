@@ -6,8 +6,8 @@ import shlex
 import sys
 from pathlib import Path
 
-import numpy as np
 from lara import config as lara_config
+from lara.calibrate.record import literal_name, parse_setting
 from lara.codehash import named_scorer_modules, step_code  # a rule's code param: its step's import closure
 from lara.runtime import cpu_kernel_environment
 from snakemake.logging import logger
@@ -238,16 +238,10 @@ def sweep_sizes():
     return sorted(set(config["decode"]["sweep_n"]) | {config["decode"]["bon_n"]})
 
 
-def beta_name(beta):
-    """A soft-mode beta as a file-name part, as lambda settings are written: 0.1 -> 0p1, 10.0 -> 10, 1e-7 ->
-    0p0000001 (the shortest decimal that reads back as the same float)."""
-    return np.format_float_positional(float(beta), trim="-").replace(".", "p")
-
-
 def soft_lambda_inputs():
     """The soft-mode calibrations of the arm calibration.soft_betas (one lambda.json per distinct beta)."""
     betas = sorted({float(b) for b in config["calibration"]["soft_betas"]})
-    return [f"{RESULTS}/calibration/lambda_soft_beta{beta_name(b)}.json" for b in betas]
+    return [f"{RESULTS}/calibration/lambda_soft_beta{literal_name(b)}.json" for b in betas]
 
 
 def sweep_lambda_inputs():

@@ -65,6 +65,18 @@ def test_negative_lambdas_and_incomplete_writes_are_refused(calibrated, tmp_path
     assert set(REQUIRED) <= set(raw)
 
 
+def test_a_number_s_file_name_reads_back_as_the_same_number():
+    from lara.calibrate.record import literal_name, parse_setting
+
+    for value, name in ((0.1, "0p1"), (10.0, "10"), (1.0, "1"), (1e-7, "0p0000001"), (0.0, "0"), (2.5, "2p5")):
+        assert literal_name(value) == name and parse_setting(name) == value
+    for value in (0.1 + 0.2, 1 / 3, 123456.789):
+        assert parse_setting(literal_name(value)) == value
+    for bad in (float("nan"), float("inf"), -1.0):
+        with pytest.raises(ValueError, match="only a finite number >= 0 has a name"):
+            literal_name(bad)
+
+
 def test_named_settings():
     assert resolve_lambda("zero", 3.0) == 0.0 and resolve_lambda("max", 3.0) == 3.0
     assert resolve_lambda("1p5", 3.0) == 1.5

@@ -141,6 +141,17 @@ def write_lambda(record: dict, path: str | Path) -> None:
     write_json(path, record)
 
 
+def literal_name(value: float) -> str:
+    """A number as a file-name part, the way literal lambda settings are written (the inverse of
+    :func:`parse_setting`): 0.1 -> "0p1", 10.0 -> "10", 1e-7 -> "0p0000001" (the shortest decimal
+    that reads back as the same float)."""
+    import numpy as np
+
+    if not (np.isfinite(value) and value >= 0):
+        raise ValueError(f"{value!r}: only a finite number >= 0 has a name")
+    return np.format_float_positional(float(value), trim="-").replace(".", "p")
+
+
 def parse_setting(name: str) -> float | None:
     """A literal lambda setting ("2", "0p5" = 0.5), or None for a named one."""
     if name in NAMED:
