@@ -89,6 +89,14 @@ def _positions(mask):
     return (mask.cumsum(-1) - 1).clamp(min=0)
 
 
+def _cache_keyword(module) -> str:
+    """The keyword a model's forward takes its KV cache by: ``cache`` in current transformers,
+    ``past_key_values`` before the rename (passing the old name to a new model warns on every call)."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
+
+
 def _buffer_cache():
     """A transformers ``DynamicCache`` whose layers keep keys/values in preallocated buffers
     (:func:`_buffer_layer_class`): appending a token writes in place instead of copying the prefix."""
@@ -152,12 +160,13 @@ class _Stepper:
     def __init__(self, model):
         self.model = model
         self.dev = next(model.parameters()).device
+        self.cache_kw = _cache_keyword(model)
 
     def start(self, ids, mask):
         self.cache = _buffer_cache()
         self.mask = mask.to(self.dev)
         out = self.model(input_ids=ids.to(self.dev), attention_mask=self.mask, position_ids=_positions(self.mask),
-                         past_key_values=self.cache, use_cache=True)
+                         use_cache=True, **{self.cache_kw: self.cache})
         self.last = out.logits[:, -1].float()
 
     def commit(self, tokens, choice, alive):
@@ -166,7 +175,7 @@ class _Stepper:
         pos = self.mask.sum(-1, keepdim=True)
         self.mask = torch.cat([self.mask, alive.to(self.mask.dtype).unsqueeze(1)], dim=1)
         out = self.model(input_ids=tokens.unsqueeze(1).to(self.dev), attention_mask=self.mask, position_ids=pos,
-                         past_key_values=self.cache, use_cache=True)
+                         use_cache=True, **{self.cache_kw: self.cache})
         self.last = out.logits[:, -1].float()
 
 
@@ -224,12 +233,13 @@ class CachedSequenceScorer:
         self.model = model
         self.backbone = getattr(model, model.base_model_prefix)
         self.dev = next(model.parameters()).device
+        self.cache_kw = _cache_keyword(self.backbone)
 
     def start(self, ids, mask):
         self.cache = _buffer_cache()
         self.mask = mask.to(self.dev)
         self.backbone(input_ids=ids.to(self.dev), attention_mask=self.mask, position_ids=_positions(self.mask),
-                      past_key_values=self.cache, use_cache=True)
+                      use_cache=True, **{self.cache_kw: self.cache})
 
     def candidates(self, cand):
         import torch
@@ -250,7 +260,7 @@ class CachedSequenceScorer:
             tree[:, 0, eye, past + eye] = 0.0
         pos = self.mask.sum(-1, keepdim=True).expand(b, k)
         hidden = self.backbone(input_ids=cand.to(self.dev), attention_mask=tree, position_ids=pos,
-                               past_key_values=self.cache, use_cache=True).last_hidden_state
+                               use_cache=True, **{self.cache_kw: self.cache}).last_hidden_state
         self._past = past
         return self.model.score(hidden).squeeze(-1).float()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -148,11 +149,19 @@ def torch_dtype(name: str):
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
+def ignore_trl_deprecated_reads() -> None:
+    """TRL 1.16 reads transformers' deprecated ``is_gradient_checkpointing`` inside its own helpers (DPO's
+    reference log-probs, unwrapping for generation): a FutureWarning in every training log that no setting of
+    ours causes or can remove. Silenced by its exact message for this process; every other warning stays."""
+    warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+
+
 def training_arguments(config_cls, s: TrainSettings, checkpoint_dir: str | Path, has_eval: bool, **extra):
     """A TRL/transformers config: checkpoints every ``save_steps`` (the last two kept), no
     external reporting, and precision set for the device (TRL defaults to bf16 and gradient
     checkpointing, which a CPU run must switch off)."""
     cuda = device() == "cuda"
+    ignore_trl_deprecated_reads()
     return config_cls(
         output_dir=str(checkpoint_dir),
         learning_rate=s.learning_rate,

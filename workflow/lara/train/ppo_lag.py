@@ -408,6 +408,7 @@ def _rollout(run: Run, step: int) -> Rollout:
 
     from lara.scoring import position_ids
     from lara.template import format_prompt
+    from lara.train.common import ignore_trl_deprecated_reads
 
     s, tok, dev = run.s, run.tok, run.dev
     texts = _batch_prompts(run, step)
@@ -416,6 +417,7 @@ def _rollout(run: Run, step: int) -> Rollout:
     gen_kwargs = dict(do_sample=True, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
                       max_new_tokens=s.max_new_tokens, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     torch.manual_seed(s.seed * 1_000_003 + step * run.world + run.accelerator.process_index)
+    ignore_trl_deprecated_reads()
     with torch.no_grad(), unwrap_model_for_generation(run.actor, run.accelerator) as unwrapped:
         unwrapped.eval()
         seq = unwrapped.generate(**enc, **gen_kwargs)
