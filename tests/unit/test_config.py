@@ -1,7 +1,9 @@
+import re
+
 import pytest
 import yaml
 
-from lara.config import ConfigError, explain, layers, load, load_schema, validate
+from lara.config import ConfigError, command_line_values, explain, layers, load, load_schema, validate
 
 from ..conftest import REPO
 
@@ -103,6 +105,28 @@ def test_bad_values_fail_naming_the_key(override, message):
         validate(override, source="my.yaml")
     assert str(info.value).startswith("my.yaml: invalid configuration")
     assert message in str(info.value)
+
+
+def test_nested_command_line_values_are_typed_as_a_yaml_file_types_them():
+    # Snakemake hands `--config 'calibration={tau: -1.0, bootstrap: 500}'` over with every nested scalar a string
+    from snakemake.cli import parse_config
+
+    given = parse_config(["calibration={tau: -1.0, bootstrap: 500, mode: soft}", "decode={lambdas: [zero, 0p5]}"])
+    assert given["calibration"]["tau"] == "-1.0"  # what Snakemake itself gives
+    typed = command_line_values(given)
+    assert typed["calibration"] == {"tau": -1.0, "bootstrap": 500, "mode": "soft"}
+    assert typed["decode"]["lambdas"] == ["zero", "0p5"]
+    assert command_line_values({"a": ["1e-3", "+2", ".5", "True", "null", "~", "nan", "1.2.3"]}) == {
+        "a": [1e-3, 2, 0.5, True, None, None, "nan", "1.2.3"]}
+    config = load(REPO / "config/config.yaml", overrides=given)
+    assert config["calibration"]["tau"] == -1.0 and config["calibration"]["bootstrap"] == 500
+
+
+@pytest.mark.parametrize(("text", "hint"), [("2e-5", "YAML 1.1 reads an exponent without a dot as text; write 2.0e-5"),
+                                            ("-1.0", "a quoted number is text in YAML; write -1.0 unquoted")])
+def test_a_number_read_as_text_gets_the_fix_that_applies(text, hint):
+    with pytest.raises(ConfigError, match=re.escape(hint)):
+        validate({"calibration": {"tau": text}})
 
 
 def test_all_errors_are_reported_at_once():

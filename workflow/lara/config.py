@@ -176,8 +176,10 @@ def error_message(error) -> str:
             except ValueError:
                 pass
             else:
-                return (f"{value!r} is a string, not a number: YAML 1.1 reads an exponent without a dot as text; "
-                        f"write {_yaml_number(value)}")
+                if "e" in value.lower() and "." not in value:
+                    return (f"{value!r} is a string, not a number: YAML 1.1 reads an exponent without a dot as "
+                            f"text; write {_yaml_number(value)}")
+                return f"{value!r} is a string, not a number: a quoted number is text in YAML; write {value} unquoted"
     hint = error.schema.get("x-hint") if isinstance(error.schema, dict) else None
     return f"{error.message} ({hint})" if hint else error.message
 
@@ -573,8 +575,35 @@ def layers(*paths: str | Path, overrides: dict | None = None) -> list[tuple[str,
             out = []
         out += chain
     if overrides:
-        out.append(("--config", dict(overrides)))
+        out.append(("--config", command_line_values(overrides)))
     return out
+
+
+_INT = re.compile(r"[-+]?[0-9]+")
+_FLOAT = re.compile(r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?")
+
+
+def command_line_values(value):
+    """Snakemake's ``--config`` typed as a YAML file would be. Snakemake reads a top-level value as a number
+    or a boolean, but a nested one (``calibration={tau: -1.0}``) with YAML's base loader, which leaves every
+    scalar a string: here each such string is read back as YAML 1.2 reads it (integers, decimals and
+    exponents, true/false, null); any other string stays a string."""
+    if isinstance(value, dict):
+        return {k: command_line_values(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [command_line_values(v) for v in value]
+    if not isinstance(value, str):
+        return value
+    if _INT.fullmatch(value):
+        return int(value)
+    if _FLOAT.fullmatch(value):
+        return float(value)
+    lowered = value.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("null", "~"):
+        return None
+    return value
 
 
 def merged(layer_list: list[tuple[str, dict]]) -> dict:
