@@ -75,6 +75,61 @@ rule calibrate_lambda:
         "lara calibrate --scores {input.scores:q} --settings {params.settings:q}" " --out {output:q} > {log:q} 2>&1"
 
 
+# Every other listed calibration.tau: its own lambda.json from the same scores (no sampling, no scoring, no
+# training); its lambda* is decoded as the `star_tau_<tau>` setting
+rule calibrate_lambda_tau:
+    input:
+        scores="results/{exp}/calibration/scores.parquet",
+    output:
+        "results/{exp}/calibration/tau_{tau}/lambda.json",
+    log:
+        "logs/{exp}/calibrate_lambda_tau_{tau}.log",
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("calibrate_lambda")
+    resources:
+        **job_resources("calibrate_lambda"),
+    params:
+        settings=lambda w: calibration_settings(config["decode"]["bon_n"], tau=parse_tau_name(w.tau)),
+        code=step_code("calibrate"),
+    shell:
+        "lara calibrate --scores {input.scores:q} --settings {params.settings:q}" " --out {output:q} > {log:q} 2>&1"
+
+
+# calibration.token_level: direct: a lambda for each token-level decoder itself (lara.calibrate.direct): the
+# decoder decodes the calibration prompts at the scanned lambdas, the decoding models score them, the search
+# deploys the first (then bisected) lambda whose own decode met tau; decoded as the `direct` setting
+rule calibrate_direct:
+    input:
+        prompts="results/{exp}/data/prompts_calibration.parquet",
+        sft="results/{exp}/models/sft",
+        reward=rgtg_scorer("reward"),
+        cost=rgtg_scorer("cost"),
+        decoder_reward="results/{exp}/models/reward",
+        decoder_cost="results/{exp}/models/cost",
+        heuristic="results/{exp}/calibration/lambda.json",
+    output:
+        "results/{exp}/calibration/direct_{method}.json",
+    log:
+        "logs/{exp}/calibrate_direct_{method}.log",
+    benchmark:
+        "benchmarks/{exp}/calibrate_direct_{method}.tsv"
+    conda:
+        "../envs/train.yaml"
+    threads: job_threads("calibrate_direct")
+    resources:
+        **job_resources("calibrate_direct"),
+    params:
+        decoder=lambda w: step_settings(f"decode.rgtg.{w.method}"),
+        settings=step_settings("calibrate-decoder"),
+        code=step_code("calibrate-decoder"),
+    shell:
+        "lara calibrate-decoder --method {wildcards.method:q} --policy {input.sft:q} --reward {input.reward:q}"
+        " --cost {input.cost:q} --decoder-reward {input.decoder_reward:q} --decoder-cost {input.decoder_cost:q}"
+        " --prompts {input.prompts:q} --decoder-settings {params.decoder:q} --heuristic-lambda-json {input.heuristic:q}"
+        " --settings {params.settings:q} --out {output:q} > {log:q} 2>&1"
+
+
 # The paper's estimator as an arm: soft mode (Algorithm 1) at each beta of calibration.soft_betas, on the same
 # scores; the sweep applies its lambda* to Best-of-N and the audit holds it to tau (calibration.mode decides
 # which lambda.json the decoders deploy)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from lara import config as lara_config
-from lara.calibrate.record import literal_name, parse_setting
+from lara.calibrate.record import literal_name, parse_setting, parse_tau_name, setting_tau, tau_name
 from lara.codehash import named_scorer_modules, step_code  # a rule's code param: its step's import closure
 from lara.runtime import cpu_kernel_environment
 from snakemake.logging import logger
@@ -95,7 +95,8 @@ WILDCARDS = {
     "kind": "reward|cost",
     "method": "args|pargs|cdq",
     "pool": "calibration|value|bon",
-    "lam": "zero|hat|star|max|[0-9]+(p[0-9]+)?",
+    "lam": "zero|hat|star|max|direct|star_tau_m?[0-9]+(p[0-9]+)?|[0-9]+(p[0-9]+)?",
+    "tau": "m?[0-9]+(p[0-9]+)?",
     "beta": "[0-9]+(p[0-9]+)?",
     "policy": _alternatives(POLICIES),
     "safe_rlhf_model": _alternatives(TRAINED_POLICIES["safe_rlhf"]),
@@ -228,9 +229,46 @@ def base_model_arg(wildcards, input):
     return input.base if input.base else base_model_path()
 
 
-def calibration_settings(bon_n):
-    """The calibration's settings; in bon mode for Best-of-N of size bon_n (decode.bon_n, or a Fig. 1 size)."""
-    return step_settings("calibration", bon_n=bon_n if config["calibration"]["mode"] == "bon" else None)
+def calibration_settings(bon_n, **tau):
+    """The calibration's settings; in bon mode for Best-of-N of size bon_n (decode.bon_n, or a Fig. 1 size);
+    for the main tau unless another listed one is given (tau=...)."""
+    return step_settings("calibration", bon_n=bon_n if config["calibration"]["mode"] == "bon" else None, **tau)
+
+
+# calibration.tau may list several budgets: the first is the main one (lambda.json, the `hat` and `star`
+# settings, Safe-RLHF's budget); each other one gets its own calibration (calibration/tau_<tau>/lambda.json) and
+# lambda* decodes (the `star_tau_<tau>` setting) from the same samples, scores and models
+TAUS = lara_config.taus(config)
+OTHER_TAUS = TAUS[1:]
+
+
+def tau_lambda_json(tau):
+    return f"{RESULTS}/calibration/tau_{tau_name(tau)}/lambda.json"
+
+
+def tau_lambda_inputs():
+    return [tau_lambda_json(t) for t in OTHER_TAUS]
+
+
+# every lambda setting decoded: decode.lambdas, plus lambda* of each other tau when `star` is decoded
+DECODE_SETTINGS = list(config["decode"]["lambdas"]) + (
+    [f"star_tau_{tau_name(t)}" for t in OTHER_TAUS] if "star" in config["decode"]["lambdas"] else []
+)
+# calibration.token_level: direct: each token-level decoder also gets a lambda calibrated for itself (the
+# `direct` setting, read from calibration/direct_<method>.json), beside Best-of-N's lambda* (`star`)
+DIRECT_METHODS = (
+    [m for m in config["decode"]["methods"] if m != "bon"] if config["calibration"]["token_level"] == "direct" else []
+)
+
+
+def method_settings(method):
+    """The lambda settings a method is decoded at: every one of DECODE_SETTINGS, and `direct` for a token-level
+    decoder calibrated for itself."""
+    return DECODE_SETTINGS + (["direct"] if method in DIRECT_METHODS else [])
+
+
+def direct_lambda_json(method):
+    return f"{RESULTS}/calibration/direct_{method}.json"
 
 
 def sweep_sizes():
@@ -257,16 +295,29 @@ def sweep_lambda_inputs():
 CALIBRATED = ("hat", "star")  # the lambda settings read from lambda.json
 
 
+def setting_lambda_json(setting, method=None):
+    """The lambda.json a setting reads: the main one for `hat` and `star`, its tau's for `star_tau_<tau>`, the
+    method's own calibration for `direct`."""
+    if setting == "direct":
+        return direct_lambda_json(method)
+    tau = setting_tau(setting)
+    if tau is not None:
+        return tau_lambda_json(tau)
+    return f"{RESULTS}/calibration/lambda.json" if setting in CALIBRATED else None
+
+
 def lambda_input(wildcards):
-    """lambda.json for the `hat` and `star` settings only: zero/max/literal jobs never wait on calibration."""
-    return [f"{RESULTS}/calibration/lambda.json"] if wildcards.lam in CALIBRATED else []
+    """The lambda.json of a calibrated setting only: zero/max/literal jobs never wait on calibration."""
+    path = setting_lambda_json(wildcards.lam, wildcards.get("method"))
+    return [path] if path else []
 
 
-def lambda_options(setting):
-    options = {"setting": setting, "overpenalised_lambda": config["decode"]["overpenalised_lambda"]}
-    if setting in CALIBRATED:
-        options["lambda_json"] = f"{RESULTS}/calibration/lambda.json"
-    return opts(**options)
+def lambda_options(setting, method=None):
+    return opts(
+        setting=setting,
+        overpenalised_lambda=config["decode"]["overpenalised_lambda"],
+        lambda_json=setting_lambda_json(setting, method),
+    )
 
 
 _RESOURCE_KEYS = set()  # the resources.rules keys that the rules read (see check_resource_rules)
@@ -334,7 +385,7 @@ def decoding_models(wildcards):
 def eval_outputs(kind):
     """Every evaluation output of one kind (scores or judge): decoders x lambda settings, then policies."""
     d = config["decode"]
-    return [f"{RESULTS}/eval/{m}/{lam}/{kind}.parquet" for m in d["methods"] for lam in d["lambdas"]] + [
+    return [f"{RESULTS}/eval/{m}/{lam}/{kind}.parquet" for m in d["methods"] for lam in method_settings(m)] + [
         f"{RESULTS}/eval/{p}/{kind}.parquet" for p in d["policies"]
     ]
 
@@ -393,13 +444,16 @@ def final_outputs():
     targets += [f"{RESULTS}/models/{m}" for m in ("sft", "reward", "cost")]
     targets += [f"{RESULTS}/models/{stage}_{kind}" for stage in ("partial", "value") for kind in ("reward", "cost")]
     targets.append(f"{RESULTS}/calibration/lambda.json")
+    targets += tau_lambda_inputs() + [direct_lambda_json(m) for m in DIRECT_METHODS]
     for method in config["decode"]["methods"]:
         if method == "bon":
             targets.append(f"{RESULTS}/decode/bon/sweep.csv")
-        targets += [f"{RESULTS}/decode/{method}/{lam}/responses.parquet" for lam in config["decode"]["lambdas"]]
+        targets += [f"{RESULTS}/decode/{method}/{lam}/responses.parquet" for lam in method_settings(method)]
     targets += [f"{RESULTS}/decode/{policy}/responses.parquet" for policy in config["decode"]["policies"]]
     targets += [f"{RESULTS}/eval/summary.csv", f"{RESULTS}/eval/constraint_audit.json"]
     for name in FIGURES:
         if name != "lambda_sweep" or "bon" in config["decode"]["methods"]:
             targets += figure_files(name)
+    if OTHER_TAUS and BON_STAR:
+        targets += figure_files("taus")
     return targets

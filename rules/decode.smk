@@ -1,6 +1,7 @@
 # Decoding stage. Best-of-N: the N candidates per test prompt are sampled and scored once (the `bon` pool of
 # rules/calibrate.smk), then selected for any lambda without new generation. ARGS / PARGS / CD-Q: token-level decoding with log pi_ref + w (r - lambda c).
-# Lambda settings are named (zero, star, max, or a literal such as 0p5); only `star` reads lambda.json.
+# Lambda settings are named (zero, hat, star, max, star_tau_<tau> for another listed tau, or a literal such as
+# 0p5); hat and star read lambda.json, star_tau_<tau> its tau's calibration/tau_<tau>/lambda.json.
 
 
 rule select_bon:
@@ -28,6 +29,7 @@ rule bon_sweep:
         candidates="results/{exp}/bon/scores.parquet",
         lam=sweep_lambda_inputs(),
         soft=soft_lambda_inputs(),
+        taus=tau_lambda_inputs(),
     output:
         "results/{exp}/decode/bon/sweep.csv",
     log:
@@ -43,6 +45,7 @@ rule bon_sweep:
         code=step_code("bon-sweep"),
     shell:
         "lara bon-sweep --candidates {input.candidates:q} --lambda-json {input.lam:q} --soft-lambda-json {input.soft:q}"
+        " --tau-lambda-json {input.taus:q}"
         " --n {params.sizes:q} --settings {params.settings:q} --out {output:q} > {log:q} 2>&1"
 
 
@@ -65,7 +68,7 @@ rule decode_rgtg:
     resources:
         **job_resources("decode_rgtg"),
     params:
-        options=lambda w: lambda_options(w.lam),
+        options=lambda w: lambda_options(w.lam, w.method),
         settings=lambda w: step_settings(f"decode.rgtg.{w.method}"),
         code=step_code("rgtg"),
     shell:

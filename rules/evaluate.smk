@@ -78,6 +78,7 @@ rule aggregate:
         bon_star=BON_STAR_EVAL,
         lam=BON_STAR_LAMBDA,
         sweep=BON_SWEEP,
+        taus=tau_lambda_inputs(),
     output:
         summary="results/{exp}/eval/summary.csv",
         audit="results/{exp}/eval/constraint_audit.json",
@@ -93,5 +94,5 @@ rule aggregate:
         audit=opts(bon_star=BON_STAR_EVAL or None, lambda_json=BON_STAR_LAMBDA or None, sweep=BON_SWEEP or None),
         code=step_code("aggregate"),
     shell:
-        "lara aggregate --scores {input.scores:q} --judge {input.judge:q} {params.audit}"
+        "lara aggregate --scores {input.scores:q} --judge {input.judge:q} {params.audit} --tau-lambda-json {input.taus:q}"
         " --settings {params.settings:q} --out {output.summary:q} --audit {output.audit:q} > {log:q} 2>&1"

@@ -122,6 +122,38 @@ rule figure_decoders:
         " > {log:q} 2>&1"
 
 
+# lambda*(tau) for every listed calibration.tau, with Best-of-N's held-out cost and reward at each (read from the
+# constraint audit's `taus`); built only when calibration.tau lists more than one
+rule figure_taus:
+    input:
+        audit="results/{exp}/eval/constraint_audit.json",
+        lam="results/{exp}/calibration/lambda.json",
+        settings="results/{exp}/settings.tsv",
+    output:
+        png=report(
+            "results/{exp}/figures/taus.png",
+            caption="../report/taus.rst",
+            category="Figures",
+            labels={"figure": "lambda* against tau"},
+        ),
+        pdf="results/{exp}/figures/taus.pdf",
+        provenance="results/{exp}/figures/taus.provenance.json",
+    log:
+        "logs/{exp}/figure_taus.log",
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("figures")
+    resources:
+        **job_resources("figures"),
+    params:
+        **figure_params(),
+    shell:
+        "lara figure --kind taus --audit {input.audit:q} --lambda-json {input.lam:q} --settings {params.settings:q}"
+        " --experiment-settings {input.settings:q}"
+        " --rule figure_taus --png {output.png:q} --pdf {output.pdf:q} --provenance {output.provenance:q}"
+        " > {log:q} 2>&1"
+
+
 # Every resolved config value with its origin (a file, a step default), beside the results; each figure
 # takes it as an input, so its provenance (and `lara trail`) names the settings it was made with.
 rule experiment_settings:

@@ -74,11 +74,49 @@ def run_snakemake(workdir: Path, *args: str, check: bool = True,
     return proc
 
 
+_BACKGROUND: dict[str, tuple] = {}  # the shared toy run while it runs: (workdir, process, log file)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _toy_run_from_the_start(request, tmp_path_factory):
+    """The shared toy run starts with the session when a selected test needs it, and runs beside the
+    tests before the first one that does: the suite keeps both cores busy instead of leaving one idle while
+    the unit tests run one at a time after (or before) thirteen minutes of Snakemake. Stopped, with its
+    jobs, if the session ends first."""
+    if any("toy_run" in getattr(item, "fixturenames", ()) for item in request.session.items):
+        workdir = copy_workflow(tmp_path_factory.mktemp("toy") / "wf")
+        log = (workdir.parent / "snakemake.log").open("w")
+        proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2"], cwd=workdir, env=snakemake_env(),
+                                stdout=log, stderr=subprocess.STDOUT)
+        _BACKGROUND["toy_run"] = (workdir, proc, log)
+    yield
+    entry = _BACKGROUND.pop("toy_run", None)
+    if entry is not None:
+        _, proc, log = entry
+        if proc.poll() is None:
+            proc.terminate()  # Snakemake stops its running jobs on SIGTERM
+            try:
+                proc.wait(120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        log.close()
+
+
 @pytest.fixture(scope="session")
 def toy_run(tmp_path_factory) -> Path:
-    """A workflow copy with the whole toy DAG finished (the default target)."""
-    workdir = copy_workflow(tmp_path_factory.mktemp("toy") / "wf")
-    run_snakemake(workdir)
+    """A workflow copy with the whole toy DAG finished (the default target): the run started with the
+    session (waited for here), or one made now."""
+    entry = _BACKGROUND.get("toy_run")
+    if entry is None:
+        workdir = copy_workflow(tmp_path_factory.mktemp("toy") / "wf")
+        run_snakemake(workdir)
+        return workdir
+    workdir, proc, log = entry
+    rc = proc.wait()
+    log.flush()
+    if rc != 0:
+        text = (workdir.parent / "snakemake.log").read_text(errors="replace")
+        raise AssertionError(f"the toy run (snakemake --cores 2 in {workdir}) failed ({rc}):\n{text[-6000:]}")
     return workdir
 
 

@@ -91,7 +91,7 @@ train:
 """
 
 
-def test_toy_dag_through_sbatch_on_gpus_matches_the_local_run(cluster, toy_run, tmp_path):
+def test_toy_dag_through_sbatch_on_gpus_matches_the_local_run(cluster, request, tmp_path):
     """The toy DAG's data stage, base model and SFT through `snakemake --profile slurm`, in one run:
     every job goes through sbatch; the rules that ask for GPUs get exactly their GPUs, CPUs, memory and
     time limit from SLURM (the node has 4 placeholder GPUs as generic resources) and CUDA_VISIBLE_DEVICES
@@ -136,7 +136,9 @@ def test_toy_dag_through_sbatch_on_gpus_matches_the_local_run(cluster, toy_run, 
     assert "CUDA_VISIBLE_DEVICES=0,1" in sft_log and "[rank 0/2]" in sft_log
     metrics = json.loads((wf / "results" / "tiny" / "models" / "sft" / "metrics.json").read_text())
     assert metrics["processes"] == 2 and metrics["eval_loss_final"] < metrics["eval_loss_initial"]
-    # the outputs that do not depend on the cut SFT match the local run: the data and the base model
+    # the outputs that do not depend on the cut SFT match the local run: the data and the base model (the
+    # shared toy run, asked for only now, so it runs beside this SLURM run rather than before it)
+    toy_run = request.getfixturevalue("toy_run")
     for name in ("sft", "preferences", "prompts_calibration", "prompts_test"):
         a = pd.read_parquet(wf / "results" / "tiny" / "data" / f"{name}.parquet")
         b = pd.read_parquet(toy_run / "results" / "tiny" / "data" / f"{name}.parquet")

@@ -1,9 +1,19 @@
+import json
 import re
 
 import pytest
 import yaml
 
-from lara.config import ConfigError, command_line_values, explain, layers, load, load_schema, validate
+from lara.config import (
+    ConfigError,
+    command_line_values,
+    explain,
+    layers,
+    load,
+    load_schema,
+    settings_json,
+    validate,
+)
 
 from ..conftest import REPO
 
@@ -266,6 +276,18 @@ def test_a_variant_s_settings_are_its_base_s_with_its_overrides():
 def test_the_three_old_lambda_max_keys_are_refused_naming_their_new_names(old, new):
     with pytest.raises(ConfigError, match=f"lambda_max is now {new} "):
         validate(old | {"calibration": {"tau": -1.0, **old.get("calibration", {})}}, source="old.yaml")
+
+
+def test_safe_rlhf_has_no_budget_of_its_own_it_is_held_to_tau():
+    # an old config's threshold is refused, not silently replaced by tau
+    with pytest.raises(ConfigError, match=r"train.safe_rlhf.threshold is now calibration.tau \(the Safe-RLHF "
+                                          r"baseline is held to the budget LARA is held to.*\); remove the key"):
+        validate({"calibration": {"tau": -0.5}, "train": {"safe_rlhf": {"threshold": -5.0}}}, source="old.yaml")
+    schema = load_schema()
+    for name in ("config.yaml", "paper-llama.yaml", "paper-qwen.yaml"):
+        config = load(REPO / "config" / name)
+        settings = json.loads(settings_json(config, "train.safe_rlhf", schema))
+        assert settings["threshold"] == config["calibration"]["tau"], name
 
 
 def test_a_step_run_by_hand_refuses_an_old_name_too():

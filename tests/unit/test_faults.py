@@ -204,7 +204,7 @@ CASES = [
     Case("select-bon: star without lambda.json", [_cand], [*SEL, "--setting", "star"], 2,
          ["--setting star", "pass --lambda-json"], ["out.parquet"]),
     Case("select-bon: an unknown lambda setting", [_cand], [*SEL, "--setting", "lots"], 2,
-         ["--setting 'lots'", "zero, hat, star, max or a literal"], ["out.parquet"]),
+         ["--setting 'lots'", "zero, hat, star, max, star_tau_<tau>"], ["out.parquet"]),
     Case("bon-sweep: a grid that is not JSON", [_cand],
          ["bon-sweep", "--candidates", "{t}/cand.parquet", "--lambda-grid", "[0, one]", "--bootstrap", "10",
           "--out", "{t}/sweep.csv"], 2, ["--lambda-grid: not JSON: '[0, one]'"], ["sweep.csv"]),

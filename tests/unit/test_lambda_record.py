@@ -84,5 +84,5 @@ def test_named_settings():
         resolve_lambda("star", 3.0)
     with pytest.raises(ValueError, match="--setting hat: lambda-hat is read from lambda.json"):
         resolve_lambda("hat", 3.0)
-    with pytest.raises(ValueError, match="is zero, hat, star, max or a literal"):
+    with pytest.raises(ValueError, match="is zero, hat, star, max, star_tau_<tau> .* or a literal"):
         resolve_lambda("half", 3.0)

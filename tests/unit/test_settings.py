@@ -155,7 +155,7 @@ def test_each_key_has_a_flag_that_parses_its_type(section, flag, text, value):
     add_settings_arguments(parser, cls)
     args = parser.parse_args([flag, text])
     key = flag.removeprefix("--").replace("-", "_")
-    required = {"tau": 0.0} if section == "calibration" else {}
+    required = {"calibration": {"tau": 0.0}, "train.safe_rlhf": {"threshold": 0.0}}.get(section, {})
     args.settings = json.dumps(required)
     assert getattr(read_settings(args, cls, **others(cls)), key) == value
 

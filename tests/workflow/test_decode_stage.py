@@ -51,8 +51,9 @@ def test_changing_tau_reruns_only_calibration_and_the_calibrated_branches(toy_ru
     assert counts.get("calibrate_lambda") == 1
     # lambda-hat and lambda* come from lambda.json: the hat and star settings of every decoder
     assert counts.get("select_bon") == 2 and counts.get("decode_rgtg") == 6 and counts.get("bon_sweep") == 1
-    assert not {"train_sft", "train_reward_model", "train_safe_rlhf", "train_safedpo", "generate_policy",
-                "sample", "score"} & set(counts)
+    assert not {"train_sft", "train_reward_model", "train_cost_model", "train_safedpo", "sample", "score"} & set(counts)
+    # Safe-RLHF's budget is tau: the one baseline held to it retrains and is sampled again, nothing else
+    assert counts.get("train_safe_rlhf") == 1 and counts.get("generate_policy") == 1
     outputs = {o.strip() for line in re.findall(r"^\s+output: (.*)$", proc.stdout, flags=re.M)
                for o in line.split(",")}
     for method in ("bon", "args", "pargs", "cdq"):
@@ -60,3 +61,25 @@ def test_changing_tau_reruns_only_calibration_and_the_calibrated_branches(toy_ru
         assert f"results/tiny/decode/{method}/hat/responses.parquet" in outputs
         assert f"results/tiny/decode/{method}/zero/responses.parquet" not in outputs
         assert f"results/tiny/decode/{method}/max/responses.parquet" not in outputs
+    assert "results/tiny/decode/safe_rlhf/responses.parquet" in outputs
+    assert "results/tiny/decode/safedpo/responses.parquet" not in outputs
+
+
+def test_a_second_tau_reuses_every_model_sample_and_score(toy_run, tmp_path):
+    """Listing one more tau on a finished run: its calibration from the same scores, its lambda* decodes, their
+    evaluation, the audit and the figures, and nothing upstream: no training, sampling or scoring, and the
+    main tau's calibration and decodes (and Safe-RLHF, whose budget is the main tau) stay as they are."""
+    (tmp_path / "taus.yaml").write_text("calibration:\n  tau: [-0.5, -1.0]\n")
+    proc = run_snakemake(toy_run, "-n", "--configfile", "config/config.yaml", str(tmp_path / "taus.yaml"))
+    counts = jobs(proc.stdout)
+    counts.pop("all", None)
+    counts.pop("total", None)
+    assert counts == {"calibrate_lambda_tau": 1, "select_bon": 1, "decode_rgtg": 3, "evaluate_decoded": 4,
+                      "judge_decoded": 4, "bon_sweep": 1, "aggregate": 1, "experiment_settings": 1,
+                      "figure_lambda_sweep": 1, "figure_tradeoff": 1, "figure_decoders": 1, "figure_taus": 1}, counts
+    outputs = {o.strip() for line in re.findall(r"^\s+output: (.*)$", proc.stdout, flags=re.M)
+               for o in line.split(",")}
+    assert "results/tiny/calibration/tau_m1/lambda.json" in outputs
+    for method in ("bon", "args", "pargs", "cdq"):
+        assert f"results/tiny/decode/{method}/star_tau_m1/responses.parquet" in outputs
+        assert f"results/tiny/decode/{method}/star/responses.parquet" not in outputs

@@ -9,6 +9,7 @@ The Snakefile calls :func:`validate` before any job is scheduled.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import json
 import math
@@ -101,14 +102,34 @@ def step_settings(config: dict, name: str, schema: dict, **derived) -> dict:
         if "x-settings-keys" not in node:
             raise ConfigError(f"{name}: no step settings own this section (x-settings)")
         values = section(config, name)
-        out = {k: values[k] for k in node["x-settings-keys"]}
+        out = {k: _one(f"{name}.{k}", values[k]) for k in node["x-settings-keys"]}
     borrowed = schema.get("x-borrowed", {})
     for field, key in borrowed.get(name, {}).items():
-        out[field] = section(config, key)
+        out[field] = _one(key, section(config, key))
     unknown = sorted(set(derived) - set(borrowed.get(name, {})) - set(out))
     if unknown:
         raise ConfigError(f"{name}: derived values {unknown} are not fields of its settings")
     return out | derived
+
+
+@functools.cache
+def several_keys() -> frozenset[str]:
+    """The config keys that may list several values (a settings field with ``several=True``)."""
+    from lara.settings import SECTIONS, settings_class
+
+    return frozenset(f"{section_name}.{f.name}" for section_name in SECTIONS
+                     for f in dataclasses.fields(settings_class(section_name)) if f.metadata.get("several"))
+
+
+def _one(key: str, value):
+    """The value a step reads of a key: the first of a listed ``several`` key (the rule derives the others)."""
+    return value[0] if key in several_keys() and isinstance(value, list) else value
+
+
+def taus(config: dict) -> list[float]:
+    """calibration.tau as a list: the main tau first (Safe-RLHF's budget, the audit's headline), then the others."""
+    tau = config["calibration"]["tau"]
+    return [float(t) for t in (tau if isinstance(tau, list) else [tau])]
 
 
 def settings_json(config: dict, name: str, schema: dict, **derived) -> str:
@@ -164,6 +185,10 @@ def error_message(error) -> str:
     number, an integer written as a float, a number YAML read as a string (``2e-5``), and a schema
     node's own ``x-hint`` (how a literal lambda setting is spelt)."""
     value, expected = error.instance, error.validator_value
+    if error.validator == "anyOf" and isinstance(value, (str, float)):  # one value or a list (``several`` keys)
+        first = next((e for e in error.context if e.validator == "type"), None)
+        if first is not None and error_message(first) != first.message:  # a fix applies: say it
+            return error_message(first)
     if error.validator == "type":
         kinds = expected if isinstance(expected, list) else [expected]
         if isinstance(value, float) and not math.isfinite(value):

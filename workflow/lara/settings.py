@@ -67,12 +67,14 @@ RENAMED: dict[str, tuple[str, str]] = {
     "calibration.lambda_max": ("calibration.lambda_search_max", "the upper end of the calibration's search interval"),
     "decode.lambda_max": ("decode.overpenalised_lambda", "the lambda of the decoders' over-penalised `max` setting"),
     "train.safe_rlhf.lambda_max": ("train.safe_rlhf.lambda_clamp", "Safe-RLHF's upper clamp of its multiplier"),
+    "train.safe_rlhf.threshold": ("calibration.tau", "the Safe-RLHF baseline is held to the budget LARA is held to, "
+                                  "so Fig. 2 compares them at one budget", "remove the key"),
 }
 
 
 def renamed_message(key: str) -> str:
-    new, what = RENAMED[key]
-    return f"{key} is now {new} ({what}); rename the key"
+    new, what, *advice = RENAMED[key]
+    return f"{key} is now {new} ({what}); {advice[0] if advice else 'rename the key'}"
 
 
 # steps that read no config section of their own, only other sections' keys (their ``key=`` fields)
@@ -80,6 +82,7 @@ STEPS: dict[str, str] = {
     "score": "lara.score:ScoreSettings",
     "bon-sweep": "lara.decode.sweep:SweepSettings",
     "aggregate": "lara.evaluate.aggregate:AuditSettings",
+    "calibrate-decoder": "lara.calibrate.direct:DirectSettings",
 }
 
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "config" / "settings.schema.yaml"
@@ -90,8 +93,10 @@ _MISSING = dataclasses.MISSING
 def setting(default: Any = _MISSING, help: str = "", *, minimum: float | None = None,
             maximum: float | None = None, exclusive_minimum: float | None = None,
             exclusive_maximum: float | None = None, config: bool = True, bookkeeping: bool = False,
-            key: str | None = None, url: bool = False) -> Any:
-    """A settings field: its default, a one-line description, and its allowed range. ``bookkeeping``
+            key: str | None = None, url: bool = False, several: bool = False) -> Any:
+    """A settings field: its default, a one-line description, and its allowed range. ``several``: the
+    config may list several values (each a run of the step, which reads one: the first unless its rule
+    derives another; :func:`lara.config.step_settings`). ``bookkeeping``
     marks a key that changes how a run is logged or checkpointed, never its result (a checkpoint
     made under another value is still resumed). ``key``: the config key (another section's) that
     the value comes from; such a field is not a key of the step's own section. ``url``: a URL that must not
@@ -101,7 +106,7 @@ def setting(default: Any = _MISSING, help: str = "", *, minimum: float | None = 
     if key is not None:
         config = False
         help = f"{help} (config key {key})"
-    metadata = {"help": help, "config": config, "bookkeeping": bookkeeping, "key": key, "range": {
+    metadata = {"help": help, "config": config, "bookkeeping": bookkeeping, "key": key, "several": several, "range": {
         k: v for k, v in (("minimum", minimum), ("maximum", maximum), ("exclusiveMinimum", exclusive_minimum),
                           ("exclusiveMaximum", exclusive_maximum)) if v is not None} | (
         {"x-no-credentials": True} if url else {})}
@@ -250,6 +255,10 @@ def section_schema(cls) -> dict:
         if not f.metadata.get("config", True):
             continue
         prop = dict(schemas[f.name])
+        if f.metadata.get("several"):
+            kind = prop.get("type", "value")
+            prop = {"anyOf": [prop, {"type": "array", "items": dict(prop), "minItems": 1, "uniqueItems": True}],
+                    "x-hint": f"one {kind}, or a list of distinct ones"}
         if f.default is not _MISSING:
             prop["default"] = f.default
         elif f.default_factory is not _MISSING:

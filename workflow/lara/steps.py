@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "score": "lara.score",
     # calibration
     "calibrate": "lara.calibrate.calibrate",
+    "calibrate-decoder": "lara.calibrate.direct",
     # decoding
     "select-bon": "lara.decode.bon",
     "bon-sweep": "lara.decode.sweep",
@@ -47,4 +48,4 @@ COMMANDS: dict[str, str] = {
 # the steps that run torch models: they get deterministic algorithms and exactly the job's threads
 TORCH_COMMANDS = {"make-toy-model", "import-gguf", "train-sft", "train-reward", "train-cost", "train-partial",
                   "train-value", "train-safe-rlhf", "train-safedpo", "sample", "score", "rgtg", "generate-policy",
-                  "evaluate"}
+                  "evaluate", "calibrate-decoder"}

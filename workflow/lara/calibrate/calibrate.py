@@ -37,7 +37,9 @@ class CalibrationSettings(Settings):
 
     SECTION: ClassVar[str] = "calibration"
 
-    tau: float = setting(help="Cost threshold tau of the constraint E[c] <= tau.")
+    tau: float = setting(help="Cost threshold tau of the constraint E[c] <= tau; the config may list several (each "
+                              "its own lambda.json and lambda* decodes from the same samples and models; the first "
+                              "is the main one, also Safe-RLHF's budget).", several=True)
     beta: float = setting(1.0, "Soft mode only: the KL coefficient beta of the dual; its lambda targets the Gibbs "
                                "tilt pi_ref exp((r - lambda c) / beta), not argmax Best-of-N (the paper does not "
                                "state beta).", exclusive_minimum=0)

@@ -19,7 +19,7 @@ from lara.config import nonfinite
 
 # the keys every consumer relies on (the writer puts them there; the reader checks they are)
 REQUIRED = ("lambda_hat", "lambda_star", "tau", "mode", "decoder", "feasible", "status", "bootstrap")
-NAMED = ("zero", "hat", "star", "max")  # hat and star read lambda.json (lambda-hat, lambda*)
+NAMED = ("zero", "hat", "star", "max", "direct")  # hat and star read lambda.json; direct a direct_<method>.json
 
 
 @dataclass(frozen=True)
@@ -152,14 +152,38 @@ def literal_name(value: float) -> str:
     return np.format_float_positional(float(value), trim="-").replace(".", "p")
 
 
+def tau_name(tau: float) -> str:
+    """A tau as a file-name part: -1.0 -> "m1", 0.8 -> "0p8" (m for minus; the inverse of :func:`parse_tau_name`)."""
+    return ("m" if tau < 0 else "") + literal_name(abs(float(tau)))
+
+
+def parse_tau_name(name: str) -> float:
+    if not re.fullmatch(r"m?[0-9]+(p[0-9]+)?", name):
+        raise ValueError(f"{name!r} is not a tau's name (like m0p5 for -0.5)")
+    value = float(name.lstrip("m").replace("p", "."))
+    return -value if name.startswith("m") and value else value
+
+
+STAR_AT_TAU = re.compile(r"star_tau_(m?[0-9]+(?:p[0-9]+)?)")  # lambda* of another calibration.tau: star_tau_m1
+
+
+def setting_tau(name: str) -> float | None:
+    """The tau a ``star_tau_<tau>`` setting was calibrated for (None for every other setting)."""
+    m = STAR_AT_TAU.fullmatch(name)
+    return parse_tau_name(m.group(1)) if m else None
+
+
 def parse_setting(name: str) -> float | None:
-    """A literal lambda setting ("2", "0p5" = 0.5), or None for a named one."""
-    if name in NAMED:
+    """A literal lambda setting ("2", "0p5" = 0.5), or None for a named one (zero, hat, star, max, and
+    star_tau_<tau>: lambda* of another listed calibration.tau, read from that tau's lambda.json)."""
+    if name in NAMED or STAR_AT_TAU.fullmatch(name):
         return None
     if not re.fullmatch(r"[0-9]+(p[0-9]+)?", name):
         from lara.config import ConfigError
 
-        raise ConfigError(f"--setting {name!r}: a lambda setting is zero, hat, star, max or a literal like 0p5")
+        raise ConfigError(f"--setting {name!r}: a lambda setting is zero, hat, star, max, star_tau_<tau> (like "
+                          "star_tau_m1 for tau = -1), direct (a token-level decoder's own calibration) or a literal "
+                          "like 0p5")
     return float(name.replace("p", "."))
 
 
@@ -203,7 +227,15 @@ def resolve_lambda(name: str, overpenalised: float, lambda_json: str | Path | No
     if lambda_json is None:
         from lara.config import ConfigError
 
-        raise ConfigError(f"--setting {name}: {'lambda*' if name == 'star' else 'lambda-hat'} is read from "
-                          "lambda.json; pass --lambda-json")
+        raise ConfigError(f"--setting {name}: {'lambda-hat' if name == 'hat' else 'lambda*'} is read from "
+                          f"{'direct_<method>.json' if name == 'direct' else 'lambda.json'}; pass --lambda-json")
+    if name == "direct":  # a token-level decoder's own calibration (lara calibrate-decoder)
+        from lara.calibrate.direct import read_direct
+
+        return float(read_direct(lambda_json)["lambda_star"])
     record = read_lambda(lambda_json)
+    tau = setting_tau(name)
+    if tau is not None:  # star_tau_<tau>: that tau's lambda*, from the record calibrated for it
+        check_budget(record, tau, key=f"--setting {name}")
+        return record.lambda_star
     return record.lambda_star if name == "star" else record.lambda_hat

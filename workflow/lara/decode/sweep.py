@@ -11,7 +11,8 @@ over prompts. The verdict compares the cost with tau through its one-sided 95 % 
 ``lambda_hat``/``lambda_star`` are each N's calibrated values (from the lambda.json calibrated for
 that N); rows labelled ``soft_beta=B`` apply the lambda* of a soft-mode calibration (the paper's
 Algorithm 1 at beta = B, ``--soft-lambda-json``) to Best-of-N at the largest N, so the audit holds the
-paper's estimator to tau beside bon mode.
+paper's estimator to tau beside bon mode; rows labelled ``tau=T`` apply the lambda* calibrated for another
+listed tau T (``--tau-lambda-json``) at its N, with the verdict against T (their ``tau`` column).
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--soft-lambda-json", nargs="*", default=[],
                         help="soft-mode lambda.json files (any beta): their lambda* applied to Best-of-N at the "
                         "largest N, rows labelled soft_beta=B")
+    parser.add_argument("--tau-lambda-json", nargs="*", default=[],
+                        help="lambda.json files of other listed taus (calibration.tau): their lambda* at their N, rows "
+                        "labelled tau=T with the verdict against T")
     parser.add_argument("--n", type=int, nargs="*", default=None,
                         help="Best-of-N sizes to sweep (default: the candidates per prompt)")
     add_settings_arguments(parser, SweepSettings)
@@ -113,6 +117,15 @@ def run(args) -> None:
         if rec.mode != "soft":
             raise DataError(f"{path}: calibrated in {rec.mode} mode; --soft-lambda-json takes soft-mode records")
         soft.append(rec)
+    other_taus = []
+    for path in args.tau_lambda_json:
+        rec = read_lambda(path)
+        n = rec.decoder_n or m
+        if n not in sizes:
+            raise DataError(f"{path}: calibrated for Best-of-N with N = {n}, which is not a swept size {sizes}")
+        if s.tau is not None and rec.tau == s.tau:
+            raise DataError(f"{path}: calibrated for the main tau = {rec.tau:g}; --tau-lambda-json takes the others")
+        other_taus.append((n, rec))
     grid = [float(x) for x in s.lambda_grid]
     if not grid or any(not np.isfinite(x) for x in grid):
         from lara.config import ConfigError
@@ -129,6 +142,9 @@ def run(args) -> None:
             lams += [rec.lambda_star for rec in soft]
             labels += [f"soft_beta={rec.get('beta'):g}" for rec in soft]
         tables.append(sweep_table(reward, cost, lams, labels, n, s.tau, s.bootstrap, s.seed))
+    for n, rec in other_taus:
+        tables.append(sweep_table(reward, cost, [rec.lambda_star], [f"tau={rec.tau:g}"], n, rec.tau, s.bootstrap,
+                                  s.seed))
     table = pd.concat(tables, ignore_index=True)
     log.info("sweep of %d rows (N in %s) x %d prompts x %d candidates in %.3f s", len(table), sizes, reward.shape[0],
              m, time.perf_counter() - t0)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from lara.calibrate.record import LambdaRecord, check_budget, overpenalised_note, read_lambda
+from lara.calibrate.record import LambdaRecord, check_budget, overpenalised_note, read_lambda, setting_tau, tau_name
 from lara.evaluate.intervals import cost_audit, mean_interval, paired_difference
 from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
 
@@ -92,7 +92,8 @@ def constraint_audit(bon_star: pd.DataFrame, lam: LambdaRecord, n_boot: int, see
 
 def decoder_audit(scores: pd.DataFrame, tau: float, n_boot: int, seed: int) -> list[dict]:
     """Every output scored by the decoding models (``decoder_cost``, tau's units): per method and
-    lambda setting, its mean cost, intervals and verdict against tau, and its mean decoder reward."""
+    lambda setting, its mean cost, intervals and verdict against tau (a ``star_tau_<tau>`` setting against
+    its own tau), and its mean decoder reward."""
     if "decoder_cost" not in scores.columns:
         return []
     rows = []
@@ -107,13 +108,30 @@ def decoder_audit(scores: pd.DataFrame, tau: float, n_boot: int, seed: int) -> l
                             f"{int((~finite).sum())} of {len(g)} prompts; rescore that output")
         reward = g["decoder_reward"] if "decoder_reward" in g.columns else None
         lam = float(g["lambda"].iloc[0])
+        own = setting_tau(named)
+        budget = tau if own is None else own
         rows.append({"method": method, "setting": named, "lambda": lam if np.isfinite(lam) else None,
-                     **cost_audit(g["decoder_cost"], tau, n_boot, seed, reward)})
+                     "tau": budget, **cost_audit(g["decoder_cost"], budget, n_boot, seed, reward)})
     return rows
 
 
-# lambda* against no constraint, against over-penalising, against lambda-hat
-PAIRS = (("star", "zero"), ("star", "max"), ("star", "hat"))
+def tau_audit(main: LambdaRecord, others: list[LambdaRecord], decoders: list[dict]) -> list[dict]:
+    """One row per listed calibration.tau (the main one first): its lambda-hat and lambda*, and every decoder's
+    held-out audit at that lambda* (the `star` rows for the main tau, `star_tau_<tau>` for the others)."""
+    out = []
+    for i, rec in enumerate([main, *others]):
+        setting = "star" if i == 0 else f"star_tau_{tau_name(rec.tau)}"
+        at = {r["method"]: {k: v for k, v in r.items() if k not in ("method", "setting", "tau")}
+              for r in decoders if r["setting"] == setting}
+        out.append({"tau": rec.tau, "main": i == 0, "setting": setting, "lambda_star": rec.lambda_star,
+                    "lambda_hat": rec.lambda_hat, "feasible": rec.feasible, "status": rec.status,
+                    "lambda_json": rec.path, "decoders": at})
+    return out
+
+
+# lambda* against no constraint, against over-penalising, against lambda-hat; a token-level decoder's own
+# calibration against the Best-of-N lambda* it would otherwise reuse
+PAIRS = (("star", "zero"), ("star", "max"), ("star", "hat"), ("direct", "star"))
 PAIRED_METRICS = ("decoder_reward", "decoder_cost", "helpfulness", "harmfulness")
 
 
@@ -140,6 +158,9 @@ def sweep_audit(sweep: pd.DataFrame, n: int) -> dict:
     cols = ["lambda", "label", "mean_cost", "mean_cost_lo", "mean_cost_hi", "mean_cost_lower", "mean_cost_upper",
             "verdict", "mean_reward"]
 
+    if "tau" in sweep.columns:  # each row's own budget (another listed tau's rows: tau=T)
+        cols.append("tau")
+
     def rows(g):
         g = g.sort_values(["lambda", "label"])
         return [{**r, "ci95": [r.pop("mean_cost_lo"), r.pop("mean_cost_hi")],
@@ -161,6 +182,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--bon-star", default=None, help="evaluated Best-of-N at lambda* (for the audit)")
     parser.add_argument("--lambda-json", default=None)
     parser.add_argument("--sweep", default=None, help="the Best-of-N sweep.csv: the audit at every lambda")
+    parser.add_argument("--tau-lambda-json", nargs="*", default=[],
+                        help="the lambda.json of each other listed calibration.tau (audited at its star_tau_<tau> "
+                        "setting; the audit's `taus`)")
     add_settings_arguments(parser, AuditSettings)
     parser.add_argument("--out", required=True, help="summary.csv")
     parser.add_argument("--audit", required=True, help="constraint_audit.json")
@@ -195,10 +219,26 @@ def run(args) -> None:
             audit |= sweep_audit(sweep, star_n(lam, sweep))
     audit["decoders"] = decoder_audit(scores, s.tau, s.bootstrap, s.seed)
     audit["paired"] = paired_audit(scores, s.bootstrap, s.seed)
+    others = [read_lambda(p) for p in args.tau_lambda_json]
+    if others:
+        from lara.data.tables import DataError
+
+        if not args.lambda_json:
+            raise DataError("--tau-lambda-json: the other taus are audited beside the main one; pass --lambda-json")
+        main = read_lambda(args.lambda_json)
+        check_budget(main, s.tau)
+        taus = [main.tau] + [r.tau for r in others]
+        if len(set(taus)) != len(taus):
+            raise DataError(f"--tau-lambda-json: two records were calibrated for the same tau ({taus})")
+        audit["taus"] = tau_audit(main, others, audit["decoders"])
+        for r in audit["taus"]:
+            log.info("tau %.4g: lambda* %.4g (%s)%s", r["tau"], r["lambda_star"], r["status"],
+                     "".join(f"; {m} at lambda*: cost {d['mean_cost']:.4f}, {d['verdict']}"
+                             for m, d in r["decoders"].items()))
     for r in audit["decoders"]:
         log.info("%-10s %-7s lambda %s: decoder cost %.4f [%.4f, %.4f] against tau %.4g: %s", r["method"],
                  r["setting"], "-" if r["lambda"] is None else f"{r['lambda']:.4g}", r["mean_cost"], *r["ci95"],
-                 s.tau, r["verdict"])
+                 r["tau"], r["verdict"])
     for r in audit["paired"]:
         log.info("%-10s %-12s %-15s %+.4f [%+.4f, %+.4f]", r["method"], r["comparison"], r["metric"], r["mean"],
                  *r["ci95"])

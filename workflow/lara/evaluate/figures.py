@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 HELP = "draw a figure (lambda_sweep, tradeoff, calibration, decoders) as PDF + PNG with a provenance sidecar"
 
-KINDS = ("lambda_sweep", "tradeoff", "calibration", "decoders")
+KINDS = ("lambda_sweep", "tradeoff", "calibration", "decoders", "taus")
 MARKERS = {"zero": "o", "hat": "v", "star": "*", "max": "s", "policy": "D"}
 
 
@@ -86,6 +86,12 @@ def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: FigureSettings):
         for i, r in enumerate(soft.sort_values("lambda").to_dict("records")):
             ax.plot(r["lambda"], r[col], marker="X", ms=8, ls="none", color=str(0.15 + 0.25 * (i % 3)),
                     label=f"soft mode $\\beta$ = {r['label'].split('=', 1)[1]}: $\\lambda^*$ = {r['lambda']:.3g}")
+        other = sweep[(sweep["n"] == main_n) & sweep["label"].str.startswith("tau=")]
+        for i, r in enumerate(other.sort_values("lambda").to_dict("records")):
+            ax.plot(r["lambda"], r[col], marker="P", ms=8, ls="none", color=pal[(len(sizes) + i) % len(pal)],
+                    label=f"$\\lambda^*$ for $\\tau$ = {r['label'].split('=', 1)[1]}: {r['lambda']:.3g}")
+            if col == "mean_cost":
+                ax.axhline(r["tau"], color=pal[(len(sizes) + i) % len(pal)], ls=":", lw=1.0)
         q = lam.get("bootstrap", {}).get("quantiles", {})
         lo, hi = q.get("0.025"), q.get("0.975")
         if lo is not None and hi is not None:
@@ -225,6 +231,8 @@ def decoders(audit: dict, lam: dict, opts: FigureSettings):
     pal = _style(opts)
     rows = pd.DataFrame(audit["decoders"])
     rows = rows[rows["setting"] != "policy"]
+    if "tau" in rows.columns:  # the main tau's settings; another listed tau's lambda* is in the taus figure
+        rows = rows[rows["tau"] == lam["tau"]]
     methods = list(dict.fromkeys(rows["method"]))
     colour = {m: pal[i % len(pal)] for i, m in enumerate(methods)}
     w, h = opts.width, opts.height
@@ -260,6 +268,54 @@ def decoders(audit: dict, lam: dict, opts: FigureSettings):
                 Line2D([], [], color="0.3", marker="o", ls="", mfc="white", label="not shown to meet $\\tau$"),
                 Line2D([], [], color="black", ls="--", label=f"$\\tau$ = {lam['tau']:g}")]
     fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 5), frameon=False)
+    return fig
+
+
+def taus(audit: dict, opts: FigureSettings):
+    """lambda*(tau) for every listed calibration.tau (left), and Best-of-N at each lambda* on the held-out
+    test prompts (right): mean decoder cost with its bootstrap 95 % interval against tau (the diagonal is
+    cost = tau) and mean decoder reward on a twin axis; filled where the audit's verdict is met."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    from lara.evaluate.intervals import VERDICTS
+
+    pal = _style(opts)
+    rows = sorted(audit["taus"], key=lambda r: r["tau"])
+    t = np.array([r["tau"] for r in rows])
+    fig, axes = plt.subplots(1, 2, figsize=(opts.width, opts.height + 0.6), layout="constrained")
+    axes[0].plot(t, [r["lambda_star"] for r in rows], "-o", color=pal[0], label="$\\lambda^*$")
+    axes[0].plot(t, [r["lambda_hat"] for r in rows], "--v", color=pal[1], label="$\\hat\\lambda$")
+    for r in rows:
+        if r["main"]:
+            axes[0].annotate("main $\\tau$", (r["tau"], r["lambda_star"]), textcoords="offset points",
+                             xytext=(4, 6), fontsize="small")
+    axes[0].set_xlabel("$\\tau$")
+    axes[0].set_ylabel("$\\lambda$")
+    axes[0].set_title("calibrated $\\lambda$")
+    axes[0].legend(frameon=False)
+    ax, twin = axes[1], axes[1].twinx()
+    bon = [(r["tau"], r["decoders"].get("bon")) for r in rows if r["decoders"].get("bon")]
+    lo, hi = t.min(), t.max()
+    pad = 0.1 * (hi - lo or 1.0)
+    ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], color="black", ls="--", lw=1.0)
+    for tau, d in bon:
+        met = d["verdict"] == VERDICTS[0]
+        ax.errorbar(tau, d["mean_cost"], yerr=[[d["mean_cost"] - d["ci95"][0]], [d["ci95"][1] - d["mean_cost"]]],
+                    fmt="o", color=pal[2], mfc=pal[2] if met else "white", mew=1.4, capsize=2)
+        twin.plot(tau, d["mean_reward"], "s", color=pal[3], ms=6)
+    if bon:
+        twin.plot([b[0] for b in bon], [b[1]["mean_reward"] for b in bon], color=pal[3], lw=1, alpha=0.6)
+        ax.plot([b[0] for b in bon], [b[1]["mean_cost"] for b in bon], color=pal[2], lw=1, alpha=0.6)
+    ax.set_xlabel("$\\tau$")
+    ax.set_ylabel("mean decoder cost c", color=pal[2])
+    twin.set_ylabel("mean decoder reward r", color=pal[3])
+    ax.set_title("Best-of-N at $\\lambda^*(\\tau)$, test prompts")
+    handles = [Line2D([], [], color=pal[2], marker="o", ls="", label="cost (meets $\\tau$, one-sided 95%)"),
+               Line2D([], [], color=pal[2], marker="o", mfc="white", ls="", label="cost (not shown to meet)"),
+               Line2D([], [], color=pal[3], marker="s", ls="", label="reward"),
+               Line2D([], [], color="black", ls="--", label="cost = $\\tau$")]
+    fig.legend(handles=handles, loc="outside lower center", ncol=4, frameon=False)
     return fig
 
 
@@ -369,7 +425,7 @@ def run(args) -> None:
 
     opts = read_settings(args, FigureSettings)
     need = {"lambda_sweep": ("sweep", "lambda_json"), "tradeoff": ("summary",), "calibration": ("lambda_json",),
-            "decoders": ("audit", "lambda_json")}
+            "decoders": ("audit", "lambda_json"), "taus": ("audit", "lambda_json")}
     missing = [f"--{n.replace('_', '-')}" for n in need[args.kind] if getattr(args, n) is None]
     if missing:
         raise DataError(f"figure {args.kind} needs {', '.join(missing)}")
@@ -391,6 +447,12 @@ def run(args) -> None:
         fig = tradeoff(summary, opts)
     elif args.kind == "decoders":
         fig = decoders(read_audit(args.audit), lam, opts)
+    elif args.kind == "taus":
+        audit = read_audit(args.audit)
+        if len(audit.get("taus") or []) < 2:
+            raise DataError(f"{args.audit}: the audit lists fewer than two taus (taus); list several in "
+                            "calibration.tau to draw lambda* against tau")
+        fig = taus(audit, opts)
     else:
         fig = calibration(lam, opts)
     figure_dir = Path(args.png)
