@@ -342,3 +342,25 @@ def test_the_decoders_figure_refuses_an_audit_without_decoders(tmp_path, capsys)
                "--provenance", str(tmp_path / "d.provenance.json")])
     assert rc == 2 and "audit.json: no decoder scored by the decoding models" in capsys.readouterr().err
     assert not list(tmp_path.glob("d.*"))
+
+
+def test_fig2_says_which_decoder_dominates_which_baseline_and_how_clearly():
+    from lara.evaluate.summary import fig2_reading
+
+    def row(method, setting, helpful, harmful, width):
+        return {"method": method, "setting": setting, "helpfulness": helpful, "helpfulness_lo": helpful - width,
+                "helpfulness_hi": helpful + width, "harmfulness": harmful, "harmfulness_lo": harmful - width,
+                "harmfulness_hi": harmful + width}
+
+    summary = pd.DataFrame([row("bon", "star", 1.0, -1.0, 0.1), row("args", "star", 0.5, 0.2, 0.5),
+                            row("cdq", "star", 0.0, 0.5, 0.1), row("pargs", "star", 1.0, 0.5, 0.1),
+                            row("bon", "zero", 9.0, 9.0, 0.1),
+                            row("sft", "policy", 0.0, 0.0, 0.1), row("safe_rlhf", "policy", 0.5, 0.0, 0.1)])
+    text = "\n".join(fig2_reading(summary))
+    assert "bon    at lambda* vs safe_rlhf  dominates (both 95% intervals apart)" in text
+    assert "args   at lambda* vs safe_rlhf  is dominated (means; intervals overlap)" in text
+    assert "cdq    at lambda* vs safe_rlhf  trades off: less helpful and less harmful" not in text
+    assert "cdq    at lambda* vs safe_rlhf  is dominated (both 95% intervals apart)" in text
+    assert "pargs  at lambda* vs safe_rlhf  trades off: more helpful and more harmful" in text
+    assert "vs sft" not in text and "zero" not in text  # the reference policy and other settings are not Fig. 2's
+    assert fig2_reading(summary[summary["setting"] != "policy"]) == []

@@ -30,6 +30,35 @@ def _interval(mean: float, lo: float, hi: float) -> str:
     return f"{mean:8.3f} [{lo:.3f}, {hi:.3f}]"
 
 
+def compare(a, b) -> str:
+    """How output ``a`` stands against ``b`` in Fig. 2 (evaluation scorers' means and 95 % intervals): it
+    dominates when at least as helpful and at most as harmful, clearly when both intervals separate in its
+    favour; it is dominated the other way round; otherwise the two trade helpfulness for harmlessness."""
+    if a.helpfulness >= b.helpfulness and a.harmfulness <= b.harmfulness:
+        clear = a.helpfulness_lo > b.helpfulness_hi and a.harmfulness_hi < b.harmfulness_lo
+        return "dominates" + (" (both 95% intervals apart)" if clear else " (means; intervals overlap)")
+    if a.helpfulness <= b.helpfulness and a.harmfulness >= b.harmfulness:
+        clear = a.helpfulness_hi < b.helpfulness_lo and a.harmfulness_lo > b.harmfulness_hi
+        return "is dominated" + (" (both 95% intervals apart)" if clear else " (means; intervals overlap)")
+    more = "more helpful and more harmful" if a.helpfulness > b.helpfulness else "less helpful and less harmful"
+    return f"trades off: {more}"
+
+
+def fig2_reading(summary) -> list[str]:
+    """The paper's RQ2 read off this run: each decoder at lambda* against each fine-tuned baseline."""
+    rows = {(r.method, r.setting): r for r in summary.itertuples(index=False)}
+    baselines = [m for m, s in rows if s == "policy" and m != "sft"]
+    decoders = [m for m, s in rows if s == "star"]
+    if not baselines or not decoders:
+        return []
+    lines = ["", "Fig. 2 read off this run: each decoder at lambda* against each fine-tuned baseline "
+                 "(evaluation scorers' helpfulness and harmfulness):"]
+    for d in decoders:
+        for b in baselines:
+            lines.append(f"  {d:6} at lambda* vs {b:10} {compare(rows[(d, 'star')], rows[(b, 'policy')])}")
+    return lines
+
+
 def summarise_run(root: Path) -> str:
     """The summary of the run whose outputs are in ``root`` (``results/{experiment}``)."""
     import pandas as pd
@@ -89,6 +118,7 @@ def summarise_run(root: Path) -> str:
         helpful = _interval(r.helpfulness, r.helpfulness_lo, r.helpfulness_hi)
         harmful = _interval(r.harmfulness, r.harmfulness_lo, r.harmfulness_hi)
         lines.append(f"  {r.method:10} {r.setting:8} {helpful:>28} {harmful:>28} {safe}")
+    lines += fig2_reading(summary)
     figures = sorted((root / "figures").glob("*.png"))
     lines += ["", "figures: " + (", ".join(str(f) for f in figures) or "none yet"),
               "  (lara trail FIGURE checks a figure against the data, code and settings it was made from)", "",
