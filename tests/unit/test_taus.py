@@ -141,6 +141,20 @@ def test_the_audit_lists_every_tau_with_its_decoders_held_to_it_and_the_figure_d
     fig = draw_taus(audit, FigureSettings())
     lam_line = fig.axes[0].lines[0]
     assert list(lam_line.get_xdata()) == [-0.8, -0.3] and list(lam_line.get_ydata()) == [lam[-0.8], lam[-0.3]]
+    # `lara summary` lists every tau with its lambda* and verdicts
+    import shutil
+
+    root = tmp_path / "results"
+    (root / "calibration").mkdir(parents=True)
+    (root / "eval").mkdir()
+    shutil.copy(paths[-0.3], root / "calibration" / "lambda.json")
+    shutil.copy(tmp_path / "audit.json", root / "eval" / "constraint_audit.json")
+    shutil.copy(tmp_path / "summary.csv", root / "eval" / "summary.csv")
+    from lara.evaluate.summary import summarise_run
+
+    text = summarise_run(root)
+    assert f"tau     -0.3 (main)  lambda* {lam[-0.3]:.4g}" in text and "bon cost" in text
+    assert f"tau     -0.8         lambda* {lam[-0.8]:.4g}" in text and "violated" in text
     # an audit with one tau has nothing to draw against tau
     audit["taus"] = audit["taus"][:1]
     (tmp_path / "audit.json").write_text(json.dumps(audit))

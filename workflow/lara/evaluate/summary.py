@@ -103,6 +103,14 @@ def summarise_run(root: Path) -> str:
             lines.append(f"  {row['method']:10} {row['setting']:8} {lam:>8}  "
                          f"{_interval(row['mean_cost'], *row['ci95']):>26}  "
                          f"{_interval(row['mean_reward'], *row['reward_ci95']):>26}  {row['verdict']}")
+    if audit.get("taus"):
+        lines += ["", "every listed tau (calibration.tau), calibrated from the same scores; each decoder at that "
+                      "tau's lambda* against it:"]
+        for row in audit["taus"]:
+            at = "; ".join(f"{m} cost {d['mean_cost']:.3f}, {d['verdict'].split(' (')[0]}"
+                           for m, d in row["decoders"].items())
+            lines.append(f"  tau {row['tau']:8.4g}{' (main)' if row['main'] else '       '}  lambda* "
+                         f"{row['lambda_star']:.4g} ({row['status']})  {at}")
     if audit.get("paired"):
         lines += ["", "paired differences on the same test prompts (mean [95% CI]):"]
         for row in audit["paired"]:
