@@ -83,3 +83,19 @@ def test_a_second_tau_reuses_every_model_sample_and_score(toy_run, tmp_path):
     for method in ("bon", "args", "pargs", "cdq"):
         assert f"results/tiny/decode/{method}/star_tau_m1/responses.parquet" in outputs
         assert f"results/tiny/decode/{method}/star/responses.parquet" not in outputs
+
+
+def test_direct_calibration_of_the_token_level_decoders_adds_their_own_lambda_and_nothing_upstream(toy_run, tmp_path):
+    (tmp_path / "direct.yaml").write_text("calibration:\n  token_level: direct\n")
+    proc = run_snakemake(toy_run, "-n", "--configfile", "config/config.yaml", str(tmp_path / "direct.yaml"))
+    counts = jobs(proc.stdout)
+    assert counts.get("calibrate_direct") == 3 and counts.get("decode_rgtg") == 3
+    assert counts.get("evaluate_decoded") == 3 and counts.get("aggregate") == 1
+    assert not {"train_sft", "train_reward_model", "train_cost_model", "train_partial_model", "train_value_model",
+                "train_safe_rlhf", "train_safedpo", "sample", "score", "calibrate_lambda", "select_bon"} & set(counts)
+    outputs = {o.strip() for line in re.findall(r"^\s+output: (.*)$", proc.stdout, flags=re.M)
+               for o in line.split(",")}
+    for method in ("args", "pargs", "cdq"):
+        assert f"results/tiny/calibration/direct_{method}.json" in outputs
+        assert f"results/tiny/decode/{method}/direct/responses.parquet" in outputs
+    assert "results/tiny/decode/bon/direct/responses.parquet" not in outputs
