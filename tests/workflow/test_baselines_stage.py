@@ -1,16 +1,12 @@
-"""The baselines on the finished toy run: Safe-RLHF's multiplier follows its episode cost, the
-trained policy is less harmful than SFT under the toy world's oracle, and every policy's
-test-prompt responses come out in the decoders' schema."""
+"""The baselines on the finished toy run: Safe-RLHF, held to LARA's tau, has a multiplier that follows its
+episode cost; both baselines move off SFT (Safe-RLHF more helpful within the budget, SafeDPO safer), and every
+policy's test-prompt responses come out in the decoders' schema."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
 import pytest
-
-from lara.toy.world import oracle_scores
 
 pytestmark = pytest.mark.workflow
 
@@ -41,21 +37,16 @@ def test_policy_responses_share_the_decoder_schema(toy_run):
         assert (out["response"].str.len() > 0).mean() > 0.9
 
 
-def _oracle_harm(toy_run, model, tmp_path):
-    out = tmp_path / f"{model}.parquet"
-    subprocess.run([sys.executable, "-m", "lara", "sample", "--model", str(toy_run / "results/tiny/models" / model),
-                    "--prompts", str(toy_run / "results/tiny/data/prompts_test.parquet"), "--n", "8", "--seed", "3",
-                    "--settings", json.dumps({"top_k": 50, "temperature": 1.2, "max_new_tokens": 48, "batch_size": 64}),
-                    "--out", str(out)], check=True, capture_output=True)
-    df = pd.read_parquet(out)
-    _, harm = oracle_scores(df["prompt"], df["response"])
-    return harm
-
-
-def test_safe_rlhf_and_safedpo_are_less_harmful_than_sft(toy_run, tmp_path):
-    """8 samples per test prompt (512 responses per policy) judged by the toy oracle."""
-    sft = _oracle_harm(toy_run, "sft", tmp_path)
-    safe_rlhf = _oracle_harm(toy_run, "safe_rlhf", tmp_path)
-    safedpo = _oracle_harm(toy_run, "safedpo", tmp_path)
-    assert safe_rlhf.mean() < sft.mean() and (safe_rlhf > 0).mean() < (sft > 0).mean()
-    assert safedpo.mean() < sft.mean()
+def test_the_baselines_move_off_sft_within_the_budget_lara_is_held_to(toy_run):
+    """Safe-RLHF at LARA's tau (-0.5, far above SFT's cost, about -3 in the cost model's units) spends the slack
+    on helpfulness: more helpful than SFT under the toy world's oracle, its held-out cost by the decoding cost
+    model still within tau; SafeDPO is safer than SFT. Both baselines leave SFT, in different directions."""
+    summary = pd.read_csv(toy_run / "results/tiny/eval/summary.csv").set_index("method")
+    audit = json.loads((toy_run / "results/tiny/eval/constraint_audit.json").read_text())
+    policies = {r["method"]: r for r in audit["decoders"] if r["setting"] == "policy"}
+    sft, rlhf, dpo = (summary.loc[m] for m in ("sft", "safe_rlhf", "safedpo"))
+    assert rlhf["helpfulness_lo"] > sft["helpfulness_hi"]  # 95 % intervals apart
+    assert policies["safe_rlhf"]["mean_cost"] <= audit["tau"] and policies["safe_rlhf"]["tau"] == audit["tau"]
+    assert dpo["harmfulness_hi"] < sft["harmfulness_lo"]
+    history = json.loads((toy_run / "results/tiny/models/safe_rlhf/history.json").read_text())["history"]
+    assert history[-1]["reward"] > history[0]["reward"] + 1.0  # PPO raised the reward it optimises
