@@ -26,11 +26,19 @@ SLOW_FIXTURES = {"tiny_world", "ppo_inputs", "smollm2", "toy_run", "workflow_cop
 SLOW_MARKERS = {"workflow", "slurm", "gpu"}
 
 
+def _needs_the_toy_run(item) -> bool:
+    """A test that reads the shared toy run (its fixture, or the SLURM test that compares against it)."""
+    return "toy_run" in getattr(item, "fixturenames", ()) or item.get_closest_marker("slurm") is not None
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) or SLOW_MARKERS & {m.name for m in
                                                                                     item.iter_markers()}:
             item.add_marker(pytest.mark.slow)
+    # the tests that read the shared toy run go last (in their own order), so every other test runs while the
+    # toy run, started with the session (_toy_run_from_the_start), is still going
+    items[:] = sorted(items, key=_needs_the_toy_run)
 WORKFLOW_FILES = ("Snakefile", "rules", "config", "envs", "slurm", "report")
 
 
