@@ -13,6 +13,10 @@ from pathlib import Path
 
 import pytest
 
+# One thread per test process (and the processes it starts), as every workflow job gets one: the shared toy
+# run goes on beside the other tests, and torch's default of one thread per core would have them all spin
+# for the same two cores. Read by OpenMP when torch is first imported, which no test has done yet here.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # No test may reach the Hugging Face hub; the libraries read these at import time.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"

@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lara.calibrate.direct import read_direct, search
+from lara.calibrate.direct import search
+from lara.calibrate.record import read_direct
 
 
 def _curve(fn):

@@ -26,21 +26,19 @@ number of decodes and every evaluation (mean cost with its bootstrap 95 % interv
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar
 
+from lara.calibrate.record import DIRECT_KIND as KIND  # the record type; lara.calibrate.record reads it
 from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
 
 log = logging.getLogger(__name__)
 
 HELP = "calibrate lambda for a token-level decoder itself: decode the calibration prompts, score, search"
 
-KIND = "token_level_direct"
 
 
 @dataclass(frozen=True)
@@ -169,21 +167,3 @@ def run(args) -> None:
     log.info("%s: lambda %.6g (%s) after %d decodes of %d calibration prompts in %.1f s%s", args.method,
              found["lambda_star"], found["status"], found["n_decodes"], len(df), time.perf_counter() - t0,
              "" if heuristic is None else f"; the heuristic (Best-of-N's lambda*) is {heuristic.lambda_star:.6g}")
-
-
-def read_direct(path: str | Path) -> dict:
-    """A ``direct_<method>.json``, checked: its kind, a finite lambda_star >= 0, a tau."""
-    from lara.data.tables import DataError
-
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: not a readable decoder calibration ({exc})") from None
-    lam = data.get("lambda_star") if isinstance(data, dict) else None
-    if not isinstance(data, dict) or data.get("kind") != KIND:
-        raise DataError(f"{path}: not a `lara calibrate-decoder` record (kind {KIND!r})")
-    if not isinstance(lam, int | float) or not math.isfinite(lam) or lam < 0:
-        raise DataError(f"{path}: lambda_star {lam!r} is not a finite number >= 0; rerun `lara calibrate-decoder`")
-    if not isinstance(data.get("tau"), int | float):
-        raise DataError(f"{path}: no tau; rerun `lara calibrate-decoder`")
-    return data

@@ -230,8 +230,6 @@ def resolve_lambda(name: str, overpenalised: float, lambda_json: str | Path | No
         raise ConfigError(f"--setting {name}: {'lambda-hat' if name == 'hat' else 'lambda*'} is read from "
                           f"{'direct_<method>.json' if name == 'direct' else 'lambda.json'}; pass --lambda-json")
     if name == "direct":  # a token-level decoder's own calibration (lara calibrate-decoder)
-        from lara.calibrate.direct import read_direct
-
         return float(read_direct(lambda_json)["lambda_star"])
     record = read_lambda(lambda_json)
     tau = setting_tau(name)
@@ -239,3 +237,25 @@ def resolve_lambda(name: str, overpenalised: float, lambda_json: str | Path | No
         check_budget(record, tau, key=f"--setting {name}")
         return record.lambda_star
     return record.lambda_star if name == "star" else record.lambda_hat
+
+
+DIRECT_KIND = "token_level_direct"  # the record `lara calibrate-decoder` writes (lara.calibrate.direct)
+
+
+def read_direct(path: str | Path) -> dict:
+    """A ``direct_<method>.json`` (lara.calibrate.direct), checked: its kind, a finite lambda_star >= 0, a tau.
+    Read here, not in lara.calibrate.direct, so a decoder's code closure stays the reader's alone."""
+    from lara.data.tables import DataError
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: not a readable decoder calibration ({exc})") from None
+    lam = data.get("lambda_star") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or data.get("kind") != DIRECT_KIND:
+        raise DataError(f"{path}: not a `lara calibrate-decoder` record (kind {DIRECT_KIND!r})")
+    if not isinstance(lam, int | float) or not math.isfinite(lam) or lam < 0:
+        raise DataError(f"{path}: lambda_star {lam!r} is not a finite number >= 0; rerun `lara calibrate-decoder`")
+    if not isinstance(data.get("tau"), int | float):
+        raise DataError(f"{path}: no tau; rerun `lara calibrate-decoder`")
+    return data
