@@ -295,6 +295,7 @@ def taus(audit: dict, opts: FigureSettings):
     axes[0].set_title("calibrated $\\lambda$")
     axes[0].legend(frameon=False)
     ax, twin = axes[1], axes[1].twinx()
+    twin.grid(False)  # one grid (the cost axis'), not two crossing ones
     bon = [(r["tau"], r["decoders"].get("bon")) for r in rows if r["decoders"].get("bon")]
     lo, hi = t.min(), t.max()
     pad = 0.1 * (hi - lo or 1.0)
