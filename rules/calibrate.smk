@@ -98,7 +98,9 @@ rule calibrate_lambda_tau:
 
 # calibration.token_level: direct: a lambda for each token-level decoder itself (lara.calibrate.direct): the
 # decoder decodes the calibration prompts at the scanned lambdas, the decoding models score them, the search
-# deploys the first (then bisected) lambda whose own decode met tau; decoded as the `direct` setting
+# deploys the first (then bisected) lambda whose own decode met tau; decoded as the `direct` setting. It does not
+# read lambda.json: a new bootstrap of Best-of-N's lambda* never reruns these decodes (the audit's paired
+# `direct - star` compares the two)
 rule calibrate_direct:
     input:
         prompts="results/{exp}/data/prompts_calibration.parquet",
@@ -107,7 +109,6 @@ rule calibrate_direct:
         cost=rgtg_scorer("cost"),
         decoder_reward="results/{exp}/models/reward",
         decoder_cost="results/{exp}/models/cost",
-        heuristic="results/{exp}/calibration/lambda.json",
     output:
         "results/{exp}/calibration/direct_{method}.json",
     log:
@@ -126,8 +127,8 @@ rule calibrate_direct:
     shell:
         "lara calibrate-decoder --method {wildcards.method:q} --policy {input.sft:q} --reward {input.reward:q}"
         " --cost {input.cost:q} --decoder-reward {input.decoder_reward:q} --decoder-cost {input.decoder_cost:q}"
-        " --prompts {input.prompts:q} --decoder-settings {params.decoder:q} --heuristic-lambda-json {input.heuristic:q}"
-        " --settings {params.settings:q} --out {output:q} > {log:q} 2>&1"
+        " --prompts {input.prompts:q} --decoder-settings {params.decoder:q} --settings {params.settings:q}"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 # The paper's estimator as an arm: soft mode (Algorithm 1) at each beta of calibration.soft_betas, on the same
