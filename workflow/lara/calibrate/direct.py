@@ -95,12 +95,9 @@ def search(evaluate, grid, tau: float, refine_steps: int) -> dict:
 
 
 def add_arguments(parser) -> None:
-    from lara.decode.rgtg import METHODS
+    from lara.decode.rgtg import add_decoder_arguments
 
-    parser.add_argument("--method", required=True, choices=METHODS)
-    parser.add_argument("--policy", required=True, help="pi_ref (the SFT model)")
-    parser.add_argument("--reward", required=True, help="the decoder's reward scorer (full, partial or value model)")
-    parser.add_argument("--cost", required=True, help="the decoder's cost scorer (full, partial or value model)")
+    add_decoder_arguments(parser)
     parser.add_argument("--decoder-reward", required=True, help="the decoding reward model (full sequences)")
     parser.add_argument("--decoder-cost", required=True, help="the decoding cost model (full sequences, tau's units)")
     parser.add_argument("--prompts", required=True, help="the calibration prompts (prompt_id, prompt)")

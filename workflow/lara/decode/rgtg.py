@@ -384,11 +384,17 @@ def load_models(method: str, policy: str, reward: str, cost: str, dtype: str = "
 HELP = "token-level decoding with log pi_ref + w (r - lambda c): ARGS, PARGS or CD-Q"
 
 
-def add_arguments(parser) -> None:
+def add_decoder_arguments(parser) -> None:
+    """The decoder a token-level step runs: its method, pi_ref and its own reward and cost scorers (also
+    `lara calibrate-decoder`'s)."""
     parser.add_argument("--method", required=True, choices=METHODS)
     parser.add_argument("--policy", required=True, help="pi_ref (the SFT model)")
-    parser.add_argument("--reward", required=True, help="reward scorer (full, partial or value model)")
-    parser.add_argument("--cost", required=True, help="cost scorer (full, partial or value model)")
+    parser.add_argument("--reward", required=True, help="the decoder's reward scorer (full, partial or value model)")
+    parser.add_argument("--cost", required=True, help="the decoder's cost scorer (full, partial or value model)")
+
+
+def add_arguments(parser) -> None:
+    add_decoder_arguments(parser)
     parser.add_argument("--prompts", required=True, help="parquet with prompt_id, prompt")
     add_lambda_arguments(parser)
     add_settings_arguments(parser, RGTGSettings)
