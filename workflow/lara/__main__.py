@@ -1,5 +1,3 @@
-import sys
+from lara.cli import entry
 
-from lara.cli import main
-
-sys.exit(main())
+entry()
