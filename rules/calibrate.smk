@@ -75,6 +75,31 @@ rule calibrate_lambda:
         "lara calibrate --scores {input.scores:q} --settings {params.settings:q}" " --out {output:q} > {log:q} 2>&1"
 
 
+# The coverage study (calibration.cost_bounds set, bon mode): repeated calibrations on draws from the scored
+# pools, each procedure's lambda (bootstrap, CRC, LTT) evaluated exactly on the whole population
+rule coverage:
+    input:
+        scores=coverage_population(),
+    output:
+        json="results/{exp}/calibration/coverage.json",
+        table="results/{exp}/calibration/coverage.csv",
+    log:
+        "logs/{exp}/coverage.log",
+    benchmark:
+        "benchmarks/{exp}/coverage.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("coverage")
+    resources:
+        **job_resources("coverage"),
+    params:
+        settings=step_settings("coverage"),
+        code=step_code("coverage"),
+    shell:
+        "lara coverage --scores {input.scores:q} --settings {params.settings:q} --out {output.json:q}"
+        " --table {output.table:q} > {log:q} 2>&1"
+
+
 # Every other listed calibration.tau: its own lambda.json from the same scores (no sampling, no scoring, no
 # training); its lambda* is decoded as the `star_tau_<tau>` setting
 rule calibrate_lambda_tau:
@@ -147,7 +172,9 @@ rule calibrate_soft:
     resources:
         **job_resources("calibrate_lambda"),
     params:
-        settings=lambda w: step_settings("calibration", mode="soft", bon_n=None, beta=parse_setting(w.beta)),
+        settings=lambda w: step_settings(
+            "calibration", mode="soft", bon_n=None, beta=parse_setting(w.beta), guarantee="bootstrap"
+        ),
         code=step_code("calibrate"),
     shell:
         "lara calibrate --scores {input.scores:q} --settings {params.settings:q} --allow-infeasible"

@@ -95,7 +95,7 @@ WILDCARDS = {
     "kind": "reward|cost",
     "method": "args|pargs|cdq",
     "pool": "calibration|value|bon",
-    "lam": "zero|hat|star|max|direct|star_tau_m?[0-9]+(p[0-9]+)?|[0-9]+(p[0-9]+)?",
+    "lam": "zero|hat|star|max|direct|crc|ltt|star_tau_m?[0-9]+(p[0-9]+)?|[0-9]+(p[0-9]+)?",
     "tau": "m?[0-9]+(p[0-9]+)?",
     "beta": "[0-9]+(p[0-9]+)?",
     "policy": _alternatives(POLICIES),
@@ -261,10 +261,20 @@ DIRECT_METHODS = (
 )
 
 
+# calibration.cost_bounds (bon mode): Best-of-N is also decoded at the certified lambdas (the `crc` and `ltt`
+# settings, read from lambda.json), beside the deployed lambda* (`star`); they are exact for Best-of-N only
+CERTIFIED_SETTINGS = (
+    ["crc", "ltt"]
+    if config["calibration"].get("cost_bounds") is not None and config["calibration"]["mode"] == "bon"
+    else []
+)
+
+
 def method_settings(method):
-    """The lambda settings a method is decoded at: every one of DECODE_SETTINGS, and `direct` for a token-level
-    decoder calibrated for itself."""
-    return DECODE_SETTINGS + (["direct"] if method in DIRECT_METHODS else [])
+    """The lambda settings a method is decoded at: every one of DECODE_SETTINGS, `direct` for a token-level
+    decoder calibrated for itself, and the certified lambdas for Best-of-N."""
+    extra = ["direct"] if method in DIRECT_METHODS else CERTIFIED_SETTINGS if method == "bon" else []
+    return DECODE_SETTINGS + [e for e in extra if e not in DECODE_SETTINGS]
 
 
 def direct_lambda_json(method):
@@ -292,7 +302,7 @@ def sweep_lambda_inputs():
     ]
 
 
-CALIBRATED = ("hat", "star")  # the lambda settings read from lambda.json
+CALIBRATED = ("hat", "star", "crc", "ltt")  # the lambda settings read from lambda.json
 
 
 def setting_lambda_json(setting, method=None):
@@ -456,4 +466,13 @@ def final_outputs():
             targets += figure_files(name)
     if OTHER_TAUS and BON_STAR:
         targets += figure_files("taus")
+    if CERTIFIED_SETTINGS:
+        targets += [f"{RESULTS}/calibration/coverage.json"] + figure_files("coverage")
     return targets
+
+
+def coverage_population():
+    """The coverage study's population: the scored calibration pool, and the test prompts' Best-of-N candidates
+    when Best-of-N is decoded (the same policy, scorers and K)."""
+    pools = ["calibration"] + (["bon"] if "bon" in config["decode"]["methods"] else [])
+    return [f"{RESULTS}/{pool}/scores.parquet" for pool in pools]

@@ -154,6 +154,36 @@ rule figure_taus:
         " > {log:q} 2>&1"
 
 
+rule figure_coverage:
+    input:
+        coverage="results/{exp}/calibration/coverage.json",
+        lam="results/{exp}/calibration/lambda.json",
+        settings="results/{exp}/settings.tsv",
+    output:
+        png=report(
+            "results/{exp}/figures/coverage.png",
+            caption="../report/coverage.rst",
+            category="Figures",
+            labels={"figure": "coverage of the calibration procedures"},
+        ),
+        pdf="results/{exp}/figures/coverage.pdf",
+        provenance="results/{exp}/figures/coverage.provenance.json",
+    log:
+        "logs/{exp}/figure_coverage.log",
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("figures")
+    resources:
+        **job_resources("figures"),
+    params:
+        **figure_params(),
+    shell:
+        "lara figure --kind coverage --coverage {input.coverage:q} --lambda-json {input.lam:q}"
+        " --settings {params.settings:q} --experiment-settings {input.settings:q}"
+        " --rule figure_coverage --png {output.png:q} --pdf {output.pdf:q} --provenance {output.provenance:q}"
+        " > {log:q} 2>&1"
+
+
 # Every resolved config value with its origin (a file, a step default), beside the results; each figure
 # takes it as an input, so its provenance (and `lara trail`) names the settings it was made with.
 rule experiment_settings:

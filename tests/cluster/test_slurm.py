@@ -87,7 +87,7 @@ resources:
     make_toy_model: {gpu: 1, gpu_model: fake, cpus_per_task: 1, mem_mb: 1500, runtime: 7}
     train_sft: {gpu: 2, gpu_model: fake, cpus_per_task: 2, mem_mb: 3000, runtime: 9}
 train:
-  sft: {epochs: 1}
+  sft: {epochs: 1, max_steps: 16}
 """
 
 

@@ -142,3 +142,36 @@ def test_calibration_samples_scores_and_lambda(toy_run):
     boot = lam["bootstrap"]
     assert lam["lambda_star"] == boot["quantiles"][str(boot["quantile"])]
     assert 0 <= lam_hat <= lam["lambda_star"] <= lam["lambda_search_max"] and lam["lambda_star"] > 0
+
+
+def test_the_run_certifies_lambda_audits_it_and_measures_coverage(toy_run):
+    """The toy config sets calibration.cost_bounds: lambda.json records CRC and LTT beside the deployed bootstrap
+    lambda*, Best-of-N is decoded and audited at both, Fig. 1 marks them, and the coverage study ran on the scored
+    calibration and test pools (456 prompts) with each procedure's promise visible in its table."""
+    res = toy_run / "results" / "tiny"
+    lam = json.loads((res / "calibration" / "lambda.json").read_text())
+    procs = lam["procedures"]
+    assert set(procs) == {"bootstrap", "crc", "ltt"} and lam["guarantee"]["procedure"] == "bootstrap"
+    assert lam["lambda_star"] == procs["bootstrap"]["lambda"]
+    assert lam["guarantee"]["cost_bounds"] == [-8.0, 8.0] and lam["guarantee"]["clipped_fraction"] is not None
+    assert procs["ltt"]["feasible"] and procs["ltt"]["p_value"] <= 0.1
+    assert procs["ltt"]["lambda"] >= procs["crc"]["lambda"] >= lam["lambda_hat"]  # confidence costs lambda
+    assert "with probability >= 0.9 over the draw of the 200 calibration prompts, Best-of-20" in \
+        procs["ltt"]["statement"]
+    audit = json.loads((res / "eval" / "constraint_audit.json").read_text())
+    rows = {r["procedure"]: r for r in audit["procedures"]}
+    assert rows["bootstrap"]["deployed"] and rows["bootstrap"]["setting"] == "star"
+    for name in ("crc", "ltt"):
+        held = rows[name]["held_out"]
+        assert rows[name]["setting"] == name and held["lambda"] == pytest.approx(procs[name]["lambda"])
+        assert held["verdict"].split(" ")[0] in ("met", "violated", "inconclusive")
+    sweep = pd.read_csv(res / "decode" / "bon" / "sweep.csv")
+    assert {"crc", "ltt"} <= set(sweep.loc[sweep["n"] == 20, "label"])
+    cov = json.loads((res / "calibration" / "coverage.json").read_text())
+    assert cov["population"]["n_prompts"] == 200 + 256 and cov["population"]["samples_per_prompt"] == 20
+    table = pd.read_csv(res / "calibration" / "coverage.csv")
+    assert set(table["procedure"]) == {"bootstrap", "crc", "ltt"} and (table["repeats"] == 200).all()
+    ltt = table[table["procedure"] == "ltt"]
+    assert (ltt["violation_lo"] <= 0.1).all()  # within delta, up to the study's binomial interval
+    assert (table.groupby("procedure")["reward_given_up"].min() > -1.0).all()
+    assert (res / "figures" / "coverage.png").stat().st_size > 10_000

@@ -53,6 +53,7 @@ SECTIONS: dict[str, str] = {
     "train.safedpo": "lara.train.safedpo:SafeDPOSettings",
     "generation": "lara.sample:GenerationSettings",
     "calibration": "lara.calibrate.calibrate:CalibrationSettings",
+    "coverage": "lara.calibrate.coverage:CoverageSettings",
     "decode.rgtg.args": "lara.decode.rgtg:ARGSSettings",
     "decode.rgtg.pargs": "lara.decode.rgtg:PARGSSettings",
     "decode.rgtg.cdq": "lara.decode.rgtg:CDQSettings",
@@ -93,20 +94,22 @@ _MISSING = dataclasses.MISSING
 def setting(default: Any = _MISSING, help: str = "", *, minimum: float | None = None,
             maximum: float | None = None, exclusive_minimum: float | None = None,
             exclusive_maximum: float | None = None, config: bool = True, bookkeeping: bool = False,
-            key: str | None = None, url: bool = False, several: bool = False) -> Any:
+            key: str | None = None, url: bool = False, several: bool = False, length: int | None = None) -> Any:
     """A settings field: its default, a one-line description, and its allowed range. ``several``: the
     config may list several values (each a run of the step, which reads one: the first unless its rule
     derives another; :func:`lara.config.step_settings`). ``bookkeeping``
     marks a key that changes how a run is logged or checkpointed, never its result (a checkpoint
     made under another value is still resumed). ``key``: the config key (another section's) that
     the value comes from; such a field is not a key of the step's own section. ``url``: a URL that must not
-    carry credentials (``x-no-credentials``, checked by :func:`lara.config.strict_validator`)."""
+    carry credentials (``x-no-credentials``, checked by :func:`lara.config.strict_validator`). ``length``: a list
+    of exactly that many values (``[lo, hi]``)."""
     if not help:
         raise ValueError("every setting needs a description")
     if key is not None:
         config = False
         help = f"{help} (config key {key})"
-    metadata = {"help": help, "config": config, "bookkeeping": bookkeeping, "key": key, "several": several, "range": {
+    metadata = {"help": help, "config": config, "bookkeeping": bookkeeping, "key": key, "several": several,
+                "length": length, "range": {
         k: v for k, v in (("minimum", minimum), ("maximum", maximum), ("exclusiveMinimum", exclusive_minimum),
                           ("exclusiveMaximum", exclusive_maximum)) if v is not None} | (
         {"x-no-credentials": True} if url else {})}
@@ -242,6 +245,8 @@ def _field_schemas(cls) -> dict[str, dict]:
             schema["items"] |= f.metadata.get("range", {})
             for k in f.metadata.get("range", {}):
                 schema.pop(k)
+        if f.metadata.get("length"):  # a list of exactly this many values (e.g. [lo, hi])
+            schema |= {"minItems": f.metadata["length"], "maxItems": f.metadata["length"]}
         out[f.name] = schema
     return out
 

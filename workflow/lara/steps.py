@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     # calibration
     "calibrate": "lara.calibrate.calibrate",
     "calibrate-decoder": "lara.calibrate.direct",
+    "coverage": "lara.calibrate.coverage",
     # decoding
     "select-bon": "lara.decode.bon",
     "bon-sweep": "lara.decode.sweep",

@@ -237,23 +237,26 @@ BLOCK_BYTES = 16 * 2**20  # size of one (crossings, K) float64 temporary in :fun
 PROMPT_BLOCK_BYTES = 64 * 2**20  # the per-pair and per-crossing arrays of one block of prompts
 
 
-def steps(reward, cost, mask, n: int | None, lam_max: float) -> Steps:
+def steps(reward, cost, mask, n: int | None, lam_max: float, value: np.ndarray | None = None) -> Steps:
     """Every change of each prompt's expected Best-of-n cost on (0, lam_max] (n = None: each
-    prompt's own K)."""
+    prompt's own K). ``value``: the expectation of another per-sample quantity at the Best-of-n choice
+    (which still ranks by r - lam c), one that never increases when the cost decreases (the cost clipped
+    to bounds, :mod:`lara.calibrate.certify`), so it too only steps down; default the cost itself."""
     p_count, kmax = reward.shape
     counts = mask.sum(axis=1)
     if n is not None and n > counts.min():
         raise ValueError(f"Best-of-N with N = {n} but a prompt has only K = {int(counts.min())} samples "
                          f"(N must be <= K)")
+    value = cost if value is None else value
     probs = _prob_table(counts, kmax, n)
-    start = expected_cost(reward, cost, mask, [0.0], n)[:, 0]
-    end = expected_cost(reward, cost, mask, [lam_max], n)[:, 0]
+    start = expected(reward, cost, mask, [0.0], n, value)[0, :, 0]
+    end = expected(reward, cost, mask, [lam_max], n, value)[0, :, 0]
     npairs = max(1, kmax * (kmax - 1) // 2)
     per_block = max(1, PROMPT_BLOCK_BYTES // (8 * 16 * npairs))  # ~16 arrays of (prompts, pairs) or crossings
     kept, messy = ([], [], []), ([], [], [])
     for p0 in range(0, p_count, per_block):
         sl = slice(p0, p0 + per_block)
-        k_out, m_out = _block_steps(reward[sl], cost[sl], mask[sl], counts[sl], probs[sl], n, lam_max)
+        k_out, m_out = _block_steps(reward[sl], cost[sl], mask[sl], counts[sl], probs[sl], n, lam_max, value[sl])
         for acc, part in ((kept, k_out), (messy, m_out)):
             acc[0].extend(part[0])
             acc[1].extend(q + p0 for q in part[1])
@@ -266,7 +269,7 @@ def steps(reward, cost, mask, n: int | None, lam_max: float) -> Steps:
     return Steps(lam_all[srt], p_all[srt].astype(np.int64), d_all[srt], start, end)
 
 
-def _block_steps(reward, cost, mask, counts, probs, n, lam_max):
+def _block_steps(reward, cost, mask, counts, probs, n, lam_max, value):
     """:func:`steps` for a block of prompts (indices local to the block): the clean crossings, and
     the changes of the prompts with ties recomputed from their expected cost."""
     kmax = reward.shape[1]
@@ -306,7 +309,7 @@ def _block_steps(reward, cost, mask, counts, probs, n, lam_max):
     q_high = q_low - 1
     p_low = probs[pi, q_low]
     p_high = probs[pi, q_high]
-    delta = (p_high - p_low) * (cost[pi, lo] - cost[pi, hi])
+    delta = (p_high - p_low) * (value[pi, lo] - value[pi, hi])
     # several samples tied at one crossing, or two crossings of a prompt at the same lam: the
     # prompt's changes are recomputed from its expected cost at each of its crossings
     dup = _same_lam_in_prompt(pi, lam)
@@ -316,7 +319,8 @@ def _block_steps(reward, cost, mask, counts, probs, n, lam_max):
     out_l, out_p, out_d = [], [], []
     for i in messy:
         pts = np.unique(lam[pi == i])
-        v = expected_cost(reward[i:i + 1], cost[i:i + 1], mask[i:i + 1], np.concatenate([[0.0], pts]), n)[0]
+        v = expected(reward[i:i + 1], cost[i:i + 1], mask[i:i + 1], np.concatenate([[0.0], pts]), n,
+                     value[i:i + 1])[0, 0]
         d = np.diff(v)  # exactly <= 0; sums taken in different orders round: drop that noise
         nz = d < -1e-12 * np.maximum(1.0, np.abs(v[1:]))
         out_l.append(pts[nz])

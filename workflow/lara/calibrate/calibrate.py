@@ -19,6 +19,7 @@ from typing import ClassVar, Literal
 import numpy as np
 import pandas as pd
 
+from lara.calibrate.certify import CERTIFIED, certified_lambda, clip_costs, hb_p_value, statement
 from lara.calibrate.dual import InputError, PromptScores, bootstrap, dual, dual_grad, mean_cost, solve
 from lara.calibrate.record import write_lambda
 from lara.data.tables import DataError, read_table
@@ -58,9 +59,38 @@ class CalibrationSettings(Settings):
     bon_n: int | None = setting(None, "Bon mode: the decoder's N (null = K, every sample; N > K is an error); "
                                       "the rule calibrating Fig. 1's other sizes sets its own N.", minimum=1,
                                 key="decode.bon_n")
+    guarantee: Literal["bootstrap", "crc", "ltt"] = setting(
+        "bootstrap", "The procedure whose lambda is deployed as lambda* (what the decoders read): bootstrap (the "
+                     "paper's: the `quantile` of a prompt bootstrap of lambda-hat, no finite-sample guarantee), crc "
+                     "(conformal risk control: expected cost <= tau averaged over calibration draws) or ltt (Learn "
+                     "then Test: expected cost <= tau with probability >= 1 - delta). crc and ltt are exact for "
+                     "Best-of-N (mode bon) and need cost_bounds; docs/calibration.md.")
+    delta: float = setting(0.1, "ltt: the probability that the certified lambda misses tau (over the draw of the "
+                                "calibration prompts).", exclusive_minimum=0, exclusive_maximum=1)
+    cost_bounds: list[float] | None = setting(
+        None, "[lo, hi]: bounds of the cost, fixed before the calibration samples are seen (not read off them); "
+              "costs are clipped to them for crc and ltt, whose lambdas are then computed beside the bootstrap's "
+              "and recorded whatever `guarantee` deploys (null: bootstrap only). The clipped fraction is "
+              "reported; the guarantees are about the clipped cost.", length=2)
     grid_points: int = setting(101, "Points of each grid of the diagnostic curves of g and g' over [0, Lambda] (one "
                                     "linear, one logarithmic from Lambda/10^4, so small lambdas are resolved).",
                                minimum=2, config=False)
+
+
+    def __post_init__(self):
+        super().__post_init__()
+        from lara.config import ConfigError
+
+        if self.cost_bounds is not None and not self.cost_bounds[0] < self.cost_bounds[1]:
+            raise ConfigError(f"invalid settings: calibration.cost_bounds: {self.cost_bounds} is not [lo, hi] with "
+                              "lo < hi")
+        if self.guarantee != "bootstrap" and self.cost_bounds is None:
+            raise ConfigError(f"invalid settings: calibration.guarantee: {self.guarantee} needs "
+                              "calibration.cost_bounds ([lo, hi], fixed before the calibration samples are seen): "
+                              "its guarantee holds for a bounded cost")
+        if self.guarantee != "bootstrap" and self.mode != "bon":
+            raise ConfigError(f"invalid settings: calibration.guarantee: {self.guarantee} is exact for Best-of-N only "
+                              "(calibration.mode: bon); soft mode deploys the bootstrap's lambda*")
 
 
 class Infeasible(RuntimeError):
@@ -112,11 +142,27 @@ def calibrate(scores: PromptScores, s: CalibrationSettings) -> dict:
                       np.geomspace(s.lambda_search_max * 1e-4, s.lambda_search_max, s.grid_points))
     hist, edges = np.histogram(lams, bins=50)
     counts = scores.counts
-    lambda_star = float(np.quantile(lams, s.quantile))
+    boot_star = float(np.quantile(lams, s.quantile))
+    procedures = {"bootstrap": {
+        "lambda": boot_star, "feasible": sol.feasible,
+        "statement": statement("bootstrap", lam=boot_star, tau=s.tau, n_prompts=scores.n_prompts, bon_n=bon_n,
+                               feasible=sol.feasible, quantile=s.quantile, replicates=s.bootstrap)}}
+    clipped = None
+    if s.mode == "bon" and s.cost_bounds is not None:
+        clipped, procedures_certified = certify(scores, s, bon_n, k_min)
+        procedures |= procedures_certified
+    t3 = time.perf_counter()
+    deployed = procedures[s.guarantee]
+    lambda_star = deployed["lambda"]
     decoder_cost = mean_cost(scores, [sol.lam, lambda_star], s.beta, s.mode, bon_n=bon_n)
     return {
         "lambda_hat": sol.lam,
         "lambda_star": lambda_star,
+        # the procedure that chose lambda_star and what it promises; every procedure's lambda beside it
+        "guarantee": {"procedure": s.guarantee, "delta": s.delta if s.guarantee == "ltt" else None,
+                      "cost_bounds": s.cost_bounds, "clipped_fraction": clipped,
+                      "feasible": deployed["feasible"], "statement": deployed["statement"]},
+        "procedures": procedures,
         # which decoder these lambdas are for, and its calibration-set expected cost at them
         "decoder": ({"kind": "best_of_n", "n": bon_n or (k_min if counts.min() == counts.max() else None),
                      "k": k_min} if s.mode == "bon"
@@ -124,7 +170,7 @@ def calibrate(scores: PromptScores, s: CalibrationSettings) -> dict:
         "decoder_cost_at_lambda_hat": float(decoder_cost[0]),
         "decoder_cost_at_lambda_star": float(decoder_cost[1]),
         "status": sol.status,
-        "feasible": sol.feasible,
+        "feasible": sol.feasible and deployed["feasible"],
         "cost_range": list(sol.cost_range),
         "bisection_iterations": sol.iterations,
         "bootstrap": {
@@ -150,8 +196,29 @@ def calibrate(scores: PromptScores, s: CalibrationSettings) -> dict:
         "curves": {"lambda": grid.tolist(),
                    "g": dual(scores, grid, s.tau, s.beta, s.mode).tolist(),
                    "g_prime": dual_grad(scores, grid, s.tau, s.beta, s.mode, bon_n=bon_n).tolist()},
-        "timing_s": {"solve": t1 - t0, "bootstrap": t2 - t1},
+        "timing_s": {"solve": t1 - t0, "bootstrap": t2 - t1, "certified": t3 - t2},
     }
+
+
+def certify(scores: PromptScores, s: CalibrationSettings, bon_n: int | None, k_min: int) -> tuple[dict, dict]:
+    """The CRC and LTT lambdas of Best-of-N (lara.calibrate.certify) with their guarantees, and the fraction of
+    calibration costs the bounds clip."""
+    from lara.calibrate.bestofn import expected
+    from lara.calibrate.bestofn import steps as bon_steps
+
+    clip, frac = clip_costs(scores.cost, scores.mask, s.cost_bounds)
+    st = bon_steps(scores.reward, scores.cost, scores.mask, bon_n, s.lambda_search_max, value=clip)
+    n = scores.n_prompts
+    out = {}
+    for proc in CERTIFIED:
+        c = certified_lambda(st, n, proc, s.tau, s.lambda_search_max, s.cost_bounds, s.delta)
+        mean = float(expected(scores.reward, scores.cost, scores.mask, [c.lam], bon_n, clip)[0, :, 0].mean())
+        out[proc] = {"lambda": c.lam, "feasible": c.feasible, "threshold": c.threshold, "clipped_mean_cost": mean,
+                     "statement": statement(proc, lam=c.lam, tau=s.tau, n_prompts=n, bon_n=bon_n or k_min,
+                                            feasible=c.feasible, delta=s.delta, bounds=s.cost_bounds)}
+        if proc == "ltt":
+            out[proc] |= {"delta": s.delta, "p_value": float(hb_p_value(mean, n, s.tau, s.cost_bounds))}
+    return frac, out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,6 +247,11 @@ def run(args) -> None:
     if not result["feasible"]:
         msg = (f"tau={s.tau} is not reachable within [0, lambda_search_max={s.lambda_search_max}]: the mean cost under "
                f"pi*_lambda ranges over [{lo:.6g}, {hi:.6g}] (lambda = lambda_search_max .. 0)")
+        if result["status"] != "infeasible":  # the estimate reaches tau; the deployed guarantee does not
+            msg = (f"calibration.guarantee {s.guarantee} cannot certify tau={s.tau} within [0, lambda_search_max="
+                   f"{s.lambda_search_max}] with {result['n_prompts']:,} calibration prompts and cost_bounds "
+                   f"{s.cost_bounds}" + (f" at delta {s.delta}" if s.guarantee == "ltt" else "")
+                   + " (more prompts, tighter fixed bounds, or a larger tau)")
         if not args.allow_infeasible:
             raise DataError(f"{args.scores}: {msg}; raise calibration.lambda_search_max or tau, or pass "
                             "--allow-infeasible")
@@ -190,7 +262,14 @@ def run(args) -> None:
     b = result["bootstrap"]
     log.info("decoder %s: expected cost %.6g at lambda_hat, %.6g at lambda_star (tau %g)", result["decoder"],
              result["decoder_cost_at_lambda_hat"], result["decoder_cost_at_lambda_star"], s.tau)
-    log.info("lambda_hat=%.8f (%s), lambda_star=%.8f (q%.3g of %d replicates; mean %.6f, std %.6f), "
-             "cost range [%.4g, %.4g]; solve %.3f s, bootstrap %.3f s", result["lambda_hat"], result["status"],
-             result["lambda_star"], s.quantile, s.bootstrap, b["mean"], b["std"], lo, hi,
-             result["timing_s"]["solve"], result["timing_s"]["bootstrap"])
+    log.info("lambda_hat=%.8f (%s), bootstrap lambda*=%.8f (q%.3g of %d replicates; mean %.6f, std %.6f), "
+             "cost range [%.4g, %.4g]; solve %.3f s, bootstrap %.3f s, certified %.3f s", result["lambda_hat"],
+             result["status"], result["procedures"]["bootstrap"]["lambda"], s.quantile, s.bootstrap, b["mean"],
+             b["std"], lo, hi, result["timing_s"]["solve"], result["timing_s"]["bootstrap"],
+             result["timing_s"]["certified"])
+    for name, proc in result["procedures"].items():
+        log.info("%s: lambda %.8f%s", name, proc["lambda"], " (deployed as lambda_star)" if name == s.guarantee else "")
+    log.info("guarantee: %s", result["guarantee"]["statement"])
+    if result["guarantee"]["clipped_fraction"]:
+        log.info("cost_bounds %s clip %s of the calibration costs", s.cost_bounds,
+                 result["guarantee"]["clipped_fraction"])

@@ -19,7 +19,8 @@ from lara.config import nonfinite
 
 # the keys every consumer relies on (the writer puts them there; the reader checks they are)
 REQUIRED = ("lambda_hat", "lambda_star", "tau", "mode", "decoder", "feasible", "status", "bootstrap")
-NAMED = ("zero", "hat", "star", "max", "direct")  # hat and star read lambda.json; direct a direct_<method>.json
+# hat, star and the certified crc and ltt read lambda.json; direct a direct_<method>.json
+NAMED = ("zero", "hat", "star", "max", "direct", "crc", "ltt")
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,16 @@ class LambdaRecord:
 
     def get(self, key: str, default=None):
         return self.data.get(key, default)
+
+    def procedure_lambda(self, procedure: str) -> float:
+        """The lambda a calibration procedure chose (bootstrap, crc, ltt), as recorded beside lambda*."""
+        from lara.data.tables import DataError
+
+        entry = (self.data.get("procedures") or {}).get(procedure)
+        if not isinstance(entry, dict) or not isinstance(entry.get("lambda"), (int, float)):
+            raise DataError(f"{self.path}: no {procedure} lambda (procedures.{procedure}); the certified lambdas are "
+                            "computed when calibration.cost_bounds is set, in bon mode")
+        return float(entry["lambda"])
 
 
 def read_lambda(path: str | Path) -> LambdaRecord:
@@ -89,10 +100,20 @@ def _number(value) -> float:
 
 
 def _check_values(data: dict, path) -> None:
-    """What a writer guarantees and an edit can break: the deployed lambda* is the record's own bootstrap
-    quantile (bootstrap.quantiles holds the deployed quantile's value)."""
+    """What a writer guarantees and an edit can break: the deployed lambda* is the lambda of the record's own
+    deploying procedure: its bootstrap quantile (bootstrap.quantiles holds the deployed quantile's value) or its
+    certified lambda (procedures.<crc|ltt>.lambda)."""
     from lara.data.tables import DataError
 
+    procedure = (data.get("guarantee") or {}).get("procedure", "bootstrap")
+    if procedure != "bootstrap":
+        chosen = ((data.get("procedures") or {}).get(procedure) or {}).get("lambda")
+        if not isinstance(chosen, (int, float)) or not math.isclose(float(data["lambda_star"]), chosen, rel_tol=1e-9,
+                                                                    abs_tol=1e-12):
+            raise DataError(f"{path}: lambda_star = {data['lambda_star']!r} is not the record's own {procedure} "
+                            f"lambda ({chosen!r}, procedures.{procedure}.lambda); the file was edited after `lara "
+                            "calibrate` wrote it: rerun the calibration (decoders deploy only what it computed)")
+        return
     boot = data["bootstrap"] if isinstance(data["bootstrap"], dict) else {}
     q = boot.get("quantile")
     deployed = (boot.get("quantiles") or {}).get(str(q))
@@ -182,8 +203,8 @@ def parse_setting(name: str) -> float | None:
         from lara.config import ConfigError
 
         raise ConfigError(f"--setting {name!r}: a lambda setting is zero, hat, star, max, star_tau_<tau> (like "
-                          "star_tau_m1 for tau = -1), direct (a token-level decoder's own calibration) or a literal "
-                          "like 0p5")
+                          "star_tau_m1 for tau = -1), direct (a token-level decoder's own calibration), crc or ltt "
+                          "(Best-of-N's certified lambdas) or a literal like 0p5")
     return float(name.replace("p", "."))
 
 
@@ -232,6 +253,8 @@ def resolve_lambda(name: str, overpenalised: float, lambda_json: str | Path | No
     if name == "direct":  # a token-level decoder's own calibration (lara calibrate-decoder)
         return float(read_direct(lambda_json)["lambda_star"])
     record = read_lambda(lambda_json)
+    if name in ("crc", "ltt"):
+        return record.procedure_lambda(name)
     tau = setting_tau(name)
     if tau is not None:  # star_tau_<tau>: that tau's lambda*, from the record calibrated for it
         check_budget(record, tau, key=f"--setting {name}")

@@ -12,7 +12,8 @@ over prompts. The verdict compares the cost with tau through its one-sided 95 % 
 that N); rows labelled ``soft_beta=B`` apply the lambda* of a soft-mode calibration (the paper's
 Algorithm 1 at beta = B, ``--soft-lambda-json``) to Best-of-N at the largest N, so the audit holds the
 paper's estimator to tau beside bon mode; rows labelled ``tau=T`` apply the lambda* calibrated for another
-listed tau T (``--tau-lambda-json``) at its N, with the verdict against T (their ``tau`` column).
+listed tau T (``--tau-lambda-json``) at its N, with the verdict against T (their ``tau`` column); rows
+labelled ``crc``/``ltt`` are each N's certified lambdas (recorded when calibration.cost_bounds is set).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from lara.calibrate.certify import CERTIFIED
 from lara.decode.bon import score_matrix
 from lara.evaluate.intervals import interval, verdict
 from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
@@ -138,6 +140,10 @@ def run(args) -> None:
         if n in calibrated:
             lams += [calibrated[n].lambda_hat, calibrated[n].lambda_star]
             labels += ["lambda_hat", "lambda_star"]
+            for name in CERTIFIED:  # the certified lambdas beside lambda* (calibration.cost_bounds)
+                if name in (calibrated[n].get("procedures") or {}):
+                    lams.append(calibrated[n].procedure_lambda(name))
+                    labels.append(name)
         if n == max(sizes):
             lams += [rec.lambda_star for rec in soft]
             labels += [f"soft_beta={rec.get('beta'):g}" for rec in soft]

@@ -115,6 +115,22 @@ def decoder_audit(scores: pd.DataFrame, tau: float, n_boot: int, seed: int) -> l
     return rows
 
 
+def procedure_audit(lam: LambdaRecord, decoders: list[dict]) -> list[dict]:
+    """Each calibration procedure of lambda.json (bootstrap, and crc and ltt when cost_bounds was set): its
+    lambda, what it promises, and Best-of-N's held-out audit at that lambda (the `star` rows for the deployed
+    one, the `crc` and `ltt` rows for the certified ones; none for an undeployed bootstrap)."""
+    deployed = (lam.get("guarantee") or {}).get("procedure", "bootstrap")
+    out = []
+    for name, entry in (lam.get("procedures") or {}).items():
+        setting = "star" if name == deployed else name if name != "bootstrap" else None
+        held_out = next(({k: v for k, v in r.items() if k not in ("method", "setting")} for r in decoders
+                         if r["method"] == "bon" and r["setting"] == setting), None)
+        out.append({"procedure": name, "deployed": name == deployed, "lambda": entry["lambda"],
+                    "feasible": entry.get("feasible", True), "statement": entry.get("statement"),
+                    "setting": setting, "held_out": held_out})
+    return out
+
+
 def tau_audit(main: LambdaRecord, others: list[LambdaRecord], decoders: list[dict]) -> list[dict]:
     """One row per listed calibration.tau (the main one first): its lambda-hat and lambda*, and every decoder's
     held-out audit at that lambda* (the `star` rows for the main tau, `star_tau_<tau>` for the others)."""
@@ -131,7 +147,7 @@ def tau_audit(main: LambdaRecord, others: list[LambdaRecord], decoders: list[dic
 
 # lambda* against no constraint, against over-penalising, against lambda-hat; a token-level decoder's own
 # calibration against the Best-of-N lambda* it would otherwise reuse
-PAIRS = (("star", "zero"), ("star", "max"), ("star", "hat"), ("direct", "star"))
+PAIRS = (("star", "zero"), ("star", "max"), ("star", "hat"), ("direct", "star"), ("crc", "star"), ("ltt", "star"))
 PAIRED_METRICS = ("decoder_reward", "decoder_cost", "helpfulness", "harmfulness")
 
 
@@ -219,6 +235,12 @@ def run(args) -> None:
             audit |= sweep_audit(sweep, star_n(lam, sweep))
     audit["decoders"] = decoder_audit(scores, s.tau, s.bootstrap, s.seed)
     audit["paired"] = paired_audit(scores, s.bootstrap, s.seed)
+    if args.bon_star:
+        audit["procedures"] = procedure_audit(lam, audit["decoders"])
+        for r in audit["procedures"]:
+            h = r["held_out"]
+            log.info("%-9s lambda %.4g%s: %s%s", r["procedure"], r["lambda"], " (deployed)" if r["deployed"] else "",
+                     r["statement"], "" if h is None else f"; held out: cost {h['mean_cost']:.4f}, {h['verdict']}")
     others = [read_lambda(p) for p in args.tau_lambda_json]
     if others:
         from lara.data.tables import DataError

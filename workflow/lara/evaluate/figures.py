@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 HELP = "draw a figure (lambda_sweep, tradeoff, calibration, decoders) as PDF + PNG with a provenance sidecar"
 
-KINDS = ("lambda_sweep", "tradeoff", "calibration", "decoders", "taus")
+KINDS = ("lambda_sweep", "tradeoff", "calibration", "decoders", "taus", "coverage")
 MARKERS = {"zero": "o", "hat": "v", "star": "*", "max": "s", "policy": "D"}
 
 
@@ -86,6 +86,14 @@ def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: FigureSettings):
         for i, r in enumerate(soft.sort_values("lambda").to_dict("records")):
             ax.plot(r["lambda"], r[col], marker="X", ms=8, ls="none", color=str(0.15 + 0.25 * (i % 3)),
                     label=f"soft mode $\\beta$ = {r['label'].split('=', 1)[1]}: $\\lambda^*$ = {r['lambda']:.3g}")
+        certified = {"crc": ("D", "CRC"), "ltt": ("s", "LTT")}
+        for i, (name, (marker, title)) in enumerate(certified.items()):
+            r = sweep[(sweep["n"] == main_n) & (sweep["label"] == name)]
+            if len(r):
+                extra = f" ($\\delta$ = {lam['procedures']['ltt']['delta']:g})" if name == "ltt" else ""
+                ax.plot(r["lambda"], r[col], marker=marker, ms=7, ls="none", mfc="none", mew=1.6,
+                        color=str(0.1 + 0.3 * i), label=f"{title}{extra}: certified $\\lambda$ = "
+                                                        f"{float(r['lambda'].iloc[0]):.3g}")
         other = sweep[(sweep["n"] == main_n) & sweep["label"].str.startswith("tau=")]
         for i, r in enumerate(other.sort_values("lambda").to_dict("records")):
             ax.plot(r["lambda"], r[col], marker="P", ms=8, ls="none", color=pal[(len(sizes) + i) % len(pal)],
@@ -97,8 +105,9 @@ def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: FigureSettings):
         if lo is not None and hi is not None:
             ax.axvspan(lo, hi, color="grey", alpha=0.12, label="bootstrap 95% of $\\hat\\lambda$")
         ax.axvline(lam["lambda_hat"], color="grey", lw=1.2, label=f"$\\hat\\lambda$ = {lam['lambda_hat']:.3g}")
+        deployed = (lam.get("guarantee") or {}).get("procedure", "bootstrap")
         ax.axvline(lam["lambda_star"], color="black", lw=1.5, ls="-.",
-                   label=f"$\\lambda^*$ = {lam['lambda_star']:.3g} (N = {main_n})")
+                   label=f"$\\lambda^*$ = {lam['lambda_star']:.3g} (N = {main_n}, {deployed}: deployed)")
         ax.set_xlabel("$\\lambda$")
         ax.set_ylabel(label)
         positive = np.sort(sweep.loc[sweep["lambda"] > 0, "lambda"].unique())
@@ -320,6 +329,43 @@ def taus(audit: dict, opts: FigureSettings):
     return fig
 
 
+def coverage(cov: dict, opts: FigureSettings):
+    """The coverage study (lara.calibrate.coverage): per procedure, the violation rate against the calibration
+    size n with its Clopper-Pearson 95 % interval (LTT's delta dotted), and the reward given up against the
+    population's own smallest feasible lambda. The largest K of the study."""
+    import matplotlib.pyplot as plt
+
+    pal = _style(opts)
+    rows = pd.DataFrame(cov["summary"])
+    rows = rows[rows["k"] == rows["k"].max()]
+    names = {"bootstrap": "bootstrap $\\lambda^*$", "crc": "CRC", "ltt": "LTT"}
+    fig, axes = plt.subplots(1, 2, figsize=(opts.width, opts.height + 0.6), layout="constrained")
+    for i, (proc, g) in enumerate(rows.groupby("procedure", sort=False)):
+        g = g.sort_values("n")
+        shift = np.exp((i - 1) * 0.04)  # side by side at one n, not on top of each other
+        axes[0].errorbar(g["n"] * shift, g["violation_rate"], fmt="-o", color=pal[i], capsize=3,
+                         label=names.get(proc, proc),
+                         yerr=[g["violation_rate"] - g["violation_lo"], g["violation_hi"] - g["violation_rate"]])
+        axes[1].plot(g["n"] * shift, g["reward_given_up"], "-o", color=pal[i], label=names.get(proc, proc))
+    delta = cov["settings"].get("delta")
+    if delta is not None:
+        axes[0].axhline(delta, color=pal[2], ls=":", lw=1.2, label=f"LTT's $\\delta$ = {delta:g}")
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel("calibration prompts n")
+        ax.set_xticks(sorted(rows["n"].unique()), [str(n) for n in sorted(rows["n"].unique())])
+        ax.minorticks_off()
+    axes[1].axhline(0.0, color="black", lw=0.8)
+    p = cov["population"]
+    axes[0].set_ylabel("P(population cost > $\\tau$)")
+    axes[0].set_title(f"violation rate ({int(rows['repeats'].iloc[0])} draws per n)")
+    axes[1].set_ylabel("reward given up")
+    axes[1].set_title(f"against $\\lambda_{{pop}}$ = {p['lambda_pop']:.3g} ({p['n_prompts']:,} prompts)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=4, frameon=False)
+    return fig
+
+
 def _records(trail: list[dict]) -> dict[str, dict]:
     """The steps' own records (parquet metadata, model provenance) along a trail, by path."""
     return {e["path"]: e["lara"] for e in trail if isinstance(e.get("lara"), dict)}
@@ -396,6 +442,24 @@ def read_audit(path: str) -> dict:
     return audit
 
 
+def read_coverage(path: str) -> dict:
+    """coverage.json (lara coverage) with a summary whose numbers are finite."""
+    import json
+    import math
+
+    from lara.data.tables import DataError
+
+    try:
+        cov = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: not a readable coverage study ({exc})") from None
+    keys = ("n", "k", "repeats", "violation_rate", "violation_lo", "violation_hi", "reward_given_up")
+    rows = cov.get("summary") if isinstance(cov, dict) else None
+    if not rows or not all(isinstance(r.get(k), int | float) and math.isfinite(r[k]) for r in rows for k in keys):
+        raise DataError(f"{path}: no coverage summary with finite {', '.join(keys)}; rerun `lara coverage`")
+    return cov
+
+
 OUTPUTS = ("png", "pdf", "provenance")  # the files this step writes (checked first: lara.cli.check_outputs)
 
 
@@ -406,6 +470,7 @@ def add_arguments(parser) -> None:
                         help="lambda.json (lambda_sweep, calibration; tradeoff: optional)")
     parser.add_argument("--summary", default=None, help="eval summary.csv (tradeoff)")
     parser.add_argument("--audit", default=None, help="eval constraint_audit.json (decoders)")
+    parser.add_argument("--coverage", default=None, help="calibration coverage.json (coverage)")
     add_settings_arguments(parser, FigureSettings)
     parser.add_argument("--rule", default="figure", help="the rule name recorded in the provenance sidecar")
     parser.add_argument("--experiment-settings", default=None,
@@ -426,11 +491,11 @@ def run(args) -> None:
 
     opts = read_settings(args, FigureSettings)
     need = {"lambda_sweep": ("sweep", "lambda_json"), "tradeoff": ("summary",), "calibration": ("lambda_json",),
-            "decoders": ("audit", "lambda_json"), "taus": ("audit", "lambda_json")}
+            "decoders": ("audit", "lambda_json"), "taus": ("audit", "lambda_json"), "coverage": ("coverage",)}
     missing = [f"--{n.replace('_', '-')}" for n in need[args.kind] if getattr(args, n) is None]
     if missing:
         raise DataError(f"figure {args.kind} needs {', '.join(missing)}")
-    inputs = [getattr(args, n) for n in ("sweep", "summary", "audit", "lambda_json", "experiment_settings")
+    inputs = [getattr(args, n) for n in ("sweep", "summary", "audit", "coverage", "lambda_json", "experiment_settings")
               if getattr(args, n) is not None]
     lam = read_lambda(args.lambda_json).data if args.lambda_json else None
     summary = None
@@ -454,6 +519,8 @@ def run(args) -> None:
             raise DataError(f"{args.audit}: the audit lists fewer than two taus (taus); list several in "
                             "calibration.tau to draw lambda* against tau")
         fig = taus(audit, opts)
+    elif args.kind == "coverage":
+        fig = coverage(read_coverage(args.coverage), opts)
     else:
         fig = calibration(lam, opts)
     figure_dir = Path(args.png)

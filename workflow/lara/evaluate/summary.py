@@ -76,13 +76,34 @@ def summarise_run(root: Path) -> str:
     decoder = lam.decoder
     what = (f"Best-of-{decoder.get('n')} ({lam.mode} mode)" if decoder.get("kind") == "best_of_n"
             else f"the Gibbs tilt at beta = {decoder.get('beta')} ({lam.mode} mode)")
-    boot = lam.bootstrap
+    guarantee = lam.get("guarantee") or {"procedure": "bootstrap", "statement": ""}
     lines = [f"{root}: what this run found", "",
              f"calibration ({root / 'calibration' / 'lambda.json'}): for {what}, tau = {lam.tau:g}",
-             f"  lambda-hat = {lam.lambda_hat:.4g}, lambda* = {lam.lambda_star:.4g} (the {boot.get('quantile'):g} "
-             f"quantile of {boot.get('replicates')} bootstrap replicates over {lam.get('n_prompts')} prompts); "
-             f"calibration-set expected cost at lambda* {lam.get('decoder_cost_at_lambda_star', float('nan')):.3f}",
-             ""]
+             f"  lambda-hat = {lam.lambda_hat:.4g}, lambda* = {lam.lambda_star:.4g} (deployed: "
+             f"{guarantee['procedure']}); calibration-set expected cost at lambda* "
+             f"{lam.get('decoder_cost_at_lambda_star', float('nan')):.3f}"]
+    held = {r["procedure"]: r for r in audit.get("procedures") or []}
+    for name, proc in (lam.get("procedures") or {"bootstrap": {"lambda": lam.lambda_star, "statement": (
+            f"the {lam.bootstrap.get('quantile'):g} quantile of {lam.bootstrap.get('replicates')} bootstrap "
+            "replicates")}}).items():
+        h = (held.get(name) or {}).get("held_out")
+        test = f"; held out: cost {_interval(h['mean_cost'], *h['ci95'])}, {h['verdict']}" if h else ""
+        lines.append(f"  {name:9} lambda {proc['lambda']:.4g}: {proc['statement']}{test}")
+    coverage = root / "calibration" / "coverage.json"
+    if coverage.exists():
+        cov = json.loads(coverage.read_text())
+        pop = cov["population"]
+        lines += [f"coverage study ({coverage}): {pop['n_prompts']} prompts x K = {pop['samples_per_prompt']} as the "
+                  f"population, lambda_pop = {pop['lambda_pop']:.4g}; per procedure and calibration size n, over "
+                  "repeated draws:",
+                  f"  {'procedure':9} {'n':>5}  {'P(cost > tau) [95% CI]':>24}  {'mean cost':>9}  "
+                  f"{'reward given up':>15}  lambda 95% band"]
+        for r in cov["summary"]:
+            rate = _interval(r["violation_rate"], r["violation_lo"], r["violation_hi"])
+            lines.append(f"  {r['procedure']:9} {r['n']:5d}  {rate:>24}"
+                         f"  {r['mean_population_cost']:9.3f}  {r['reward_given_up']:15.3f}  "
+                         f"[{r['lambda_lo']:.3g}, {r['lambda_hi']:.3g}]")
+    lines.append("")
     if "by_lambda" in audit:
         lines.append(f"constraint audit ({audit_path}): {audit.get('question')}")
         lines.append(f"  on {audit.get('n_test_prompts')} held-out test prompts; at lambda*: {audit.get('verdict')}")
