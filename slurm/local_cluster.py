@@ -184,6 +184,7 @@ SlurmctldParameters=enable_configless
 AccountingStorageTRES=gres/gpu
 NodeName=localhost NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory={self.memory_mb}{node_gres} State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+PartitionName=gpu Nodes=localhost Default=NO MaxTime=INFINITE State=UP
 """)
         dbd = r / "etc" / "slurmdbd.conf"
         dbd.write_text(f"""\

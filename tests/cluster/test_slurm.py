@@ -101,9 +101,16 @@ def test_toy_dag_through_sbatch_on_gpus_matches_the_local_run(cluster, request, 
         pytest.skip("the local cluster could not create its placeholder GPU devices (mknod refused)")
     wf = copy_workflow(tmp_path / "wf")
     (wf / "gpu.yaml").write_text(GPU_RESOURCES)
+    # the shipped profile with its placeholders filled in, as a user does: this cluster's account, its default
+    # partition for CPU jobs, and a second partition (same node) for the rules the profile routes to GPUs
+    site = wf / "site"
+    site.mkdir()
+    (site / "config.yaml").write_text((wf / "slurm" / "config.yaml").read_text().replace(
+        "FILL-IN-ACCOUNT", "lara-test").replace("FILL-IN-CPU-PARTITION", "debug").replace(
+        "FILL-IN-GPU-PARTITION", "gpu"))
     env = snakemake_env() | {"SLURM_CONF": str(cluster.conf)}
-    cmd = [sys.executable, "-m", "snakemake", "--profile", "slurm", "--slurm-init-seconds-before-status-checks", "3",
-           "--jobs", "2", *TARGETS, "--configfile", "config/config.yaml", "gpu.yaml"]
+    cmd = [sys.executable, "-m", "snakemake", "--profile", "site", "--slurm-init-seconds-before-status-checks", "3",
+           "--jobs", "2", "--verbose", *TARGETS, "--configfile", "config/config.yaml", "gpu.yaml"]
     proc = subprocess.run(cmd, cwd=wf, env=env, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:] + cluster.logs()
     out = proc.stdout + proc.stderr
@@ -113,14 +120,23 @@ def test_toy_dag_through_sbatch_on_gpus_matches_the_local_run(cluster, request, 
     n_jobs = 6  # make_toy_world, prepare_sft_data, prepare_preferences, split_prompts, make_toy_model, train_sft
     assert len(slurm_logs) == n_jobs, out[-3000:]
     assert len(ids) == n_jobs and {p.stem for p in slurm_logs} == ids
-    acct = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "JobID,Comment,AllocTRES,Timelimit,State"], env=env,
-                          capture_output=True, text=True).stdout
-    jobs = {}
+    fields = "JobID,Comment,AllocTRES,Timelimit,State,Account,Partition"
+    acct = subprocess.run(["sacct", "-X", "-n", "-P", "-o", fields], env=env, capture_output=True, text=True).stdout
+    jobs, routed = {}, {}
     for line in acct.splitlines():
-        job_id, comment, tres, limit, state = line.split("|")
+        job_id, comment, tres, limit, state, account, partition = line.split("|")
         if job_id in ids and comment.startswith("rule_"):
-            jobs[comment.removeprefix("rule_").split("_wildcards_")[0]] = (dict(kv.split("=", 1) for kv in
-                                                                                tres.split(",")), limit, state)
+            rule = comment.removeprefix("rule_").split("_wildcards_")[0]
+            jobs[rule] = (dict(kv.split("=", 1) for kv in tres.split(",")), limit, state)
+            routed[rule] = (account, partition)
+    # the profile routes every job: its account everywhere, its GPU partition for SFT, the CPU one for the rest;
+    # the sbatch line itself carries both (the plugin's own guesses would otherwise win over SBATCH_* variables)
+    print("\n" + "\n".join(f"sacct: {rule}: account {a}, partition {p}" for rule, (a, p) in sorted(routed.items())))
+    assert all(a == "lara-test" for a, _ in routed.values()), routed
+    assert routed["train_sft"][1] == "gpu" and routed["prepare_sft_data"][1] == "debug", routed
+    sbatch = next(line for line in out.splitlines() if "sbatch call:" in line and "rule_train_sft" in line)
+    print(f"train_sft's {sbatch.strip()[:400]}")
+    assert re.search(r"(-A|--account)[ =]'?lara-test", sbatch) and re.search(r"(-p|--partition)[ =]'?gpu", sbatch)
     print("\n" + "\n".join(f"sacct: {rule}: {tres} limit {limit} {state}" for rule, (tres, limit, state)
                              in sorted(jobs.items())))
     assert len(jobs) == n_jobs and all(state == "COMPLETED" for _, _, state in jobs.values()), acct
