@@ -12,10 +12,10 @@ from lara.codehash import named_scorer_modules, step_code  # a rule's code param
 from lara.runtime import cpu_kernel_environment
 from snakemake.logging import logger
 
-# The rules call `lara`: the one installed beside the Python that runs Snakemake comes first, so
-# `.venv/bin/snakemake ...` works without activating the environment (a rule's conda env, when
-# --use-conda is on, still comes first inside its job). Jobs inherit this environment.
-os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+# The rules call `lara`: the one installed beside the Python that runs Snakemake comes first on every job's
+# PATH, so `.venv/bin/snakemake ...` works without activating the environment. Set in the jobs' shell prefix
+# (with bash's strict mode, Snakemake's default prefix), not in this process's environment.
+shell.prefix(f"set -euo pipefail; export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH; ")
 
 # The configuration is layered by lara.config.layers, not by Snakemake's merge: the Snakefile's configfile
 # (the toy default), then each --configfile, then --config. A file that names an experiment starts afresh
@@ -201,7 +201,7 @@ def tensor_parallel(rule):
 
 
 def launcher(rule):
-    """How a training rule starts `lara`: alone, or under `accelerate launch` with the rule's processes
+    """How a training job starts `lara`: alone, or under `accelerate launch` with the rule's processes
     (resources: processes, default one per GPU), each given its share of the job's threads, a free
     rendezvous port (two jobs on one node never collide) and the rule's accelerate config file
     (FSDP / DeepSpeed; resources: accelerate_config) when it names one (lara.config.launch_command)."""
@@ -421,7 +421,8 @@ def evaluation_options(wildcards):
 def judge_options():
     """The judge's settings and, for an LLM judge, its cache of judgments (kept across reruns)."""
     cache = f"{RESULTS}/eval/judge_cache.sqlite" if config["evaluation"]["judge"]["model"] != "oracle" else None
-    return shlex.join(["--settings", step_settings("evaluation.judge")]) + (" " + opts(cache=cache) if cache else "")
+    judge = shlex.join(["--settings", step_settings("evaluation.judge")])
+    return f"{judge} {opts(cache=cache)}" if cache else judge
 
 
 def figure_shows(wildcards, output):

@@ -39,6 +39,16 @@ def test_a_real_job_runs_through_the_venvs_snakemake_without_activation(tmp_path
     assert "command not found" not in proc.stdout + proc.stderr
 
 
+def test_snakemake_lint_finds_nothing(tmp_path):
+    """Snakemake's own linter on the workflow definition: no findings (it exits 1 and lists them otherwise)."""
+    wf = copy_workflow(tmp_path / "wf")
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=wf, capture_output=True, text=True,
+                          timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "Congratulations, your workflow is in a good condition!" in out, out[-4000:]
+    assert "Lints for" not in out
+
+
 def test_jobs_use_the_threads_and_cpu_kernels_their_config_declares(toy_run):
     """Toy jobs declare one thread (resources.default.cpus_per_task) and pinned AVX2 kernels
     (numerics.cpu_kernels); every torch step logs what it got, and model provenance records it."""
