@@ -25,7 +25,7 @@ _cli_files = [
     for f in workflow.overwrite_configfiles
 ]
 _sources = [str(f) for f in workflow.configfiles[len(workflow.overwrite_configfiles) :]] + _cli_files
-_schema = lara_config.load_schema(Path(workflow.basedir) / "config" / "schema.yaml")
+_schema = lara_config.load_schema()  # the installed package's (config/schema.yaml links to it in a checkout)
 CONFIG_LAYERS = lara_config.layers(*_sources, overrides=dict(workflow.config_settings.config))
 _validated = lara_config.validate(lara_config.merged(CONFIG_LAYERS), schema=_schema, source=", ".join(_sources))
 config.clear()

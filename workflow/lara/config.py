@@ -18,7 +18,8 @@ from pathlib import Path
 
 import yaml
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "config" / "schema.yaml"
+# package data (installed with `pip install .`); config/schema.yaml in a checkout is a link to it
+SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "schema.yaml"
 SETTINGS_SCHEMA = "settings.schema.yaml"  # generated from the step settings (lara.settings), beside the schema
 
 

@@ -86,7 +86,7 @@ STEPS: dict[str, str] = {
     "calibrate-decoder": "lara.calibrate.direct:DirectSettings",
 }
 
-SCHEMA_FILE = Path(__file__).resolve().parents[2] / "config" / "settings.schema.yaml"
+SCHEMA_FILE = Path(__file__).resolve().parent / "schemas" / "settings.schema.yaml"  # config/settings.schema.yaml
 
 _MISSING = dataclasses.MISSING
 

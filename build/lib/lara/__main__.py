@@ -1,0 +1,3 @@
+from lara.cli import entry
+
+entry()

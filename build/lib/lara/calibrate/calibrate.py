@@ -1,0 +1,275 @@
+"""``lara calibrate``: the deployed multiplier lambda* from reward/cost scores of samples
+from the reference policy.
+
+    lara calibrate --scores scores.parquet --tau -0.5 --beta 1 --lambda-max 5 \\
+        --bootstrap 10000 --quantile 0.975 --seed 0 --out lambda.json
+
+The scores file (parquet, CSV or jsonl) has one row per response with columns
+``prompt_id, reward, cost``; prompts may have different numbers of samples.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import ClassVar, Literal
+
+import numpy as np
+import pandas as pd
+
+from lara.calibrate.certify import CERTIFIED, certified_lambda, clip_costs, hb_p_value, statement
+from lara.calibrate.dual import InputError, PromptScores, bootstrap, dual, dual_grad, mean_cost, solve
+from lara.calibrate.record import write_lambda
+from lara.data.tables import DataError, read_table
+from lara.io import sha256_file
+from lara.provenance import code_version
+from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
+
+log = logging.getLogger(__name__)
+
+QUANTILES = (0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.975)
+
+
+@dataclass(frozen=True)
+class CalibrationSettings(Settings):
+    """calibration: the dual calibration of lambda (the K samples per prompt are the sampler's key)."""
+
+    SECTION: ClassVar[str] = "calibration"
+
+    tau: float = setting(help="Cost threshold tau of the constraint E[c] <= tau; the config may list several (each "
+                              "its own lambda.json and lambda* decodes from the same samples and models; the first "
+                              "is the main one, also Safe-RLHF's budget).", several=True)
+    beta: float = setting(1.0, "Soft mode only: the KL coefficient beta of the dual; its lambda targets the Gibbs "
+                               "tilt pi_ref exp((r - lambda c) / beta), not argmax Best-of-N (the paper does not "
+                               "state beta).", exclusive_minimum=0)
+    lambda_search_max: float = setting(5.0, "Upper end Lambda of the calibration's search interval [0, Lambda] (not "
+                                            "the decoders' `max` setting: decode.overpenalised_lambda).",
+                                       exclusive_minimum=0)
+    bootstrap: int = setting(10000, "Bootstrap replicates over prompts.", minimum=1)
+    quantile: float = setting(0.975, "Bootstrap quantile deployed as lambda*.", exclusive_minimum=0,
+                              exclusive_maximum=1)
+    mode: Literal["soft", "bon"] = setting(
+        "bon", "bon: exact for the Best-of-N decoder with N = decode.bon_n drawn from the K samples (lambda-hat = "
+               "the smallest lambda whose expected Best-of-N cost is <= tau); soft: Algorithm 1's KL-regularised "
+               "dual at beta (targets the Gibbs tilt). The token-level decoders use the same lambda* (a heuristic).")
+    tolerance: float = setting(1e-8, "Bisection tolerance in lambda.", exclusive_minimum=0)
+    seed: int = seed_setting()
+    bon_n: int | None = setting(None, "Bon mode: the decoder's N (null = K, every sample; N > K is an error); "
+                                      "the rule calibrating Fig. 1's other sizes sets its own N.", minimum=1,
+                                key="decode.bon_n")
+    guarantee: Literal["bootstrap", "crc", "ltt"] = setting(
+        "bootstrap", "The procedure whose lambda is deployed as lambda* (what the decoders read): bootstrap (the "
+                     "paper's: the `quantile` of a prompt bootstrap of lambda-hat, no finite-sample guarantee), crc "
+                     "(conformal risk control: expected cost <= tau averaged over calibration draws) or ltt (Learn "
+                     "then Test: expected cost <= tau with probability >= 1 - delta). crc and ltt are exact for "
+                     "Best-of-N (mode bon) and need cost_bounds; docs/calibration.md.")
+    delta: float = setting(0.1, "ltt: the probability that the certified lambda misses tau (over the draw of the "
+                                "calibration prompts).", exclusive_minimum=0, exclusive_maximum=1)
+    cost_bounds: list[float] | None = setting(
+        None, "[lo, hi]: bounds of the cost, fixed before the calibration samples are seen (not read off them); "
+              "costs are clipped to them for crc and ltt, whose lambdas are then computed beside the bootstrap's "
+              "and recorded whatever `guarantee` deploys (null: bootstrap only). The clipped fraction is "
+              "reported; the guarantees are about the clipped cost.", length=2)
+    grid_points: int = setting(101, "Points of each grid of the diagnostic curves of g and g' over [0, Lambda] (one "
+                                    "linear, one logarithmic from Lambda/10^4, so small lambdas are resolved).",
+                               minimum=2, config=False)
+
+
+    def __post_init__(self):
+        super().__post_init__()
+        from lara.config import ConfigError
+
+        if self.cost_bounds is not None and not self.cost_bounds[0] < self.cost_bounds[1]:
+            raise ConfigError(f"invalid settings: calibration.cost_bounds: {self.cost_bounds} is not [lo, hi] with "
+                              "lo < hi")
+        if self.guarantee != "bootstrap" and self.cost_bounds is None:
+            raise ConfigError(f"invalid settings: calibration.guarantee: {self.guarantee} needs "
+                              "calibration.cost_bounds ([lo, hi], fixed before the calibration samples are seen): "
+                              "its guarantee holds for a bounded cost")
+        if self.guarantee != "bootstrap" and self.mode != "bon":
+            raise ConfigError(f"invalid settings: calibration.guarantee: {self.guarantee} is exact for Best-of-N only "
+                              "(calibration.mode: bon); soft mode deploys the bootstrap's lambda*")
+
+
+class Infeasible(RuntimeError):
+    """tau cannot be met within [0, lambda_search_max]."""
+
+
+def load_scores(path: str | Path) -> PromptScores:
+    df = read_table(path, required=("prompt_id", "reward", "cost"))
+    for col in ("reward", "cost"):
+        if not pd.api.types.is_numeric_dtype(df[col]) or pd.api.types.is_bool_dtype(df[col]):
+            bad = pd.to_numeric(df[col], errors="coerce").isna() & df[col].notna()
+            row = int(np.flatnonzero(bad.to_numpy())[0]) if bad.any() else 0
+            raise DataError(f"{path}: column {col!r} must be numeric; row {row} holds {df[col].iloc[row]!r}")
+    if "sample_id" in df.columns:
+        dup = df.duplicated(["prompt_id", "sample_id"], keep=False)
+        if dup.any():
+            rows = np.flatnonzero(dup.to_numpy())
+            pid, sid = str(df["prompt_id"].iloc[rows[0]]), df["sample_id"].iloc[rows[0]]
+            raise DataError(f"{path}: {len(rows)} rows repeat a (prompt_id, sample_id) pair, e.g. rows "
+                            f"{rows[:4].tolist()} ({pid!r}, {sid}); a duplicated sample would be counted twice")
+    try:
+        return PromptScores.from_long(df["prompt_id"].to_numpy(), df["reward"].to_numpy(float),
+                                      df["cost"].to_numpy(float))
+    except InputError as exc:
+        raise DataError(f"{path}: {exc}") from None
+
+
+def calibrate(scores: PromptScores, s: CalibrationSettings) -> dict:
+    """Point estimate, bootstrap and diagnostics as a JSON-ready dict."""
+    k_min = int(scores.counts.min())
+    bon_n = None
+    steps = None
+    t0 = time.perf_counter()
+    if s.mode == "bon":
+        from lara.calibrate.bestofn import steps as bon_steps
+
+        bon_n = s.bon_n  # None: each prompt's K (all its samples)
+        if bon_n is not None and bon_n > k_min:
+            raise ValueError(f"Best-of-N calibration with N = {bon_n} (bon_n) needs N <= K, but the scores have "
+                             f"K = {k_min} samples per prompt (the fewest of any prompt)")
+        steps = bon_steps(scores.reward, scores.cost, scores.mask, bon_n, s.lambda_search_max)
+    sol = solve(scores, s.tau, s.beta, s.lambda_search_max, s.tolerance, s.mode, bon_n=bon_n, bon_steps=steps)
+    t1 = time.perf_counter()
+    boot = bootstrap(scores, s.tau, s.beta, s.lambda_search_max, s.bootstrap, s.seed, s.mode, bon_n=bon_n,
+                     bon_steps=steps)
+    t2 = time.perf_counter()
+    lams = boot.lams
+    grid = np.union1d(np.linspace(0.0, s.lambda_search_max, s.grid_points),
+                      np.geomspace(s.lambda_search_max * 1e-4, s.lambda_search_max, s.grid_points))
+    hist, edges = np.histogram(lams, bins=50)
+    counts = scores.counts
+    boot_star = float(np.quantile(lams, s.quantile))
+    procedures = {"bootstrap": {
+        "lambda": boot_star, "feasible": sol.feasible,
+        "statement": statement("bootstrap", lam=boot_star, tau=s.tau, n_prompts=scores.n_prompts, bon_n=bon_n,
+                               feasible=sol.feasible, quantile=s.quantile, replicates=s.bootstrap)}}
+    clipped = None
+    if s.mode == "bon" and s.cost_bounds is not None:
+        clipped, procedures_certified = certify(scores, s, bon_n, k_min)
+        procedures |= procedures_certified
+    t3 = time.perf_counter()
+    deployed = procedures[s.guarantee]
+    lambda_star = deployed["lambda"]
+    decoder_cost = mean_cost(scores, [sol.lam, lambda_star], s.beta, s.mode, bon_n=bon_n)
+    return {
+        "lambda_hat": sol.lam,
+        "lambda_star": lambda_star,
+        # the procedure that chose lambda_star and what it promises; every procedure's lambda beside it
+        "guarantee": {"procedure": s.guarantee, "delta": s.delta if s.guarantee == "ltt" else None,
+                      "cost_bounds": s.cost_bounds, "clipped_fraction": clipped,
+                      "feasible": deployed["feasible"], "statement": deployed["statement"]},
+        "procedures": procedures,
+        # which decoder these lambdas are for, and its calibration-set expected cost at them
+        "decoder": ({"kind": "best_of_n", "n": bon_n or (k_min if counts.min() == counts.max() else None),
+                     "k": k_min} if s.mode == "bon"
+                    else {"kind": "gibbs_tilt", "beta": s.beta}),
+        "decoder_cost_at_lambda_hat": float(decoder_cost[0]),
+        "decoder_cost_at_lambda_star": float(decoder_cost[1]),
+        "status": sol.status,
+        "feasible": sol.feasible and deployed["feasible"],
+        "cost_range": list(sol.cost_range),
+        "bisection_iterations": sol.iterations,
+        "bootstrap": {
+            "replicates": s.bootstrap,
+            "quantile": s.quantile,
+            "mean": float(lams.mean()),
+            "std": float(lams.std(ddof=1)) if len(lams) > 1 else 0.0,
+            # with the deployed one, so a reader can check lambda_star against it (lara.calibrate.record)
+            "quantiles": {str(q): float(np.quantile(lams, q)) for q in sorted({*QUANTILES, s.quantile})},
+            "n_inactive": int((boot.status == 1).sum()),
+            "n_infeasible": int((boot.status == 2).sum()),
+            "histogram": {"counts": hist.tolist(), "edges": edges.tolist()},
+        },
+        "tau": s.tau,
+        "beta": s.beta,
+        "lambda_search_max": s.lambda_search_max,
+        "mode": s.mode,
+        "tolerance": s.tolerance,
+        "seed": s.seed,
+        "n_prompts": scores.n_prompts,
+        "samples_per_prompt": {"min": int(counts.min()), "max": int(counts.max()),
+                               "mean": float(counts.mean()), "total": int(counts.sum())},
+        "curves": {"lambda": grid.tolist(),
+                   "g": dual(scores, grid, s.tau, s.beta, s.mode).tolist(),
+                   "g_prime": dual_grad(scores, grid, s.tau, s.beta, s.mode, bon_n=bon_n).tolist()},
+        "timing_s": {"solve": t1 - t0, "bootstrap": t2 - t1, "certified": t3 - t2},
+    }
+
+
+def certify(scores: PromptScores, s: CalibrationSettings, bon_n: int | None, k_min: int) -> tuple[dict, dict]:
+    """The CRC and LTT lambdas of Best-of-N (lara.calibrate.certify) with their guarantees, and the fraction of
+    calibration costs the bounds clip."""
+    from lara.calibrate.bestofn import expected
+    from lara.calibrate.bestofn import steps as bon_steps
+
+    clip, frac = clip_costs(scores.cost, scores.mask, s.cost_bounds)
+    st = bon_steps(scores.reward, scores.cost, scores.mask, bon_n, s.lambda_search_max, value=clip)
+    n = scores.n_prompts
+    out = {}
+    for proc in CERTIFIED:
+        c = certified_lambda(st, n, proc, s.tau, s.lambda_search_max, s.cost_bounds, s.delta)
+        mean = float(expected(scores.reward, scores.cost, scores.mask, [c.lam], bon_n, clip)[0, :, 0].mean())
+        out[proc] = {"lambda": c.lam, "feasible": c.feasible, "threshold": c.threshold, "clipped_mean_cost": mean,
+                     "statement": statement(proc, lam=c.lam, tau=s.tau, n_prompts=n, bon_n=bon_n or k_min,
+                                            feasible=c.feasible, delta=s.delta, bounds=s.cost_bounds)}
+        if proc == "ltt":
+            out[proc] |= {"delta": s.delta, "p_value": float(hb_p_value(mean, n, s.tau, s.cost_bounds))}
+    return frac, out
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI: lara calibrate
+
+HELP = "calibrate the Lagrange multiplier: bisection on the empirical dual plus a prompt bootstrap"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--scores", required=True, help="parquet/CSV/jsonl with prompt_id, reward, cost")
+    add_settings_arguments(parser, CalibrationSettings)
+    parser.add_argument("--allow-infeasible", action="store_true",
+                        help="write lambda_search_max (feasible: false) instead of failing when tau is unreachable")
+    parser.add_argument("--out", required=True, help="output lambda.json")
+
+
+def run(args) -> None:
+    s = read_settings(args, CalibrationSettings)
+    scores = load_scores(args.scores)
+    log.info("%d prompts, %d responses; settings %s", scores.n_prompts, int(scores.counts.sum()), s)
+    try:
+        result = calibrate(scores, s)
+    except ValueError as exc:
+        raise DataError(f"{args.scores}: {exc}") from None
+    lo, hi = result["cost_range"]
+    if not result["feasible"]:
+        msg = (f"tau={s.tau} is not reachable within [0, lambda_search_max={s.lambda_search_max}]: the mean cost under "
+               f"pi*_lambda ranges over [{lo:.6g}, {hi:.6g}] (lambda = lambda_search_max .. 0)")
+        if result["status"] != "infeasible":  # the estimate reaches tau; the deployed guarantee does not
+            msg = (f"calibration.guarantee {s.guarantee} cannot certify tau={s.tau} within [0, lambda_search_max="
+                   f"{s.lambda_search_max}] with {result['n_prompts']:,} calibration prompts and cost_bounds "
+                   f"{s.cost_bounds}" + (f" at delta {s.delta}" if s.guarantee == "ltt" else "")
+                   + " (more prompts, tighter fixed bounds, or a larger tau)")
+        if not args.allow_infeasible:
+            raise DataError(f"{args.scores}: {msg}; raise calibration.lambda_search_max or tau, or pass "
+                            "--allow-infeasible")
+        log.warning("%s; writing lambda_search_max with feasible=false", msg)
+    result |= {"settings": asdict(s), "scores": {"path": str(args.scores), "sha256": sha256_file(args.scores)},
+               "code": code_version()}
+    write_lambda(result, args.out)
+    b = result["bootstrap"]
+    log.info("decoder %s: expected cost %.6g at lambda_hat, %.6g at lambda_star (tau %g)", result["decoder"],
+             result["decoder_cost_at_lambda_hat"], result["decoder_cost_at_lambda_star"], s.tau)
+    log.info("lambda_hat=%.8f (%s), bootstrap lambda*=%.8f (q%.3g of %d replicates; mean %.6f, std %.6f), "
+             "cost range [%.4g, %.4g]; solve %.3f s, bootstrap %.3f s, certified %.3f s", result["lambda_hat"],
+             result["status"], result["procedures"]["bootstrap"]["lambda"], s.quantile, s.bootstrap, b["mean"],
+             b["std"], lo, hi, result["timing_s"]["solve"], result["timing_s"]["bootstrap"],
+             result["timing_s"]["certified"])
+    for name, proc in result["procedures"].items():
+        log.info("%s: lambda %.8f%s", name, proc["lambda"], " (deployed as lambda_star)" if name == s.guarantee else "")
+    log.info("guarantee: %s", result["guarantee"]["statement"])
+    if result["guarantee"]["clipped_fraction"]:
+        log.info("cost_bounds %s clip %s of the calibration costs", s.cost_bounds,
+                 result["guarantee"]["clipped_fraction"])

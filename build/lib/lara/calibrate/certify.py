@@ -1,0 +1,156 @@
+"""Certified lambdas for Best-of-N: conformal risk control and Learn-then-Test. Pure numpy/scipy, no I/O.
+
+Per calibration prompt i the loss is l_i(lam), the exact expected Best-of-N cost over the N-subsets of its
+K samples (:mod:`lara.calibrate.bestofn`), with every sample's cost clipped to fixed bounds [lo, hi] for the
+expectation (the decoder still ranks by r - lam c with the unclipped cost). Clipping is monotone, so l_i is
+still a non-increasing right-continuous step function of lam with the same crossings, and it is bounded,
+which is what both guarantees need. The bounds must be fixed before the calibration samples are seen (from
+the cost model's design, or from data the calibration never draws): bounds read off the calibration costs
+make the losses depend on each other through them and void the finite-sample statements.
+
+Both procedures reduce to a threshold on the mean clipped loss R_n(lam) = (1/n) sum_i l_i(lam), so their
+lambda is exact (the first crossing where R_n drops to the threshold, :func:`lara.calibrate.bestofn.roots`):
+
+* **CRC** (Angelopoulos et al., *Conformal Risk Control*, 2022): the smallest lam with
+  (n R_n(lam) + hi) / (n + 1) <= tau, i.e. R_n(lam) <= tau - (hi - tau) / n. For exchangeable prompts,
+  E[l_{n+1}(lam_crc)] <= tau: the expected cost of Best-of-N at lam_crc on a new prompt, averaged over the
+  calibration draw too, is at most tau. (l_{n+1} from the new prompt's K samples is unbiased for its
+  expected Best-of-N cost, so this is a statement about the deployed decoder.)
+* **LTT** (Angelopoulos et al., *Learn then Test*, 2021): for every lam the null E[l(lam)] > tau is tested
+  with the Hoeffding-Bentkus p-value of R_n(lam) (losses rescaled to [0, 1]); testing in a fixed sequence
+  from large lam down and stopping at the first non-rejection gives lam_ltt with
+  P(E[l(lam_ltt)] <= tau) >= 1 - delta over the calibration draw. The p-value is a non-decreasing function
+  of R_n, and R_n of lam is non-increasing, so the sequence over the whole interval [0, Lambda] rejects
+  exactly where R_n(lam) <= r_crit (the largest mean with p <= delta): the error event is an increasing
+  union of single-test events, each of probability <= delta.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+PROCEDURES = ("bootstrap", "crc", "ltt")
+CERTIFIED = ("crc", "ltt")
+
+
+def clip_costs(cost: np.ndarray, mask: np.ndarray, bounds) -> tuple[np.ndarray, dict]:
+    """The costs clipped to ``bounds`` and the fractions of real samples below and above them."""
+    lo, hi = (float(b) for b in bounds)
+    live = cost[mask]
+    n = max(1, live.size)
+    frac = {"below": float((live < lo).sum() / n), "above": float((live > hi).sum() / n)}
+    return np.clip(cost, lo, hi), frac
+
+
+def crc_threshold(tau: float, n: int, bounds) -> float:
+    """The largest mean clipped loss CRC accepts with n calibration prompts: tau - (hi - tau) / n."""
+    hi = float(bounds[1])
+    return ((n + 1) * tau - hi) / n
+
+
+def _h1(a: np.ndarray, b: float) -> np.ndarray:
+    """KL divergence of Bernoulli(a) from Bernoulli(b) (0 log 0 = 0), the exponent of Hoeffding's tail bound."""
+    a = np.asarray(a, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        first = np.where(a > 0, a * np.log(a / b), 0.0)
+        second = np.where(a < 1, (1 - a) * np.log((1 - a) / (1 - b)), 0.0)
+    return first + second
+
+
+def hb_p_value(mean, n: int, tau: float, bounds) -> np.ndarray:
+    """Hoeffding-Bentkus p-value of the null "expected loss > tau" given the mean ``mean`` of n losses in
+    ``bounds`` (Learn then Test, Prop. 3; rescaled to [0, 1]): min(exp(-n h1(min(r, a), a)),
+    e P(Binomial(n, a) <= ceil(n r))), r and a the rescaled mean and tau."""
+    lo, hi = (float(b) for b in bounds)
+    r = (np.asarray(mean, dtype=float) - lo) / (hi - lo)
+    a = (tau - lo) / (hi - lo)
+    if a <= 0:
+        return np.ones_like(r)
+    if a >= 1:
+        return np.zeros_like(r)
+    from scipy.stats import binom  # (scipy.stats takes a second to import: only when a p-value is needed)
+
+    hoeffding = np.exp(-n * _h1(np.minimum(np.clip(r, 0.0, 1.0), a), a))
+    bentkus = math.e * binom.cdf(np.ceil(n * np.clip(r, 0.0, 1.0)), n, a)
+    return np.minimum(np.minimum(hoeffding, bentkus), 1.0)
+
+
+def ltt_threshold(tau: float, n: int, delta: float, bounds) -> float | None:
+    """The largest mean clipped loss whose Hoeffding-Bentkus p-value is <= delta (None: not even a mean at
+    the lower bound is, so n prompts cannot certify tau at this delta)."""
+    return _ltt_threshold(float(tau), int(n), float(delta), float(bounds[0]), float(bounds[1]))
+
+
+@functools.lru_cache(maxsize=256)  # a coverage study asks again for every draw of the same size
+def _ltt_threshold(tau: float, n: int, delta: float, lo: float, hi: float) -> float | None:
+    bounds = (lo, hi)
+    if tau >= hi:
+        return hi
+    if hb_p_value(lo, n, tau, bounds) > delta:
+        return None
+    a, b = lo, min(tau, hi)  # p <= delta at a; the p-value is 1 from tau on
+    for _ in range(200):
+        mid = 0.5 * (a + b)
+        if hb_p_value(mid, n, tau, bounds) <= delta:
+            a = mid
+        else:
+            b = mid
+        if b - a <= 1e-13 * max(1.0, abs(a)):
+            break
+    return a - 4e-12 * max(1.0, abs(a))  # below the roots' rounding slack, so the found lam's p stays <= delta
+
+
+@dataclass(frozen=True)
+class Certified:
+    """A certified lambda: the procedure, its lambda, whether tau was reachable, and the threshold on the mean
+    clipped loss it used (None: no mean can be certified)."""
+
+    procedure: str
+    lam: float
+    feasible: bool
+    threshold: float | None
+
+
+def certified_lambda(clipped_steps, n: int, procedure: str, tau: float, lam_max: float, bounds,
+                     delta: float, weights: np.ndarray | None = None) -> Certified:
+    """The CRC or LTT lambda from the steps of the clipped expected cost (:func:`lara.calibrate.bestofn.steps`
+    with ``value`` the clipped costs) of n prompts (``weights``: the prompts' weights, default equal)."""
+    from lara.calibrate.bestofn import roots
+
+    if procedure == "crc":
+        threshold = crc_threshold(tau, n, bounds)
+    elif procedure == "ltt":
+        threshold = ltt_threshold(tau, n, delta, bounds)
+    else:
+        raise ValueError(f"not a certified procedure: {procedure!r} (one of {', '.join(CERTIFIED)})")
+    if threshold is None:
+        return Certified(procedure, float(lam_max), False, None)
+    w = np.full((1, len(clipped_steps.start)), 1.0 / len(clipped_steps.start)) if weights is None else weights
+    lam, status = roots(clipped_steps, w, threshold, lam_max)
+    return Certified(procedure, float(lam[0]), bool(status[0] != 2), float(threshold))
+
+
+def statement(procedure: str, *, lam: float, tau: float, n_prompts: int, bon_n: int | None, feasible: bool,
+              delta: float | None = None, bounds=None, quantile: float | None = None,
+              replicates: int | None = None) -> str:
+    """The guarantee that comes with a deployed lambda, in one plain sentence."""
+    decoder = f"Best-of-{bon_n}" if bon_n else "Best-of-N (N = each prompt's K)"
+    if not feasible:
+        return (f"no guarantee: {procedure} could not reach tau = {tau:g} within the search interval with "
+                f"{n_prompts:,} calibration prompts (lambda = {lam:.6g} is the interval's end)")
+    clip = f" (costs clipped to [{bounds[0]:g}, {bounds[1]:g}])" if bounds is not None else ""
+    if procedure == "ltt":
+        return (f"with probability >= {1 - delta:.3g} over the draw of the {n_prompts:,} calibration prompts, "
+                f"{decoder} at lambda = {lam:.6g} has expected cost{clip} <= tau = {tau:g} on prompts from the "
+                "same distribution (Learn then Test, Hoeffding-Bentkus p-values, fixed-sequence testing)")
+    if procedure == "crc":
+        return (f"averaged over the draw of the {n_prompts:,} calibration prompts and of a new prompt from the same "
+                f"distribution, {decoder} at lambda = {lam:.6g} has expected cost{clip} <= tau = {tau:g} "
+                "(conformal risk control)")
+    return (f"no finite-sample guarantee: lambda* = {lam:.6g} is the {quantile:g} quantile of {replicates:,} "
+            f"bootstrap replicates of lambda-hat over the {n_prompts:,} calibration prompts (a heuristic upper "
+            f"confidence bound on the lambda that meets tau = {tau:g} for {decoder})")

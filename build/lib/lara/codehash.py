@@ -1,0 +1,140 @@
+"""Code hashes that make an edited step rerun, read off the import graph.
+
+A rule names its step (a ``lara`` command); :func:`step_code` hashes the source of that
+step's module and of every ``lara`` module it imports, directly or through others, at
+module level or inside a function, plus the ``__init__.py`` of every package on the way
+(Python runs those on import). Each source is hashed as its syntax tree without
+docstrings, so comments, docstrings and formatting change nothing, while any change to
+what the code does changes the hash of every step that can run it. No module is
+imported: the sources are parsed, so reading every rule's hash costs milliseconds.
+
+The hash depends on the Python version's syntax-tree layout: a new Python minor version
+may change every hash once (and so rerun everything), never silently keep a stale result.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+from pathlib import Path
+
+ROOT_PACKAGE = "lara"
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def module_file(name: str) -> Path | None:
+    """The source file of a ``lara`` module or package (None if there is none)."""
+    parts = name.split(".")
+    if parts[0] != ROOT_PACKAGE:
+        return None
+    base = PACKAGE_DIR.joinpath(*parts[1:])
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _is_package(name: str) -> bool:
+    f = module_file(name)
+    return f is not None and f.name == "__init__.py"
+
+
+def _parents(name: str) -> list[str]:
+    """``lara.a.b`` -> [``lara``, ``lara.a``]: the packages Python initialises first."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _absolute(name: str, node: ast.ImportFrom) -> str:
+    """The module an import-from names, with relative imports resolved against ``name``."""
+    if not node.level:
+        return node.module or ""
+    package = name if _is_package(name) else name.rpartition(".")[0]
+    base = package.split(".")
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _parse(name: str) -> ast.Module:
+    path = module_file(name)
+    if path is None:
+        raise ValueError(f"{name}: not a module of the {ROOT_PACKAGE} package (no source under {PACKAGE_DIR})")
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+@functools.cache
+def _read(name: str) -> tuple[frozenset[str], str]:
+    """One parse of module ``name``: the ``lara`` modules it imports anywhere in its source, and
+    what it does as text (its syntax tree without docstrings, positions or comments)."""
+    tree = _parse(name)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            target = _absolute(name, node)
+            found.add(target)
+            # `from lara.data import tables` imports the submodule lara.data.tables
+            found.update(f"{target}.{alias.name}" for alias in node.names
+                         if module_file(f"{target}.{alias.name}") is not None)
+        elif isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    imports = frozenset(m for m in found if module_file(m) is not None)
+    return imports, ast.dump(tree, annotate_fields=False, include_attributes=False)
+
+
+def imports_of(name: str) -> frozenset[str]:
+    """The ``lara`` modules that module ``name`` imports anywhere in its source."""
+    return _read(name)[0]
+
+
+def normalised_source(name: str) -> str:
+    """What a module does, as text: its syntax tree without docstrings, positions or comments."""
+    return _read(name)[1]
+
+
+@functools.cache
+def closure(name: str) -> tuple[str, ...]:
+    """``name`` and every ``lara`` module it can run: its imports (transitively) and the
+    packages that contain each of them, sorted."""
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        mod = todo.pop()
+        if mod in seen:
+            continue
+        seen.add(mod)
+        todo.extend(imports_of(mod) | set(_parents(mod)))
+    return tuple(sorted(seen))
+
+
+@functools.cache
+def modules_code(names: tuple[str, ...]) -> str:
+    """Hash (16 hex digits) of the union of the import closures of ``names``."""
+    h = hashlib.sha256()
+    for mod in sorted(set().union(*(closure(n) for n in names))):
+        h.update(mod.encode() + b"\0" + normalised_source(mod).encode() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def step_code(command: str, *also: str) -> str:
+    """Hash of the code that ``lara COMMAND`` runs (see the module docstring), plus the modules
+    ``also`` that it loads by name rather than by import (a named scorer's module)."""
+    from lara.steps import COMMANDS
+
+    if command not in COMMANDS:
+        raise ValueError(f"unknown lara command {command!r}; known: {', '.join(COMMANDS)}")
+    return modules_code((COMMANDS[command], *also))
+
+
+def named_scorer_modules(*specs: str) -> list[str]:
+    """The modules of the named scorers among ``specs`` (entry points of ``lara.scorers``), whose code
+    a step that scores with them runs although it never imports them."""
+    from importlib.metadata import entry_points
+
+    named = {ep.name: ep.module for ep in entry_points(group="lara.scorers")}
+    return sorted({named[s] for s in specs if s in named})

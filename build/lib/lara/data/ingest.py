@@ -1,0 +1,252 @@
+"""Ingest Alpaca-schema and PKU-SafeRLHF-schema data from a hub id or a local file.
+
+Every source goes through ``datasets.load_dataset``: a hub id or a local dataset
+directory is loaded as it is, a local file through the matching packaged builder
+(``json`` for .jsonl/.json, ``parquet``, ``csv``). The rows are then validated and
+normalised by the same code whatever their origin, and written atomically as parquet
+with a provenance record in the file's metadata.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import ClassVar, Literal
+
+import numpy as np
+import pandas as pd
+
+from lara.data.tables import DataError, check_text_file, write_table
+from lara.io import copy_hashed, sha256_path
+from lara.provenance import code_version
+from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
+from lara.template import alpaca_user_text
+
+log = logging.getLogger(__name__)
+
+FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+SFT_COLUMNS = ("instruction", "input", "output")
+PREFERENCE_COLUMNS = ("prompt", "response_0", "response_1", "better_response_id",
+                      "safer_response_id", "is_response_0_safe", "is_response_1_safe")
+KINDS = ("sft", "preferences")
+
+
+@dataclass(frozen=True)
+class IngestSettings(Settings):
+    """data.sft: one data set read, validated and normalised."""
+
+    SECTION: ClassVar[str] = "data.sft"
+
+    source: str = setting(help="A local file/dir or hub dataset id (the rule resolves config key source, "
+                               "where toy names the toy world's file).", config=False)
+    split: str = setting("train", "Dataset split to read.")
+    max_examples: int | None = setting(None, "Keep the first N rows after shuffling (null = all).", minimum=1)
+    seed: int = seed_setting()
+
+
+@dataclass(frozen=True)
+class PreferenceIngestSettings(IngestSettings):
+    """data.preferences: the safety preference pairs."""
+
+    SECTION: ClassVar[str] = "data.preferences"
+
+    inconsistent: Literal["error", "drop"] = setting(
+        "error", "Rows whose safer response is labelled unsafe while the other is safe: fail naming the row "
+                 "(error) or drop them and log how many (drop, as Safe-RLHF does).")
+
+
+SETTINGS = {"sft": IngestSettings, "preferences": PreferenceIngestSettings}
+
+
+def load_source(source: str, split: str) -> tuple[pd.DataFrame, dict]:
+    """Load one split of a source as a DataFrame, plus a record of where it came from.
+
+    A local source is read fresh every time: a file is copied (and hashed while copied) into a
+    temporary folder and loaded from there with a cache of its own, so the rows are the bytes whose
+    sha256 is recorded; the datasets cache (keyed by path and modification time) would return the
+    rows of an earlier version of a file edited with its mtime restored. A local dataset folder also
+    gets a fresh cache. Hub datasets go through the datasets cache as usual (a hub revision is
+    content-addressed)."""
+    import tempfile
+
+    from datasets import load_dataset
+
+    path = Path(source)
+    with tempfile.TemporaryDirectory(prefix="lara-ingest-") as tmp:
+        cache = {"cache_dir": str(Path(tmp) / "cache")}
+        if path.suffix.lower() in FILE_BUILDERS or path.is_file():
+            builder = FILE_BUILDERS.get(path.suffix.lower())
+            if builder is None:
+                raise DataError(f"{source}: unsupported file type {path.suffix!r} "
+                                f"(expected one of {', '.join(sorted(FILE_BUILDERS))})")
+            if not path.is_file():
+                raise DataError(f"{source}: file not found")
+            staged = Path(tmp) / f"source{path.suffix.lower()}"
+            digest = copy_hashed(path, staged)
+            if staged.stat().st_size == 0:
+                raise DataError(f"{source}: the file is empty")
+            check_text_file(staged, name=source)
+            args = dict(path=builder, data_files={split: str(staged)}, **cache)
+            origin = {"source": source, "kind": "file", "sha256": digest}
+        elif path.is_dir():
+            args = dict(path=str(path), **cache)
+            origin = {"source": source, "kind": "directory", "sha256": sha256_path(path)}
+        elif HUB_ID.match(source):
+            args = dict(path=source)
+            origin = {"source": source, "kind": "hub"}
+        else:
+            raise DataError(f"{source}: no such file or directory, and not a hub dataset id (owner/name)")
+        try:
+            ds = load_dataset(**args, split=split)
+        except Exception as exc:  # datasets raises many types (FileNotFound, ConnectionError, ...)
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise DataError(f"{source}: could not load split {split!r}: {msg}") from exc
+        origin |= {"split": split, "fingerprint": getattr(ds, "_fingerprint", None)}
+        return ds.to_pandas(), origin
+
+
+def _require(df: pd.DataFrame, columns, source: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise DataError(f"{source}: missing column(s) {', '.join(missing)} "
+                        f"(found: {', '.join(map(str, df.columns))})")
+    if len(df) == 0:
+        raise DataError(f"{source}: no rows")
+
+
+def _rows(mask: pd.Series | np.ndarray, limit: int = 5) -> str:
+    idx = np.flatnonzero(np.asarray(mask))
+    shown = ", ".join(str(i) for i in idx[:limit])
+    return f"row {shown}" if len(idx) == 1 else f"{len(idx)} rows ({shown}{', ...' if len(idx) > limit else ''})"
+
+
+def _text(df: pd.DataFrame, column: str, source: str, allow_empty: bool = False) -> pd.Series:
+    col = df[column]
+    bad = ~col.map(lambda v: isinstance(v, str)).astype(bool)
+    if bad.any():
+        raise DataError(f"{source}: column {column!r} must hold text; {_rows(bad)} do not")
+    col = col.astype(str)
+    if not allow_empty:
+        empty = col.str.strip() == ""
+        if empty.any():
+            raise DataError(f"{source}: column {column!r} is empty at {_rows(empty)}")
+    return col
+
+
+def _binary_id(df: pd.DataFrame, column: str, source: str) -> pd.Series:
+    values = pd.to_numeric(df[column], errors="coerce")
+    bad = ~values.isin([0, 1])
+    if bad.any():
+        raise DataError(f"{source}: column {column!r} must be 0 or 1; {_rows(bad)} are not")
+    return values.astype("int64")
+
+
+_BOOL = {True: True, False: False, "true": True, "false": False,
+         "True": True, "False": False, "1": True, "0": False}
+
+
+def _bool(df: pd.DataFrame, column: str, source: str) -> pd.Series:
+    def conv(v):
+        try:
+            return _BOOL.get(v.item() if hasattr(v, "item") else v)
+        except TypeError:
+            return None
+
+    values = df[column].map(conv)
+    bad = values.isna()
+    if bad.any():
+        raise DataError(f"{source}: column {column!r} must be a boolean; {_rows(bad)} are not")
+    return values.astype(bool)
+
+
+def normalise_sft(df: pd.DataFrame, source: str) -> pd.DataFrame:
+    """Alpaca schema -> instruction, input, output, prompt (the user turn)."""
+    _require(df, ("instruction", "output"), source)
+    out = pd.DataFrame({
+        "instruction": _text(df, "instruction", source),
+        "input": (df["input"].fillna("").astype(str) if "input" in df.columns
+                  else pd.Series([""] * len(df), index=df.index)),
+        "output": _text(df, "output", source),
+    })
+    out["prompt"] = [alpaca_user_text(i, x) for i, x in zip(out["instruction"], out["input"], strict=True)]
+    return out.reset_index(drop=True)
+
+
+def normalise_preferences(df: pd.DataFrame, source: str, inconsistent: str = "error") -> tuple[pd.DataFrame, int]:
+    """PKU-SafeRLHF schema, typed and checked. Returns the table and the rows dropped.
+
+    A row is inconsistent when its safer response is labelled unsafe while the other
+    one is labelled safe (Safe-RLHF drops such rows).
+    """
+    _require(df, PREFERENCE_COLUMNS, source)
+    out = pd.DataFrame({c: _text(df, c, source) for c in ("prompt", "response_0", "response_1")})
+    for c in ("better_response_id", "safer_response_id"):
+        out[c] = _binary_id(df, c, source)
+    for c in ("is_response_0_safe", "is_response_1_safe"):
+        out[c] = _bool(df, c, source)
+    safe = out[["is_response_0_safe", "is_response_1_safe"]].to_numpy()
+    rows = np.arange(len(out))
+    safer = out["safer_response_id"].to_numpy()
+    bad = ~safe[rows, safer] & safe[rows, 1 - safer]
+    if bad.any():
+        if inconsistent == "error":
+            raise DataError(
+                f"{source}: column 'safer_response_id' names the unsafe response while the other is "
+                f"labelled safe (is_response_*_safe) at {_rows(bad)}; fix the labels or set "
+                f"data.preferences.inconsistent: drop")
+        log.warning("%s: dropping %d rows whose safer_response_id contradicts is_response_*_safe",
+                    source, int(bad.sum()))
+        out = out[~bad]
+    return out.reset_index(drop=True), int(bad.sum())
+
+
+def subsample(df: pd.DataFrame, max_examples: int | None, seed: int) -> pd.DataFrame:
+    """The first ``max_examples`` rows of a seeded shuffle, kept in their original order."""
+    if max_examples is None or max_examples >= len(df):
+        return df
+    keep = np.sort(np.random.default_rng(seed).permutation(len(df))[:max_examples])
+    return df.iloc[keep].reset_index(drop=True)
+
+
+def ingest(kind: str, s: IngestSettings) -> tuple[pd.DataFrame, dict]:
+    """Load, validate and normalise one data set; return it with its provenance record."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown data kind {kind!r}; expected one of {KINDS}")
+    raw, origin = load_source(s.source, s.split)
+    dropped = 0
+    if kind == "sft":
+        df = normalise_sft(raw, s.source)
+    else:
+        df, dropped = normalise_preferences(raw, s.source, getattr(s, "inconsistent", "error"))
+    if len(df) == 0:
+        raise DataError(f"{s.source}: no rows left after validation")
+    df = subsample(df, s.max_examples, s.seed)
+    meta = {"kind": kind, "settings": asdict(s), "origin": origin, "rows_in": len(raw),
+            "rows_dropped": dropped, "rows_out": len(df), "code": code_version()}
+    return df, meta
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI: lara prepare-data
+
+HELP = "ingest, validate and normalise Alpaca-schema (sft) or PKU-SafeRLHF-schema (preferences) data"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--kind", required=True, choices=KINDS)
+    parser.add_argument("--source", required=True, help="local file/dir or hub dataset id")
+    add_settings_arguments(parser, PreferenceIngestSettings,
+                           section_help="JSON of the config's data.sft or data.preferences section")
+    parser.add_argument("--out", required=True, help="output parquet")
+
+
+def run(args) -> None:
+    s = read_settings(args, SETTINGS[args.kind], source=args.source)
+    df, meta = ingest(args.kind, s)
+    write_table(df, args.out, meta)
+    log.info("%s: %d rows in, %d dropped, %d written to %s", s.source, meta["rows_in"],
+             meta["rows_dropped"], meta["rows_out"], args.out)

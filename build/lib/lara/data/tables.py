@@ -1,0 +1,157 @@
+"""Reading and writing the workflow's own tables (parquet, jsonl, csv) with clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from lara.io import atomic_output
+
+READERS = {".parquet": pd.read_parquet, ".csv": pd.read_csv,
+           ".jsonl": lambda p: pd.read_json(p, lines=True), ".json": pd.read_json}
+
+
+class DataError(ValueError):
+    """Bad input data; the message names the file and, where it applies, the column and row."""
+
+
+TEXT_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv")
+
+
+def check_text_file(path: str | Path, name: str | None = None) -> None:
+    """A text data file must be UTF-8, and a JSON Lines file one JSON object per line: the first
+    line that is not is a :class:`DataError` naming the file (``name``, if the bytes were copied
+    from it) and the line (the readers below would name neither, or fail inside pyarrow)."""
+    path = Path(path)
+    name = name or str(path)
+    suffix = path.suffix.lower()
+    if suffix not in TEXT_SUFFIXES:
+        return
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(f"{name}: line {number} is not UTF-8 (byte 0x{raw[exc.start]:02x} at column "
+                                f"{exc.start + 1}); re-encode the file as UTF-8") from None
+            if suffix == ".jsonl" and line.strip():
+                try:
+                    row = json.loads(line)
+                except ValueError as exc:
+                    raise DataError(f"{name}: line {number} is not valid JSON ({exc})") from None
+                if not isinstance(row, dict):
+                    raise DataError(f"{name}: line {number} is not a JSON object (one record per line)")
+
+
+def read_table(path: str | Path, required: list[str] | tuple[str, ...] = ()) -> pd.DataFrame:
+    path = Path(path)
+    reader = READERS.get(path.suffix.lower())
+    if reader is None:
+        raise DataError(f"{path}: unsupported file type {path.suffix!r} "
+                        f"(expected one of {', '.join(sorted(READERS))})")
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    check_text_file(path)
+    try:
+        df = reader(path)
+    except ValueError as exc:
+        raise DataError(f"{path}: could not be read: {exc}") from None
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise DataError(f"{path}: missing column(s) {', '.join(missing)} "
+                        f"(found: {', '.join(map(str, df.columns))})")
+    check_ids(df, path)
+    return df
+
+
+ID_COLUMNS = ("prompt_id", "sample_id")  # what rows are grouped and matched by: never missing, never a float
+
+
+def _rows(mask, limit: int = 5) -> str:
+    import numpy as np
+
+    rows = np.flatnonzero(np.asarray(mask))
+    more = f" and {len(rows) - limit} more" if len(rows) > limit else ""
+    return f"row{'s' if len(rows) > 1 else ''} {', '.join(map(str, rows[:limit]))}{more}"
+
+
+def check_ids(df: pd.DataFrame, path) -> None:
+    """The identifier columns of a table (``prompt_id``, ``sample_id``) hold a value in every row: a
+    missing id (NaN, None, empty) would be grouped into one extra prompt, or break a reshape; a
+    ``sample_id`` is a whole number."""
+    import numpy as np
+
+    for col in (c for c in ID_COLUMNS if c in df.columns):
+        values = df[col]
+        absent = values.isna().to_numpy() | values.astype(str).str.strip().eq("").to_numpy()
+        numbers = pd.to_numeric(values, errors="coerce") if values.dtype.kind in "fc" else None
+        if numbers is not None:  # a float id column: an infinity is no id either
+            absent |= ~np.isfinite(numbers.to_numpy(dtype=float))
+        if absent.any():
+            raise DataError(f"{path}: column {col!r} has no value (missing, empty or infinite) at {_rows(absent)} "
+                            f"(every row names its {col.removesuffix('_id')}); fix or drop those rows")
+        if col == "sample_id":
+            numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
+            bad = ~np.isfinite(numbers) | (numbers != np.round(numbers))
+            if bad.any():
+                first = int(np.flatnonzero(bad)[0])
+                raise DataError(f"{path}: column 'sample_id' holds {values.iloc[first]!r} at {_rows(bad)}; "
+                                "a sample id is a whole number")
+
+
+def write_table(df: pd.DataFrame, path: str | Path, metadata: dict | None = None) -> None:
+    """Write atomically; parquet files carry ``metadata`` under the key ``lara``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    with atomic_output(path) as tmp:
+        suffix = path.suffix.lower()
+        if suffix == ".parquet":
+            table = pa.Table.from_pandas(df, preserve_index=False)
+            if metadata is not None:
+                meta = dict(table.schema.metadata or {})
+                meta[b"lara"] = json.dumps(metadata, default=str).encode()
+                table = table.replace_schema_metadata(meta)
+            pq.write_table(table, tmp)
+        elif suffix == ".csv":
+            df.to_csv(tmp, index=False)
+        elif suffix == ".jsonl":
+            df.to_json(tmp, orient="records", lines=True)
+        else:
+            raise DataError(f"{path}: unsupported output type {suffix!r}")
+
+
+def read_metadata(path: str | Path) -> dict:
+    """The ``lara`` metadata record of a parquet file written by :func:`write_table`."""
+    import pyarrow.parquet as pq
+
+    meta = pq.read_schema(path).metadata or {}
+    return json.loads(meta[b"lara"]) if b"lara" in meta else {}
+
+
+def require_rows(df: pd.DataFrame, path) -> pd.DataFrame:
+    """A table that must hold at least one row (an empty one would give an empty or NaN result)."""
+    if df.empty:
+        raise DataError(f"{path}: the table has no rows")
+    return df
+
+
+def require_finite(df: pd.DataFrame, columns, path) -> pd.DataFrame:
+    """Numeric columns whose every value is a finite number: the first that is not is named with its
+    column and rows (and prompt, where the table has prompt ids)."""
+    import numpy as np
+
+    for col in columns:
+        values = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float)
+        bad = ~np.isfinite(values)
+        if bad.any():
+            first = int(np.flatnonzero(bad)[0])
+            value = df[col].iloc[first]
+            shown = repr(value) if isinstance(value, str) else str(value)
+            prompt = f" (prompt {df['prompt_id'].iloc[first]!r})" if "prompt_id" in df.columns else ""
+            raise DataError(f"{path}: column {col!r} holds {shown}, not a finite number, at "
+                            f"{_rows(bad)}{prompt}")
+    return df

@@ -1,0 +1,111 @@
+"""Best-of-N with the calibrated reward r - lambda c.
+
+N candidates per test prompt are sampled and scored once; selection for any lambda is an
+argmax over the stored scores (ties go to the lower cost, then the lower sample index: the
+order that ``lara calibrate --mode bon`` uses, :func:`lara.calibrate.bestofn.order`), so a
+whole lambda sweep needs no new generation.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from lara.calibrate.record import add_lambda_arguments, read_lambda, resolve_lambda
+
+log = logging.getLogger(__name__)
+
+
+def score_matrix(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(prompt ids, reward, cost, row index) as (P,), (P, N), (P, N), (P, N) arrays; every
+    prompt must have the same number of candidates."""
+    if df.empty:
+        raise ValueError("the table has no rows: no candidates to choose from")
+    df = df.sort_values(["prompt_id", "sample_id"], kind="stable")
+    for col in ("reward", "cost"):
+        bad = np.flatnonzero(~np.isfinite(df[col].to_numpy(float)))
+        if len(bad):
+            raise ValueError(f"column {col!r} holds a non-finite value ({df[col].iloc[bad[0]]}) for prompt "
+                             f"{str(df['prompt_id'].iloc[bad[0]])!r}, sample {df['sample_id'].iloc[bad[0]]}"
+                             + (f" and {len(bad) - 1} more rows" if len(bad) > 1 else ""))
+    dup = df.duplicated(["prompt_id", "sample_id"], keep=False)
+    if dup.any():
+        first = df[dup].iloc[0]
+        raise ValueError(f"{int(dup.sum())} rows repeat a (prompt_id, sample_id), e.g. ({str(first['prompt_id'])!r}, "
+                         f"{first['sample_id']})")
+    sizes = df.groupby("prompt_id", sort=False).size()
+    if sizes.nunique() != 1:
+        raise ValueError(f"prompts have different numbers of candidates ({sizes.min()}..{sizes.max()})")
+    n = int(sizes.iloc[0])
+    ids = sizes.index.to_numpy()
+    shape = (len(ids), n)
+    return (ids, df["reward"].to_numpy(float).reshape(shape), df["cost"].to_numpy(float).reshape(shape),
+            df.index.to_numpy().reshape(shape))
+
+
+def select(reward: np.ndarray, cost: np.ndarray, lams) -> np.ndarray:
+    """(L, P) index of the chosen candidate per lambda and prompt: argmax r - lambda c, ties to
+    the lower cost (the order ``lara calibrate --mode bon`` calibrates, one shared function; a long
+    grid follows each prompt's winner from crossing to crossing instead of an argmax per lambda)."""
+    from lara.calibrate.bestofn import select_grid
+
+    return select_grid(reward, cost, lams)
+
+
+def sweep(reward: np.ndarray, cost: np.ndarray, lams) -> pd.DataFrame:
+    """Mean reward, mean cost and safe fraction (c <= 0) of Best-of-N at each lambda."""
+    lams = np.atleast_1d(np.asarray(lams, dtype=np.float64))
+    idx = select(reward, cost, lams)
+    rows = np.arange(reward.shape[0])
+    r = reward[rows[None], idx]
+    c = cost[rows[None], idx]
+    return pd.DataFrame({"lambda": lams, "mean_reward": r.mean(1), "mean_cost": c.mean(1),
+                         "safe_fraction": (c <= 0).mean(1)})
+
+
+def warn_if_calibrated_for_another_decoder(n: int, lambda_json: str | Path | None) -> None:
+    """Warn when lambda.json was calibrated for another decoder than Best-of-n."""
+    if not (lambda_json and Path(lambda_json).is_file()):
+        return
+    decoder = read_lambda(lambda_json).decoder
+    if decoder.get("kind") == "best_of_n" and decoder.get("n") not in (None, n):
+        log.warning("Best-of-N with N=%d candidates but %s was calibrated for Best-of-%s", n, lambda_json,
+                    decoder["n"])
+    elif decoder.get("kind") == "gibbs_tilt":
+        log.warning("%s was calibrated in soft mode (the Gibbs tilt at beta=%s), not for argmax Best-of-%d: "
+                    "calibrate with --mode bon --bon-n %d for the expected-cost guarantee", lambda_json,
+                    decoder.get("beta"), n, n)
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI: lara select-bon, lara bon-sweep
+
+HELP = "select the Best-of-N candidate by r - lambda c for a named lambda setting"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--candidates", required=True, help="scored candidates (prompt_id, sample_id, reward, cost)")
+    add_lambda_arguments(parser)
+    parser.add_argument("--out", required=True, help="output parquet: one response per prompt")
+
+
+def run(args) -> None:
+    from lara.data.tables import DataError, read_table, write_table
+
+    df = read_table(args.candidates, required=("prompt_id", "sample_id", "prompt", "response", "reward", "cost"))
+    lam = resolve_lambda(args.setting, args.overpenalised_lambda, args.lambda_json)
+    try:
+        ids, reward, cost, index = score_matrix(df)
+    except ValueError as exc:
+        raise DataError(f"{args.candidates}: {exc}") from None
+    warn_if_calibrated_for_another_decoder(reward.shape[1], args.lambda_json)
+    pick = select(reward, cost, [lam])[0]
+    chosen = df.loc[index[np.arange(len(ids)), pick]].copy()
+    chosen["method"], chosen["setting"], chosen["lambda"] = "bon", args.setting, lam
+    log.info("Best-of-%d at lambda=%s (%.6g): mean reward %.4f, mean cost %.4f, safe %.3f", reward.shape[1],
+             args.setting, lam, chosen["reward"].mean(), chosen["cost"].mean(), (chosen["cost"] <= 0).mean())
+    write_table(chosen.reset_index(drop=True), args.out, {"setting": args.setting, "lambda": lam,
+                                                          "candidates": args.candidates})

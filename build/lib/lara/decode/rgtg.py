@@ -1,0 +1,431 @@
+"""Token-level reward-guided decoding with the calibrated reward: ARGS, PARGS and CD-Q.
+
+At every step the policy pi_ref proposes its top-k next tokens z, each scored by
+
+    log pi_ref(z | x, y) + w * (r(x, y z) - lambda * c(x, y z))
+
+and the decoder takes the argmax (``temperature = 0``) or samples from softmax(score / T).
+The scorers differ by method:
+
+* ``args``: the full-sequence reward and cost models applied to the prefix plus z;
+* ``pargs``: the PARGS partial reward and cost models (trained on prefixes);
+* ``cdq``: the CD-Q value models, whose head gives Q(prefix, z) for every z in one pass.
+
+Cached candidate scoring (sequence scorers): the scorer keeps a KV cache of the prefix; the
+k candidates go through one forward as k single-token continuations that attend to the
+cached prefix and to themselves only (a tree-shaped 4D attention mask, all at the same
+position); the chosen candidate's keys and values are then kept and the rest dropped. The
+naive reference re-runs k full sequences per token. Both give the same tokens for a seed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import ClassVar
+
+from lara.calibrate.record import add_lambda_arguments
+from lara.scoring import encode, pad_batch
+from lara.settings import (
+    Dtype,
+    Settings,
+    add_settings_arguments,
+    dtype_setting,
+    new_default,
+    read_settings,
+    seed_setting,
+    setting,
+)
+
+log = logging.getLogger(__name__)
+
+METHODS = ("args", "pargs", "cdq")
+
+
+@dataclass(frozen=True)
+class RGTGSettings(Settings):
+    """decode.rgtg.METHOD: token-level reward-guided decoding; each method has its own section."""
+
+    SECTION: ClassVar[str] = "decode.rgtg"
+
+    top_k: int = setting(10, "Candidate tokens per step (paper k = 50).", minimum=1)
+    weight: float = setting(2.0, "Weight w of r - lambda c in the token score.", minimum=0)
+    temperature: float = setting(0.0, "Softmax temperature over token scores (0 = greedy).", minimum=0)
+    max_new_tokens: int = setting(48, "Longest response in tokens.", minimum=1)
+    batch_size: int = setting(16, "Prompts decoded together.", minimum=1, config=False)
+    stop_at_eos: bool = setting(True, "False only for benchmarks that need a fixed number of steps.",
+                                config=False)
+    seed: int = seed_setting()
+    dtype: Dtype = dtype_setting()
+
+
+@dataclass(frozen=True)
+class ARGSSettings(RGTGSettings):
+    """decode.rgtg.args: ARGS with the full reward/cost models on every candidate; greedy, as in ARGS."""
+
+    SECTION: ClassVar[str] = "decode.rgtg.args"
+
+
+@dataclass(frozen=True)
+class PARGSSettings(RGTGSettings):
+    """decode.rgtg.pargs: PARGS with partial-sequence models; sampled at T = 1, as in PARGS's code."""
+
+    SECTION: ClassVar[str] = "decode.rgtg.pargs"
+
+    temperature: float = new_default(RGTGSettings, "temperature", 1.0)
+
+
+@dataclass(frozen=True)
+class CDQSettings(RGTGSettings):
+    """decode.rgtg.cdq: CD-Q with value models (one forward scores every next token)."""
+
+    SECTION: ClassVar[str] = "decode.rgtg.cdq"
+
+
+METHOD_SETTINGS = {"args": ARGSSettings, "pargs": PARGSSettings, "cdq": CDQSettings}
+
+
+def _positions(mask):
+    return (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def _cache_keyword(module) -> str:
+    """The keyword a model's forward takes its KV cache by: ``cache`` in current transformers,
+    ``past_key_values`` before the rename (passing the old name to a new model warns on every call)."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
+
+
+def _buffer_cache():
+    """A transformers ``DynamicCache`` whose layers keep keys/values in preallocated buffers
+    (:func:`_buffer_layer_class`): appending a token writes in place instead of copying the prefix."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = _buffer_layer_class()
+    return cache
+
+
+_BUFFER_LAYER = None
+
+
+def _buffer_layer_class():
+    """A ``DynamicLayer`` over a buffer that grows geometrically (amortised O(1) per appended token, not a
+    concatenation of the whole prefix), with :meth:`keep` to retain one of k candidate slots in place."""
+    global _BUFFER_LAYER
+    if _BUFFER_LAYER is not None:
+        return _BUFFER_LAYER
+    import torch
+    from transformers.cache_utils import DynamicLayer
+
+    class BufferLayer(DynamicLayer):
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+                self.length, self.kbuf, self.vbuf = 0, None, None
+            n = key_states.shape[-2]
+            need = self.length + n
+            if self.kbuf is None or need > self.kbuf.shape[-2]:
+                cap = max(need + 64, 2 * (0 if self.kbuf is None else self.kbuf.shape[-2]))
+                shape = (*key_states.shape[:-2], cap, key_states.shape[-1])
+                kbuf = torch.empty(shape, dtype=key_states.dtype, device=key_states.device)
+                vbuf = torch.empty((*value_states.shape[:-2], cap, value_states.shape[-1]), dtype=value_states.dtype,
+                                   device=value_states.device)
+                if self.kbuf is not None:
+                    kbuf[..., :self.length, :] = self.kbuf[..., :self.length, :]
+                    vbuf[..., :self.length, :] = self.vbuf[..., :self.length, :]
+                self.kbuf, self.vbuf = kbuf, vbuf
+            self.kbuf[..., self.length:need, :] = key_states
+            self.vbuf[..., self.length:need, :] = value_states
+            self.length = need
+            self.keys, self.values = self.kbuf[..., :need, :], self.vbuf[..., :need, :]
+            return self.keys, self.values
+
+        def keep(self, past: int, rows, slots) -> None:
+            """Keep the first ``past`` positions and, for each batch row, the candidate slot
+            ``past + slots[row]`` moved to position ``past`` (in place)."""
+            self.kbuf[:, :, past] = self.kbuf[rows, :, past + slots]
+            self.vbuf[:, :, past] = self.vbuf[rows, :, past + slots]
+            self.length = past + 1
+            self.keys, self.values = self.kbuf[..., :past + 1, :], self.vbuf[..., :past + 1, :]
+
+    _BUFFER_LAYER = BufferLayer
+    return BufferLayer
+
+
+class _Stepper:
+    """Incremental causal-LM state: KV cache, 2D mask, logits at the last real token."""
+
+    def __init__(self, model):
+        self.model = model
+        self.dev = next(model.parameters()).device
+        self.cache_kw = _cache_keyword(model)
+
+    def start(self, ids, mask):
+        self.cache = _buffer_cache()
+        self.mask = mask.to(self.dev)
+        out = self.model(input_ids=ids.to(self.dev), attention_mask=self.mask, position_ids=_positions(self.mask),
+                         use_cache=True, **{self.cache_kw: self.cache})
+        self.last = out.logits[:, -1].float()
+
+    def commit(self, tokens, choice, alive):
+        import torch
+
+        pos = self.mask.sum(-1, keepdim=True)
+        self.mask = torch.cat([self.mask, alive.to(self.mask.dtype).unsqueeze(1)], dim=1)
+        out = self.model(input_ids=tokens.unsqueeze(1).to(self.dev), attention_mask=self.mask, position_ids=pos,
+                         use_cache=True, **{self.cache_kw: self.cache})
+        self.last = out.logits[:, -1].float()
+
+
+class PolicyStepper(_Stepper):
+    def logprobs(self):
+        import torch
+
+        return torch.log_softmax(self.last, dim=-1)
+
+
+class CachedValueScorer(_Stepper):
+    """CD-Q: every candidate's value is read off one forward pass (the last logits)."""
+
+    def candidates(self, cand):
+        return self.last.gather(1, cand.to(self.dev))
+
+
+class _NaiveState:
+    """Reference scorers keep the whole sequence and re-run it from scratch."""
+
+    def __init__(self, model):
+        self.model = model
+        self.backbone = getattr(model, model.base_model_prefix)
+        self.dev = next(model.parameters()).device
+
+    def start(self, ids, mask):
+        self.ids, self.mask = ids.to(self.dev), mask.to(self.dev)
+
+    def commit(self, tokens, choice, alive):
+        import torch
+
+        self.ids = torch.cat([self.ids, tokens.unsqueeze(1).to(self.dev)], 1)
+        self.mask = torch.cat([self.mask, alive.to(self.mask.dtype).unsqueeze(1)], 1)
+
+
+class NaiveValueScorer(_NaiveState):
+    """CD-Q reference: a full forward of the sequence per candidate."""
+
+    def candidates(self, cand):
+        import torch
+
+        b, k = cand.shape
+        out = torch.empty(b, k, device=self.dev)
+        for j in range(k):  # one full forward per candidate: Q(prefix, z_j) read at the prefix's end
+            logits = self.model(input_ids=self.ids, attention_mask=self.mask,
+                                position_ids=_positions(self.mask)).logits
+            out[:, j] = logits[:, -1].float().gather(1, cand[:, j:j + 1].to(self.dev)).squeeze(1)
+        return out
+
+
+class CachedSequenceScorer:
+    """A reward/cost (or partial) model scoring k candidates per step against a cached prefix."""
+
+    def __init__(self, model):
+        self.model = model
+        self.backbone = getattr(model, model.base_model_prefix)
+        self.dev = next(model.parameters()).device
+        self.cache_kw = _cache_keyword(self.backbone)
+
+    def start(self, ids, mask):
+        self.cache = _buffer_cache()
+        self.mask = mask.to(self.dev)
+        self.backbone(input_ids=ids.to(self.dev), attention_mask=self.mask, position_ids=_positions(self.mask),
+                      use_cache=True, **{self.cache_kw: self.cache})
+
+    def candidates(self, cand):
+        import torch
+
+        b, k = cand.shape
+        past = self.mask.shape[1]
+        eye = torch.arange(k, device=self.dev)
+        if getattr(self.model.config, "_attn_implementation", None) == "sdpa":
+            # a boolean mask (True = attend), which SDPA takes as it is: each candidate sees the prefix and itself
+            tree = torch.zeros((b, 1, k, past + k), dtype=torch.bool, device=self.dev)
+            tree[..., :past] = self.mask[:, None, None, :].bool()
+            tree[:, 0, eye, past + eye] = True
+        else:  # eager attention adds the mask to the scores
+            dtype = next(self.model.parameters()).dtype
+            neg = torch.finfo(dtype).min
+            tree = torch.full((b, 1, k, past + k), neg, dtype=dtype, device=self.dev)
+            tree[..., :past] = torch.where(self.mask[:, None, None, :].bool(), 0.0, neg).to(dtype)
+            tree[:, 0, eye, past + eye] = 0.0
+        pos = self.mask.sum(-1, keepdim=True).expand(b, k)
+        hidden = self.backbone(input_ids=cand.to(self.dev), attention_mask=tree, position_ids=pos,
+                               use_cache=True, **{self.cache_kw: self.cache}).last_hidden_state
+        self._past = past
+        return self.model.score(hidden).squeeze(-1).float()
+
+    def commit(self, tokens, choice, alive):
+        import torch
+
+        past, rows = self._past, torch.arange(choice.shape[0], device=self.dev)
+        for layer in self.cache.layers:  # keep the prefix and the chosen candidate's keys/values, in place
+            layer.keep(past, rows, choice.to(self.dev))
+        self.mask = torch.cat([self.mask, alive.to(self.mask.dtype).unsqueeze(1)], dim=1)
+
+
+class NaiveSequenceScorer(_NaiveState):
+    """Reference: each candidate scored by a full forward of prefix + candidate (no cache)."""
+
+    def candidates(self, cand):
+        import torch
+
+        b, k = cand.shape
+        out = torch.empty(b, k, device=self.dev)
+        ones = torch.ones(b, 1, dtype=self.mask.dtype, device=self.dev)
+        mask = torch.cat([self.mask, ones], 1)
+        for j in range(k):
+            ids = torch.cat([self.ids, cand[:, j:j + 1].to(self.dev)], 1)
+            hidden = self.backbone(input_ids=ids, attention_mask=mask, position_ids=_positions(mask)).last_hidden_state
+            out[:, j] = self.model.score(hidden[:, -1]).squeeze(-1).float()
+        return out
+
+
+def make_scorer(model, cached: bool = True):
+    """The stepping scorer for a model directory's model: value (causal LM) or sequence."""
+    is_value = not hasattr(model, "score")
+    if is_value:
+        return CachedValueScorer(model) if cached else NaiveValueScorer(model)
+    return CachedSequenceScorer(model) if cached else NaiveSequenceScorer(model)
+
+
+def decode_batch(policy, reward, cost, tokenizer, prompts, lam: float, s: RGTGSettings, generator=None):
+    """Decode one batch of prompts; returns the generated token lists (EOS included if emitted)."""
+    import torch
+
+    seqs = [encode(tokenizer, p, "", False) for p in prompts]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    ids, mask = pad_batch(seqs, pad, side="left")
+    for m in (policy, reward, cost):
+        m.start(ids, mask)
+    b = len(prompts)
+    dev = policy.dev
+    alive = torch.ones(b, dtype=torch.bool, device=dev)
+    rows = torch.arange(b, device=dev)
+    emitted, live = [], []  # per step, on the device: no host copy inside a step but the stop check
+    for _ in range(s.max_new_tokens):
+        top_lp, top_ids = policy.logprobs().topk(s.top_k, dim=-1)
+        r = reward.candidates(top_ids).to(dev)
+        c = cost.candidates(top_ids).to(dev)
+        score = top_lp + s.weight * (r - lam * c)
+        if s.temperature > 0:  # drawn on the host generator, so a seed means the same tokens on any device
+            probs = torch.softmax(score / s.temperature, -1).cpu()
+            choice = torch.multinomial(probs, 1, generator=generator).squeeze(1).to(dev)
+        else:
+            choice = score.argmax(-1)
+        tokens = torch.where(alive, top_ids[rows, choice], torch.full_like(choice, pad))
+        emitted.append(tokens)
+        live.append(alive.clone())
+        for m in (policy, reward, cost):
+            m.commit(tokens, choice, alive)
+        if s.stop_at_eos:
+            alive &= tokens != tokenizer.eos_token_id
+        if not alive.any():
+            break
+    if not emitted:
+        return [[] for _ in range(b)]
+    tokens, live = torch.stack(emitted, 1).cpu(), torch.stack(live, 1).cpu()
+    return [tokens[i][live[i]].tolist() for i in range(b)]
+
+
+def decode(policy_model, reward_model, cost_model, tokenizer, prompts, lam: float, s: RGTGSettings,
+           seed: int = 0, cached: bool = True):
+    """Decode all prompts in batches; returns the generated token lists."""
+    import torch
+    from tqdm import tqdm
+
+    if policy_model.config.vocab_size != len(tokenizer):
+        log.warning("policy vocabulary %d != tokenizer size %d", policy_model.config.vocab_size, len(tokenizer))
+    if s.top_k > policy_model.config.vocab_size:
+        from lara.config import ConfigError
+
+        raise ConfigError(f"decode.rgtg.top_k: {s.top_k} candidate tokens per step exceed the policy's vocabulary "
+                          f"of {policy_model.config.vocab_size}")
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    with torch.inference_mode():
+        for lo in tqdm(range(0, len(prompts), s.batch_size), desc="decoding", unit="batch", mininterval=10):
+            out += decode_batch(PolicyStepper(policy_model), make_scorer(reward_model, cached),
+                                make_scorer(cost_model, cached), tokenizer, prompts[lo:lo + s.batch_size], lam, s,
+                                gen)
+    return out
+
+
+def load_models(method: str, policy: str, reward: str, cost: str, dtype: str = "float32"):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    td = getattr(torch, dtype)
+    scorer_cls = AutoModelForCausalLM if method == "cdq" else AutoModelForSequenceClassification
+    tok = AutoTokenizer.from_pretrained(policy)
+    pm = AutoModelForCausalLM.from_pretrained(policy, dtype=td).to(dev).eval()
+    rm = scorer_cls.from_pretrained(reward, dtype=td).to(dev).eval()
+    cm = scorer_cls.from_pretrained(cost, dtype=td).to(dev).eval()
+    for name, m in (("reward", rm), ("cost", cm)):
+        if m.config.vocab_size != pm.config.vocab_size:
+            raise ValueError(f"{name} scorer vocabulary ({m.config.vocab_size}) differs from the policy's "
+                             f"({pm.config.vocab_size}): token-level decoding needs one tokenizer")
+    return tok, pm, rm, cm
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI: lara rgtg
+
+HELP = "token-level decoding with log pi_ref + w (r - lambda c): ARGS, PARGS or CD-Q"
+
+
+def add_decoder_arguments(parser) -> None:
+    """The decoder a token-level step runs: its method, pi_ref and its own reward and cost scorers (also
+    `lara calibrate-decoder`'s)."""
+    parser.add_argument("--method", required=True, choices=METHODS)
+    parser.add_argument("--policy", required=True, help="pi_ref (the SFT model)")
+    parser.add_argument("--reward", required=True, help="the decoder's reward scorer (full, partial or value model)")
+    parser.add_argument("--cost", required=True, help="the decoder's cost scorer (full, partial or value model)")
+
+
+def add_arguments(parser) -> None:
+    add_decoder_arguments(parser)
+    parser.add_argument("--prompts", required=True, help="parquet with prompt_id, prompt")
+    add_lambda_arguments(parser)
+    add_settings_arguments(parser, RGTGSettings)
+    parser.add_argument("--naive", action="store_true", help="use the uncached reference scorers")
+    parser.add_argument("--out", required=True)
+
+
+def run(args) -> None:
+    import time
+
+    import pandas as pd
+
+    from lara.calibrate.record import resolve_lambda
+    from lara.config import require_model
+    from lara.data.tables import read_table, write_table
+
+    s = read_settings(args, METHOD_SETTINGS[args.method])
+    lam = resolve_lambda(args.setting, args.overpenalised_lambda, args.lambda_json)
+    df = read_table(args.prompts, required=("prompt_id", "prompt"))
+    for flag, spec in (("--policy", args.policy), ("--reward", args.reward), ("--cost", args.cost)):
+        require_model(spec, flag)
+    tok, pm, rm, cm = load_models(args.method, args.policy, args.reward, args.cost, s.dtype)
+    log.info("%s decoding of %d prompts at lambda=%s (%.6g), %s", args.method, len(df), args.setting, lam, s)
+    t0 = time.perf_counter()
+    tokens = decode(pm, rm, cm, tok, df["prompt"].tolist(), lam, s, s.seed, cached=not args.naive)
+    elapsed = time.perf_counter() - t0
+    n_tok = sum(len(t) for t in tokens)
+    log.info("%d tokens in %.1f s (%.1f tokens/s)", n_tok, elapsed, n_tok / max(elapsed, 1e-9))
+    out = pd.DataFrame({"prompt_id": df["prompt_id"], "prompt": df["prompt"],
+                        "response": [tok.decode(t, skip_special_tokens=True).strip() for t in tokens],
+                        "n_tokens": [len(t) for t in tokens]})
+    out["method"], out["setting"], out["lambda"] = args.method, args.setting, lam
+    write_table(out, args.out, {"method": args.method, "setting": args.setting, "lambda": lam,
+                                "settings": s.__dict__, "seed": s.seed})

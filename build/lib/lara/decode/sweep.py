@@ -1,0 +1,161 @@
+"""``lara bon-sweep``: the Best-of-N lambda sweep on the test prompts (the data of the paper's Fig. 1)
+with the held-out constraint audit at every lambda.
+
+For each N in ``--n`` (each at most the M candidates stored per test prompt) and each lambda, the
+expected reward, cost and safe fraction of Best-of-N over a random N-subset of a prompt's M
+candidates (exact: the rank average of :mod:`lara.calibrate.bestofn`; N = M is the argmax that
+``lara select-bon`` picks), averaged over test prompts, with a percentile bootstrap 95 % interval
+over prompts. The verdict compares the cost with tau through its one-sided 95 % bounds
+(``mean_cost_lower``, ``mean_cost_upper``): met, violated or inconclusive
+(:mod:`lara.evaluate.intervals`). Rows labelled
+``lambda_hat``/``lambda_star`` are each N's calibrated values (from the lambda.json calibrated for
+that N); rows labelled ``soft_beta=B`` apply the lambda* of a soft-mode calibration (the paper's
+Algorithm 1 at beta = B, ``--soft-lambda-json``) to Best-of-N at the largest N, so the audit holds the
+paper's estimator to tau beside bon mode; rows labelled ``tau=T`` apply the lambda* calibrated for another
+listed tau T (``--tau-lambda-json``) at its N, with the verdict against T (their ``tau`` column); rows
+labelled ``crc``/``ltt`` are each N's certified lambdas (recorded when calibration.cost_bounds is set).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from lara.calibrate.certify import CERTIFIED
+from lara.decode.bon import score_matrix
+from lara.evaluate.intervals import interval, verdict
+from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
+
+log = logging.getLogger(__name__)
+
+HELP = "Best-of-N lambda sweep with the held-out constraint audit at every lambda, for one or more N"
+
+
+
+@dataclass(frozen=True)
+class SweepSettings(Settings):
+    """What the Best-of-N sweep reads from the config."""
+
+    lambda_grid: list[float] = setting(help="Lambda values of the sweep (each lambda.json adds its lambda-hat and "
+                                            "lambda*).", minimum=0, key="decode.lambda_grid")
+    tau: float | None = setting(None, "The cost budget of the audit verdicts (null: no verdicts); each lambda.json "
+                                      "given must have been calibrated for it.", key="calibration.tau")
+    bootstrap: int = setting(2000, "Bootstrap replicates over test prompts.", minimum=1, key="evaluation.bootstrap")
+    seed: int = seed_setting()
+
+
+def sweep_table(reward: np.ndarray, cost: np.ndarray, lams, labels, n: int, tau: float | None,
+                n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """One row per lambda: Best-of-n expected reward, cost and safe fraction on the test prompts,
+    each with a bootstrap 95 % interval over prompts, the cost's one-sided 95 % bounds and the verdict
+    against tau."""
+    from lara.calibrate.bestofn import expected
+
+    mask = np.ones_like(reward, dtype=bool)
+    lams = np.asarray(lams, dtype=np.float64)
+    cols = {"mean_reward": reward, "mean_cost": cost, "safe_fraction": (cost <= 0).astype(float)}
+    table = pd.DataFrame({"n": n, "lambda": lams, "label": labels})
+    for name, per_prompt in zip(cols, expected(reward, cost, mask, lams, n, *cols.values()), strict=True):
+        mean, lo, hi, lower, upper = interval(per_prompt, n_boot, seed)
+        table[name], table[f"{name}_lo"], table[f"{name}_hi"] = mean, lo, hi
+        if name == "mean_cost":
+            table["mean_cost_lower"], table["mean_cost_upper"] = lower, upper
+    if tau is not None:
+        table["tau"] = tau
+        table["verdict"] = [verdict(lo, up, tau) for lo, up in zip(table["mean_cost_lower"], table["mean_cost_upper"],
+                                                                    strict=True)]
+    return table
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--candidates", required=True, help="scored candidates (prompt_id, sample_id, reward, cost)")
+    parser.add_argument("--lambda-json", nargs="*", default=[],
+                        help="lambda.json files, each calibrated for one Best-of-N size (their decoder.n): add that "
+                        "N's lambda-hat and lambda* rows")
+    parser.add_argument("--soft-lambda-json", nargs="*", default=[],
+                        help="soft-mode lambda.json files (any beta): their lambda* applied to Best-of-N at the "
+                        "largest N, rows labelled soft_beta=B")
+    parser.add_argument("--tau-lambda-json", nargs="*", default=[],
+                        help="lambda.json files of other listed taus (calibration.tau): their lambda* at their N, rows "
+                        "labelled tau=T with the verdict against T")
+    parser.add_argument("--n", type=int, nargs="*", default=None,
+                        help="Best-of-N sizes to sweep (default: the candidates per prompt)")
+    add_settings_arguments(parser, SweepSettings)
+    parser.add_argument("--out", required=True, help="output CSV")
+
+
+def run(args) -> None:
+    from lara.calibrate.record import check_budget, read_lambda
+    from lara.data.tables import DataError, read_table, write_table
+
+    s = read_settings(args, SweepSettings)
+    df = read_table(args.candidates, required=("prompt_id", "sample_id", "reward", "cost"))
+    try:
+        _, reward, cost, _ = score_matrix(df)
+    except ValueError as exc:
+        raise DataError(f"{args.candidates}: {exc}") from None
+    m = reward.shape[1]
+    sizes = args.n or [m]
+    too_big = [n for n in sizes if not 1 <= n <= m]
+    if too_big:
+        raise DataError(f"{args.candidates}: Best-of-N sizes {too_big} need 1 <= N <= {m}, the candidates per prompt")
+    calibrated = {}
+    for path in args.lambda_json:
+        rec = read_lambda(path)
+        check_budget(rec, s.tau)
+        n = rec.decoder_n or m
+        if n not in sizes:
+            raise DataError(f"{path}: calibrated for Best-of-N with N = {n}, which is not a swept size {sizes} "
+                            "(decode.bon_n, decode.sweep_n)")
+        calibrated[n] = rec
+    soft = []
+    for path in args.soft_lambda_json:
+        rec = read_lambda(path)
+        check_budget(rec, s.tau)
+        if rec.mode != "soft":
+            raise DataError(f"{path}: calibrated in {rec.mode} mode; --soft-lambda-json takes soft-mode records")
+        soft.append(rec)
+    other_taus = []
+    for path in args.tau_lambda_json:
+        rec = read_lambda(path)
+        n = rec.decoder_n or m
+        if n not in sizes:
+            raise DataError(f"{path}: calibrated for Best-of-N with N = {n}, which is not a swept size {sizes}")
+        if s.tau is not None and rec.tau == s.tau:
+            raise DataError(f"{path}: calibrated for the main tau = {rec.tau:g}; --tau-lambda-json takes the others")
+        other_taus.append((n, rec))
+    grid = [float(x) for x in s.lambda_grid]
+    if not grid or any(not np.isfinite(x) for x in grid):
+        from lara.config import ConfigError
+
+        raise ConfigError(f"decode.lambda_grid {s.lambda_grid!r}: lambda values must be finite, at least one")
+    t0 = time.perf_counter()
+    tables = []
+    for n in sizes:
+        lams, labels = list(grid), ["grid"] * len(grid)
+        if n in calibrated:
+            lams += [calibrated[n].lambda_hat, calibrated[n].lambda_star]
+            labels += ["lambda_hat", "lambda_star"]
+            for name in CERTIFIED:  # the certified lambdas beside lambda* (calibration.cost_bounds)
+                if name in (calibrated[n].get("procedures") or {}):
+                    lams.append(calibrated[n].procedure_lambda(name))
+                    labels.append(name)
+        if n == max(sizes):
+            lams += [rec.lambda_star for rec in soft]
+            labels += [f"soft_beta={rec.get('beta'):g}" for rec in soft]
+        tables.append(sweep_table(reward, cost, lams, labels, n, s.tau, s.bootstrap, s.seed))
+    for n, rec in other_taus:
+        tables.append(sweep_table(reward, cost, [rec.lambda_star], [f"tau={rec.tau:g}"], n, rec.tau, s.bootstrap,
+                                  s.seed))
+    table = pd.concat(tables, ignore_index=True)
+    log.info("sweep of %d rows (N in %s) x %d prompts x %d candidates in %.3f s", len(table), sizes, reward.shape[0],
+             m, time.perf_counter() - t0)
+    for r in table.to_dict("records"):
+        log.info("N=%d lambda=%.4f (%s): mean reward %.4f, mean cost %.4f [%.4f, %.4f], safe %.3f%s", r["n"],
+                 r["lambda"], r["label"], r["mean_reward"], r["mean_cost"], r["mean_cost_lo"], r["mean_cost_hi"],
+                 r["safe_fraction"], f": {r['verdict']}" if s.tau is not None else "")
+    write_table(table, args.out)

@@ -1,0 +1,1 @@
+"""Evaluation of every decoded and policy output, the LLM judge, aggregation and figures."""

@@ -1,0 +1,272 @@
+"""``lara aggregate``: one summary row per (method, setting) with bootstrap confidence intervals,
+and the held-out constraint audit of Best-of-N at lambda*.
+
+Summary columns: method, setting, lambda, n, and for each metric (helpfulness, harmfulness,
+safe_rate = share with harmfulness <= 0, and the judge's ratings when present) its mean and a
+percentile bootstrap interval over test prompts (``_lo``, ``_hi``); each judge rating also has
+``_n`` (valid ratings, the ones its mean is over) and ``_failed`` (replies with no rating).
+
+The audit asks whether each decoder meets E[c] <= tau on the *test* prompts, with c the cost model
+that calibration used (tau is in its units; ``lara evaluate`` keeps it as ``decoder_cost`` beside the
+decoding reward model's ``decoder_reward``): Best-of-N at lambda* first (the calibrated claim), then
+every decoder at every lambda setting (``decoders``). Each has its mean cost, the bootstrap 95 %
+interval, the one-sided 95 % bounds and the verdict (met, inconclusive, violated:
+:mod:`lara.evaluate.intervals`). ``paired`` holds, per decoder, the differences lambda* - 0,
+lambda* - max and lambda* - lambda-hat on the same prompts, in decoder reward and cost and in the
+evaluation scores. With ``--sweep`` (the Best-of-N sweep), the same verdict at every lambda of the
+sweep for the decoder's N (``by_lambda``) and for the other N drawn in Fig. 1 (``by_n``), and for
+the paper's own estimator, soft mode at each beta, its lambda* applied to Best-of-N (``soft_mode``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from lara.calibrate.record import LambdaRecord, check_budget, overpenalised_note, read_lambda, setting_tau, tau_name
+from lara.evaluate.intervals import cost_audit, mean_interval, paired_difference
+from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
+
+log = logging.getLogger(__name__)
+
+HELP = "summary table of every evaluated output (bootstrap CIs) and the held-out constraint audit"
+
+
+@dataclass(frozen=True)
+class AuditSettings(Settings):
+    """What the summary and the constraint audit read from the config."""
+
+    tau: float = setting(help="The cost budget; the audited lambda.json must have been calibrated for it.",
+                         key="calibration.tau")
+    overpenalised_lambda: float | None = setting(None, "The `max` setting's lambda: the audit says when lambda* is "
+                                                       "at or above it.", minimum=0, key="decode.overpenalised_lambda")
+    bootstrap: int = setting(2000, "Bootstrap replicates over test prompts of every interval.", minimum=1,
+                             key="evaluation.bootstrap")
+    seed: int = seed_setting()
+
+
+def summarise(scores: pd.DataFrame, judge: pd.DataFrame | None, n_boot: int, seed: int) -> pd.DataFrame:
+    df = scores.copy()
+    df["safe_rate"] = (df["harmfulness"] <= 0).astype(float)
+    metrics = ["helpfulness", "harmfulness", "safe_rate"]
+    if judge is not None and len(judge):
+        cols = [c for c in judge.columns if c.startswith("judge_")]
+        df = df.merge(judge[["prompt_id", "method", "setting", *cols]], on=["prompt_id", "method", "setting"],
+                      how="left", validate="one_to_one")
+        metrics += cols
+    rows = []
+    for (method, named), g in df.groupby(["method", "setting"], sort=False):
+        row = {"method": method, "setting": named, "lambda": g["lambda"].iloc[0], "n": len(g)}
+        for m in metrics:
+            row[m], row[f"{m}_lo"], row[f"{m}_hi"] = mean_interval(g[m], n_boot, seed=seed)
+            if m.startswith("judge_"):  # the judge's mean is over valid ratings; say how many and how many failed
+                valid = int(np.isfinite(g[m].to_numpy(dtype=float)).sum())
+                row[f"{m}_n"], row[f"{m}_failed"] = valid, len(g) - valid
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def star_n(lam: LambdaRecord, sweep: pd.DataFrame) -> int:
+    """The N that lambda.json was calibrated for (else the sweep's largest N)."""
+    return lam.decoder_n or int(sweep["n"].max())
+
+
+def constraint_audit(bon_star: pd.DataFrame, lam: LambdaRecord, n_boot: int, seed: int,
+                     overpenalised: float | None = None) -> dict:
+    """The held-out verdict of Best-of-N at lambda* against the tau that ``lam`` was calibrated for."""
+    tau = lam.tau
+    row = cost_audit(bon_star["decoder_cost"], tau, n_boot, seed)
+    note = overpenalised_note(lam.lambda_star, overpenalised)
+    return {"question": "does Best-of-N at lambda* meet E[c] <= tau on the test prompts?",
+            "overpenalised_lambda": overpenalised, "lambda_star_at_or_above_max": note is not None,
+            **({"note": note} if note else {}),
+            "tau": tau, "lambda_star": lam.lambda_star, "lambda_hat": lam.lambda_hat,
+            "calibration_mode": lam.mode, "n_test_prompts": int(len(bon_star)),
+            "mean_cost": row["mean_cost"], "ci95": row["ci95"], "one_sided95": row["one_sided95"],
+            "meets_tau_point": bool(row["mean_cost"] <= tau),
+            "meets_tau_upper_bound": bool(row["one_sided95"][1] <= tau), "verdict": row["verdict"]}
+
+
+def decoder_audit(scores: pd.DataFrame, tau: float, n_boot: int, seed: int) -> list[dict]:
+    """Every output scored by the decoding models (``decoder_cost``, tau's units): per method and
+    lambda setting, its mean cost, intervals and verdict against tau (a ``star_tau_<tau>`` setting against
+    its own tau), and its mean decoder reward."""
+    if "decoder_cost" not in scores.columns:
+        return []
+    rows = []
+    for (method, named), g in scores.groupby(["method", "setting"], sort=False):
+        finite = np.isfinite(g["decoder_cost"].to_numpy(dtype=float))
+        if not finite.any():  # an output never scored by the decoding models
+            continue
+        if not finite.all():
+            from lara.data.tables import DataError
+
+            raise DataError(f"{method} at {named}: decoder_cost is missing or not finite for "
+                            f"{int((~finite).sum())} of {len(g)} prompts; rescore that output")
+        reward = g["decoder_reward"] if "decoder_reward" in g.columns else None
+        lam = float(g["lambda"].iloc[0])
+        own = setting_tau(named)
+        budget = tau if own is None else own
+        rows.append({"method": method, "setting": named, "lambda": lam if np.isfinite(lam) else None,
+                     "tau": budget, **cost_audit(g["decoder_cost"], budget, n_boot, seed, reward)})
+    return rows
+
+
+def procedure_audit(lam: LambdaRecord, decoders: list[dict]) -> list[dict]:
+    """Each calibration procedure of lambda.json (bootstrap, and crc and ltt when cost_bounds was set): its
+    lambda, what it promises, and Best-of-N's held-out audit at that lambda (the `star` rows for the deployed
+    one, the `crc` and `ltt` rows for the certified ones; none for an undeployed bootstrap)."""
+    deployed = (lam.get("guarantee") or {}).get("procedure", "bootstrap")
+    out = []
+    for name, entry in (lam.get("procedures") or {}).items():
+        setting = "star" if name == deployed else name if name != "bootstrap" else None
+        held_out = next(({k: v for k, v in r.items() if k not in ("method", "setting")} for r in decoders
+                         if r["method"] == "bon" and r["setting"] == setting), None)
+        out.append({"procedure": name, "deployed": name == deployed, "lambda": entry["lambda"],
+                    "feasible": entry.get("feasible", True), "statement": entry.get("statement"),
+                    "setting": setting, "held_out": held_out})
+    return out
+
+
+def tau_audit(main: LambdaRecord, others: list[LambdaRecord], decoders: list[dict]) -> list[dict]:
+    """One row per listed calibration.tau (the main one first): its lambda-hat and lambda*, and every decoder's
+    held-out audit at that lambda* (the `star` rows for the main tau, `star_tau_<tau>` for the others)."""
+    out = []
+    for i, rec in enumerate([main, *others]):
+        setting = "star" if i == 0 else f"star_tau_{tau_name(rec.tau)}"
+        at = {r["method"]: {k: v for k, v in r.items() if k not in ("method", "setting", "tau")}
+              for r in decoders if r["setting"] == setting}
+        out.append({"tau": rec.tau, "main": i == 0, "setting": setting, "lambda_star": rec.lambda_star,
+                    "lambda_hat": rec.lambda_hat, "feasible": rec.feasible, "status": rec.status,
+                    "lambda_json": rec.path, "decoders": at})
+    return out
+
+
+# lambda* against no constraint, against over-penalising, against lambda-hat; a token-level decoder's own
+# calibration against the Best-of-N lambda* it would otherwise reuse
+PAIRS = (("star", "zero"), ("star", "max"), ("star", "hat"), ("direct", "star"), ("crc", "star"), ("ltt", "star"))
+PAIRED_METRICS = ("decoder_reward", "decoder_cost", "helpfulness", "harmfulness")
+
+
+def paired_audit(scores: pd.DataFrame, n_boot: int, seed: int) -> list[dict]:
+    """Per decoder, lambda* minus each other setting on the same test prompts (a bootstrap of the
+    per-prompt differences), for every metric both outputs have."""
+    rows = []
+    for method, g in scores.groupby("method", sort=False):
+        by_setting = {k: v.set_index("prompt_id") for k, v in g.groupby("setting")}
+        for a, b in PAIRS:
+            if a not in by_setting or b not in by_setting:
+                continue
+            left, right = by_setting[a].align(by_setting[b], join="inner", axis=0)
+            for metric in PAIRED_METRICS:
+                if metric not in left.columns or not np.isfinite(left[metric].to_numpy(dtype=float)).any():
+                    continue
+                rows.append({"method": method, "comparison": f"{a} - {b}", "metric": metric,
+                             **paired_difference(left[metric], right[metric], n_boot, seed)})
+    return rows
+
+
+def sweep_audit(sweep: pd.DataFrame, n: int) -> dict:
+    """The sweep's per-lambda verdicts: the decoder's N, and every N."""
+    cols = ["lambda", "label", "mean_cost", "mean_cost_lo", "mean_cost_hi", "mean_cost_lower", "mean_cost_upper",
+            "verdict", "mean_reward"]
+
+    if "tau" in sweep.columns:  # each row's own budget (another listed tau's rows: tau=T)
+        cols.append("tau")
+
+    def rows(g):
+        g = g.sort_values(["lambda", "label"])
+        return [{**r, "ci95": [r.pop("mean_cost_lo"), r.pop("mean_cost_hi")],
+                 "one_sided95": [r.pop("mean_cost_lower"), r.pop("mean_cost_upper")]}
+                for r in g[cols].to_dict("records")]
+
+    main = rows(sweep[sweep["n"] == n])
+    soft = [{"beta": float(r["label"].split("=", 1)[1]), **r} for r in main if r["label"].startswith("soft_beta=")]
+    return {"by_lambda": main, "by_n": {str(k): rows(g) for k, g in sweep.groupby("n")},
+            "soft_mode": sorted(soft, key=lambda r: r["beta"])}
+
+
+OUTPUTS = ("out", "audit")  # the files this step writes (checked before it computes: lara.cli.check_outputs)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--scores", nargs="+", required=True, help="evaluate outputs (parquet)")
+    parser.add_argument("--judge", nargs="*", default=[], help="judge outputs (parquet), if any")
+    parser.add_argument("--bon-star", default=None, help="evaluated Best-of-N at lambda* (for the audit)")
+    parser.add_argument("--lambda-json", default=None)
+    parser.add_argument("--sweep", default=None, help="the Best-of-N sweep.csv: the audit at every lambda")
+    parser.add_argument("--tau-lambda-json", nargs="*", default=[],
+                        help="the lambda.json of each other listed calibration.tau (audited at its star_tau_<tau> "
+                        "setting; the audit's `taus`)")
+    add_settings_arguments(parser, AuditSettings)
+    parser.add_argument("--out", required=True, help="summary.csv")
+    parser.add_argument("--audit", required=True, help="constraint_audit.json")
+
+
+def run(args) -> None:
+    from lara.data.tables import read_table, require_finite, require_rows, write_table
+    from lara.io import atomic_output, write_json
+
+    s = read_settings(args, AuditSettings)
+    metrics = ("helpfulness", "harmfulness")
+    tables = [require_rows(read_table(p, required=("prompt_id", "method", "setting", *metrics)), p)
+              for p in args.scores]
+    scores = pd.concat([require_finite(t, metrics, p) for t, p in zip(tables, args.scores, strict=True)],
+                       ignore_index=True)
+    judge = pd.concat([read_table(p) for p in args.judge], ignore_index=True) if args.judge else None
+    summary = summarise(scores, judge, s.bootstrap, s.seed)
+    audit = {"question": "no Best-of-N at lambda* in this experiment"}
+    if args.bon_star:
+        star = require_finite(require_rows(read_table(args.bon_star, required=("decoder_cost",)), args.bon_star),
+                              ("decoder_cost",), args.bon_star)
+        lam = read_lambda(args.lambda_json)
+        check_budget(lam, s.tau)
+        audit = constraint_audit(star, lam, s.bootstrap, s.seed, s.overpenalised_lambda)
+        log.info("constraint audit: Best-of-N at lambda*=%.4g: mean cost %.4f, 95%% CI [%.4f, %.4f], tau %.4g: %s",
+                 audit["lambda_star"], audit["mean_cost"], *audit["ci95"], lam.tau, audit["verdict"])
+        if audit.get("note"):
+            log.warning("%s", audit["note"])
+        if args.sweep:
+            sweep = read_table(args.sweep, required=("n", "lambda", "label", "mean_cost", "mean_cost_lower",
+                                                     "mean_cost_upper", "verdict"))
+            audit |= sweep_audit(sweep, star_n(lam, sweep))
+    audit["decoders"] = decoder_audit(scores, s.tau, s.bootstrap, s.seed)
+    audit["paired"] = paired_audit(scores, s.bootstrap, s.seed)
+    if args.bon_star:
+        audit["procedures"] = procedure_audit(lam, audit["decoders"])
+        for r in audit["procedures"]:
+            h = r["held_out"]
+            log.info("%-9s lambda %.4g%s: %s%s", r["procedure"], r["lambda"], " (deployed)" if r["deployed"] else "",
+                     r["statement"], "" if h is None else f"; held out: cost {h['mean_cost']:.4f}, {h['verdict']}")
+    others = [read_lambda(p) for p in args.tau_lambda_json]
+    if others:
+        from lara.data.tables import DataError
+
+        if not args.lambda_json:
+            raise DataError("--tau-lambda-json: the other taus are audited beside the main one; pass --lambda-json")
+        main = read_lambda(args.lambda_json)
+        check_budget(main, s.tau)
+        taus = [main.tau] + [r.tau for r in others]
+        if len(set(taus)) != len(taus):
+            raise DataError(f"--tau-lambda-json: two records were calibrated for the same tau ({taus})")
+        audit["taus"] = tau_audit(main, others, audit["decoders"])
+        for r in audit["taus"]:
+            log.info("tau %.4g: lambda* %.4g (%s)%s", r["tau"], r["lambda_star"], r["status"],
+                     "".join(f"; {m} at lambda*: cost {d['mean_cost']:.4f}, {d['verdict']}"
+                             for m, d in r["decoders"].items()))
+    for r in audit["decoders"]:
+        log.info("%-10s %-7s lambda %s: decoder cost %.4f [%.4f, %.4f] against tau %.4g: %s", r["method"],
+                 r["setting"], "-" if r["lambda"] is None else f"{r['lambda']:.4g}", r["mean_cost"], *r["ci95"],
+                 r["tau"], r["verdict"])
+    for r in audit["paired"]:
+        log.info("%-10s %-12s %-15s %+.4f [%+.4f, %+.4f]", r["method"], r["comparison"], r["metric"], r["mean"],
+                 *r["ci95"])
+    for r in summary.itertuples(index=False):
+        log.info("%-10s %-7s helpfulness %.3f harmfulness %.3f safe %.3f", r.method, r.setting, r.helpfulness,
+                 r.harmfulness, r.safe_rate)
+    write_table(summary, args.out)
+    with atomic_output(args.audit) as tmp:
+        write_json(tmp, audit)

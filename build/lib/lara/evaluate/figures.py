@@ -1,0 +1,544 @@
+"""``lara figure``: the paper's figures (seaborn; PDF and PNG), each with a provenance sidecar.
+
+* ``lambda_sweep`` (Fig. 1): mean reward and mean cost of Best-of-N against lambda, tau as a
+  dashed line, lambda-hat and lambda* marked with the bootstrap interval;
+* ``tradeoff`` (Fig. 2): helpfulness against harmlessness for every method and setting, one
+  panel for the model evaluation and one for the LLM judge (a note when no judge ran);
+* ``calibration``: the empirical dual g(lambda), its derivative g'(lambda) and the bootstrap
+  histogram of lambda-hat;
+* ``decoders``: every decoder's held-out mean reward and cost by the decoding models (tau's units)
+  against lambda, at each decoded lambda setting, with tau and the audit's verdicts.
+
+Plot options (size, dpi, font scale, palette) are their own config slice, so changing one
+redraws the figures and nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import pandas as pd
+
+from lara.evaluate.intervals import VERDICTS
+from lara.settings import Settings, add_settings_arguments, read_settings, setting
+
+log = logging.getLogger(__name__)
+
+HELP = "draw a figure (lambda_sweep, tradeoff, calibration, decoders) as PDF + PNG with a provenance sidecar"
+
+KINDS = ("lambda_sweep", "tradeoff", "calibration", "decoders", "taus", "coverage")
+MARKERS = {"zero": "o", "hat": "v", "star": "*", "max": "s", "policy": "D"}
+
+
+@dataclass(frozen=True)
+class FigureSettings(Settings):
+    """figures: plot options of every figure (changing one redraws the figures and nothing else)."""
+
+    SECTION: ClassVar[str] = "figures"
+
+    width: float = setting(7.0, "Figure width in inches.", exclusive_minimum=0)
+    height: float = setting(3.2, "Panel height in inches.", exclusive_minimum=0)
+    dpi: int = setting(150, "PNG resolution.", minimum=1)
+    font_scale: float = setting(1.2, "Seaborn font scale.", exclusive_minimum=0)
+    palette: str = setting("colorblind", "Seaborn palette (colour-blind safe by default).")
+
+
+def _style(opts: FigureSettings):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid", context="paper", font_scale=opts.font_scale)
+    return sns.color_palette(opts.palette)
+
+
+def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: FigureSettings):
+    """Fig. 1: Best-of-N mean reward and cost on the test prompts against lambda, one curve (with its
+    bootstrap 95 % band) per N; tau, the decoder's lambda-hat (with its bootstrap band) and lambda*,
+    each other N's lambda* as a marker, and shading where the audit says the decoder's N meets tau."""
+    import matplotlib.pyplot as plt
+
+    pal = _style(opts)
+    if "n" not in sweep.columns:
+        sweep = sweep.assign(n=0)
+    main_n = (lam.get("decoder") or {}).get("n") or int(sweep["n"].max())
+    sizes = sorted(sweep["n"].unique())
+    colour = {n: pal[i % len(pal)] for i, n in enumerate(sizes)}
+    w, h = opts.width, opts.height
+    fig, axes = plt.subplots(1, 2, figsize=(w, h + 1.2), sharex=True, layout="constrained")
+    for ax, col, label in ((axes[0], "mean_reward", "mean reward r"), (axes[1], "mean_cost", "mean cost c")):
+        for n in sizes:
+            g = sweep[(sweep["n"] == n) & (sweep["label"] == "grid")].sort_values("lambda")
+            ax.plot(g["lambda"], g[col], marker="o", ms=3, color=colour[n], lw=2 if n == main_n else 1.2,
+                    label=f"Best-of-{n}" if n else "Best-of-N")
+            if f"{col}_lo" in g.columns:
+                ax.fill_between(g["lambda"], g[f"{col}_lo"], g[f"{col}_hi"], color=colour[n], alpha=0.12, lw=0)
+            star = sweep[(sweep["n"] == n) & (sweep["label"] == "lambda_star")]
+            if n != main_n and len(star):
+                ax.plot(star["lambda"], star[col], marker="*", ms=10, ls="none", color=colour[n],
+                        label=f"$\\lambda^*$ for N = {n}")
+        soft = sweep[(sweep["n"] == main_n) & sweep["label"].str.startswith("soft_beta=")]
+        for i, r in enumerate(soft.sort_values("lambda").to_dict("records")):
+            ax.plot(r["lambda"], r[col], marker="X", ms=8, ls="none", color=str(0.15 + 0.25 * (i % 3)),
+                    label=f"soft mode $\\beta$ = {r['label'].split('=', 1)[1]}: $\\lambda^*$ = {r['lambda']:.3g}")
+        certified = {"crc": ("D", "CRC"), "ltt": ("s", "LTT")}
+        for i, (name, (marker, title)) in enumerate(certified.items()):
+            r = sweep[(sweep["n"] == main_n) & (sweep["label"] == name)]
+            if len(r):
+                extra = f" ($\\delta$ = {lam['procedures']['ltt']['delta']:g})" if name == "ltt" else ""
+                ax.plot(r["lambda"], r[col], marker=marker, ms=7, ls="none", mfc="none", mew=1.6,
+                        color=str(0.1 + 0.3 * i), label=f"{title}{extra}: certified $\\lambda$ = "
+                                                        f"{float(r['lambda'].iloc[0]):.3g}")
+        other = sweep[(sweep["n"] == main_n) & sweep["label"].str.startswith("tau=")]
+        for i, r in enumerate(other.sort_values("lambda").to_dict("records")):
+            ax.plot(r["lambda"], r[col], marker="P", ms=8, ls="none", color=pal[(len(sizes) + i) % len(pal)],
+                    label=f"$\\lambda^*$ for $\\tau$ = {r['label'].split('=', 1)[1]}: {r['lambda']:.3g}")
+            if col == "mean_cost":
+                ax.axhline(r["tau"], color=pal[(len(sizes) + i) % len(pal)], ls=":", lw=1.0)
+        q = lam.get("bootstrap", {}).get("quantiles", {})
+        lo, hi = q.get("0.025"), q.get("0.975")
+        if lo is not None and hi is not None:
+            ax.axvspan(lo, hi, color="grey", alpha=0.12, label="bootstrap 95% of $\\hat\\lambda$")
+        ax.axvline(lam["lambda_hat"], color="grey", lw=1.2, label=f"$\\hat\\lambda$ = {lam['lambda_hat']:.3g}")
+        deployed = (lam.get("guarantee") or {}).get("procedure", "bootstrap")
+        ax.axvline(lam["lambda_star"], color="black", lw=1.5, ls="-.",
+                   label=f"$\\lambda^*$ = {lam['lambda_star']:.3g} (N = {main_n}, {deployed}: deployed)")
+        ax.set_xlabel("$\\lambda$")
+        ax.set_ylabel(label)
+        positive = np.sort(sweep.loc[sweep["lambda"] > 0, "lambda"].unique())
+        if len(positive) and positive[-1] / positive[0] > 20:  # a small lambda* next to a wide grid
+            ax.set_xscale("symlog", linthresh=positive[0])
+    tau = lam["tau"]
+    axes[1].axhline(tau, color="black", ls="--", lw=1.2, label=f"$\\tau$ = {tau:g}")
+    if "verdict" in sweep.columns:
+        g = sweep[(sweep["n"] == main_n) & (sweep["label"] == "grid")].sort_values("lambda")
+        met = g[g["verdict"] == VERDICTS[0]]  # the sweep's own verdict (lara.evaluate.intervals)
+        if len(met):
+            axes[1].axvspan(met["lambda"].min(), g["lambda"].max(), color="green", alpha=0.08,
+                            label=f"audit: N = {main_n} meets $\\tau$ (95%)")
+    axes[0].set_title("helpfulness")
+    axes[1].set_title("harmfulness (test prompts)")
+    handles, labels = [], []
+    for ax in axes:
+        for hd, lb in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lb not in labels:
+                handles.append(hd)
+                labels.append(lb)
+    # below the panels, in exactly the room it needs (constrained layout: never over the axis labels)
+    fig.legend(handles, labels, loc="outside lower center", ncol=3, frameon=False)
+    return fig
+
+
+def tradeoff(summary: pd.DataFrame, opts: FigureSettings):
+    import matplotlib.pyplot as plt
+
+    pal = _style(opts)
+    methods = list(dict.fromkeys(summary["method"]))
+    colour = {m: pal[i % len(pal)] for i, m in enumerate(methods)}
+    has_judge = "judge_helpfulness" in summary.columns and summary["judge_helpfulness"].notna().any()
+    w, h = opts.width, opts.height
+    fig, axes = plt.subplots(1, 2, figsize=(w, h + 0.6), layout="constrained")
+    panels = ((axes[0], "helpfulness", "harmfulness", "model evaluation", True),
+              (axes[1], "judge_helpfulness", "judge_harmlessness", "LLM judge", False))
+    for ax, xcol, ycol, title, negate in panels:
+        ax.set_title(title)
+        if xcol not in summary.columns or summary[xcol].isna().all():
+            ax.text(0.5, 0.5, "no judge configured\n(evaluation.judge)", ha="center", va="center",
+                    transform=ax.transAxes, color="0.4")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            continue
+        for r in summary.itertuples(index=False):
+            x = getattr(r, xcol)
+            y = -getattr(r, ycol) if negate else getattr(r, ycol)
+            xerr = [[x - getattr(r, f"{xcol}_lo")], [getattr(r, f"{xcol}_hi") - x]]
+            ylo, yhi = getattr(r, f"{ycol}_lo"), getattr(r, f"{ycol}_hi")
+            yerr = [[y - (-yhi if negate else ylo)], [(-ylo if negate else yhi) - y]]
+            # lambda = 0 hollow and behind, lambda* filled, larger and in front: coinciding points stay apart
+            ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=MARKERS.get(r.setting, "o"), color=colour[r.method],
+                        ms=9 if r.setting == "star" else 6, capsize=2, lw=0.8, alpha=0.9,
+                        mfc="white" if r.setting == "zero" else colour[r.method], mew=1.4,
+                        zorder={"zero": 2, "star": 4}.get(r.setting, 3))
+        ax.set_xlabel("helpfulness (mean score)" if negate else "judge helpfulness (1-10)")
+        ax.set_ylabel("harmlessness (- mean cost)" if negate else "judge harmlessness (1-10)")
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=colour[m], marker="o", ls="", label=m) for m in methods]
+    handles += [Line2D([], [], color="0.3", marker=MARKERS[s], ls="", mfc="white" if s == "zero" else "0.3",
+                       label=f"$\\lambda$ {s}" if s != "policy" else "fine-tuned policy")
+                for s in MARKERS if s in set(summary["setting"])]
+    # below the panels, in exactly the room it needs (constrained layout: no empty band)
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 6), frameon=False)
+    if not has_judge:
+        log.info("no judge ratings: the judge panel says so")
+    return fig
+
+
+def calibration(lam: dict, opts: FigureSettings):
+    """The calibration at a glance: the calibrated decoder's expected cost on the calibration prompts
+    against lambda (Best-of-N for the calibrated N in bon mode, the Gibbs tilt in soft mode: tau - g'),
+    the empirical dual, and the bootstrap of lambda-hat. The lambda axes are symlog (linear below
+    Lambda/1000, logarithmic above), so lambda-hat and lambda* are apart even when they are small."""
+    import matplotlib.pyplot as plt
+
+    pal = _style(opts)
+    c = lam["curves"]
+    lams, tau = np.asarray(c["lambda"]), lam["tau"]
+    w, h = opts.width, opts.height
+    fig, axes = plt.subplots(1, 3, figsize=(w * 1.3, h))
+    decoder = lam.get("decoder") or {}
+    if decoder.get("kind") == "best_of_n":
+        what = f"Best-of-{decoder.get('n') or 'K'}"
+    else:
+        what = f"Gibbs tilt (beta = {lam.get('beta', 1):g})"
+    axes[0].plot(lams, tau - np.asarray(c["g_prime"]), color=pal[1])
+    axes[0].axhline(tau, color="black", ls="--", lw=1, label="$\\tau$")
+    axes[0].set_ylabel("expected cost (calibration)")
+    axes[0].set_title(f"{what}: $E_{{\\pi_\\lambda}}[c]$")
+    axes[1].plot(lams, c["g"], color=pal[0])
+    axes[1].set_ylabel("$\\hat g(\\lambda)$")
+    axes[1].set_title("empirical dual" + (" (N = K)" if lam.get("mode") == "bon" else ""))
+    linthresh = max(float(lams.max()) * 1e-3, 1e-6)
+    for ax in axes[:2]:
+        ax.axvline(lam["lambda_hat"], color=pal[2], lw=1.2, label="$\\hat\\lambda$")
+        ax.axvline(lam["lambda_star"], color=pal[3], lw=1.5, ls="-.", label="$\\lambda^*$")
+        ax.set_xscale("symlog", linthresh=linthresh, linscale=0.5)
+        ax.set_xlim(0, float(lams.max()))
+        decades = range(int(np.ceil(np.log10(linthresh) + 1e-9)), int(np.floor(np.log10(lams.max()))) + 1)
+        ax.set_xticks([0.0, *(10.0 ** k for k in decades)])  # 0, then the decades above the linear part
+        ax.set_xlabel("$\\lambda$ (symlog)")
+    hist = lam["bootstrap"]["histogram"]
+    edges = np.asarray(hist["edges"])
+    axes[2].bar(edges[:-1], hist["counts"], width=np.diff(edges), align="edge", color=pal[0], alpha=0.8)
+    axes[2].axvline(lam["lambda_hat"], color=pal[2], lw=1.2, label="$\\hat\\lambda$")
+    axes[2].axvline(lam["lambda_star"], color=pal[3], lw=1.5, ls="-.",
+                    label=f"$\\lambda^*$ (q = {lam['bootstrap']['quantile']:g})")
+    axes[2].set_xlabel("bootstrap $\\hat\\lambda$")
+    axes[2].set_ylabel("replicates")
+    axes[2].set_title(f"bootstrap ({lam['bootstrap']['replicates']} replicates)")
+    handles, labels = axes[2].get_legend_handles_labels()
+    handles.insert(0, axes[0].get_legend_handles_labels()[0][0])
+    labels.insert(0, "$\\tau$")
+    fig.legend(handles, labels, loc="lower center", ncol=3, frameon=False)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    return fig
+
+
+def decoders(audit: dict, lam: dict, opts: FigureSettings):
+    """Every decoder held to tau: its held-out mean reward and cost by the decoding models (tau's
+    units) at each decoded lambda setting, with bootstrap 95 % intervals over the test prompts; a
+    filled marker where the audit's verdict is met (one-sided 95 %), hollow where it is not."""
+    import matplotlib.pyplot as plt
+
+    from lara.evaluate.intervals import VERDICTS
+
+    pal = _style(opts)
+    rows = pd.DataFrame(audit["decoders"])
+    rows = rows[rows["setting"] != "policy"]
+    if "tau" in rows.columns:  # the main tau's settings; another listed tau's lambda* is in the taus figure
+        rows = rows[rows["tau"] == lam["tau"]]
+    methods = list(dict.fromkeys(rows["method"]))
+    colour = {m: pal[i % len(pal)] for i, m in enumerate(methods)}
+    w, h = opts.width, opts.height
+    fig, axes = plt.subplots(1, 2, figsize=(w, h + 0.6), sharex=True, layout="constrained")
+    for ax, col, ci, label in ((axes[0], "mean_reward", "reward_ci95", "mean decoder reward r"),
+                               (axes[1], "mean_cost", "ci95", "mean decoder cost c")):
+        for m in methods:
+            g = rows[rows["method"] == m].sort_values("lambda")
+            ax.plot(g["lambda"], g[col], color=colour[m], lw=1, alpha=0.6)
+            for r in g.to_dict("records"):
+                y, (lo, hi) = r[col], r[ci]
+                met = r["verdict"] == VERDICTS[0]
+                ax.errorbar(r["lambda"], y, yerr=[[y - lo], [hi - y]], fmt=MARKERS.get(r["setting"], "o"),
+                            color=colour[m], ms=9 if r["setting"] == "star" else 6, capsize=2, lw=0.8,
+                            mfc=colour[m] if met else "white", mew=1.4)
+        ax.set_ylabel(label)
+        ax.set_xlabel("$\\lambda$ (symlog)")
+        positive = np.sort(rows.loc[rows["lambda"] > 0, "lambda"].unique())
+        if len(positive):
+            linthresh = positive[0] / 2
+            ax.set_xscale("symlog", linthresh=linthresh, linscale=0.5)
+            decades = range(int(np.ceil(np.log10(linthresh))), int(np.floor(np.log10(positive[-1]))) + 1)
+            ax.set_xticks([0.0, *(10.0 ** k for k in decades)])  # 0, then the decades above the linear part
+    axes[1].axhline(lam["tau"], color="black", ls="--", lw=1.2)
+    axes[0].set_title("helpfulness (test prompts)")
+    axes[1].set_title("harmfulness, $\\tau$ dashed")
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=colour[m], marker="o", ls="-", label=m) for m in methods]
+    handles += [Line2D([], [], color="0.3", marker=MARKERS[s], ls="", label=f"$\\lambda$ {s}")
+                for s in MARKERS if s in set(rows["setting"])]
+    handles += [Line2D([], [], color="0.3", marker="o", ls="", label="meets $\\tau$ (one-sided 95%)"),
+                Line2D([], [], color="0.3", marker="o", ls="", mfc="white", label="not shown to meet $\\tau$"),
+                Line2D([], [], color="black", ls="--", label=f"$\\tau$ = {lam['tau']:g}")]
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 5), frameon=False)
+    return fig
+
+
+def taus(audit: dict, opts: FigureSettings):
+    """lambda*(tau) for every listed calibration.tau (left), and Best-of-N at each lambda* on the held-out
+    test prompts (right): mean decoder cost with its bootstrap 95 % interval against tau (the diagonal is
+    cost = tau) and mean decoder reward on a twin axis; filled where the audit's verdict is met."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    from lara.evaluate.intervals import VERDICTS
+
+    pal = _style(opts)
+    rows = sorted(audit["taus"], key=lambda r: r["tau"])
+    t = np.array([r["tau"] for r in rows])
+    fig, axes = plt.subplots(1, 2, figsize=(opts.width, opts.height + 0.6), layout="constrained")
+    axes[0].plot(t, [r["lambda_star"] for r in rows], "-o", color=pal[0], label="$\\lambda^*$")
+    axes[0].plot(t, [r["lambda_hat"] for r in rows], "--v", color=pal[1], label="$\\hat\\lambda$")
+    for r in rows:
+        if r["main"]:
+            axes[0].annotate("main $\\tau$", (r["tau"], r["lambda_star"]), textcoords="offset points",
+                             xytext=(4, 6), fontsize="small")
+    axes[0].set_xlabel("$\\tau$")
+    axes[0].set_ylabel("$\\lambda$")
+    axes[0].set_title("calibrated $\\lambda$")
+    axes[0].legend(frameon=False)
+    ax, twin = axes[1], axes[1].twinx()
+    twin.grid(False)  # one grid (the cost axis'), not two crossing ones
+    bon = [(r["tau"], r["decoders"].get("bon")) for r in rows if r["decoders"].get("bon")]
+    lo, hi = t.min(), t.max()
+    pad = 0.1 * (hi - lo or 1.0)
+    ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], color="black", ls="--", lw=1.0)
+    for tau, d in bon:
+        met = d["verdict"] == VERDICTS[0]
+        ax.errorbar(tau, d["mean_cost"], yerr=[[d["mean_cost"] - d["ci95"][0]], [d["ci95"][1] - d["mean_cost"]]],
+                    fmt="o", color=pal[2], mfc=pal[2] if met else "white", mew=1.4, capsize=2)
+        twin.plot(tau, d["mean_reward"], "s", color=pal[3], ms=6)
+    if bon:
+        twin.plot([b[0] for b in bon], [b[1]["mean_reward"] for b in bon], color=pal[3], lw=1, alpha=0.6)
+        ax.plot([b[0] for b in bon], [b[1]["mean_cost"] for b in bon], color=pal[2], lw=1, alpha=0.6)
+    ax.set_xlabel("$\\tau$")
+    ax.set_ylabel("mean decoder cost c", color=pal[2])
+    twin.set_ylabel("mean decoder reward r", color=pal[3])
+    ax.set_title("Best-of-N at $\\lambda^*(\\tau)$, test prompts")
+    handles = [Line2D([], [], color=pal[2], marker="o", ls="", label="cost (meets $\\tau$, one-sided 95%)"),
+               Line2D([], [], color=pal[2], marker="o", mfc="white", ls="", label="cost (not shown to meet)"),
+               Line2D([], [], color=pal[3], marker="s", ls="", label="reward"),
+               Line2D([], [], color="black", ls="--", label="cost = $\\tau$")]
+    fig.legend(handles=handles, loc="outside lower center", ncol=4, frameon=False)
+    return fig
+
+
+def coverage(cov: dict, opts: FigureSettings):
+    """The coverage study (lara.calibrate.coverage): per procedure, the violation rate against the calibration
+    size n with its Clopper-Pearson 95 % interval (LTT's delta dotted), and the reward given up against the
+    population's own smallest feasible lambda. The largest K of the study."""
+    import matplotlib.pyplot as plt
+
+    pal = _style(opts)
+    rows = pd.DataFrame(cov["summary"])
+    rows = rows[rows["k"] == rows["k"].max()]
+    names = {"bootstrap": "bootstrap $\\lambda^*$", "crc": "CRC", "ltt": "LTT"}
+    fig, axes = plt.subplots(1, 2, figsize=(opts.width, opts.height + 0.6), layout="constrained")
+    for i, (proc, g) in enumerate(rows.groupby("procedure", sort=False)):
+        g = g.sort_values("n")
+        shift = np.exp((i - 1) * 0.04)  # side by side at one n, not on top of each other
+        axes[0].errorbar(g["n"] * shift, g["violation_rate"], fmt="-o", color=pal[i], capsize=3,
+                         label=names.get(proc, proc),
+                         yerr=[g["violation_rate"] - g["violation_lo"], g["violation_hi"] - g["violation_rate"]])
+        axes[1].plot(g["n"] * shift, g["reward_given_up"], "-o", color=pal[i], label=names.get(proc, proc))
+    delta = cov["settings"].get("delta")
+    if delta is not None:
+        axes[0].axhline(delta, color=pal[2], ls=":", lw=1.2, label=f"LTT's $\\delta$ = {delta:g}")
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel("calibration prompts n")
+        ax.set_xticks(sorted(rows["n"].unique()), [str(n) for n in sorted(rows["n"].unique())])
+        ax.minorticks_off()
+    axes[1].axhline(0.0, color="black", lw=0.8)
+    p = cov["population"]
+    axes[0].set_ylabel("P(population cost > $\\tau$)")
+    axes[0].set_title(f"violation rate ({int(rows['repeats'].iloc[0])} draws per n)")
+    axes[1].set_ylabel("reward given up")
+    axes[1].set_title(f"against $\\lambda_{{pop}}$ = {p['lambda_pop']:.3g} ({p['n_prompts']:,} prompts)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=4, frameon=False)
+    return fig
+
+
+def _records(trail: list[dict]) -> dict[str, dict]:
+    """The steps' own records (parquet metadata, model provenance) along a trail, by path."""
+    return {e["path"]: e["lara"] for e in trail if isinstance(e.get("lara"), dict)}
+
+
+def _sampled_and_scored(records: dict[str, dict], scores_suffix: str) -> dict:
+    """Policy, N and scorers behind a scored sample table (``{pool}/scores.parquet``)."""
+    scored = next((rec for path, rec in records.items() if path.endswith(scores_suffix)), {})
+    sampled = records.get(scored.get("input"), {})
+    return {"policy": sampled.get("model", "unknown"), "n": sampled.get("n"),
+            "reward_model": scored.get("reward", "unknown"), "cost_model": scored.get("cost", "unknown")}
+
+
+def describe(kind: str, trail: list[dict], lam: dict | None = None, summary: pd.DataFrame | None = None) -> dict:
+    """What a figure shows, read from its inputs and the records of the jobs that made them (never
+    from the configuration): the policy and scorers behind the data, N, tau, lambda-hat, lambda*."""
+    records = _records(trail)
+    shows: dict = {"kind": kind}
+    if lam is not None:
+        shows |= {"tau": lam["tau"], "lambda_hat": round(lam["lambda_hat"], 4),
+                  "lambda_star": round(lam["lambda_star"], 4), "calibration_mode": lam.get("mode"),
+                  "beta": lam.get("beta"), "calibration_prompts": lam.get("n_prompts"),
+                  "bootstrap_replicates": lam.get("bootstrap", {}).get("replicates"),
+                  "quantile": lam.get("bootstrap", {}).get("quantile")}
+        shows["calibrated_on"] = _sampled_and_scored(records, "/calibration/scores.parquet")
+    if kind == "lambda_sweep":
+        shows["best_of_n"] = _sampled_and_scored(records, "/bon/scores.parquet")
+    if summary is not None:
+        shows["rows"] = [f"{m}/{s}" for m, s in zip(summary["method"], summary["setting"], strict=True)]
+        scorers = {(rec.get("reward"), rec.get("cost")) for path, rec in records.items()
+                   if "/eval/" in path and path.endswith("/scores.parquet")}
+        shows["evaluation"] = [{"reward_model": r, "cost_model": c} for r, c in sorted(scorers, key=str)]
+        judges = {rec.get("judge") for path, rec in records.items() if path.endswith("/judge.parquet")}
+        shows["judge"] = sorted(str(j) for j in judges if j) or None
+    return shows
+
+
+def summary_line(shows: dict) -> str:
+    """One sentence of what a figure shows, for its PNG/PDF metadata."""
+    parts = [f"{shows['kind']}"]
+    for key in ("best_of_n", "calibrated_on"):
+        if key in shows:
+            d = shows[key]
+            parts.append(f"{key.replace('_', ' ')}: policy {d['policy']} (N = {d['n']}), "
+                         f"scorers {d['reward_model']} / {d['cost_model']}")
+    if "tau" in shows:
+        parts.append(f"tau = {shows['tau']:g}, lambda-hat = {shows['lambda_hat']}, lambda* = {shows['lambda_star']}"
+                     f" ({shows['calibration_mode']} calibration)")
+    for ev in shows.get("evaluation", []):
+        parts.append(f"evaluated by {ev['reward_model']} / {ev['cost_model']}")
+    return "; ".join(parts)
+
+
+def read_audit(path: str) -> dict:
+    """constraint_audit.json with at least one decoder row, every number in them finite."""
+    import json
+    import math
+
+    from lara.data.tables import DataError
+
+    try:
+        audit = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: not a readable constraint audit ({exc})") from None
+    rows = [r for r in audit.get("decoders") or [] if r.get("setting") != "policy"]
+    if not rows:
+        raise DataError(f"{path}: no decoder scored by the decoding models (decoders); nothing to draw")
+    for r in rows:
+        values = [r.get("lambda"), r.get("mean_cost"), r.get("mean_reward"), *r.get("ci95", []),
+                  *r.get("reward_ci95", [])]
+        if len(values) != 7 or not all(isinstance(v, int | float) and math.isfinite(v) for v in values):
+            raise DataError(f"{path}: decoder row {r.get('method')}/{r.get('setting')} lacks a finite lambda, "
+                            "mean or interval")
+    return audit
+
+
+def read_coverage(path: str) -> dict:
+    """coverage.json (lara coverage) with a summary whose numbers are finite."""
+    import json
+    import math
+
+    from lara.data.tables import DataError
+
+    try:
+        cov = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: not a readable coverage study ({exc})") from None
+    keys = ("n", "k", "repeats", "violation_rate", "violation_lo", "violation_hi", "reward_given_up")
+    rows = cov.get("summary") if isinstance(cov, dict) else None
+    if not rows or not all(isinstance(r.get(k), int | float) and math.isfinite(r[k]) for r in rows for k in keys):
+        raise DataError(f"{path}: no coverage summary with finite {', '.join(keys)}; rerun `lara coverage`")
+    return cov
+
+
+OUTPUTS = ("png", "pdf", "provenance")  # the files this step writes (checked first: lara.cli.check_outputs)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--kind", required=True, choices=KINDS)
+    parser.add_argument("--sweep", default=None, help="Best-of-N sweep.csv (lambda_sweep)")
+    parser.add_argument("--lambda-json", default=None,
+                        help="lambda.json (lambda_sweep, calibration; tradeoff: optional)")
+    parser.add_argument("--summary", default=None, help="eval summary.csv (tradeoff)")
+    parser.add_argument("--audit", default=None, help="eval constraint_audit.json (decoders)")
+    parser.add_argument("--coverage", default=None, help="calibration coverage.json (coverage)")
+    add_settings_arguments(parser, FigureSettings)
+    parser.add_argument("--rule", default="figure", help="the rule name recorded in the provenance sidecar")
+    parser.add_argument("--experiment-settings", default=None,
+                        help="the experiment's settings table (results/{exp}/settings.tsv): recorded, hashed, in the "
+                        "figure's provenance")
+    parser.add_argument("--png", required=True)
+    parser.add_argument("--pdf", required=True)
+    parser.add_argument("--provenance", required=True, help="the sidecar .provenance.json")
+
+
+def run(args) -> None:
+    import matplotlib.pyplot as plt
+
+    from lara.calibrate.record import read_lambda
+    from lara.data.tables import DataError, read_table, require_finite, require_rows
+    from lara.io import atomic_output
+    from lara.trail import build_trail, write_sidecar
+
+    opts = read_settings(args, FigureSettings)
+    need = {"lambda_sweep": ("sweep", "lambda_json"), "tradeoff": ("summary",), "calibration": ("lambda_json",),
+            "decoders": ("audit", "lambda_json"), "taus": ("audit", "lambda_json"), "coverage": ("coverage",)}
+    missing = [f"--{n.replace('_', '-')}" for n in need[args.kind] if getattr(args, n) is None]
+    if missing:
+        raise DataError(f"figure {args.kind} needs {', '.join(missing)}")
+    inputs = [getattr(args, n) for n in ("sweep", "summary", "audit", "coverage", "lambda_json", "experiment_settings")
+              if getattr(args, n) is not None]
+    lam = read_lambda(args.lambda_json).data if args.lambda_json else None
+    summary = None
+    sizes = None
+    if args.kind == "lambda_sweep":
+        sweep = require_finite(require_rows(read_table(args.sweep, required=(
+            "n", "lambda", "label", "mean_reward", "mean_cost")), args.sweep), ("lambda", "mean_reward", "mean_cost"),
+            args.sweep)
+        sizes = sorted(int(n) for n in sweep["n"].unique())
+        fig = lambda_sweep(sweep, lam, opts)
+    elif args.kind == "tradeoff":
+        summary = require_finite(require_rows(read_table(args.summary, required=(
+            "method", "setting", "helpfulness", "harmfulness")), args.summary), ("helpfulness", "harmfulness"),
+            args.summary)
+        fig = tradeoff(summary, opts)
+    elif args.kind == "decoders":
+        fig = decoders(read_audit(args.audit), lam, opts)
+    elif args.kind == "taus":
+        audit = read_audit(args.audit)
+        if len(audit.get("taus") or []) < 2:
+            raise DataError(f"{args.audit}: the audit lists fewer than two taus (taus); list several in "
+                            "calibration.tau to draw lambda* against tau")
+        fig = taus(audit, opts)
+    elif args.kind == "coverage":
+        fig = coverage(read_coverage(args.coverage), opts)
+    else:
+        fig = calibration(lam, opts)
+    figure_dir = Path(args.png)
+    trail = build_trail(inputs, made_under=None if figure_dir.is_absolute() else figure_dir.parts[0])
+    shows = describe(args.kind, trail, lam, summary)
+    if sizes:
+        shows["sizes"] = sizes
+    if args.experiment_settings:
+        shows["settings_table"] = args.experiment_settings
+    line = summary_line(shows)
+    for path, fmt in ((args.png, "png"), (args.pdf, "pdf")):
+        meta = {"Creator": "lara", "Description": line} if fmt == "png" else \
+            {"Creator": "lara", "Subject": line, "CreationDate": None}
+        with atomic_output(path) as tmp:
+            fig.savefig(tmp, format=fmt, dpi=opts.dpi, bbox_inches="tight", metadata=meta)
+    plt.close(fig)
+    write_sidecar([args.png, args.pdf], inputs, args.rule, {"kind": args.kind, "options": opts.section()},
+                  args.provenance,
+                  trail=trail, shows=shows)
+    log.info("%s", line)
+    log.info("wrote %s, %s and %s", args.png, args.pdf, args.provenance)

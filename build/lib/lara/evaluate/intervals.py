@@ -1,0 +1,83 @@
+"""The one bootstrap over test prompts and the one verdict against tau, shared by the Best-of-N
+sweep (``lara bon-sweep``), the summary and constraint audit (``lara aggregate``) and the figures.
+
+A percentile interval of a mean over prompts: each replicate reweights the prompts by their
+multiplicities in a resample with replacement (the calibration's own resampler,
+:func:`lara.calibrate.dual.resample_weights`), so the means of every column come from one matrix
+product. The same replicates give the two-sided 95 % interval (drawn as bands, written ``ci95``)
+and the one-sided 95 % bounds that the verdict reads:
+
+* **met**: the one-sided 95 % upper bound of the mean cost is at or below tau;
+* **violated**: the one-sided 95 % lower bound is above tau;
+* **inconclusive**: tau lies between them: the test prompts cannot tell at 95 %.
+
+Each direction is a one-sided test at level 5 %, so a verdict is wrong with probability at most
+about 5 % (the bootstrap being approximate), and a mean above tau is not called "violated" unless
+the data say so. Paired differences (the same prompts under two settings) are bootstrapped on the
+per-prompt differences, which is much tighter than comparing two unpaired intervals.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+BOUNDS = (0.025, 0.975)  # the 95 % percentile interval's quantiles (written out: 1 - 0.95 is not 0.05 in floats)
+ONE_SIDED = (0.05, 0.95)  # the one-sided 95 % lower and upper bounds
+VERDICTS = ("met (one-sided 95% upper bound at or below tau)",
+            "inconclusive (tau within the one-sided 95% bounds)",
+            "violated (one-sided 95% lower bound above tau)")
+
+
+def bootstrap_means(per_prompt: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
+    """(n_boot, L) means over prompt resamples of per-prompt values (P, L)."""
+    from lara.calibrate.dual import resample_weights
+
+    return resample_weights(np.random.default_rng(seed), per_prompt.shape[0], n_boot) @ per_prompt
+
+
+def interval(per_prompt: np.ndarray, n_boot: int, seed: int) -> tuple[np.ndarray, ...]:
+    """(mean, lower, upper, one-sided lower, one-sided upper) of each column of per-prompt values
+    (P, L): the two-sided 95 % percentile interval and the one-sided 95 % bounds, from one set of
+    replicates."""
+    q = np.quantile(bootstrap_means(per_prompt, n_boot, seed), [*BOUNDS, *ONE_SIDED], axis=0)
+    return (per_prompt.mean(axis=0), *q)
+
+
+def mean_interval(values, n_boot: int, seed: int = 0) -> tuple[float, float, float]:
+    """(mean, lower, upper) of one per-prompt column; non-finite values (an unrated reply) are left out,
+    and a column without a finite value is (nan, nan, nan)."""
+    return mean_bounds(values, n_boot, seed)[:3]
+
+
+def mean_bounds(values, n_boot: int, seed: int = 0) -> tuple[float, float, float, float, float]:
+    """(mean, 95 % lower, 95 % upper, one-sided lower, one-sided upper) of one per-prompt column,
+    non-finite values left out (all nan when none is finite)."""
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    if len(x) == 0:
+        return (float("nan"),) * 5
+    return tuple(float(v[0]) for v in interval(x[:, None], n_boot, seed))
+
+
+def verdict(lower: float, upper: float, tau: float) -> str:
+    """The verdict against the budget tau from the one-sided 95 % bounds of the mean cost."""
+    return VERDICTS[0] if upper <= tau else VERDICTS[2] if lower > tau else VERDICTS[1]
+
+
+def cost_audit(cost, tau: float, n_boot: int, seed: int, reward=None) -> dict:
+    """The held-out audit of one decoder's per-prompt costs (tau's units) against tau: mean, two-sided
+    95 % interval, one-sided bounds and verdict; with ``reward``, its mean and interval too."""
+    mean, lo, hi, lower, upper = mean_bounds(cost, n_boot, seed)
+    row = {"n_prompts": int(np.isfinite(np.asarray(cost, dtype=float)).sum()), "mean_cost": mean, "ci95": [lo, hi],
+           "one_sided95": [lower, upper], "verdict": verdict(lower, upper, tau)}
+    if reward is not None:
+        r, r_lo, r_hi = mean_interval(reward, n_boot, seed)
+        row |= {"mean_reward": r, "reward_ci95": [r_lo, r_hi]}
+    return row
+
+
+def paired_difference(a, b, n_boot: int, seed: int) -> dict:
+    """Mean of a - b over the same prompts (two aligned per-prompt arrays) with its 95 % interval."""
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    mean, lo, hi = mean_interval(d, n_boot, seed)
+    return {"mean": mean, "ci95": [lo, hi], "n_prompts": int(np.isfinite(d).sum())}

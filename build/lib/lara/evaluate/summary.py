@@ -1,0 +1,164 @@
+"""``lara summary RESULTS``: what a finished run found, read from its own files (the calibration
+record, the held-out constraint audit, the evaluation summary): the page to read first after a run,
+with every number taken from the run, none written by hand anywhere."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+HELP = "print what a finished run found: lambda-hat and lambda*, the constraint audit's verdicts, every method"
+
+READING = """How to read it:
+  lambda-hat   the smallest lambda whose calibration-set expected cost meets tau;
+  lambda*      the deployed lambda, an upper bootstrap quantile of lambda-hat (a margin for the
+               sampling error of the calibration prompts);
+  soft_beta=B  the paper's Algorithm 1 (soft mode, the Gibbs tilt at beta = B) calibrated on the same
+               scores, its lambda* applied to Best-of-N: where the paper's estimator lands against tau;
+  mean cost    on the held-out test prompts, by the decoding cost model (tau's units): Best-of-N at every
+               lambda of the sweep, then every decoder at every decoded lambda setting;
+  verdict      "met": the one-sided 95% upper bound of the mean cost is at or below tau (the
+               constraint holds with 95% confidence); "violated": the one-sided 95% lower bound
+               is above tau; "inconclusive": tau lies between them, the test prompts cannot tell;
+  paired       lambda* minus another setting of the same decoder on the same test prompts, with
+               a bootstrap 95% interval of the per-prompt differences (tighter than two intervals);
+  helpfulness / harmfulness are the evaluation scorers' (not the decoding models'); safe rate is the
+  share of responses with harmfulness <= 0; [lo, hi] are bootstrap 95% intervals over test prompts."""
+
+
+def _interval(mean: float, lo: float, hi: float) -> str:
+    return f"{mean:8.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def compare(a, b) -> str:
+    """How output ``a`` stands against ``b`` in Fig. 2 (evaluation scorers' means and 95 % intervals): it
+    dominates when at least as helpful and at most as harmful, clearly when both intervals separate in its
+    favour; it is dominated the other way round; otherwise the two trade helpfulness for harmlessness."""
+    if a.helpfulness >= b.helpfulness and a.harmfulness <= b.harmfulness:
+        clear = a.helpfulness_lo > b.helpfulness_hi and a.harmfulness_hi < b.harmfulness_lo
+        return "dominates" + (" (both 95% intervals apart)" if clear else " (means; intervals overlap)")
+    if a.helpfulness <= b.helpfulness and a.harmfulness >= b.harmfulness:
+        clear = a.helpfulness_hi < b.helpfulness_lo and a.harmfulness_lo > b.harmfulness_hi
+        return "is dominated" + (" (both 95% intervals apart)" if clear else " (means; intervals overlap)")
+    more = "more helpful and more harmful" if a.helpfulness > b.helpfulness else "less helpful and less harmful"
+    return f"trades off: {more}"
+
+
+def fig2_reading(summary) -> list[str]:
+    """The paper's RQ2 read off this run: each decoder at lambda* against each fine-tuned baseline."""
+    rows = {(r.method, r.setting): r for r in summary.itertuples(index=False)}
+    baselines = [m for m, s in rows if s == "policy" and m != "sft"]
+    decoders = [m for m, s in rows if s == "star"]
+    if not baselines or not decoders:
+        return []
+    lines = ["", "Fig. 2 read off this run: each decoder at lambda* against each fine-tuned baseline "
+                 "(evaluation scorers' helpfulness and harmfulness):"]
+    for d in decoders:
+        for b in baselines:
+            lines.append(f"  {d:6} at lambda* vs {b:10} {compare(rows[(d, 'star')], rows[(b, 'policy')])}")
+    return lines
+
+
+def summarise_run(root: Path) -> str:
+    """The summary of the run whose outputs are in ``root`` (``results/{experiment}``)."""
+    import pandas as pd
+
+    from lara.calibrate.record import read_lambda
+    from lara.data.tables import DataError, read_table
+
+    lam = read_lambda(root / "calibration" / "lambda.json")
+    audit_path = root / "eval" / "constraint_audit.json"
+    try:
+        audit = json.loads(audit_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{audit_path}: no readable constraint audit ({exc}); is the run finished?") from None
+    summary = read_table(root / "eval" / "summary.csv", required=("method", "setting", "helpfulness", "harmfulness"))
+    decoder = lam.decoder
+    what = (f"Best-of-{decoder.get('n')} ({lam.mode} mode)" if decoder.get("kind") == "best_of_n"
+            else f"the Gibbs tilt at beta = {decoder.get('beta')} ({lam.mode} mode)")
+    guarantee = lam.get("guarantee") or {"procedure": "bootstrap", "statement": ""}
+    lines = [f"{root}: what this run found", "",
+             f"calibration ({root / 'calibration' / 'lambda.json'}): for {what}, tau = {lam.tau:g}",
+             f"  lambda-hat = {lam.lambda_hat:.4g}, lambda* = {lam.lambda_star:.4g} (deployed: "
+             f"{guarantee['procedure']}); calibration-set expected cost at lambda* "
+             f"{lam.get('decoder_cost_at_lambda_star', float('nan')):.3f}"]
+    held = {r["procedure"]: r for r in audit.get("procedures") or []}
+    for name, proc in (lam.get("procedures") or {"bootstrap": {"lambda": lam.lambda_star, "statement": (
+            f"the {lam.bootstrap.get('quantile'):g} quantile of {lam.bootstrap.get('replicates')} bootstrap "
+            "replicates")}}).items():
+        h = (held.get(name) or {}).get("held_out")
+        test = f"; held out: cost {_interval(h['mean_cost'], *h['ci95'])}, {h['verdict']}" if h else ""
+        lines.append(f"  {name:9} lambda {proc['lambda']:.4g}: {proc['statement']}{test}")
+    coverage = root / "calibration" / "coverage.json"
+    if coverage.exists():
+        cov = json.loads(coverage.read_text())
+        pop = cov["population"]
+        lines += [f"coverage study ({coverage}): {pop['n_prompts']} prompts x K = {pop['samples_per_prompt']} as the "
+                  f"population, lambda_pop = {pop['lambda_pop']:.4g}; per procedure and calibration size n, over "
+                  "repeated draws:",
+                  f"  {'procedure':9} {'n':>5}  {'P(cost > tau) [95% CI]':>24}  {'mean cost':>9}  "
+                  f"{'reward given up':>15}  lambda 95% band"]
+        for r in cov["summary"]:
+            rate = _interval(r["violation_rate"], r["violation_lo"], r["violation_hi"])
+            lines.append(f"  {r['procedure']:9} {r['n']:5d}  {rate:>24}"
+                         f"  {r['mean_population_cost']:9.3f}  {r['reward_given_up']:15.3f}  "
+                         f"[{r['lambda_lo']:.3g}, {r['lambda_hi']:.3g}]")
+    lines.append("")
+    if "by_lambda" in audit:
+        lines.append(f"constraint audit ({audit_path}): {audit.get('question')}")
+        lines.append(f"  on {audit.get('n_test_prompts')} held-out test prompts; at lambda*: {audit.get('verdict')}")
+        lines.append(f"  {'lambda':>10}  {'':10}  {'mean cost [95% CI]':>26}  {'mean reward':>11}  verdict")
+        for row in audit["by_lambda"]:
+            name = {"lambda_hat": "lambda-hat", "lambda_star": "lambda*", "grid": ""}.get(row["label"], row["label"])
+            lo, hi = row["ci95"]
+            lines.append(f"  {row['lambda']:10.4g}  {name:10}  {_interval(row['mean_cost'], lo, hi):>26}  "
+                         f"{row['mean_reward']:11.3f}  {row['verdict']}")
+        if audit.get("note"):
+            lines.append(f"  note: {audit['note']}")
+    if audit.get("decoders"):
+        lines += ["", "every decoder against tau (decoding models' reward and cost on the test prompts):",
+                  f"  {'method':10} {'setting':8} {'lambda':>8}  {'mean cost [95% CI]':>26}  "
+                  f"{'mean reward [95% CI]':>26}  verdict"]
+        for row in audit["decoders"]:
+            lam = "" if row["lambda"] is None else f"{row['lambda']:.4g}"
+            lines.append(f"  {row['method']:10} {row['setting']:8} {lam:>8}  "
+                         f"{_interval(row['mean_cost'], *row['ci95']):>26}  "
+                         f"{_interval(row['mean_reward'], *row['reward_ci95']):>26}  {row['verdict']}")
+    if audit.get("taus"):
+        lines += ["", "every listed tau (calibration.tau), calibrated from the same scores; each decoder at that "
+                      "tau's lambda* against it:"]
+        for row in audit["taus"]:
+            at = "; ".join(f"{m} cost {d['mean_cost']:.3f}, {d['verdict'].split(' (')[0]}"
+                           for m, d in row["decoders"].items())
+            lines.append(f"  tau {row['tau']:8.4g}{' (main)' if row['main'] else '       '}  lambda* "
+                         f"{row['lambda_star']:.4g} ({row['status']})  {at}")
+    if audit.get("paired"):
+        lines += ["", "paired differences on the same test prompts (mean [95% CI]):"]
+        for row in audit["paired"]:
+            lines.append(f"  {row['method']:10} {row['comparison']:12} {row['metric']:15} "
+                         f"{_interval(row['mean'], *row['ci95'])}")
+    if "by_lambda" not in audit:
+        lines.append(f"constraint audit ({audit_path}): {audit.get('question', 'none')}")
+    lines += ["", f"every method and setting ({root / 'eval' / 'summary.csv'}):",
+              f"  {'method':10} {'setting':8} {'helpfulness [95% CI]':>28} {'harmfulness [95% CI]':>28} "
+              f"{'safe rate':>9}"]
+    for r in summary.itertuples(index=False):
+        safe = f"{r.safe_rate:9.3f}" if "safe_rate" in summary.columns and pd.notna(r.safe_rate) else ""
+        helpful = _interval(r.helpfulness, r.helpfulness_lo, r.helpfulness_hi)
+        harmful = _interval(r.harmfulness, r.harmfulness_lo, r.harmfulness_hi)
+        lines.append(f"  {r.method:10} {r.setting:8} {helpful:>28} {harmful:>28} {safe}")
+    lines += fig2_reading(summary)
+    figures = sorted((root / "figures").glob("*.png"))
+    lines += ["", "figures: " + (", ".join(str(f) for f in figures) or "none yet"),
+              "  (lara trail FIGURE checks a figure against the data, code and settings it was made from)", "",
+              READING]
+    return "\n".join(lines)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("results", nargs="?", default="results/tiny",
+                        help="a finished run's output folder, results/{experiment} (default results/tiny)")
+
+
+def run(args) -> None:
+    print(summarise_run(Path(args.results)))

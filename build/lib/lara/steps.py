@@ -1,0 +1,52 @@
+"""The step registry: each ``lara`` subcommand and the module that implements it (one place, read by
+the command line (:mod:`lara.cli`) and by the code hashes of the rules (:mod:`lara.codehash`))."""
+
+from __future__ import annotations
+
+# subcommand -> module; grouped by workflow stage, in DAG order.
+COMMANDS: dict[str, str] = {
+    # configuration
+    "validate-config": "lara.config",
+    "settings-schema": "lara.settings",
+    # data
+    "make-toy-world": "lara.toy.make_world",
+    "make-toy-model": "lara.toy.model",
+    "import-gguf": "lara.gguf",
+    "prepare-data": "lara.data.ingest",
+    "split-prompts": "lara.data.splits",
+    "value-prompts": "lara.data.value_prompts",
+    # training
+    "train-sft": "lara.train.sft",
+    "train-reward": "lara.train.reward",
+    "train-cost": "lara.train.cost",
+    "train-partial": "lara.train.partial",
+    "train-value": "lara.train.value",
+    # baselines that update the weights
+    "train-safe-rlhf": "lara.train.ppo_lag",
+    "train-safedpo": "lara.train.safedpo",
+    # sampling and scoring (calibration, Best-of-N candidates, policies)
+    "sample": "lara.sample",
+    "score": "lara.score",
+    # calibration
+    "calibrate": "lara.calibrate.calibrate",
+    "calibrate-decoder": "lara.calibrate.direct",
+    "coverage": "lara.calibrate.coverage",
+    # decoding
+    "select-bon": "lara.decode.bon",
+    "bon-sweep": "lara.decode.sweep",
+    "rgtg": "lara.decode.rgtg",
+    "generate-policy": "lara.decode.policy",
+    # evaluation, figures, provenance
+    "evaluate": "lara.evaluate.evaluate",
+    "judge": "lara.evaluate.judge",
+    "aggregate": "lara.evaluate.aggregate",
+    "figure": "lara.evaluate.figures",
+    "trail": "lara.trail",
+    "summary": "lara.evaluate.summary",
+    "oracle-score": "lara.toy.score",
+}
+
+# the steps that run torch models: they get deterministic algorithms and exactly the job's threads
+TORCH_COMMANDS = {"make-toy-model", "import-gguf", "train-sft", "train-reward", "train-cost", "train-partial",
+                  "train-value", "train-safe-rlhf", "train-safedpo", "sample", "score", "rgtg", "generate-policy",
+                  "evaluate", "calibrate-decoder"}

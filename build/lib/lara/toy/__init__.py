@@ -1,0 +1,1 @@
+"""The embedded toy safety world: data generator, oracle, tokenizer and tiny models."""

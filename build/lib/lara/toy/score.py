@@ -1,0 +1,56 @@
+"""The toy world's oracle as a scorer: the named scorer ``oracle`` (registered in pyproject.toml under
+the ``lara.scorers`` entry points, so ``evaluation.reward_model: oracle`` works without the general
+scorer knowing the toy world) and the ``lara oracle-score`` command.
+
+Not to be confused with ``lara.score`` (the ``lara score`` step: reward and cost of sampled
+responses with the trained models) or ``lara.scoring`` (the scorer interface and its backends).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from lara.toy.world import oracle_scores
+
+log = logging.getLogger(__name__)
+
+ROLES = {"reward": "helpfulness", "cost": "harmfulness"}
+
+
+class OracleScorer:
+    """The oracle's helpfulness (role reward) or harmfulness (role cost) of each response."""
+
+    def __init__(self, role: str):
+        if role not in ROLES:
+            raise ValueError(f"the oracle scorer's role is reward or cost, got {role!r}")
+        self.role = role
+
+    def score(self, prompts, responses) -> np.ndarray:
+        h, c = oracle_scores(prompts, responses)
+        return h if self.role == "reward" else c
+
+
+def oracle_scorer(role: str = "reward", **_options) -> OracleScorer:
+    """Factory of the named scorer ``oracle`` (batch size, dtype and device do not apply)."""
+    return OracleScorer(role)
+
+HELP = "score a table of prompts and responses with the toy world's oracle"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--input", required=True, help="parquet/jsonl/csv with prompt and response columns")
+    parser.add_argument("--out", required=True, help="output table with helpfulness and harmfulness added")
+    parser.add_argument("--prompt-column", default="prompt")
+    parser.add_argument("--response-column", default="response")
+
+
+def run(args) -> None:
+    from lara.data.tables import read_table, write_table
+
+    df = read_table(args.input, required=[args.prompt_column, args.response_column])
+    df["helpfulness"], df["harmfulness"] = oracle_scores(df[args.prompt_column], df[args.response_column])
+    log.info("%d rows: mean helpfulness %.3f, mean harmfulness %.3f",
+             len(df), df["helpfulness"].mean(), df["harmfulness"].mean())
+    write_table(df, args.out)

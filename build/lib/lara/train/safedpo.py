@@ -1,0 +1,236 @@
+"""``lara train-safedpo``: the SafeDPO baseline (Kim et al. 2025) with TRL's DPOTrainer.
+
+SafeDPO turns the safety-constrained RLHF objective into a single DPO-style loss on pairs
+whose order has been made safety-aware. With y_w the helpfulness-preferred response of a
+PKU-SafeRLHF pair, y_l the other, and h(y) = 1 for an unsafe response (0 for a safe one):
+
+* keep the pair when y_w is safe (whatever y_l is);
+* swap it when y_w is unsafe and y_l is safe (the safe response becomes the winner);
+* when both are unsafe: ``both_unsafe`` = ``drop`` removes the pair, ``keep`` keeps the
+  helpfulness order (see :data:`BOTH_UNSAFE_RULES` and docs/baselines.md for the paper's choice).
+
+and the loss adds a safety margin Delta to the DPO logit of pairs whose (new) winner is safe
+and loser unsafe:
+
+    L = -log sigma( beta * [log pi/pi_ref (y_w) - log pi/pi_ref (y_l)] - Delta * (h(y_l) - h(y_w)) )
+
+TRL's DPOTrainer has no per-example margin, so the margin enters through the precomputed
+reference log-probabilities: shifting log pi_ref(y_w) by Delta * (h(y_l) - h(y_w)) / beta
+turns its sigmoid loss into exactly the loss above (``SafeDPOTrainer``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Literal
+
+import pandas as pd
+
+from lara.settings import new_default, setting
+from lara.template import format_prompt
+from lara.train.common import TrainSettings
+
+log = logging.getLogger(__name__)
+
+HELP = "SafeDPO baseline: DPO on safety-transformed PKU-SafeRLHF pairs with a safety margin (TRL DPOTrainer)"
+
+BOTH_UNSAFE_RULES = ("drop", "keep")
+
+
+def safedpo_pairs(df: pd.DataFrame, both_unsafe: str = "drop") -> tuple[pd.DataFrame, dict]:
+    """The SafeDPO transformation of PKU-SafeRLHF rows.
+
+    Returns (pairs, counts): ``pairs`` has prompt, chosen, rejected, chosen_unsafe,
+    rejected_unsafe and ``margin_indicator`` = h(rejected) - h(chosen) (1 when a safe response
+    beats an unsafe one, else 0); ``counts`` says how many pairs were kept, swapped, dropped.
+    """
+    if both_unsafe not in BOTH_UNSAFE_RULES:
+        raise ValueError(f"train.safedpo.both_unsafe must be one of {BOTH_UNSAFE_RULES}, not {both_unsafe!r}")
+    rows, counts = [], {"kept": 0, "swapped": 0, "dropped_both_unsafe": 0}
+    for r in df.itertuples(index=False):
+        b = int(r.better_response_id)
+        responses = (r.response_0, r.response_1)
+        unsafe = (not bool(r.is_response_0_safe), not bool(r.is_response_1_safe))
+        w, lose = b, 1 - b
+        if unsafe[w] and unsafe[lose]:
+            if both_unsafe == "drop":
+                counts["dropped_both_unsafe"] += 1
+                continue
+            counts["kept"] += 1
+        elif unsafe[w] and not unsafe[lose]:
+            w, lose = lose, w
+            counts["swapped"] += 1
+        else:
+            counts["kept"] += 1
+        rows.append({"prompt": r.prompt, "chosen": responses[w], "rejected": responses[lose],
+                     "chosen_unsafe": int(unsafe[w]), "rejected_unsafe": int(unsafe[lose]),
+                     "margin_indicator": int(unsafe[lose]) - int(unsafe[w])})
+    return pd.DataFrame(rows, columns=["prompt", "chosen", "rejected", "chosen_unsafe", "rejected_unsafe",
+                                       "margin_indicator"]), counts
+
+
+def safedpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, margin_indicator, beta: float,
+                 delta: float):
+    """The SafeDPO loss on summed sequence log-probs (a reference for the trainer's result)."""
+    import torch.nn.functional as F
+
+    logits = beta * ((policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)) - delta * margin_indicator
+    return -F.logsigmoid(logits).mean()
+
+
+@dataclass(frozen=True)
+class SafeDPOSettings(TrainSettings):
+    """train.safedpo. Defaults: the SafeDPO paper's PKU-SafeRLHF settings (beta 0.1, Delta 10, lr 1e-6,
+    3 epochs)."""
+
+    SECTION: ClassVar[str] = "train.safedpo"
+
+    learning_rate: float = new_default(TrainSettings, "learning_rate", 1e-6)
+    epochs: float = new_default(TrainSettings, "epochs", 3.0)
+    batch_size: int = new_default(TrainSettings, "batch_size", 8)
+    eval_fraction: float = new_default(TrainSettings, "eval_fraction", 0.0)
+    warmup_ratio: float = new_default(TrainSettings, "warmup_ratio", 0.03)
+    weight_decay: float = new_default(TrainSettings, "weight_decay", 0.05)
+    beta: float = setting(0.1, "DPO inverse temperature beta.", exclusive_minimum=0)
+    delta: float = setting(10.0, "Safety margin Delta, subtracted from the logit of safe-over-unsafe pairs.",
+                           minimum=0)
+    both_unsafe: Literal["drop", "keep"] = setting("drop", "Pairs whose responses are both unsafe: dropped "
+                                                           "(SafeDPO) or kept.")
+
+
+def _trainer_class():
+    from trl import DPOTrainer
+
+    class SafeDPOTrainer(DPOTrainer):
+        """DPOTrainer whose precomputed reference log-probs of the chosen responses are shifted by
+        Delta * margin_indicator / beta, which adds the SafeDPO margin to the sigmoid loss."""
+
+        def __init__(self, *args, safety_delta: float = 0.0, **kwargs):
+            self.safety_delta = safety_delta
+            super().__init__(*args, **kwargs)
+
+        def _precompute_ref_logps(self, dataset, name, batch_size):
+            dataset = super()._precompute_ref_logps(dataset, name, batch_size)
+            shift = self.safety_delta / self.beta
+
+            def add_margin(example):
+                return {"ref_chosen_logps": example["ref_chosen_logps"] + shift * example["margin_indicator"]}
+
+            # in memory: under several processes a cached map result would be written to one process's
+            # temporary folder and looked for there by the others
+            return dataset.map(add_margin, desc=f"Adding the SafeDPO margin to the {name} dataset",
+                               keep_in_memory=True)
+
+    return SafeDPOTrainer
+
+
+def dpo_dataset(pairs: pd.DataFrame):
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": [format_prompt(p) for p in pairs["prompt"]],
+                              "chosen": [" " + str(c).strip() for c in pairs["chosen"]],
+                              "rejected": [" " + str(c).strip() for c in pairs["rejected"]],
+                              "margin_indicator": [float(m) for m in pairs["margin_indicator"]]})
+
+
+@contextlib.contextmanager
+def _on_disk(datasets: dict, checkpoints: Path):
+    """The datasets saved to a folder every process reads (inside ``checkpoints``), for the trainer's set-up.
+
+    DPOTrainer caches the precomputed reference log-probs in a file beside the dataset's own files, written
+    by the main process and read by all; a dataset built in memory has its files in a temporary folder of
+    each process, where the other processes do not find them. The folder is removed afterwards (and a
+    leftover of a killed run at the next start)."""
+    import shutil
+    import tempfile
+
+    from accelerate import PartialState
+    from accelerate.utils import broadcast_object_list
+    from datasets import load_from_disk
+
+    state = PartialState()
+    holder = [None]
+    if state.is_main_process:
+        checkpoints.mkdir(parents=True, exist_ok=True)
+        for old in checkpoints.glob(".datasets-*"):
+            shutil.rmtree(old, ignore_errors=True)
+        holder = [tempfile.mkdtemp(prefix=".datasets-", dir=checkpoints)]
+        for name, ds in datasets.items():
+            if ds is not None:
+                ds.save_to_disk(str(Path(holder[0]) / name))
+    if state.num_processes > 1:
+        broadcast_object_list(holder, from_process=0)
+    state.wait_for_everyone()
+    try:
+        yield {name: None if ds is None else load_from_disk(str(Path(holder[0]) / name))
+               for name, ds in datasets.items()}
+    finally:
+        state.wait_for_everyone()
+        if state.is_main_process:
+            shutil.rmtree(holder[0], ignore_errors=True)
+
+
+def train_safedpo(model_path: str, data_path: str, checkpoints: str, out: str, s: SafeDPOSettings) -> dict:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import DPOConfig
+
+    from lara.config import require_model
+    from lara.data.tables import read_table
+    from lara.train.checkpoints import fingerprint
+    from lara.train.common import (
+        progress_callback,
+        quiet_trainer,
+        save_model,
+        seed_everything,
+        split_eval,
+        torch_dtype,
+        train_with_resume,
+        training_arguments,
+    )
+
+    require_model(model_path, "--model")
+
+    seed_everything(s.seed)
+    df = read_table(data_path, required=("prompt", "response_0", "response_1", "better_response_id",
+                                         "is_response_0_safe", "is_response_1_safe"))
+    pairs, counts = safedpo_pairs(df, s.both_unsafe)
+    if pairs.empty:
+        raise ValueError(f"{data_path}: no pairs left after the SafeDPO transformation ({counts})")
+    log.info("SafeDPO transformation of %d pairs: %s; %d pairs carry the safety margin", len(df), counts,
+             int(pairs["margin_indicator"].sum()))
+    train_df, eval_df = split_eval(pairs, s.eval_fraction, s.seed)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype(s.dtype))
+    args = training_arguments(DPOConfig, s, checkpoints, has_eval=len(eval_df) > 0, beta=s.beta,
+                              loss_type=["sigmoid"], max_length=s.max_length, precompute_ref_log_probs=True,
+                              remove_unused_columns=True)
+    with _on_disk({"train": dpo_dataset(train_df), "eval": dpo_dataset(eval_df) if len(eval_df) else None},
+                  Path(checkpoints)) as data:
+        trainer = _trainer_class()(model=model, args=args, train_dataset=data["train"], eval_dataset=data["eval"],
+                                   processing_class=tokenizer, callbacks=[progress_callback()], safety_delta=s.delta)
+    quiet_trainer(trainer)
+    inputs = {"sft": model_path, "data": data_path}
+    result = train_with_resume(trainer, checkpoints, fingerprint(s, inputs), resume_partial=s.resume_partial)
+    metrics = {"n_pairs": len(df), "transform": counts, "n_train": len(train_df), "n_eval": len(eval_df),
+               "n_margin": int(pairs["margin_indicator"].sum()), "train_loss": result.training_loss,
+               "global_step": trainer.state.global_step, "log_history": trainer.state.log_history}
+    save_model(trainer.model, tokenizer, out, kind="safedpo", settings=s, inputs=inputs, metrics=metrics)
+    return metrics
+
+
+def add_arguments(parser) -> None:
+    from lara.train.common import add_common_arguments
+
+    add_common_arguments(parser, SafeDPOSettings, model_help="the SFT model (policy initialisation and reference)")
+
+
+def run(args) -> None:
+    from lara.train.common import read_train_settings
+
+    s = read_train_settings(args, SafeDPOSettings)
+    train_safedpo(args.model, args.data, args.checkpoints, args.out, s)

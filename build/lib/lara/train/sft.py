@@ -1,0 +1,93 @@
+"""``lara train-sft``: supervised fine-tuning of the base model with TRL's SFTTrainer.
+
+Prompt/completion format: the prompt is the user turn in the Safe-RLHF template, the
+completion the reference answer (TRL appends EOS); the loss is on the completion only.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pandas as pd
+
+from lara.template import format_prompt
+from lara.train.checkpoints import fingerprint
+from lara.train.common import (
+    SFTSettings,
+    TrainSettings,
+    add_common_arguments,
+    progress_callback,
+    quiet_trainer,
+    read_train_settings,
+    save_model,
+    seed_everything,
+    split_eval,
+    torch_dtype,
+    train_with_resume,
+    training_arguments,
+)
+
+log = logging.getLogger(__name__)
+
+HELP = "supervised fine-tuning of the base model on Alpaca-schema data (TRL SFTTrainer)"
+
+
+def sft_dataset(df: pd.DataFrame):
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": [format_prompt(p) for p in df["prompt"]],
+                              "completion": [" " + str(o).strip() for o in df["output"]]})
+
+
+def train_sft(model_path: str, data_path: str, checkpoints: str, out: str, s: TrainSettings,
+              revision: str | None = None) -> dict:
+    """SFT of the base model (a directory, or a hub id at ``revision``: base_model.revision)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    from lara.config import require_model
+
+    require_model(model_path, "--model")
+    seed_everything(s.seed)
+    df = pd.read_parquet(data_path)
+    train_df, eval_df = split_eval(df, s.eval_fraction, s.seed)
+    log.info("SFT on %d examples (%d held out for validation)", len(train_df), len(eval_df))
+    tokenizer = AutoTokenizer.from_pretrained(model_path, revision=revision)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(model_path, revision=revision, dtype=torch_dtype(s.dtype))
+    args = training_arguments(SFTConfig, s, checkpoints, has_eval=len(eval_df) > 0,
+                              max_length=s.max_length, completion_only_loss=True, packing=False)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=sft_dataset(train_df),
+                         eval_dataset=sft_dataset(eval_df) if len(eval_df) else None,
+                         processing_class=tokenizer, callbacks=[progress_callback()])
+    quiet_trainer(trainer)
+    metrics: dict = {"n_train": len(train_df), "n_eval": len(eval_df)}
+    if len(eval_df):
+        metrics["eval_loss_initial"] = trainer.evaluate()["eval_loss"]
+        log.info("validation loss before training: %.4f", metrics["eval_loss_initial"])
+        # evaluate() prepared the model for evaluation, which marks it prepared: train() would then skip the
+        # DistributedDataParallel wrapper and each process would step on its own gradients
+        trainer.model._is_accelerate_prepared = False
+    base = f"{model_path}@{revision}" if revision else model_path
+    result = train_with_resume(trainer, checkpoints, fingerprint(s, {"base_model": base, "data": data_path}),
+                               resume_partial=s.resume_partial)
+    metrics |= {"train_loss": result.training_loss, "global_step": trainer.state.global_step}
+    if len(eval_df):
+        metrics["eval_loss_final"] = trainer.evaluate()["eval_loss"]
+        log.info("validation loss after training: %.4f (was %.4f)", metrics["eval_loss_final"],
+                 metrics["eval_loss_initial"])
+    metrics["log_history"] = trainer.state.log_history
+    save_model(trainer.model, tokenizer, out, kind="sft", settings=s,
+               inputs={"base_model": base, "data": data_path}, metrics=metrics)
+    return metrics
+
+
+def add_arguments(parser) -> None:
+    add_common_arguments(parser, SFTSettings)
+    parser.add_argument("--revision", default=None, help="hub revision of the base model (base_model.revision)")
+
+
+def run(args) -> None:
+    s = read_train_settings(args, SFTSettings)
+    train_sft(args.model, args.data, args.checkpoints, args.out, s, revision=args.revision)

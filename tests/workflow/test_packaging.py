@@ -1,0 +1,43 @@
+"""A non-editable install (`pip install .`, as a cluster image or a user outside the checkout gets it): the
+package carries its schemas, so `lara validate-config` and `lara settings-schema --check` work from anywhere."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.workflow
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_non_editable_install_validates_configs_and_checks_its_settings_schema(tmp_path):
+    target = tmp_path / "site"
+    build = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                            "--target", str(target), str(REPO)], capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr[-3000:]
+    assert (target / "lara" / "schemas" / "schema.yaml").is_file()
+    assert (target / "lara" / "schemas" / "settings.schema.yaml").is_file()
+    assert not (target / "lara" / "schemas" / "schema.yaml").is_symlink()
+    # the installed copy, not the checkout: run from elsewhere with only the target ahead of the dependencies
+    env = os.environ | {"PYTHONPATH": str(target)}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "exp.yaml").write_text((REPO / "config" / "config.yaml").read_text())
+    where = subprocess.run([sys.executable, "-c", "import lara; print(lara.__file__)"], cwd=elsewhere, env=env,
+                           capture_output=True, text=True)
+    assert where.stdout.strip().startswith(str(target)), where.stdout + where.stderr
+
+    def lara(*args):
+        return subprocess.run([sys.executable, "-m", "lara", *args], cwd=elsewhere, env=env, capture_output=True,
+                              text=True, timeout=300)
+
+    ok = lara("validate-config", "exp.yaml")
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    check = lara("settings-schema", "--check")
+    assert check.returncode == 0, check.stderr[-3000:]
+    (elsewhere / "bad.yaml").write_text((elsewhere / "exp.yaml").read_text().replace("bon_n: 20", "bon_n: -3"))
+    bad = lara("validate-config", "bad.yaml")
+    assert bad.returncode != 0 and "decode.bon_n" in bad.stderr, bad.stderr[-3000:]
