@@ -15,10 +15,10 @@ def test_bon_sweep_trades_reward_for_cost(toy_run):
     assert sorted(sweep["n"].unique()) == [4, 8, 20]  # decode.sweep_n and bon_n
     for n, rows in sweep.groupby("n"):
         grid = rows[rows["label"] == "grid"].sort_values("lambda")
-        # every N has the 9 grid lambdas of the toy config and its own calibrated lambda-hat and lambda*; the
-        # decoder's N also the lambda* of soft mode at each beta of calibration.soft_betas
+        # every N has the 9 grid lambdas of the toy config and its own calibrated lambda-hat, lambda* and certified
+        # CRC and LTT lambdas; the decoder's N also the lambda* of soft mode at each beta of calibration.soft_betas
         soft = ["soft_beta=0.1", "soft_beta=1", "soft_beta=10"] if n == 20 else []
-        expected = ["grid"] * 9 + ["lambda_hat", "lambda_star"] + soft
+        expected = ["grid"] * 9 + ["lambda_hat", "lambda_star", "crc", "ltt"] + soft  # certified: the toy's bounds
         assert len(grid) == 9 and sorted(rows["label"]) == sorted(expected), n
         # exact expectations over fixed candidates: both fall monotonically with lambda
         assert (grid["mean_cost"].diff().dropna() <= 1e-9).all() and (grid["mean_reward"].diff().dropna() <= 1e-9).all()
@@ -49,8 +49,10 @@ def test_changing_tau_reruns_only_calibration_and_the_calibrated_branches(toy_ru
     proc = run_snakemake(toy_run, "-n", "--configfile", "config/config.yaml", str(tmp_path / "tau.yaml"))
     counts = jobs(proc.stdout)
     assert counts.get("calibrate_lambda") == 1
-    # lambda-hat and lambda* come from lambda.json: the hat and star settings of every decoder
-    assert counts.get("select_bon") == 2 and counts.get("decode_rgtg") == 6 and counts.get("bon_sweep") == 1
+    # lambda-hat and lambda* come from lambda.json: the hat and star settings of every decoder (and Best-of-N's
+    # certified crc and ltt settings); the coverage study is calibrated for tau too
+    assert counts.get("coverage") == 1 and counts.get("select_bon") == 4
+    assert counts.get("decode_rgtg") == 6 and counts.get("bon_sweep") == 1
     assert not {"train_sft", "train_reward_model", "train_cost_model", "train_safedpo", "sample", "score"} & set(counts)
     # Safe-RLHF's budget is tau: the one baseline held to it retrains and is sampled again, nothing else
     assert counts.get("train_safe_rlhf") == 1 and counts.get("generate_policy") == 1
@@ -77,7 +79,8 @@ def test_a_second_tau_reuses_every_model_sample_and_score(toy_run, tmp_path):
     assert counts == {"calibrate_lambda_tau": 1, "select_bon": 1, "decode_rgtg": 3, "evaluate_decoded": 4,
                       "judge_decoded": 4, "bon_sweep": 1, "aggregate": 1, "experiment_settings": 1,
                       "figure_lambda_sweep": 1, "figure_tradeoff": 1, "figure_decoders": 1, "figure_taus": 1,
-                      "figure_calibration": 1}, counts  # every figure records the settings table, which changes
+                      "figure_calibration": 1, "figure_coverage": 1}, counts  # every figure records the settings
+    # table, which changes; the coverage study stays (it is calibrated for the main tau)
     outputs = {o.strip() for line in re.findall(r"^\s+output: (.*)$", proc.stdout, flags=re.M)
                for o in line.split(",")}
     assert "results/tiny/calibration/tau_m1/lambda.json" in outputs

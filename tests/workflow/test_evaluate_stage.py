@@ -177,18 +177,19 @@ def test_plot_option_reruns_only_the_figures(toy_run, tmp_path):
     counts, outputs = dry_run(toy_run, *override(tmp_path, "figures:\n  dpi: 120\n"))
     # and the settings table every figure records (results/{exp}/settings.tsv)
     assert counts == {"figure_lambda_sweep": 1, "figure_tradeoff": 1, "figure_calibration": 1,
-                      "figure_decoders": 1, "experiment_settings": 1}, counts
+                      "figure_decoders": 1, "figure_coverage": 1, "experiment_settings": 1}, counts
 
 
 def test_tau_reruns_only_the_calibrated_evaluations_and_safe_rlhf_s(toy_run, tmp_path):
     counts, outputs = dry_run(toy_run, *override(tmp_path, "calibration:\n  tau: -0.25\n"))
-    assert counts.get("evaluate_decoded") == 8 and counts.get("judge_decoded") == 8  # 4 decoders at hat and star
+    # 4 decoders at hat and star, and Best-of-N at its certified crc and ltt
+    assert counts.get("evaluate_decoded") == 10 and counts.get("judge_decoded") == 10
     assert counts.get("aggregate") == 1 and counts.get("figure_tradeoff") == 1
     assert "train_safedpo" not in counts
     # and Safe-RLHF, whose budget is tau: retrained, so its evaluation reruns too (the only policy that does)
     assert counts.get("evaluate_policy") == 1 and counts.get("judge_policy") == 1
     evals = {o for o in outputs if "/eval/" in o and o.endswith(".parquet")}
-    assert evals and all("/star/" in o or "/hat/" in o or "/safe_rlhf/" in o for o in evals)
+    assert evals and all(any(f"/{s}/" in o for s in ("star", "hat", "crc", "ltt", "safe_rlhf")) for o in evals)
 
 
 def test_without_a_judge_its_jobs_are_skipped_with_a_message(toy_run, tmp_path):

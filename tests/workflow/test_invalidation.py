@@ -116,8 +116,8 @@ def test_editing_a_step_module_reruns_that_step_and_its_downstream(toy_run, tmp_
                       "figure_decoders": 1}, counts
     append(lara / "calibrate" / "dual.py", "\nANOTHER_EDIT = 1\n")
     counts, outputs = dry_run(toy_run, env=env)
-    # the decodes at lambda-hat and lambda* read the rewritten lambda.json
-    assert counts.get("calibrate_lambda") == 1 and counts.get("decode_rgtg") == 6 and counts.get("select_bon") == 2
+    # the decodes at lambda-hat and lambda* (and Best-of-N at the certified lambdas) read the rewritten lambda.json
+    assert counts.get("calibrate_lambda") == 1 and counts.get("decode_rgtg") == 6 and counts.get("select_bon") == 4
     assert not TRAINING & set(counts) and "sample" not in counts
 
 
@@ -145,13 +145,14 @@ def test_a_module_of_later_steps_reruns_exactly_those_steps_and_their_downstream
     counts, _ = dry_run(toy_run, env=env)
     # Best-of-N's zero and max settings depend on no calibration: they rerun for their own code alone;
     # the token-level decodes rerun only at hat and star (their lambda.json is rewritten), never at zero or max
-    assert counts == {"calibrate_lambda": 1, "calibrate_lambda_for_n": 2, "calibrate_soft": 3, "select_bon": 4,
-                      "bon_sweep": 1,
-                      "decode_rgtg": 6, "evaluate_decoded": 10, "judge_decoded": 10, "aggregate": 1,
+    # (and the coverage study, which computes with it, and Best-of-N at the certified crc and ltt)
+    assert counts == {"calibrate_lambda": 1, "calibrate_lambda_for_n": 2, "calibrate_soft": 3, "select_bon": 6,
+                      "bon_sweep": 1, "coverage": 1, "figure_coverage": 1,
+                      "decode_rgtg": 6, "evaluate_decoded": 12, "judge_decoded": 12, "aggregate": 1,
                       "figure_lambda_sweep": 1, "figure_tradeoff": 1, "figure_calibration": 1,
                       "figure_decoders": 1}, counts
     assert own_code_changed(toy_run, env) == {"calibrate_lambda", "calibrate_lambda_for_n", "calibrate_soft",
-                                              "select_bon"}
+                                              "select_bon", "coverage"}
 
 
 def test_execution_settings_rerun_nothing_and_a_plot_option_only_the_settings_table_and_figures(toy_run, tmp_path):
@@ -160,4 +161,4 @@ def test_execution_settings_rerun_nothing_and_a_plot_option_only_the_settings_ta
     assert dry_run(toy_run, *override(tmp_path, execution)) == ({}, set())
     counts, _ = dry_run(toy_run, *override(tmp_path, "figures: {dpi: 100}\n"))
     assert counts == {"experiment_settings": 1, "figure_lambda_sweep": 1, "figure_tradeoff": 1,
-                      "figure_calibration": 1, "figure_decoders": 1}, counts
+                      "figure_calibration": 1, "figure_decoders": 1, "figure_coverage": 1}, counts
