@@ -150,8 +150,9 @@ def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
     return lo, hi
 
 
-def study(pop: PromptScores, s: CoverageSettings, progress=None) -> dict:
-    """The coverage study of the module docstring: per-draw rows and the summary per procedure and size."""
+def study(pop: PromptScores, s: CoverageSettings, progress=None) -> tuple[dict, pd.DataFrame]:
+    """The coverage study of the module docstring: its record (population, promises, the summary per procedure,
+    size and K) and the per-draw rows."""
     from lara.calibrate.bestofn import roots
 
     k_pop = int(pop.counts.min())
