@@ -2,6 +2,7 @@
 package carries its schemas, so `lara validate-config` and `lara settings-schema --check` work from anywhere."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,9 +15,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_non_editable_install_validates_configs_and_checks_its_settings_schema(tmp_path):
+    # built from a copy, so setuptools' build/ and egg-info land there, not in the checkout
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "workflow", src / "workflow",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, src / name)
     target = tmp_path / "site"
     build = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                            "--target", str(target), str(REPO)], capture_output=True, text=True, timeout=600)
+                            "--target", str(target), str(src)], capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr[-3000:]
     assert (target / "lara" / "schemas" / "schema.yaml").is_file()
     assert (target / "lara" / "schemas" / "settings.schema.yaml").is_file()

@@ -1,3 +1,0 @@
-from lara.cli import entry
-
-entry()

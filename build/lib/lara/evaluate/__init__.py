@@ -1,1 +1,0 @@
-"""Evaluation of every decoded and policy output, the LLM judge, aggregation and figures."""

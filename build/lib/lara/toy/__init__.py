@@ -1,1 +1,0 @@
-"""The embedded toy safety world: data generator, oracle, tokenizer and tiny models."""
