@@ -19,7 +19,7 @@ from typing import ClassVar, Literal
 import numpy as np
 import pandas as pd
 
-from lara.calibrate.certify import CERTIFIED, certified_lambda, clip_costs, hb_p_value, statement
+from lara.calibrate.certify import CERTIFIED, certified_lambda, clip_costs, clipped_steps, hb_p_value, statement
 from lara.calibrate.dual import InputError, PromptScores, bootstrap, dual, dual_grad, mean_cost, solve
 from lara.calibrate.record import write_lambda
 from lara.data.tables import DataError, read_table
@@ -149,7 +149,7 @@ def calibrate(scores: PromptScores, s: CalibrationSettings) -> dict:
                                feasible=sol.feasible, quantile=s.quantile, replicates=s.bootstrap)}}
     clipped = None
     if s.mode == "bon" and s.cost_bounds is not None:
-        clipped, procedures_certified = certify(scores, s, bon_n, k_min)
+        clipped, procedures_certified = certify(scores, s, bon_n, k_min, steps)
         procedures |= procedures_certified
     t3 = time.perf_counter()
     deployed = procedures[s.guarantee]
@@ -200,14 +200,14 @@ def calibrate(scores: PromptScores, s: CalibrationSettings) -> dict:
     }
 
 
-def certify(scores: PromptScores, s: CalibrationSettings, bon_n: int | None, k_min: int) -> tuple[dict, dict]:
+def certify(scores: PromptScores, s: CalibrationSettings, bon_n: int | None, k_min: int,
+            cost_steps=None) -> tuple[dict, dict]:
     """The CRC and LTT lambdas of Best-of-N (lara.calibrate.certify) with their guarantees, and the fraction of
-    calibration costs the bounds clip."""
+    calibration costs the bounds clip (``cost_steps``: the unclipped cost's steps, reused when nothing is clipped)."""
     from lara.calibrate.bestofn import expected
-    from lara.calibrate.bestofn import steps as bon_steps
 
     clip, frac = clip_costs(scores.cost, scores.mask, s.cost_bounds)
-    st = bon_steps(scores.reward, scores.cost, scores.mask, bon_n, s.lambda_search_max, value=clip)
+    st = clipped_steps(scores, bon_n, s.lambda_search_max, s.cost_bounds, cost_steps)
     n = scores.n_prompts
     out = {}
     for proc in CERTIFIED:

@@ -46,6 +46,18 @@ def clip_costs(cost: np.ndarray, mask: np.ndarray, bounds) -> tuple[np.ndarray, 
     return np.clip(cost, lo, hi), frac
 
 
+def clipped_steps(s, n: int | None, lam_max: float, bounds, unclipped=None):
+    """The steps of the clipped expected Best-of-n cost of the prompts ``s`` (PromptScores). When no cost lies
+    outside the bounds the clipped curve is the cost curve itself: ``unclipped`` (its steps, if already computed)
+    is returned instead of a second pass over every crossing."""
+    from lara.calibrate.bestofn import steps
+
+    clip, frac = clip_costs(s.cost, s.mask, bounds)
+    if unclipped is not None and frac["below"] == frac["above"] == 0.0:
+        return unclipped
+    return steps(s.reward, s.cost, s.mask, n, lam_max, value=clip)
+
+
 def crc_threshold(tau: float, n: int, bounds) -> float:
     """The largest mean clipped loss CRC accepts with n calibration prompts: tau - (hi - tau) / n."""
     hi = float(bounds[1])

@@ -33,7 +33,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from lara.calibrate.certify import CERTIFIED, PROCEDURES, certified_lambda, clip_costs
+from lara.calibrate.certify import CERTIFIED, PROCEDURES, certified_lambda, clip_costs, clipped_steps
 from lara.calibrate.dual import PromptScores
 from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
 
@@ -114,9 +114,8 @@ class Curves:
     def of(cls, sub: PromptScores, s: CoverageSettings) -> Curves:
         from lara.calibrate.bestofn import steps
 
-        clip, _ = clip_costs(sub.cost, sub.mask, s.cost_bounds)
-        return cls(steps(sub.reward, sub.cost, sub.mask, s.bon_n, s.lambda_search_max),
-                   steps(sub.reward, sub.cost, sub.mask, s.bon_n, s.lambda_search_max, value=clip))
+        cost = steps(sub.reward, sub.cost, sub.mask, s.bon_n, s.lambda_search_max)
+        return cls(cost, clipped_steps(sub, s.bon_n, s.lambda_search_max, s.cost_bounds, cost))
 
 
 def calibrate_draw(curves: Curves, rows: np.ndarray, s: CoverageSettings, rng: np.random.Generator) -> dict:
