@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from lara import config as lara_config
+from lara import hub
 from lara.calibrate.record import literal_name, parse_setting, parse_tau_name, setting_tau, tau_name
 from lara.codehash import named_scorer_modules, step_code  # a rule's code param: its step's import closure
 from lara.runtime import cpu_kernel_environment
@@ -26,7 +27,14 @@ _cli_files = [
 ]
 _sources = [str(f) for f in workflow.configfiles[len(workflow.overwrite_configfiles) :]] + _cli_files
 _schema = lara_config.load_schema()  # the installed package's (config/schema.yaml links to it in a checkout)
-CONFIG_LAYERS = lara_config.layers(*_sources, overrides=dict(workflow.config_settings.config))
+if workflow.modifier.is_module and workflow.modifier.skip_configfile:
+    # used as a module (`module lara: snakefile: ... config: ...`): the mapping the caller gives is the experiment
+    # (its `extends:` a config file to build on), never the files of the calling workflow
+    _sources = [lara_config.MODULE_CONFIG]
+    CONFIG_LAYERS = lara_config.module_layers(config)
+    config = dict(config)  # this module's own: the validated config below never changes the caller's mapping
+else:
+    CONFIG_LAYERS = lara_config.layers(*_sources, overrides=dict(workflow.config_settings.config))
 _validated = lara_config.validate(lara_config.merged(CONFIG_LAYERS), schema=_schema, source=", ".join(_sources))
 config.clear()
 config.update(_validated)
@@ -132,9 +140,20 @@ def data_source(kind):
 
 
 def data_input(kind):
-    """File inputs of a data set (none for a hub id), so Snakemake tracks local files."""
+    """File inputs of a data set (for a hub id: the fetch_hub manifest), so Snakemake tracks local files."""
     source = data_source(kind)
-    return [source] if source in TOY_FILES.values() or Path(source).exists() else []
+    return [source] if source in TOY_FILES.values() or Path(source).exists() else hub_input(f"data.{kind}.source")
+
+
+# The hub models and data sets the experiment names (lara.hub): the fetch_hub step downloads them into the hub
+# cache where the network is; the jobs that read them take its manifest as an input and read only the cache.
+HUB_REFS = hub.references(config, Path("."), scorers=lara_config.named_scorer_names())
+HUB_MANIFEST = f"{RESULTS}/hub.json"
+
+
+def hub_input(*keys):
+    """The fetch_hub manifest, for a job that reads one of these config keys' hub references."""
+    return [HUB_MANIFEST] if any(r.key in keys for r in HUB_REFS) else []
 
 
 def calibration_preferences_input():
@@ -225,7 +244,7 @@ def base_model_input():
 
 
 def base_model_arg(wildcards, input):
-    """The --model argument of SFT: the base model input when it is a file, else the hub id."""
+    """The --model argument of SFT: the base model input when it is a folder, else the hub id."""
     return input.base if input.base else base_model_path()
 
 

@@ -1,5 +1,22 @@
-# Data stage: the toy world (when a source is "toy"), its tiny base model, and ingestion of
-# Alpaca-schema / PKU-SafeRLHF-schema data from a hub id or a local file through one code path.
+# Data stage: the download of every hub model and data set the experiment names (fetch_hub, only when it names
+# some), the toy world (when a source is "toy"), its tiny base model, and ingestion of Alpaca-schema /
+# PKU-SafeRLHF-schema data from a hub id (the fetched snapshot) or a local file through one code path.
+
+
+rule fetch_hub:
+    # where the network is (the submit host under SLURM); every other job reads only the hub cache
+    output:
+        "results/{exp}/hub.json",
+    log:
+        "logs/{exp}/fetch_hub.log",
+    localrule: True
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        refs=hub.refs_json(HUB_REFS),
+        code=step_code("fetch"),
+    shell:
+        "lara fetch --refs {params.refs:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule make_toy_world:

@@ -10,6 +10,7 @@ rule evaluate_decoded:
     input:
         responses="results/{exp}/decode/{decoder}/{lam}/responses.parquet",
         decoding_models=decoding_models,
+        hub=hub_input("evaluation.reward_model", "evaluation.cost_model"),
     output:
         "results/{exp}/eval/{decoder}/{lam}/scores.parquet",
     log:
@@ -32,6 +33,7 @@ use rule evaluate_decoded as evaluate_policy with:
     input:
         responses="results/{exp}/decode/{policy}/responses.parquet",
         decoding_models=decoding_models,
+        hub=hub_input("evaluation.reward_model", "evaluation.cost_model"),
     output:
         "results/{exp}/eval/{policy}/scores.parquet",
     log:

@@ -7,6 +7,7 @@ rule train_sft:
     input:
         data="results/{exp}/data/sft.parquet",
         base=base_model_input(),
+        hub=hub_input("base_model.name_or_path"),
     output:
         directory("results/{exp}/models/sft"),
     log:

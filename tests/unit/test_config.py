@@ -70,7 +70,10 @@ def test_explain_names_where_every_value_comes_from():
     assert rows["calibration.tau"]["value"] == -4.0 and rows["calibration.tau"]["origin"].endswith("paper-llama.yaml")
     actor = rows["train.safe_rlhf.actor_lr"]
     assert actor["value"] == 1.0e-5 and actor["origin"] == "step default (lara.train.ppo_lag:PPOLagSettings)"
-    assert rows["base_model.revision"]["origin"] == "schema default"
+    assert rows["base_model.dtype"]["origin"].endswith("paper-llama.yaml")
+    assert rows["data.sft.data_dir"]["origin"] == "step default (lara.data.ingest:IngestSettings)"
+    assert rows["evaluation.judge.max_tokens"]["origin"].startswith("step default")
+    assert rows["figures.dpi"]["origin"].startswith("step default")
     assert not any(r["origin"].endswith("config/config.yaml") for r in rows.values())
     # every leaf of the resolved config appears exactly once
     assert len(rows) > 150 and "resources.rules.train_safe_rlhf.gpu" in rows

@@ -11,6 +11,7 @@ import pytest
 from lara.data.ingest import IngestSettings, PreferenceIngestSettings, ingest, load_source
 from lara.data.splits import split_prompts
 from lara.data.tables import DataError, read_metadata
+from lara.hub import HubError
 from lara.toy.world import ToyWorldSettings, generate
 
 WORLD = generate(ToyWorldSettings(seed=1, n_sft=60, n_pairs=60, n_eval_prompts=100))
@@ -51,10 +52,11 @@ def test_a_dataset_directory_loads_like_a_hub_repo(tmp_path):
     assert (len(train), len(test)) == (40, 20) and origin["kind"] == "directory"
 
 
-def test_unreachable_hub_id_is_a_clear_error():
-    # conftest sets HF_HUB_OFFLINE: the hub id takes the real load_dataset path and fails there
-    with pytest.raises(DataError, match=r"no-such-owner/no-such-dataset: could not load split 'train'"):
-        load_source("no-such-owner/no-such-dataset", "train")
+def test_a_hub_id_that_was_never_fetched_is_a_clear_error():
+    # a job reads a hub dataset from the cache only (lara.hub; tests/unit/test_hub.py has the cached cases)
+    with pytest.raises(HubError, match=r"data.sft.source: no-such-owner/no-such-dataset@main \(dataset\) is not in "
+                                       r"the Hugging Face cache .*lara fetch"):
+        load_source("no-such-owner/no-such-dataset", "train", hub=IngestSettings(source="no-such-owner/x"))
 
 
 def test_missing_file(tmp_path):

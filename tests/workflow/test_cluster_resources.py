@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from ..conftest import run_snakemake
+from ..conftest import REPO, run_snakemake
 
 pytestmark = pytest.mark.workflow
 
@@ -31,6 +31,10 @@ def test_paper_dag_requests_gpus_where_the_paper_used_them(workflow_copy, paper)
     proc = run_snakemake(workflow_copy, "-n", "--profile", "slurm", "--configfile", f"config/{paper}.yaml",
                          "--printshellcmds")
     jobs = job_resources(proc.stdout)
+    # the download of the hub models and data is a local rule (run on the submit host, where the network is;
+    # a dry run does not say which rules are local), which every job that reads the hub waits for
+    assert re.search(r"rule fetch_hub:\n(?:    .*\n)*?    localrule: True\n", (REPO / "rules" / "data.smk").read_text())
+    assert len(jobs.pop("fetch_hub")) == 1
     # every training rule runs one process per GPU under accelerate, each with its share of the job's CPUs
     launched = {m.group(3): (int(m.group(1)), int(m.group(2))) for m in re.finditer(
         r"accelerate launch .*?--num_processes (\d+) .*?--num_cpu_threads_per_process (\d+) -m lara ([a-z-]+)",

@@ -19,6 +19,9 @@ from lara.steps import COMMANDS, TORCH_COMMANDS
 log = logging.getLogger("lara")
 
 # the scheduler's view of a job, logged at its start
+# the steps that may reach the Hugging Face hub: the download step; every other step runs offline
+ONLINE_COMMANDS = {"fetch"}
+
 JOB_VARIABLES = ("SLURM_JOB_ID", "SLURM_CPUS_PER_TASK", "SLURM_GPUS_ON_NODE", "CUDA_VISIBLE_DEVICES")
 
 
@@ -140,10 +143,17 @@ def check_outputs(args) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = make_parser(_command_in(argv)).parse_args(argv)
+    command = _command_in(argv)
+    if command is not None and command not in ONLINE_COMMANDS:
+        # every step but `lara fetch` reads the Hugging Face cache only (lara.hub); set before any step imports
+        # huggingface_hub, transformers or datasets, which read these once
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        os.environ["HF_DATASETS_OFFLINE"] = "1"
+    args = make_parser(command).parse_args(argv)
     _configure_logging(args.log_level)
     from lara.config import ConfigError
     from lara.data.tables import DataError
+    from lara.hub import HubError
     from lara.provenance import code_version
 
     settings = {k: v for k, v in vars(args).items() if not k.startswith("_")}
@@ -160,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_outputs(args)
         args._run(args)
-    except (ConfigError, DataError) as exc:
+    except (ConfigError, DataError, HubError) as exc:
         log.error("lara %s failed: %s", args.command, exc)
         return 2
     log.info("lara %s done in %.1f s", args.command, time.perf_counter() - start)

@@ -605,6 +605,23 @@ def layers(*paths: str | Path, overrides: dict | None = None) -> list[tuple[str,
     return out
 
 
+MODULE_CONFIG = "the config given to `module lara`"
+
+
+def module_layers(given: dict, base: Path = Path(".")) -> list[tuple[str, dict]]:
+    """The layers of a workflow used as a Snakemake module (``module lara: config: ...``): the mapping the caller
+    gives is the experiment, one layer; its ``extends`` names a config file to build on (a paper config),
+    read relative to the working directory, with that file's own ``extends`` chain."""
+    data = dict(given)
+    parent = data.pop(EXTENDS, None)
+    if parent is None:
+        return [(MODULE_CONFIG, data)]
+    if not isinstance(parent, str) or not (base / parent).is_file():
+        raise ConfigError(f"{MODULE_CONFIG}: {EXTENDS}: {parent!r}: no such config file (read relative to "
+                          f"{base.resolve()})")
+    return _chain(base / parent) + [(MODULE_CONFIG, data)]
+
+
 _INT = re.compile(r"[-+]?[0-9]+")
 _FLOAT = re.compile(r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?")
 

@@ -63,6 +63,21 @@ def cpu_kernel_environment(cpu_kernels: str) -> dict[str, str]:
     return env
 
 
+def deterministic_algorithms(torch) -> None:
+    """``torch.use_deterministic_algorithms(True, warn_only=True)`` without its one side effect that costs: it
+    imports ``torch._inductor.config`` (TorchDynamo, SymPy, FSDP: about 2 s of CPU per process, measured 2.2 s)
+    only to set the compiler's own flag, and no lara step compiles. The eager flag is set through the call
+    that the public function makes; where that is missing (another torch), or inductor is already imported
+    (its flag then costs nothing), the public function."""
+    setter = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if setter is None or "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    else:
+        setter(True, warn_only=True)
+    if not (torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()):
+        raise RuntimeError("torch did not turn on deterministic algorithms (warn-only)")
+
+
 def configure_torch() -> dict:
     """Deterministic algorithms (warn-only, so an op without a deterministic kernel still runs) and
     exactly the threads the job was given (``OMP_NUM_THREADS``, set by Snakemake from the rule's
@@ -73,7 +88,7 @@ def configure_torch() -> dict:
     threads = os.environ.get("OMP_NUM_THREADS")
     if threads and threads.isdigit() and int(threads) > 0:
         torch.set_num_threads(int(threads))
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    deterministic_algorithms(torch)
     torch.backends.cudnn.benchmark = False
     if torch.cuda.is_available():  # float32 parts (a float32 run, float32 heads) may use TF32 tensor cores
         torch.backends.cuda.matmul.allow_tf32 = True

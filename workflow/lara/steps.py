@@ -8,6 +8,7 @@ COMMANDS: dict[str, str] = {
     # configuration
     "validate-config": "lara.config",
     "settings-schema": "lara.settings",
+    "fetch": "lara.hub",
     # data
     "make-toy-world": "lara.toy.make_world",
     "make-toy-model": "lara.toy.model",

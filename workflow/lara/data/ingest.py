@@ -10,7 +10,6 @@ with a provenance record in the file's metadata.
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -19,6 +18,16 @@ import numpy as np
 import pandas as pd
 
 from lara.data.tables import DataError, check_text_file, write_table
+from lara.hub import (
+    HubRef,
+    commit_of,
+    data_dir_setting,
+    dataset_name_setting,
+    is_hub_id,
+    load_dataset_snapshot,
+    revision_setting,
+    snapshot,
+)
 from lara.io import copy_hashed, sha256_path
 from lara.provenance import code_version
 from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
@@ -27,7 +36,6 @@ from lara.template import alpaca_user_text
 log = logging.getLogger(__name__)
 
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 SFT_COLUMNS = ("instruction", "input", "output")
 PREFERENCE_COLUMNS = ("prompt", "response_0", "response_1", "better_response_id",
@@ -44,6 +52,9 @@ class IngestSettings(Settings):
     source: str = setting(help="A local file/dir or hub dataset id (the rule resolves config key source, "
                                "where toy names the toy world's file).", config=False)
     split: str = setting("train", "Dataset split to read.")
+    revision: str | None = revision_setting("the dataset")
+    name: str | None = dataset_name_setting()
+    data_dir: str | None = data_dir_setting()
     max_examples: int | None = setting(None, "Keep the first N rows after shuffling (null = all).", minimum=1)
     seed: int = seed_setting()
 
@@ -62,15 +73,15 @@ class PreferenceIngestSettings(IngestSettings):
 SETTINGS = {"sft": IngestSettings, "preferences": PreferenceIngestSettings}
 
 
-def load_source(source: str, split: str) -> tuple[pd.DataFrame, dict]:
+def load_source(source: str, split: str, hub=None) -> tuple[pd.DataFrame, dict]:
     """Load one split of a source as a DataFrame, plus a record of where it came from.
 
     A local source is read fresh every time: a file is copied (and hashed while copied) into a
     temporary folder and loaded from there with a cache of its own, so the rows are the bytes whose
     sha256 is recorded; the datasets cache (keyed by path and modification time) would return the
     rows of an earlier version of a file edited with its mtime restored. A local dataset folder also
-    gets a fresh cache. Hub datasets go through the datasets cache as usual (a hub revision is
-    content-addressed)."""
+    gets a fresh cache. A hub dataset is read from the snapshot that ``lara fetch`` put in the hub cache
+    (lara.hub; ``hub``: the settings with its revision, name and data_dir), never from the network."""
     import tempfile
 
     from datasets import load_dataset
@@ -95,9 +106,17 @@ def load_source(source: str, split: str) -> tuple[pd.DataFrame, dict]:
         elif path.is_dir():
             args = dict(path=str(path), **cache)
             origin = {"source": source, "kind": "directory", "sha256": sha256_path(path)}
-        elif HUB_ID.match(source):
-            args = dict(path=source)
-            origin = {"source": source, "kind": "hub"}
+        elif is_hub_id(source):
+            key = f"{hub.SECTION}.source" if hub is not None else "--source"
+            ref = HubRef(key, source, "dataset", getattr(hub, "revision", None), getattr(hub, "name", None),
+                         getattr(hub, "data_dir", None), split)
+            folder = snapshot(ref)
+            log.info("%s %s: the fetched snapshot %s", ref.key, ref.label, folder)
+            ds = load_dataset_snapshot(ref, folder)
+            origin = {"source": source, "kind": "hub", "revision": ref.revision, "commit": commit_of(folder),
+                      "name": ref.name, "data_dir": ref.data_dir, "split": split,
+                      "fingerprint": getattr(ds, "_fingerprint", None)}
+            return ds.to_pandas(), origin
         else:
             raise DataError(f"{source}: no such file or directory, and not a hub dataset id (owner/name)")
         try:
@@ -216,7 +235,7 @@ def ingest(kind: str, s: IngestSettings) -> tuple[pd.DataFrame, dict]:
     """Load, validate and normalise one data set; return it with its provenance record."""
     if kind not in KINDS:
         raise ValueError(f"unknown data kind {kind!r}; expected one of {KINDS}")
-    raw, origin = load_source(s.source, s.split)
+    raw, origin = load_source(s.source, s.split, hub=s)
     dropped = 0
     if kind == "sft":
         df = normalise_sft(raw, s.source)

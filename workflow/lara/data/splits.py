@@ -22,6 +22,7 @@ import pandas as pd
 
 from lara.data.ingest import _require, _text, load_source
 from lara.data.tables import DataError, write_table
+from lara.hub import data_dir_setting, dataset_name_setting, revision_setting
 from lara.provenance import code_version
 from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
 
@@ -37,6 +38,9 @@ class SplitSettings(Settings):
     source: str = setting(help="A local file/dir or hub dataset id (the rule resolves config key source, "
                                "where toy names the toy world's prompt pool).", config=False)
     split: str = setting("test", "Dataset split to read.")
+    revision: str | None = revision_setting("the dataset")
+    name: str | None = dataset_name_setting()
+    data_dir: str | None = data_dir_setting()
     column: str = setting("prompt", "Column holding the prompt text.")
     n_calibration: int = setting(200, "Calibration prompts (N).", minimum=1)
     n_test: int = setting(256, "Test prompts (the paper uses 256).", minimum=1)
@@ -137,7 +141,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     s = read_settings(args, SplitSettings, source=args.source)
-    raw, origin = load_source(s.source, s.split)
+    raw, origin = load_source(s.source, s.split, hub=s)
     _require(raw, (s.column,), s.source)
     pool = _text(raw, s.column, s.source)
     meta = {"settings": asdict(s), "origin": origin, "rows_in": len(raw), "code": code_version()}

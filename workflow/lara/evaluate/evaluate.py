@@ -12,6 +12,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from lara.hub import revision_setting
 from lara.settings import Dtype, Settings, add_settings_arguments, dtype_setting, read_settings, setting
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,8 @@ class EvaluationSettings(Settings):
 
     reward_model: str = setting("oracle", '"oracle" (toy world) or a hub id / path of a score model.')
     cost_model: str = setting("oracle", '"oracle" (toy world) or a hub id / path of a score model.')
+    reward_model_revision: str | None = revision_setting("the reward scorer")
+    cost_model_revision: str | None = revision_setting("the cost scorer")
     batch_size: int = setting(16, "Responses per scoring batch.", minimum=1)
     dtype: Dtype = dtype_setting()
 
@@ -46,17 +49,26 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara.data.tables import DataError, read_table, write_table
+    from lara.hub import HubRef, commit_of, is_hub_id, snapshot
     from lara.provenance import code_version
-    from lara.scoring import load_scorer, score_table
+    from lara.scoring import load_scorer, named_scorers, score_table
 
     s = read_settings(args, EvaluationSettings)
     if (args.decoder_reward is None) != (args.decoder_cost is None):
         raise DataError("--decoder-reward and --decoder-cost go together: the audit needs both decoding models")
     df = read_table(args.responses, required=KEEP)
     out = df[list(KEEP)].copy()
+    # an evaluation scorer on the hub is read from its fetched snapshot (lara.hub), recorded as id@commit
+    local, recorded = {}, {}
+    for role in ("reward_model", "cost_model"):
+        spec = local[role] = recorded[role] = getattr(s, role)
+        if spec not in named_scorers() and is_hub_id(spec):
+            path = snapshot(HubRef(f"evaluation.{role}", spec, "model", getattr(s, f"{role}_revision")))
+            local[role], recorded[role] = str(path), f"{spec}@{commit_of(path)}"
+            log.info("evaluation.%s %s: the fetched snapshot %s", role, recorded[role], path)
     # the decoding models' own scores (tau's units) for the constraint audit: Best-of-N's candidates were
     # scored by them already; any other output is scored here
-    scorers = [("helpfulness", "reward", s.reward_model), ("harmfulness", "cost", s.cost_model)]
+    scorers = [("helpfulness", "reward", local["reward_model"]), ("harmfulness", "cost", local["cost_model"])]
     if args.decoder_reward is not None:
         scorers += [("decoder_reward", "reward", args.decoder_reward), ("decoder_cost", "cost", args.decoder_cost)]
     else:
@@ -70,6 +82,7 @@ def run(args) -> None:
             raise DataError(f"{spec}: non-finite {col} scores for {args.responses}")
         log.info("%s by %s: mean %.4f over %d responses", col, spec, out[col].mean(), len(out))
     log.info("safe rate (harmfulness <= 0): %.3f", (out["harmfulness"] <= 0).mean())
-    write_table(out, args.out, {"responses": args.responses, "reward": s.reward_model, "cost": s.cost_model,
+    write_table(out, args.out, {"responses": args.responses, "reward": recorded["reward_model"],
+                                "cost": recorded["cost_model"],
                                 "decoder_reward": args.decoder_reward, "decoder_cost": args.decoder_cost,
                                 "code": code_version()})

@@ -41,21 +41,28 @@ def sft_dataset(df: pd.DataFrame):
 
 def train_sft(model_path: str, data_path: str, checkpoints: str, out: str, s: TrainSettings,
               revision: str | None = None) -> dict:
-    """SFT of the base model (a directory, or a hub id at ``revision``: base_model.revision)."""
+    """SFT of the base model (a directory, or a hub id at ``revision``: base_model.revision, read from the
+    snapshot that ``lara fetch`` put in the hub cache)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
     from lara.config import require_model
+    from lara.hub import HubRef, commit_of, is_hub_id, snapshot
 
+    base = model_path  # what the checkpoints' fingerprint names: the folder, or the hub id at its commit
+    if is_hub_id(model_path):
+        folder = snapshot(HubRef("base_model.name_or_path", model_path, "model", revision))
+        base, model_path = f"{model_path}@{commit_of(folder)}", str(folder)
+        log.info("base model %s: the fetched snapshot %s", base, folder)
     require_model(model_path, "--model")
     seed_everything(s.seed)
     df = pd.read_parquet(data_path)
     train_df, eval_df = split_eval(df, s.eval_fraction, s.seed)
     log.info("SFT on %d examples (%d held out for validation)", len(train_df), len(eval_df))
-    tokenizer = AutoTokenizer.from_pretrained(model_path, revision=revision)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(model_path, revision=revision, dtype=torch_dtype(s.dtype))
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype(s.dtype))
     args = training_arguments(SFTConfig, s, checkpoints, has_eval=len(eval_df) > 0,
                               max_length=s.max_length, completion_only_loss=True, packing=False)
     trainer = SFTTrainer(model=model, args=args, train_dataset=sft_dataset(train_df),
@@ -69,7 +76,6 @@ def train_sft(model_path: str, data_path: str, checkpoints: str, out: str, s: Tr
         # evaluate() prepared the model for evaluation, which marks it prepared: train() would then skip the
         # DistributedDataParallel wrapper and each process would step on its own gradients
         trainer.model._is_accelerate_prepared = False
-    base = f"{model_path}@{revision}" if revision else model_path
     result = train_with_resume(trainer, checkpoints, fingerprint(s, {"base_model": base, "data": data_path}),
                                resume_partial=s.resume_partial)
     metrics |= {"train_loss": result.training_loss, "global_step": trainer.state.global_step}
@@ -79,7 +85,7 @@ def train_sft(model_path: str, data_path: str, checkpoints: str, out: str, s: Tr
                  metrics["eval_loss_initial"])
     metrics["log_history"] = trainer.state.log_history
     save_model(trainer.model, tokenizer, out, kind="sft", settings=s,
-               inputs={"base_model": base, "data": data_path}, metrics=metrics)
+               inputs={"base_model": model_path, "data": data_path}, metrics=metrics)
     return metrics
 
 
