@@ -12,6 +12,8 @@ rule fetch_hub:
     localrule: True
     conda:
         "../envs/analysis.yaml"
+    resources:
+        **job_resources("fetch_hub"),
     params:
         refs=hub.refs_json(HUB_REFS),
         code=step_code("fetch"),

@@ -2,6 +2,7 @@
 validation errors name the file, the column and the rows; nothing half-written."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -50,6 +51,29 @@ def test_a_dataset_directory_loads_like_a_hub_repo(tmp_path):
     train, origin = load_source(str(repo), "train")
     test, _ = load_source(str(repo), "test")
     assert (len(train), len(test)) == (40, 20) and origin["kind"] == "directory"
+    # a folder of folders: data_dir picks one, as for a hub dataset
+    (repo / "other").mkdir()
+    write(pd.DataFrame(WORLD["safe_rlhf"][:7]), repo / "other" / "train.jsonl")
+    other, _ = load_source(str(repo), "train", hub=IngestSettings(source=str(repo), data_dir="other"))
+    assert len(other) == 7
+
+
+@pytest.mark.parametrize("key, value, local, needle", [
+    ("revision", "v1", "folder", "data.sft.revision: 'v1' applies to a hub dataset; {src} is a local folder"),
+    ("revision", "v1", "file", "data.sft.revision: 'v1' applies to a hub dataset; {src} is a local file"),
+    ("name", "x", "file", "data.sft.name: 'x' applies to a hub dataset or a dataset folder; {src} is a local file"),
+    ("data_dir", "d", "file", "data.sft.data_dir: 'd' applies to a hub dataset or a dataset folder; {src} is a"),
+])
+def test_a_hub_setting_on_a_local_source_is_refused_not_ignored(tmp_path, key, value, local, needle):
+    src = tmp_path / "d"
+    if local == "folder":
+        src.mkdir()
+        write(pd.DataFrame(WORLD["alpaca"][:5]), src / "train.jsonl")
+    else:
+        src = tmp_path / "sft.jsonl"
+        write(pd.DataFrame(WORLD["alpaca"][:5]), src)
+    with pytest.raises(DataError, match=re.escape(needle.format(src=src))):
+        load_source(str(src), "train", hub=IngestSettings(source=str(src), **{key: value}))
 
 
 def test_a_hub_id_that_was_never_fetched_is_a_clear_error():

@@ -81,12 +81,23 @@ def load_source(source: str, split: str, hub=None) -> tuple[pd.DataFrame, dict]:
     sha256 is recorded; the datasets cache (keyed by path and modification time) would return the
     rows of an earlier version of a file edited with its mtime restored. A local dataset folder also
     gets a fresh cache. A hub dataset is read from the snapshot that ``lara fetch`` put in the hub cache
-    (lara.hub; ``hub``: the settings with its revision, name and data_dir), never from the network."""
+    (lara.hub; ``hub``: the settings with its revision, name and data_dir), never from the network. A local
+    folder is read with the configuration ``name`` and ``data_dir`` too; a local file has neither, and nothing
+    local has a revision: such a setting is refused, not ignored."""
     import tempfile
 
     from datasets import load_dataset
 
     path = Path(source)
+    given = {k: getattr(hub, k, None) for k in ("revision", "name", "data_dir")}
+    section = getattr(hub, "SECTION", "data")
+    if not is_hub_id(source):
+        kept = ("name", "data_dir") if path.is_dir() else ()
+        for key, value in given.items():
+            if value is not None and key not in kept:
+                applies = "a hub dataset" if key == "revision" else "a hub dataset or a dataset folder"
+                raise DataError(f"{section}.{key}: {value!r} applies to {applies}; {source} is a local "
+                                f"{'folder' if path.is_dir() else 'file'}")
     with tempfile.TemporaryDirectory(prefix="lara-ingest-") as tmp:
         cache = {"cache_dir": str(Path(tmp) / "cache")}
         if path.suffix.lower() in FILE_BUILDERS or path.is_file():
@@ -104,7 +115,7 @@ def load_source(source: str, split: str, hub=None) -> tuple[pd.DataFrame, dict]:
             args = dict(path=builder, data_files={split: str(staged)}, **cache)
             origin = {"source": source, "kind": "file", "sha256": digest}
         elif path.is_dir():
-            args = dict(path=str(path), **cache)
+            args = dict(path=str(path), name=given["name"], data_dir=given["data_dir"], **cache)
             origin = {"source": source, "kind": "directory", "sha256": sha256_path(path)}
         elif is_hub_id(source):
             key = f"{hub.SECTION}.source" if hub is not None else "--source"
