@@ -217,6 +217,10 @@ def test_local_paths_are_told_from_hub_ids(tmp_path, value, local):
     ({"decode": {"rgtg": {"pargs": {"top_k": 2000}}}},
      "decode.rgtg.pargs.top_k: 2000 candidate tokens per step exceed the vocabulary of 1024 "
      "(toy.tokenizer.vocab_size)"),
+    # a hub setting where there is no hub id would be ignored
+    ({"base_model": {"revision": "v1"}}, "base_model.revision: 'v1' is set, but 'toy' is not a hub id"),
+    ({"evaluation": {"cost_model_revision": "main"}}, "evaluation.cost_model_revision: 'main' is set, but 'oracle'"),
+    ({"data": {"prompts": {"data_dir": "x"}}}, "data.prompts.data_dir: 'x' is set, but 'toy' is not a hub id"),
 ])
 def test_references_are_checked_before_any_job(tmp_path, override, message):
     from lara.config import check_references

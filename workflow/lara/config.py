@@ -492,6 +492,24 @@ def check_references(config: dict, base: Path = Path("."), scorers: tuple[str, .
     for rule, override in config.get("resources", {}).get("rules", {}).items():
         if override.get("accelerate_config"):
             refs.append((f"resources.rules.{rule}.accelerate_config", override["accelerate_config"], "file"))
+    # a hub setting (revision, configuration, folder) on the toy world, a named scorer or a local path would be
+    # ignored: refused instead
+    def not_on_hub(spec: str) -> bool:
+        return spec in ("toy", *scorers) or looks_local(spec, base) or (base / Path(spec).expanduser()).exists()
+
+    pinned = [("base_model.revision", name)]
+    pinned += [(f"evaluation.{role}_revision", config["evaluation"][role]) for role in ("reward_model", "cost_model")]
+    for part in ("sft", "preferences", "prompts"):
+        source = config["data"][part]["source"]
+        pinned.append((f"data.{part}.revision", source))
+        if source == "toy" or (base / Path(source).expanduser()).is_file():  # a local folder has both
+            pinned += [(f"data.{part}.{k}", source) for k in ("name", "data_dir")]
+    for key, spec in pinned:
+        parent, _, field = key.rpartition(".")
+        value = section(config, parent).get(field)
+        if value is not None and not_on_hub(spec):
+            problems.append(f"{key}: {value!r} is set, but {spec!r} is not a hub id (a hub revision, "
+                            "configuration or folder would be ignored)")
     for key, value, what in refs:
         if looks_local(value, base) and not (base / Path(value).expanduser()).exists():
             problems.append(f"{key}: {value!r} looks like a local {what} path, and there is nothing there "
@@ -501,8 +519,8 @@ def check_references(config: dict, base: Path = Path("."), scorers: tuple[str, .
         vocab, origin = config["toy"]["tokenizer"]["vocab_size"], "toy.tokenizer.vocab_size"
     elif looks_local(name, base):
         vocab, origin = model_vocab_size(base / Path(name).expanduser()), f"{name}/config.json"
-    for method, section in config.get("decode", {}).get("rgtg", {}).items():
-        top_k = section.get("top_k") if isinstance(section, dict) else None
+    for method, rgtg in config.get("decode", {}).get("rgtg", {}).items():
+        top_k = rgtg.get("top_k") if isinstance(rgtg, dict) else None
         if top_k is not None and vocab is not None and top_k > vocab:
             problems.append(f"decode.rgtg.{method}.top_k: {top_k} candidate tokens per step exceed the vocabulary "
                             f"of {vocab} ({origin})")
