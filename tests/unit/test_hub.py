@@ -85,8 +85,8 @@ def test_references_lists_the_hub_ids_of_a_config_and_nothing_local(tmp_path, ca
     cfg = load(_config(tmp_path, cache["commits"], **{"data.preferences.source": str(tmp_path / "local")}))
     refs = hub.references(cfg, tmp_path, scorers=named_scorer_names())
     assert [(r.key, r.repo_id, r.repo_type) for r in refs] == [
-        ("base_model.name_or_path", "lab/base", "model"), ("data.sft.source", "lab/pairs", "dataset"),
-        ("data.prompts.source", "lab/prompts", "dataset"), ("evaluation.cost_model", "lab/base", "model")]
+        ("base_model.name_or_path", "lab/base", "model"), ("evaluation.cost_model", "lab/base", "model"),
+        ("data.sft.source", "lab/pairs", "dataset"), ("data.prompts.source", "lab/prompts", "dataset")]
     by_key = {r.key: r for r in refs}
     assert by_key["base_model.name_or_path"].revision == cache["commits"]["model"]
     assert (by_key["data.prompts.source"].name, by_key["data.prompts.source"].revision) == ("held_out", "v1")

@@ -473,41 +473,40 @@ def named_scorer_names() -> tuple[str, ...]:
     return tuple(sorted(ep.name for ep in entry_points(group="lara.scorers")))
 
 
+def references(config: dict) -> list[tuple[str, str, str, str]]:
+    """Every model and data set an experiment names, as ``(key, value, kind, key of its revision)``: the base
+    model, the evaluation scorers and the three data sources (``toy`` and named scorers too; callers skip them)."""
+    out = [("base_model.name_or_path", config["base_model"]["name_or_path"], "model", "base_model.revision")]
+    out += [(f"evaluation.{role}", config["evaluation"][role], "model", f"evaluation.{role}_revision")
+            for role in ("reward_model", "cost_model")]
+    out += [(f"data.{part}.source", config["data"][part]["source"], "data", f"data.{part}.revision")
+            for part in ("sft", "preferences", "prompts")]
+    return out
+
+
 def check_references(config: dict, base: Path = Path("."), scorers: tuple[str, ...] = ()) -> list[str]:
     """What the workflow would otherwise find out only when a job reaches it: local model and data
     paths that do not exist, and a ``decode.rgtg.METHOD.top_k`` larger than the policy's vocabulary (the
     toy tokenizer's size, or a local base model's config.json). ``scorers``: named scorers."""
-    problems, refs = [], []
+    problems = []
     name = config["base_model"]["name_or_path"]
-    if name != "toy":
-        refs.append(("base_model.name_or_path", name, "model"))
-    for role in ("reward_model", "cost_model"):
-        spec = config["evaluation"][role]
-        if spec not in scorers:
-            refs.append((f"evaluation.{role}", spec, "model"))
-    for part in ("sft", "preferences", "prompts"):
-        source = config["data"][part]["source"]
-        if source != "toy":
-            refs.append((f"data.{part}.source", source, "data"))
+    named = [r for r in references(config) if r[1] not in ("toy", *scorers)]
+    refs = [(key, value, kind) for key, value, kind, _ in named]
     for rule, override in config.get("resources", {}).get("rules", {}).items():
         if override.get("accelerate_config"):
             refs.append((f"resources.rules.{rule}.accelerate_config", override["accelerate_config"], "file"))
     # a hub setting (revision, configuration, folder) on the toy world, a named scorer or a local path would be
     # ignored: refused instead
-    def not_on_hub(spec: str) -> bool:
-        return spec in ("toy", *scorers) or looks_local(spec, base) or (base / Path(spec).expanduser()).exists()
-
-    pinned = [("base_model.revision", name)]
-    pinned += [(f"evaluation.{role}_revision", config["evaluation"][role]) for role in ("reward_model", "cost_model")]
-    for part in ("sft", "preferences", "prompts"):
-        source = config["data"][part]["source"]
-        pinned.append((f"data.{part}.revision", source))
-        if source == "toy" or (base / Path(source).expanduser()).is_file():  # a local folder has both
-            pinned += [(f"data.{part}.{k}", source) for k in ("name", "data_dir")]
+    pinned = []
+    for _, value, kind, revision in references(config):
+        pinned.append((revision, value))
+        if kind == "data" and (value == "toy" or (base / Path(value).expanduser()).is_file()):  # a folder has both
+            pinned += [(revision.replace(".revision", f".{k}"), value) for k in ("name", "data_dir")]
     for key, spec in pinned:
         parent, _, field = key.rpartition(".")
         value = section(config, parent).get(field)
-        if value is not None and not_on_hub(spec):
+        local = looks_local(spec, base) or (base / Path(spec).expanduser()).exists()
+        if value is not None and (spec in ("toy", *scorers) or local):
             problems.append(f"{key}: {value!r} is set, but {spec!r} is not a hub id (a hub revision, "
                             "configuration or folder would be ignored)")
     for key, value, what in refs:

@@ -78,19 +78,19 @@ def is_hub_id(value: str, base: Path = Path(".")) -> bool:
 
 def references(config: dict, base: Path = Path("."), scorers: tuple[str, ...] = ()) -> list[HubRef]:
     """The hub repositories a validated config reads (``scorers``: named scorers, never on the hub)."""
+    from lara import config as lara_config
+
     refs = []
-    bm = config["base_model"]
-    if bm["name_or_path"] != "toy" and is_hub_id(bm["name_or_path"], base):
-        refs.append(HubRef("base_model.name_or_path", bm["name_or_path"], "model", bm.get("revision")))
-    for part in ("sft", "preferences", "prompts"):
-        d = config["data"][part]
-        if d["source"] != "toy" and is_hub_id(d["source"], base):
-            refs.append(HubRef(f"data.{part}.source", d["source"], "dataset", d.get("revision"), d.get("name"),
-                               d.get("data_dir"), d.get("split")))
-    ev = config["evaluation"]
-    for role in ("reward_model", "cost_model"):
-        if ev[role] not in scorers and is_hub_id(ev[role], base):
-            refs.append(HubRef(f"evaluation.{role}", ev[role], "model", ev.get(f"{role}_revision")))
+    for key, value, kind, revision in lara_config.references(config):
+        if value == "toy" or value in scorers or not is_hub_id(value, base):
+            continue
+        parent, _, field = revision.rpartition(".")
+        rev = lara_config.section(config, parent).get(field)
+        if kind == "data":
+            d = lara_config.section(config, parent)
+            refs.append(HubRef(key, value, "dataset", rev, d.get("name"), d.get("data_dir"), d.get("split")))
+        else:
+            refs.append(HubRef(key, value, "model", rev))
     return refs
 
 
