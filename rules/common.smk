@@ -13,10 +13,15 @@ from lara.codehash import named_scorer_modules, step_code  # a rule's code param
 from lara.runtime import cpu_kernel_environment
 from snakemake.logging import logger
 
-# The rules call `lara`: the one installed beside the Python that runs Snakemake comes first on every job's
-# PATH, so `.venv/bin/snakemake ...` works without activating the environment. Set in the jobs' shell prefix
-# (with bash's strict mode, Snakemake's default prefix), not in this process's environment.
-shell.prefix(f"set -euo pipefail; export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH; ")
+# The rules call `lara`. Under `--sdm conda` each job runs the one in its conda environment (each environment's
+# post-deploy script, envs/install-lara.sh, installs this checkout into it, editable, from LARA_SOURCE). Otherwise
+# the one installed beside the Python that runs Snakemake comes first on every job's PATH, so
+# `.venv/bin/snakemake ...` works without activating the environment. Set in the jobs' shell prefix (with bash's
+# strict mode, Snakemake's default prefix), not in this process's environment.
+os.environ.update(LARA_SOURCE=str(Path(workflow.current_basedir.get_path_or_uri(secret_free=True)).parent.resolve()))
+_under_conda = "CONDA" in {m.name for m in workflow.deployment_settings.deployment_method}
+_venv_path = "" if _under_conda else f"export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH; "
+shell.prefix(f"set -euo pipefail; {_venv_path}")
 
 # The configuration is layered by lara.config.layers, not by Snakemake's merge: the Snakefile's configfile
 # (the toy default), then each --configfile, then --config. A file that names an experiment starts afresh
