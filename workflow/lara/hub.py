@@ -178,17 +178,16 @@ def check(ref: HubRef, path: Path) -> dict:
     return {"architectures": archs}
 
 
-def load_dataset_snapshot(ref: HubRef, path: Path, split: str | None = None):
+def load_dataset_snapshot(ref: HubRef, path: Path):
     """One split of a fetched dataset: its snapshot folder through ``datasets`` (the card's configurations,
     ``name`` and ``data_dir`` as configured); no network."""
     from datasets import load_dataset
 
-    split = split or ref.split
     try:
-        return load_dataset(str(path), name=ref.name, data_dir=ref.data_dir, split=split)
+        return load_dataset(str(path), name=ref.name, data_dir=ref.data_dir, split=ref.split)
     except Exception as exc:  # datasets raises many types (ValueError for an unknown config or split, ...)
         raise HubError(f"{ref.key}: {ref.label} (name={ref.name}, data_dir={ref.data_dir}): could not load split "
-                       f"{split!r}: {_first_line(exc)}") from None
+                       f"{ref.split!r}: {_first_line(exc)}") from None
 
 
 def commit_of(path: Path) -> str:
