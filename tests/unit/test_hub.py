@@ -158,7 +158,7 @@ def test_snapshot_patterns():
     assert "*.bin" not in hub._patterns(model, ["pytorch_model.bin"])["ignore_patterns"]
     assert "original/*" in hub._patterns(model, [])["ignore_patterns"]
     data = hub.HubRef("k", "a/b", "dataset", data_dir="/alpaca-7b/")
-    assert hub._patterns(data, []) == {"allow_patterns": ["alpaca-7b/*", "README.md", "*.json"]}
+    assert hub._patterns(data, []) == {"allow_patterns": ["alpaca-7b/*", "README.md"]}
     assert hub._patterns(hub.HubRef("k", "a/b", "dataset"), []) == {}
 
 

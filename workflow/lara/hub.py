@@ -112,10 +112,11 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _patterns(ref: HubRef, files: list[str]) -> dict:
-    """allow/ignore patterns of a snapshot: a dataset's data_dir (and its card, which names configurations); a
+    """allow/ignore patterns of a snapshot: a dataset's data_dir and its card (which names configurations; a
+    ``*.json`` pattern would also match every JSON data file of the other folders: fnmatch's * crosses "/"); a
     model's files, without other frameworks' weights, and without .bin weights when safetensors are there."""
     if ref.repo_type == "dataset":
-        return {"allow_patterns": [f"{ref.data_dir.strip('/')}/*", "README.md", "*.json"]} if ref.data_dir else {}
+        return {"allow_patterns": [f"{ref.data_dir.strip('/')}/*", "README.md"]} if ref.data_dir else {}
     ignore = list(IGNORE_ALWAYS)
     if any(f.endswith(".safetensors") for f in files):
         ignore += ["*.bin", "*.pt"]
