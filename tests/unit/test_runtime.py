@@ -11,7 +11,8 @@ state = configure_torch()
 import torch
 print(json.dumps({"state": state, "deterministic": torch.are_deterministic_algorithms_enabled(),
                   "warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
-                  "threads": torch.get_num_threads(), "inductor": "torch._inductor.config" in sys.modules}))
+                  "threads": torch.get_num_threads(), "inductor": "torch._inductor.config" in sys.modules,
+                  "nan_fill": torch.utils.deterministic.fill_uninitialized_memory}))
 """
 
 
@@ -22,3 +23,5 @@ def test_deterministic_warn_only_with_the_jobs_threads_and_no_compiler_imported(
     assert got["deterministic"] and got["warn_only"] and got["threads"] == 1 == got["state"]["threads"]
     # the public switch would import torch._inductor.config (dynamo, sympy): ~2 s of CPU in every job
     assert not got["inductor"]
+    # deterministic mode's NaN fill of every torch.empty is off: TRL's scratch tile made it half of SFT's time
+    assert got["nan_fill"] is False
