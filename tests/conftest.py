@@ -36,6 +36,12 @@ def _needs_the_toy_run(item) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # `-n`: each worker would start its own toy run or SLURM cluster
+        for item in items:
+            if item.get_closest_marker("slurm") is not None or (
+                    "toy_run" in getattr(item, "fixturenames", ()) and not os.environ.get("LARA_TOY_RUN")):
+                item.add_marker(pytest.mark.skip(reason="shares one toy run or one SLURM cluster per session: "
+                                                        "run it without -n (make test)"))
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) or SLOW_MARKERS & {m.name for m in
                                                                                     item.iter_markers()}:
@@ -95,8 +101,8 @@ def _toy_run_from_the_start(request, tmp_path_factory):
     tests before the first one that does: the suite keeps both cores busy instead of leaving one idle while
     the unit tests run one at a time after (or before) thirteen minutes of Snakemake. Stopped, with its
     jobs, if the session ends first."""
-    if os.environ.get("LARA_TOY_RUN"):
-        yield  # a finished run given by the maintainer (see toy_run)
+    if os.environ.get("LARA_TOY_RUN") or os.environ.get("PYTEST_XDIST_WORKER"):
+        yield  # a finished run given by the maintainer (see toy_run), or a `-n` worker (its toy-run tests are skipped)
         return
     if any("toy_run" in getattr(item, "fixturenames", ()) for item in request.session.items):
         workdir = copy_workflow(tmp_path_factory.mktemp("toy") / "wf")

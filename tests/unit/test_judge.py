@@ -76,7 +76,7 @@ class FakeEndpoint:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
 
 
 @pytest.fixture()
@@ -104,14 +104,40 @@ def _responses(tmp_path, n=3):
     return df
 
 
+def _argv(tmp_path, endpoint, out, *extra):
+    return ["judge", "--responses", str(tmp_path / "responses.parquet"), "--model", "judge-model", "--base-url",
+            endpoint.url, "--api-key-env", "LARA_TEST_KEY", "--cache", str(tmp_path / "cache.sqlite"), "--out",
+            str(out), *extra]
+
+
 def _judge(tmp_path, endpoint, out, *extra, key=KEY):
+    """`lara judge` as a real process (the console entry point, its exit status and stderr)."""
     env = {k: v for k, v in __import__("os").environ.items() if k != "LARA_TEST_KEY"}
     if key is not None:
         env["LARA_TEST_KEY"] = key
-    cmd = [sys.executable, "-m", "lara", "judge", "--responses", str(tmp_path / "responses.parquet"),
-           "--model", "judge-model", "--base-url", endpoint.url, "--api-key-env", "LARA_TEST_KEY",
-           "--cache", str(tmp_path / "cache.sqlite"), "--out", str(out), *extra]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env)
+    return subprocess.run([sys.executable, "-m", "lara", *_argv(tmp_path, endpoint, out, *extra)],
+                          capture_output=True, text=True, env=env)
+
+
+@pytest.fixture()
+def judge_cli(capsys, monkeypatch):
+    """`lara judge` through the CLI's own main function in this process (what the console script calls; the
+    first test below runs it as a real process): the same arguments, exit status and log as ``_judge``."""
+    from lara.cli import main
+
+    def run(tmp_path, endpoint, out, *extra, key=KEY):
+        monkeypatch.delenv("LARA_TEST_KEY", raising=False)
+        if key is not None:
+            monkeypatch.setenv("LARA_TEST_KEY", key)
+        capsys.readouterr()
+        try:
+            rc = main(_argv(tmp_path, endpoint, out, *extra))
+        except SystemExit as exc:
+            rc = exc.code if isinstance(exc.code, int) else 1
+        captured = capsys.readouterr()
+        return subprocess.CompletedProcess(["lara", "judge"], rc, captured.out, captured.err)
+
+    return run
 
 
 def test_llm_judge_retries_parses_and_caches(tmp_path, serve):
@@ -135,10 +161,10 @@ def test_llm_judge_retries_parses_and_caches(tmp_path, serve):
     pd.testing.assert_frame_equal(out, pd.read_parquet(tmp_path / "j2.parquet"))
 
 
-def test_a_missing_key_is_a_clear_error_before_any_request(tmp_path, serve):
+def test_a_missing_key_is_a_clear_error_before_any_request(tmp_path, serve, judge_cli):
     endpoint = serve()
     _responses(tmp_path)
-    proc = _judge(tmp_path, endpoint, tmp_path / "j.parquet", key=None)
+    proc = judge_cli(tmp_path, endpoint, tmp_path / "j.parquet", key=None)
     assert proc.returncode == 2 and "evaluation.judge.api_key_env" in proc.stderr and "LARA_TEST_KEY" in proc.stderr
     assert endpoint.requests == 0 and not (tmp_path / "j.parquet").exists()
 
@@ -194,26 +220,26 @@ def test_timeout_and_retries_are_settings(serve):
         unreachable.complete([{"role": "user", "content": "hi"}])
 
 
-def test_too_many_unrated_replies_fail_the_job_naming_the_limit(tmp_path, serve):
+def test_too_many_unrated_replies_fail_the_job_naming_the_limit(tmp_path, serve, judge_cli):
     # every reply to the first 4 requests is unrated: rows 0 and 1 of helpfulness stay unrated (2 of 3)
     endpoint = serve([UNRATED] * 4)
     _responses(tmp_path)
-    proc = _judge(tmp_path, endpoint, tmp_path / "j.parquet", "--max-failure-share", "0.5")
+    proc = judge_cli(tmp_path, endpoint, tmp_path / "j.parquet", "--max-failure-share", "0.5")
     assert proc.returncode == 2, proc.stderr
     assert "2 of 3 helpfulness replies (66.7%) had no rating" in proc.stderr
     assert "evaluation.judge.max_failure_share = 50.0%" in proc.stderr
     assert not (tmp_path / "j.parquet").exists()
     # a rerun asks only the unrated ones again; the rated ones come from the cache
     before = endpoint.requests
-    proc = _judge(tmp_path, endpoint, tmp_path / "j.parquet", "--max-failure-share", "0.5")
+    proc = judge_cli(tmp_path, endpoint, tmp_path / "j.parquet", "--max-failure-share", "0.5")
     assert proc.returncode == 0, proc.stderr
     assert endpoint.requests - before == 2 and "4 of 6 judgments from the cache" in proc.stderr
 
 
-def test_unrated_replies_within_the_limit_are_nan_and_counted(tmp_path, serve):
+def test_unrated_replies_within_the_limit_are_nan_and_counted(tmp_path, serve, judge_cli):
     endpoint = serve([UNRATED] * 2)
     _responses(tmp_path)
-    proc = _judge(tmp_path, endpoint, tmp_path / "j.parquet", "--max-failure-share", "0.4")
+    proc = judge_cli(tmp_path, endpoint, tmp_path / "j.parquet", "--max-failure-share", "0.4")
     assert proc.returncode == 0, proc.stderr
     out = pd.read_parquet(tmp_path / "j.parquet")
     assert np.isnan(out["judge_helpfulness"].iloc[0]) and out["judge_helpfulness"].iloc[1:].notna().all()
@@ -255,12 +281,12 @@ def test_keys_and_auth_headers_are_redacted(text):
         assert secret not in clean
 
 
-def test_a_key_echoed_in_a_reply_is_not_stored_in_the_cache(tmp_path, serve):
+def test_a_key_echoed_in_a_reply_is_not_stored_in_the_cache(tmp_path, serve, judge_cli):
     import sqlite3
 
     endpoint = serve([_completion(f"Your key {KEY} works. Rating: 6")] * 6)
     _responses(tmp_path)
-    proc = _judge(tmp_path, endpoint, tmp_path / "j.parquet")
+    proc = judge_cli(tmp_path, endpoint, tmp_path / "j.parquet")
     assert proc.returncode == 0, proc.stderr
     replies = [r for (r,) in sqlite3.connect(tmp_path / "cache.sqlite").execute("SELECT reply FROM judgments")]
     assert len(replies) == 6 and all("[redacted]" in r and KEY not in r for r in replies)
@@ -276,11 +302,11 @@ def test_credentials_in_urls_are_redacted_and_the_rest_kept():
 
 @pytest.mark.parametrize("url", ["https://bob:hunter2@api.example.com/v1", "https://api.example.com/v1?api-key=hunter2",
                                  "https://api.example.com/v1?x=1&access_token=hunter2"])
-def test_a_base_url_with_credentials_is_refused_and_never_repeated(tmp_path, serve, url):
+def test_a_base_url_with_credentials_is_refused_and_never_repeated(tmp_path, serve, url, judge_cli):
     endpoint = serve()
     _responses(tmp_path)
     endpoint.url = url
-    proc = _judge(tmp_path, endpoint, tmp_path / "j.parquet")
+    proc = judge_cli(tmp_path, endpoint, tmp_path / "j.parquet")
     assert proc.returncode == 2 and endpoint.requests == 0
     assert "evaluation.judge.base_url: the URL carries credentials" in proc.stderr and "api_key_env" in proc.stderr
     assert "hunter2" not in proc.stderr + proc.stdout and not (tmp_path / "j.parquet").exists()

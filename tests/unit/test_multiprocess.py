@@ -81,17 +81,25 @@ def test_launch_plan_and_command():
         launch_plan({"processes": 4, "cpus_per_task": 2})
 
 
-def test_two_processes_follow_one_process_and_only_the_main_one_writes(tiny_world, sft_data, tmp_path):
+@pytest.fixture(scope="module")
+def sft_two(tiny_world, sft_data, tmp_path_factory) -> tuple[Path, str, float]:
+    """The uninterrupted two-process SFT run (its folder, its log, its seconds): the reference of both tests
+    below, run once."""
+    root = tmp_path_factory.mktemp("sft_two")
+    t0 = time.perf_counter()
+    log = run(sft_command(tiny_world, sft_data, root, 2))
+    return root, log, time.perf_counter() - t0
+
+
+def test_two_processes_follow_one_process_and_only_the_main_one_writes(tiny_world, sft_data, sft_two, tmp_path):
     one = tmp_path / "one"
-    two = tmp_path / "two"
+    two, log_two, seconds_two = sft_two
     t0 = time.perf_counter()
     run(sft_command(tiny_world, sft_data, one, 1))
     t1 = time.perf_counter()
-    log_two = run(sft_command(tiny_world, sft_data, two, 2))
-    t2 = time.perf_counter()
     a, b = losses(one / "model"), losses(two / "model")
     print(f"\nSFT, global batch 8, 24 steps: 1 process {t1 - t0:.1f} s, losses {a}\n"
-          f"                               2 processes {t2 - t1:.1f} s, losses {b}")
+          f"                               2 processes {seconds_two:.1f} s, losses {b}")
     assert len(a) == len(b) == 6
     np.testing.assert_allclose(b, a, rtol=1e-4)  # the same data per step; only the order of the sums differs
     assert a[-1] < a[0]
@@ -107,17 +115,16 @@ def test_two_processes_follow_one_process_and_only_the_main_one_writes(tiny_worl
     assert "[rank 0/2]" in log_two and "saved sft model to" in log_two
     assert not [line for line in log_two.splitlines() if "[rank 1/2] INFO" in line]
     assert sorted(p.name for p in (two / "ckpt").iterdir()) == ["checkpoint-16", "checkpoint-24", "fingerprint.json"]
-    assert not list(tmp_path.glob("two/.*")) and not list((two / "ckpt").glob(".staging-*"))
+    assert not list(two.glob(".*")) and not list((two / "ckpt").glob(".staging-*"))
     for step in (16, 24):
         names = {p.name for p in (two / "ckpt" / f"checkpoint-{step}").iterdir()}
         assert {"trainer_state.json", "optimizer.pt", "scheduler.pt", "rng_state_0.pth", "rng_state_1.pth"} <= names
 
 
-def test_a_killed_two_process_run_resumes_to_the_uninterrupted_weights(tiny_world, sft_data, tmp_path):
+def test_a_killed_two_process_run_resumes_to_the_uninterrupted_weights(tiny_world, sft_data, sft_two, tmp_path):
     import torch
 
-    whole = tmp_path / "whole"
-    run(sft_command(tiny_world, sft_data, whole, 2))
+    whole = sft_two[0]
     root = tmp_path / "killed"
     with open(tmp_path / "killed.log", "w") as out:
         proc = subprocess.Popen(sft_command(tiny_world, sft_data, root, 2), stdout=out, stderr=subprocess.STDOUT,
