@@ -99,7 +99,7 @@ _BACKGROUND: dict[str, tuple] = {}  # the shared toy run while it runs: (workdir
 def _toy_run_from_the_start(request, tmp_path_factory):
     """The shared toy run starts with the session when a selected test needs it, and runs beside the
     tests before the first one that does: the suite keeps both cores busy instead of leaving one idle while
-    the unit tests run one at a time after (or before) thirteen minutes of Snakemake. Stopped, with its
+    the unit tests run one at a time after (or before) eleven minutes of Snakemake. Stopped, with its
     jobs, if the session ends first."""
     if os.environ.get("LARA_TOY_RUN") or os.environ.get("PYTEST_XDIST_WORKER"):
         yield  # a finished run given by the maintainer (see toy_run), or a `-n` worker (its toy-run tests are skipped)
@@ -128,7 +128,7 @@ def toy_run(tmp_path_factory) -> Path:
     """A workflow copy with the whole toy DAG finished (the default target): the run started with the
     session (waited for here), or one made now. LARA_TOY_RUN=DIR names a finished one instead (a scratch workflow
     copy of the same commit whose `snakemake --cores 2` is done; some tests write reports and restore files in
-    it): the slow tests that read the toy run, rerun by hand in seconds instead of thirteen minutes."""
+    it): the slow tests that read the toy run, rerun by hand in seconds instead of eleven minutes."""
     given = os.environ.get("LARA_TOY_RUN")
     if given:
         workdir = Path(given).resolve()

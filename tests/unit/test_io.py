@@ -74,3 +74,17 @@ def test_the_temporaries_of_a_killed_writer_are_removed_by_the_next_write(tmp_pa
         (tmp / "w").write_text("w") if directory else tmp.write_text("whole")
     assert not left[0].exists() and other.exists() and out.exists()
     assert list(tmp_path.glob(f".{out.name}.*.tmp")) == []
+
+
+def test_a_path_s_hash_covers_names_and_contents_and_a_missing_path_is_refused(tmp_path):
+    from lara.io import sha256_file, sha256_path
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "a.bin").write_bytes(b"a")
+    assert sha256_path(tmp_path / "m" / "a.bin") == sha256_file(tmp_path / "m" / "a.bin")
+    before = sha256_path(tmp_path / "m")
+    (tmp_path / "m" / "a.bin").rename(tmp_path / "m" / "b.bin")  # same bytes, another name
+    assert sha256_path(tmp_path / "m") != before
+    # the hash of nothing would let a provenance record vouch for an input that is not there
+    with pytest.raises(FileNotFoundError, match=r"gone: no such file or directory to hash"):
+        sha256_path(tmp_path / "gone")

@@ -116,10 +116,13 @@ def copy_hashed(src: str | os.PathLike, dest: str | os.PathLike, chunk: int = 1 
 
 
 def sha256_path(path: str | os.PathLike) -> str:
-    """sha256 of a file, or of a directory's files (relative names and contents, sorted)."""
+    """sha256 of a file, or of a directory's files (relative names and contents, sorted). A path that is
+    neither is refused: its hash would be that of nothing, and a provenance record would vouch for it."""
     path = Path(path)
     if path.is_file():
         return sha256_file(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such file or directory to hash")
     h = hashlib.sha256()
     for f in sorted(p for p in path.rglob("*") if p.is_file()):
         h.update(str(f.relative_to(path)).encode() + b"\0" + sha256_file(f).encode())
