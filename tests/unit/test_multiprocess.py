@@ -157,15 +157,22 @@ def ppo_command(tiny_world, ppo_inputs, root, processes, **settings):
 
 
 def test_ppo_lagrangian_on_two_processes_follows_one(tiny_world, ppo_inputs, tmp_path):
+    """The rollouts, the episode-cost window (gathered from every process), the dual steps on lambda, the
+    PPO and ptx updates: two processes of 4 prompts reproduce one process of 8, step by step. The two processes
+    are started as the paper's launch of this job, with the shipped FSDP config file: on CPU accelerate has no
+    FSDP and runs them as plain data parallel (the sharded path needs GPUs); the rerun that resumes them is
+    started as a 2-GPU job without a config file (--multi_gpu)."""
     import torch
 
-    """The rollouts, the episode-cost window (gathered from every process), the dual steps on lambda, the
-    PPO and ptx updates: two processes of 4 prompts reproduce one process of 8, step by step."""
     t0 = time.perf_counter()
     run(ppo_command(tiny_world, ppo_inputs, tmp_path / "one", 1))
     t1 = time.perf_counter()
-    log_two = run(ppo_command(tiny_world, ppo_inputs, tmp_path / "two", 2))
+    fsdp = launch_command(launch_plan({"processes": 2, "cpus_per_task": 2, "accelerate_config": str(FSDP_CONFIG)}))
+    assert fsdp[2:4] == ["--config_file", str(FSDP_CONFIG)]
+    cmd = ppo_command(tiny_world, ppo_inputs, tmp_path / "two", 2)
+    log_two = run([str(BIN / fsdp[0]), *fsdp[1:], *cmd[cmd.index("lara") + 1:]])
     t2 = time.perf_counter()
+    assert "accelerate: MULTI_CPU, 2 process(es)" in log_two
     a = json.loads((tmp_path / "one" / "model" / "history.json").read_text())["history"]
     b = json.loads((tmp_path / "two" / "model" / "history.json").read_text())["history"]
     keys = ("lambda", "episode_cost", "reward", "cost", "kl", "response_length", "loss_actor", "loss_reward_critic",
@@ -192,13 +199,6 @@ def test_ppo_lagrangian_on_two_processes_follows_one(tiny_world, ppo_inputs, tmp
     wc = weights(tmp_path / "again")
     assert all(torch.equal(wb[k], wc[k]) for k in wb)
 
-    # the paper's launch of this job, with the shipped FSDP config file: on CPU accelerate has no FSDP and
-    # runs the processes as plain data parallel (the sharded path needs GPUs), with the same result
-    fsdp = launch_command(launch_plan({"processes": 2, "cpus_per_task": 2, "accelerate_config": str(FSDP_CONFIG)}))
-    cmd = ppo_command(tiny_world, ppo_inputs, tmp_path / "fsdp", 2)
-    log_fsdp = run([str(BIN / fsdp[0]), *fsdp[1:], *cmd[cmd.index("lara") + 1:]])
-    assert "accelerate: MULTI_CPU, 2 process(es)" in log_fsdp
-    assert json.loads((tmp_path / "fsdp" / "model" / "history.json").read_text())["history"] == b
 
 
 def test_the_shipped_fsdp_config_loads_in_accelerate():
