@@ -3,8 +3,10 @@ rerunning the DAG in every test."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
+import io
 import os
 import shutil
 import subprocess
@@ -81,6 +83,39 @@ def copy_workflow(dest: Path) -> Path:
         else:
             shutil.copy2(src, dest / name)
     return dest
+
+
+def lara_in_process(argv, *, env: dict | None = None, cwd: Path | None = None) -> tuple[int, str, str]:
+    """A `lara` command through the CLI's own main function in this process (what the console script calls,
+    without a new interpreter): its exit status, stdout and stderr. ``env`` sets variables for the call (None
+    unsets one), ``cwd`` is where it runs; both are restored after. The tests that use it keep a few cases as
+    real `python -m lara` processes."""
+    from lara.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = {key: os.environ.get(key) for key in env or {}}
+    try:
+        for key, value in (env or {}).items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        with contextlib.ExitStack() as stack:
+            if cwd is not None:
+                stack.enter_context(contextlib.chdir(cwd))
+            stack.enter_context(contextlib.redirect_stdout(out))
+            stack.enter_context(contextlib.redirect_stderr(err))
+            try:
+                rc = main([str(a) for a in argv])
+            except SystemExit as exc:  # argparse's usage errors, lara trail's verdict
+                rc = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return rc, out.getvalue(), err.getvalue()
 
 
 def run_snakemake(workdir: Path, *args: str, check: bool = True,

@@ -17,7 +17,7 @@ import yaml
 
 from lara.decode.rgtg import RGTGSettings
 
-from ..conftest import REPO, copy_workflow, run_snakemake
+from ..conftest import REPO, copy_workflow, lara_in_process, run_snakemake
 
 
 def lara(*args, env=None):
@@ -346,29 +346,14 @@ CASES = [
 ]
 
 
-def in_process(argv, capsys, monkeypatch, env=None):
-    """A `lara` command through the CLI's own main function, in this process (what the console script
-    calls; a few cases below also run as real processes): its exit status and everything it wrote."""
-    from lara.cli import main
-
-    for key, value in (env or {}).items():
-        monkeypatch.setenv(key, value)
-    capsys.readouterr()
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as exc:  # argparse's usage errors, lara trail's verdict
-        rc = exc.code if isinstance(exc.code, int) else 1
-    captured = capsys.readouterr()
-    return rc, captured.err + captured.out
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_fault(case, tmp_path, capsys, monkeypatch):
+def test_fault(case, tmp_path):
+    """Each case through the CLI's main function in this process (a few also run as real processes below)."""
     for make in case.make:
         make(tmp_path)
     before = {p.name for p in tmp_path.iterdir()}
-    rc, out = in_process([a.replace("{t}", str(tmp_path)) for a in case.argv], capsys, monkeypatch, case.env)
-    _check(case, tmp_path, before, rc, out)
+    rc, out, err = lara_in_process([a.replace("{t}", str(tmp_path)) for a in case.argv], env=case.env)
+    _check(case, tmp_path, before, rc, err + out)
 
 
 # the same cases in a real `python -m lara` process: the console entry point, its exit status and stderr

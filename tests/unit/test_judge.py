@@ -15,6 +15,8 @@ import pytest
 
 from lara.evaluate import judge
 
+from ..conftest import lara_in_process
+
 KEY = "sk-test-0123456789abcdef"
 
 
@@ -119,25 +121,11 @@ def _judge(tmp_path, endpoint, out, *extra, key=KEY):
                           capture_output=True, text=True, env=env)
 
 
-@pytest.fixture()
-def judge_cli(capsys, monkeypatch):
-    """`lara judge` through the CLI's own main function in this process (what the console script calls; the
-    first test below runs it as a real process): the same arguments, exit status and log as ``_judge``."""
-    from lara.cli import main
-
-    def run(tmp_path, endpoint, out, *extra, key=KEY):
-        monkeypatch.delenv("LARA_TEST_KEY", raising=False)
-        if key is not None:
-            monkeypatch.setenv("LARA_TEST_KEY", key)
-        capsys.readouterr()
-        try:
-            rc = main(_argv(tmp_path, endpoint, out, *extra))
-        except SystemExit as exc:
-            rc = exc.code if isinstance(exc.code, int) else 1
-        captured = capsys.readouterr()
-        return subprocess.CompletedProcess(["lara", "judge"], rc, captured.out, captured.err)
-
-    return run
+def judge_cli(tmp_path, endpoint, out, *extra, key=KEY):
+    """`lara judge` through the CLI's own main function in this process (the first test below runs it as a real
+    process): the same arguments, exit status and log as ``_judge``."""
+    rc, stdout, stderr = lara_in_process(_argv(tmp_path, endpoint, out, *extra), env={"LARA_TEST_KEY": key})
+    return subprocess.CompletedProcess(["lara", "judge"], rc, stdout, stderr)
 
 
 def test_llm_judge_retries_parses_and_caches(tmp_path, serve):
@@ -161,7 +149,7 @@ def test_llm_judge_retries_parses_and_caches(tmp_path, serve):
     pd.testing.assert_frame_equal(out, pd.read_parquet(tmp_path / "j2.parquet"))
 
 
-def test_a_missing_key_is_a_clear_error_before_any_request(tmp_path, serve, judge_cli):
+def test_a_missing_key_is_a_clear_error_before_any_request(tmp_path, serve):
     endpoint = serve()
     _responses(tmp_path)
     proc = judge_cli(tmp_path, endpoint, tmp_path / "j.parquet", key=None)
@@ -220,7 +208,7 @@ def test_timeout_and_retries_are_settings(serve):
         unreachable.complete([{"role": "user", "content": "hi"}])
 
 
-def test_too_many_unrated_replies_fail_the_job_naming_the_limit(tmp_path, serve, judge_cli):
+def test_too_many_unrated_replies_fail_the_job_naming_the_limit(tmp_path, serve):
     # every reply to the first 4 requests is unrated: rows 0 and 1 of helpfulness stay unrated (2 of 3)
     endpoint = serve([UNRATED] * 4)
     _responses(tmp_path)
@@ -236,7 +224,7 @@ def test_too_many_unrated_replies_fail_the_job_naming_the_limit(tmp_path, serve,
     assert endpoint.requests - before == 2 and "4 of 6 judgments from the cache" in proc.stderr
 
 
-def test_unrated_replies_within_the_limit_are_nan_and_counted(tmp_path, serve, judge_cli):
+def test_unrated_replies_within_the_limit_are_nan_and_counted(tmp_path, serve):
     endpoint = serve([UNRATED] * 2)
     _responses(tmp_path)
     proc = judge_cli(tmp_path, endpoint, tmp_path / "j.parquet", "--max-failure-share", "0.4")
@@ -281,7 +269,7 @@ def test_keys_and_auth_headers_are_redacted(text):
         assert secret not in clean
 
 
-def test_a_key_echoed_in_a_reply_is_not_stored_in_the_cache(tmp_path, serve, judge_cli):
+def test_a_key_echoed_in_a_reply_is_not_stored_in_the_cache(tmp_path, serve):
     import sqlite3
 
     endpoint = serve([_completion(f"Your key {KEY} works. Rating: 6")] * 6)
@@ -302,7 +290,7 @@ def test_credentials_in_urls_are_redacted_and_the_rest_kept():
 
 @pytest.mark.parametrize("url", ["https://bob:hunter2@api.example.com/v1", "https://api.example.com/v1?api-key=hunter2",
                                  "https://api.example.com/v1?x=1&access_token=hunter2"])
-def test_a_base_url_with_credentials_is_refused_and_never_repeated(tmp_path, serve, url, judge_cli):
+def test_a_base_url_with_credentials_is_refused_and_never_repeated(tmp_path, serve, url):
     endpoint = serve()
     _responses(tmp_path)
     endpoint.url = url

@@ -2,8 +2,6 @@
 Snakemake metadata records in Snakemake's own layout, a sidecar written by ``write_sidecar``; then
 every way the trail can have a hole, each of which must say "broken" or "unknown", never "holds"."""
 
-import contextlib
-import io
 import json
 import subprocess
 import sys
@@ -13,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from lara import trail
+
+from ..conftest import lara_in_process
 
 FIG = "results/x/figures/f.png"
 
@@ -42,17 +42,10 @@ def drawn(tmp_path):
 
 
 def _check(root):
-    """`lara trail FIG` in ``root`` through the CLI's own main function in this process (what the console script
-    calls; the test of a trail found from elsewhere below runs real processes): its exit status and output."""
-    from lara.cli import main
-
-    out = io.StringIO()
-    with contextlib.chdir(root), contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        try:
-            rc = main(["trail", FIG])
-        except SystemExit as exc:  # the verdict's exit status
-            rc = exc.code if isinstance(exc.code, int) else 1
-    return rc, out.getvalue()
+    """`lara trail FIG` in ``root`` through the CLI's own main function in this process (the test of a trail found
+    from elsewhere below runs real processes): its exit status and output."""
+    rc, out, err = lara_in_process(["trail", FIG], cwd=root)
+    return rc, out + err
 
 
 def _edit(root, change, redigest=False):
