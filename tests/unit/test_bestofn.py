@@ -139,11 +139,11 @@ def test_cli_bon_n_larger_than_k_names_both(tmp_path):
                   "cost": c.ravel()}).to_parquet(path)
     out = tmp_path / "lambda.json"
     proc = subprocess.run([sys.executable, "-m", "lara", "calibrate", "--scores", str(path), "--tau", "0",
-                           "--mode", "bon", "--bon-n", "5", "--bootstrap", "50", "--out", str(out)],
+                           "--mode", "bon", "--bon-n", "5", "--bootstrap", "200", "--out", str(out)],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "N = 5" in proc.stderr and "K = 4" in proc.stderr and not out.exists()
     proc = subprocess.run([sys.executable, "-m", "lara", "calibrate", "--scores", str(path), "--tau", "0",
-                           "--mode", "bon", "--bon-n", "2", "--bootstrap", "50", "--allow-infeasible",
+                           "--mode", "bon", "--bon-n", "2", "--bootstrap", "200", "--allow-infeasible",
                            "--out", str(out)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     lam = json.loads(out.read_text())

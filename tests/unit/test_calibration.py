@@ -270,7 +270,7 @@ def test_cli_infeasible_fails_unless_allowed(tmp_path):
     path = tmp_path / "scores.csv"
     frame = pd.DataFrame({"prompt_id": [0, 0, 1, 1], "reward": [1.0, 0.0, 2.0, 0.0], "cost": [1.0, 0.5, 2.0, 1.0]})
     frame.to_csv(path, index=False)
-    base = [sys.executable, "-m", "lara", "calibrate", "--scores", str(path), "--tau", "-1", "--bootstrap", "20",
+    base = [sys.executable, "-m", "lara", "calibrate", "--scores", str(path), "--tau", "-1", "--bootstrap", "200",
             "--mode", "soft"]
     proc = subprocess.run(base + ["--out", str(tmp_path / "a.json")], capture_output=True, text=True)
     s = PromptScores.from_long([0, 0, 1, 1], [1.0, 0.0, 2.0, 0.0], [1.0, 0.5, 2.0, 1.0])
@@ -280,4 +280,4 @@ def test_cli_infeasible_fails_unless_allowed(tmp_path):
     assert not (tmp_path / "a.json").exists()
     subprocess.run(base + ["--allow-infeasible", "--out", str(tmp_path / "b.json")], check=True, capture_output=True)
     rec = json.loads((tmp_path / "b.json").read_text())
-    assert rec["feasible"] is False and rec["lambda_hat"] == 5.0 and rec["bootstrap"]["n_infeasible"] == 20
+    assert rec["feasible"] is False and rec["lambda_hat"] == 5.0 and rec["bootstrap"]["n_infeasible"] == 200

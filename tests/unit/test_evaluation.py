@@ -148,10 +148,10 @@ def test_constraint_audit_verdicts_against_the_record_s_own_tau():
     assert met["mean_cost"] == pytest.approx(-2.75)
     # the one-sided bounds sit inside the two-sided interval
     assert met["ci95"][0] <= met["one_sided95"][0] <= met["mean_cost"] <= met["one_sided95"][1] <= met["ci95"][1]
-    borderline = aggregate.constraint_audit(pd.DataFrame({"decoder_cost": [-3.0, 1.0] * 5}), _record(-0.5), 500, 0)
+    borderline = aggregate.constraint_audit(pd.DataFrame({"decoder_cost": [-3.0, 1.0] * 10}), _record(-0.5), 500, 0)
     assert borderline["meets_tau_point"] and not borderline["meets_tau_upper_bound"]
     assert borderline["verdict"] == VERDICTS[1]
-    violated = aggregate.constraint_audit(pd.DataFrame({"decoder_cost": [1.0, 2.0] * 5}), _record(0.0), 500, 0)
+    violated = aggregate.constraint_audit(pd.DataFrame({"decoder_cost": [1.0, 2.0] * 10}), _record(0.0), 500, 0)
     assert violated["verdict"] == VERDICTS[2] and violated["one_sided95"][0] > 0.0
 
 
@@ -197,17 +197,17 @@ def test_paired_differences_are_tighter_than_unpaired_intervals():
 def test_every_decoder_is_audited_and_a_partly_scored_output_refused():
     from lara.data.tables import DataError
 
-    df = pd.DataFrame({"prompt_id": list(range(10)) * 3, "method": ["args"] * 20 + ["sft"] * 10,
-                       "setting": ["zero"] * 10 + ["star"] * 10 + ["policy"] * 10,
-                       "lambda": [0.0] * 10 + [0.2] * 10 + [np.nan] * 10,
-                       "decoder_cost": [1.0] * 10 + [-2.0] * 10 + [0.0] * 10, "decoder_reward": [0.5] * 30})
+    df = pd.DataFrame({"prompt_id": list(range(20)) * 3, "method": ["args"] * 40 + ["sft"] * 20,
+                       "setting": ["zero"] * 20 + ["star"] * 20 + ["policy"] * 20,
+                       "lambda": [0.0] * 20 + [0.2] * 20 + [np.nan] * 20,
+                       "decoder_cost": [1.0] * 20 + [-2.0] * 20 + [0.0] * 20, "decoder_reward": [0.5] * 60})
     rows = aggregate.decoder_audit(df, -1.0, 300, 0)
     assert [(r["method"], r["setting"], r["lambda"]) for r in rows] == [("args", "zero", 0.0), ("args", "star", 0.2),
                                                                        ("sft", "policy", None)]
     assert rows[0]["verdict"].startswith("violated") and rows[1]["verdict"].startswith("met")
     assert rows[1]["mean_reward"] == 0.5
-    df.loc[12, "decoder_cost"] = np.nan
-    with pytest.raises(DataError, match="args at star: decoder_cost is missing or not finite for 1 of 10"):
+    df.loc[22, "decoder_cost"] = np.nan
+    with pytest.raises(DataError, match="args at star: decoder_cost is missing or not finite for 1 of 20"):
         aggregate.decoder_audit(df, -1.0, 300, 0)
 
 

@@ -135,7 +135,7 @@ def sidecar(t):
     (t / "fig.provenance.json").write_text('{"figure": [')
 
 
-CAL = ["calibrate", "--scores", "{t}/cand.parquet", "--tau", "0", "--bootstrap", "20", "--out", "{t}/lambda.json"]
+CAL = ["calibrate", "--scores", "{t}/cand.parquet", "--tau", "0", "--bootstrap", "200", "--out", "{t}/lambda.json"]
 SEL = ["select-bon", "--candidates", "{t}/cand.parquet", "--overpenalised-lambda", "5", "--out", "{t}/out.parquet"]
 PREP = ["prepare-data", "--kind", "sft", "--out", "{t}/sft.parquet", "--source"]
 SPLIT = ["split-prompts", "--n-calibration", "5", "--calibration", "{t}/cal.parquet", "--test", "{t}/test.parquet"]
@@ -206,14 +206,14 @@ CASES = [
     Case("select-bon: an unknown lambda setting", [_cand], [*SEL, "--setting", "lots"], 2,
          ["--setting 'lots'", "zero, hat, star, max, star_tau_<tau>"], ["out.parquet"]),
     Case("bon-sweep: a grid that is not JSON", [_cand],
-         ["bon-sweep", "--candidates", "{t}/cand.parquet", "--lambda-grid", "[0, one]", "--bootstrap", "10",
+         ["bon-sweep", "--candidates", "{t}/cand.parquet", "--lambda-grid", "[0, one]", "--bootstrap", "200",
           "--out", "{t}/sweep.csv"], 2, ["--lambda-grid: not JSON: '[0, one]'"], ["sweep.csv"]),
     Case("bon-sweep: rows without a prompt id", [missing_prompt_id],
-         ["bon-sweep", "--candidates", "{t}/cand.parquet", "--lambda-grid", "[0, 1]", "--bootstrap", "10",
+         ["bon-sweep", "--candidates", "{t}/cand.parquet", "--lambda-grid", "[0, 1]", "--bootstrap", "200",
           "--out", "{t}/sweep.csv"], 2,
          ["cand.parquet: column 'prompt_id' has no value (missing, empty or infinite) at rows 4, 5"], ["sweep.csv"]),
     Case("bon-sweep: a negative lambda", [_cand],
-         ["bon-sweep", "--candidates", "{t}/cand.parquet", "--lambda-grid", "[0, -1]", "--bootstrap", "10",
+         ["bon-sweep", "--candidates", "{t}/cand.parquet", "--lambda-grid", "[0, -1]", "--bootstrap", "200",
           "--out", "{t}/sweep.csv"], 2, ["decode.lambda_grid: -1 is less than the minimum of 0"], ["sweep.csv"]),
     # data ingestion and splits
     Case("prepare-data: not UTF-8", [_write("a.jsonl", (SFT_LINE + "\n").encode() + b'{"instruction": "caf\xe9"}\n')],
@@ -432,7 +432,7 @@ def test_costs_exactly_at_tau_are_feasible_despite_rounding(tmp_path):
     df = candidates()
     df["cost"] = -0.3  # every sample exactly at the budget: feasible at lambda = 0
     df.to_parquet(tmp_path / "cand.parquet")
-    proc = lara("calibrate", "--scores", tmp_path / "cand.parquet", "--tau", -0.3, "--bootstrap", 20,
+    proc = lara("calibrate", "--scores", tmp_path / "cand.parquet", "--tau", -0.3, "--bootstrap", 200,
                 "--out", tmp_path / "lambda.json")
     assert proc.returncode == 0, proc.stderr
     record = json.loads((tmp_path / "lambda.json").read_text())

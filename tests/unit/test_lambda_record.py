@@ -22,7 +22,7 @@ def calibrated(tmp_path):
                   "reward": r.ravel(), "cost": c.ravel()}).to_parquet(scores)
     out = tmp_path / "lambda.json"
     subprocess.run([sys.executable, "-m", "lara", "calibrate", "--scores", str(scores), "--tau", "0", "--bootstrap",
-                    "50", "--bon-n", "4", "--out", str(out)], check=True, capture_output=True)
+                    "200", "--bon-n", "4", "--out", str(out)], check=True, capture_output=True)
     return out
 
 
@@ -30,7 +30,7 @@ def test_the_record_read_back_is_what_calibrate_wrote(calibrated, tmp_path):
     raw = json.loads(calibrated.read_text())
     rec = read_lambda(calibrated)
     assert (rec.lambda_hat, rec.lambda_star, rec.tau, rec.mode) == (raw["lambda_hat"], raw["lambda_star"], 0.0, "bon")
-    assert rec.decoder_n == 4 and rec.bootstrap["replicates"] == 50 and rec.data == raw
+    assert rec.decoder_n == 4 and rec.bootstrap["replicates"] == 200 and rec.data == raw
     assert resolve_lambda("star", 5.0, calibrated) == raw["lambda_star"]
     assert resolve_lambda("hat", 5.0, calibrated) == raw["lambda_hat"]
     # a round trip through the writer keeps every key

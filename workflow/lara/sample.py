@@ -151,6 +151,7 @@ def add_tensor_parallel_argument(parser) -> None:
 
 
 def run(args) -> None:
+    from lara import identity
     from lara.config import require_model
     from lara.data.splits import prompt_id
     from lara.data.tables import read_table, write_table
@@ -169,5 +170,7 @@ def run(args) -> None:
     out = gen.generate(df["prompt_id"].tolist(), df["prompt"].tolist(), args.n, s, s.seed)
     log.info("mean response length %.1f tokens; %.1f%% stopped at EOS", out["n_tokens"].mean(),
              100 * (out["n_tokens"] < s.max_new_tokens).mean())
+    made = identity.stamp("samples", args.out, role=identity.role_of(args.prompts), per_prompt=args.n,
+                          prompts=identity.prompt_set(out, args.out).record(), made_from={"--prompts": args.prompts})
     write_table(out, args.out, {"model": args.model, "backend": s.backend, "settings": s.__dict__,
-                                "n": args.n, "seed": s.seed, "code": code_version()})
+                                "n": args.n, "seed": s.seed, "code": code_version(), identity.KEY: made})

@@ -36,6 +36,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
+    from lara import identity
     from lara.data.tables import DataError, read_table, write_table
     from lara.provenance import code_version
     from lara.scoring import load_scorer, score_table
@@ -49,4 +50,8 @@ def run(args) -> None:
         if not np.all(np.isfinite(df[col])):
             raise DataError(f"{spec}: produced non-finite {col} scores")
         log.info("%s: mean %.4f, std %.4f", col, df[col].mean(), df[col].std())
-    write_table(df, args.out, {"input": args.input, "reward": args.reward, "cost": args.cost, "code": code_version()})
+    made = identity.stamp("scores", args.out, **identity.inherit(identity.read_identity(args.input), "role",
+                                                                   "per_prompt", "prompts"),
+                          made_from={"--input": args.input})
+    write_table(df, args.out, {"input": args.input, "reward": args.reward, "cost": args.cost, "code": code_version(),
+                               identity.KEY: made})

@@ -29,6 +29,7 @@ from lara.settings import Settings, add_settings_arguments, read_settings, seed_
 
 log = logging.getLogger(__name__)
 
+MAX_CLIPPED = 0.01  # the largest share of calibration costs cost_bounds may clip for a deployed certified lambda
 QUANTILES = (0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.975)
 
 
@@ -97,8 +98,15 @@ class Infeasible(RuntimeError):
     """tau cannot be met within [0, lambda_search_max]."""
 
 
-def load_scores(path: str | Path) -> PromptScores:
+def load_scores(path: str | Path, prompts: list | None = None) -> PromptScores:
+    """The calibration scores, checked (numeric, one row per sample, each prompt once by id and text); ``prompts``
+    (a list) receives their :class:`lara.identity.PromptSet`."""
+    from lara import identity
+
     df = read_table(path, required=("prompt_id", "reward", "cost"))
+    found = identity.prompt_set(df, str(path))
+    if prompts is not None:
+        prompts.append(found)
     for col in ("reward", "cost"):
         if not pd.api.types.is_numeric_dtype(df[col]) or pd.api.types.is_bool_dtype(df[col]):
             bad = pd.to_numeric(df[col], errors="coerce").isna() & df[col].notna()
@@ -215,7 +223,8 @@ def certify(scores: PromptScores, s: CalibrationSettings, bon_n: int | None, k_m
         mean = float(expected(scores.reward, scores.cost, scores.mask, [c.lam], bon_n, clip)[0, :, 0].mean())
         out[proc] = {"lambda": c.lam, "feasible": c.feasible, "threshold": c.threshold, "clipped_mean_cost": mean,
                      "statement": statement(proc, lam=c.lam, tau=s.tau, n_prompts=n, bon_n=bon_n or k_min,
-                                            feasible=c.feasible, delta=s.delta, bounds=s.cost_bounds)}
+                                            feasible=c.feasible, delta=s.delta, bounds=s.cost_bounds,
+                                            clipped=frac["below"] + frac["above"])}
         if proc == "ltt":
             out[proc] |= {"delta": s.delta, "p_value": float(hb_p_value(mean, n, s.tau, s.cost_bounds))}
     return frac, out
@@ -232,17 +241,64 @@ def add_arguments(parser) -> None:
     add_settings_arguments(parser, CalibrationSettings)
     parser.add_argument("--allow-infeasible", action="store_true",
                         help="write lambda_search_max (feasible: false) instead of failing when tau is unreachable")
+    parser.add_argument("--allow-clipping", action="store_true",
+                        help=f"deploy a crc or ltt lambda although cost_bounds clip more than {MAX_CLIPPED:.0%} of "
+                        "the calibration costs (the guarantee is then about a cost the cost model rarely gives)")
     parser.add_argument("--out", required=True, help="output lambda.json")
+
+
+def check_inputs(args, s: CalibrationSettings) -> tuple[PromptScores, dict]:
+    """The settings' floor, and the scores: calibration prompts (their identity's role), each counted once;
+    the identity the record will carry."""
+    from lara import identity
+    from lara.config import ConfigError
+    from lara.evaluate.intervals import MIN_TAIL, min_replicates
+
+    floor = min_replicates(1 - s.quantile)
+    if s.bootstrap < floor:
+        raise ConfigError(f"calibration.bootstrap: {s.bootstrap} replicates put fewer than {MIN_TAIL} beyond the "
+                          f"deployed {s.quantile:g} quantile; use at least {floor} (nothing was computed)")
+    role = identity.read_identity(args.scores).get("role")
+    if role not in (None, "calibration"):
+        raise DataError(f"--scores {args.scores}: role {role}, expected calibration (the samples of the calibration "
+                        "prompts); calibrating on the prompts the audit holds out makes the audit in-sample")
+    found: list = []
+    scores = load_scores(args.scores, found)
+    made = identity.stamp("lambda", args.out, role=role, tau=s.tau, mode=s.mode, procedure=s.guarantee,
+                          prompts=found[0].record(with_keys=True), made_from={"--scores": args.scores})
+    return scores, made
+
+
+def check_clipping(result: dict, s: CalibrationSettings, allow: bool, path) -> None:
+    """A certified lambda is about the clipped cost: deployed with more than MAX_CLIPPED of the calibration costs
+    clipped, it certifies a cost the model rarely gives; refused unless allowed (and then said in its statement)."""
+    frac = result["guarantee"]["clipped_fraction"]
+    total = 0.0 if not frac else frac["below"] + frac["above"]
+    if total <= MAX_CLIPPED:
+        return
+    note = (f"cost_bounds {s.cost_bounds} clip {total:.1%} of the calibration costs (more than {MAX_CLIPPED:.0%}): "
+            "the certificate is about the clipped cost")
+    for name in CERTIFIED:
+        if name in result["procedures"]:
+            result["procedures"][name]["statement"] += f"; {note}"
+    if s.guarantee != "bootstrap" and not allow:
+        raise DataError(f"{path}: calibration.guarantee {s.guarantee}: {note}; widen calibration.cost_bounds (fixed "
+                        "before seeing these costs) or pass --allow-clipping")
+    if s.guarantee != "bootstrap":
+        result["guarantee"]["statement"] += f"; {note}"
+    log.warning("%s", note)
 
 
 def run(args) -> None:
     s = read_settings(args, CalibrationSettings)
-    scores = load_scores(args.scores)
+    scores, made = check_inputs(args, s)
     log.info("%d prompts, %d responses; settings %s", scores.n_prompts, int(scores.counts.sum()), s)
     try:
         result = calibrate(scores, s)
     except ValueError as exc:
         raise DataError(f"{args.scores}: {exc}") from None
+    check_clipping(result, s, args.allow_clipping, args.scores)
+    made["decoder"] = result["decoder"]
     lo, hi = result["cost_range"]
     if not result["feasible"]:
         msg = (f"tau={s.tau} is not reachable within [0, lambda_search_max={s.lambda_search_max}]: the mean cost under "
@@ -257,7 +313,7 @@ def run(args) -> None:
                             "--allow-infeasible")
         log.warning("%s; writing lambda_search_max with feasible=false", msg)
     result |= {"settings": asdict(s), "scores": {"path": str(args.scores), "sha256": sha256_file(args.scores)},
-               "code": code_version()}
+               "code": code_version(), "identity": made}
     write_lambda(result, args.out)
     b = result["bootstrap"]
     log.info("decoder %s: expected cost %.6g at lambda_hat, %.6g at lambda_star (tau %g)", result["decoder"],

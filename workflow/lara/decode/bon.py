@@ -66,15 +66,18 @@ def sweep(reward: np.ndarray, cost: np.ndarray, lams) -> pd.DataFrame:
                          "safe_fraction": (c <= 0).mean(1)})
 
 
-def warn_if_calibrated_for_another_decoder(n: int, lambda_json: str | Path | None) -> None:
-    """Warn when lambda.json was calibrated for another decoder than Best-of-n."""
-    if not (lambda_json and Path(lambda_json).is_file()):
+def check_calibrated_for(n: int, setting: str, lambda_json: str | Path | None) -> None:
+    """A lambda read from a record calibrated for Best-of-N with another N is refused (its lambda* meets tau
+    for that N only); a soft-mode record (calibration.mode: soft deploys it on purpose) is said in the log."""
+    if setting in ("zero", "max") or not (lambda_json and Path(lambda_json).is_file()):
         return
     decoder = read_lambda(lambda_json).decoder
     if decoder.get("kind") == "best_of_n" and decoder.get("n") not in (None, n):
-        log.warning("Best-of-N with N=%d candidates but %s was calibrated for Best-of-%s", n, lambda_json,
-                    decoder["n"])
-    elif decoder.get("kind") == "gibbs_tilt":
+        from lara.data.tables import DataError
+
+        raise DataError(f"--lambda-json {lambda_json}: calibrated for Best-of-{decoder['n']}, but the candidates "
+                        f"give Best-of-{n}: calibrate for N = {n} (decode.bon_n) or draw N = {decoder['n']} candidates")
+    if decoder.get("kind") == "gibbs_tilt":
         log.warning("%s was calibrated in soft mode (the Gibbs tilt at beta=%s), not for argmax Best-of-%d: "
                     "calibrate with --mode bon --bon-n %d for the expected-cost guarantee", lambda_json,
                     decoder.get("beta"), n, n)
@@ -93,6 +96,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
+    from lara import identity
     from lara.data.tables import DataError, read_table, write_table
 
     df = read_table(args.candidates, required=("prompt_id", "sample_id", "prompt", "response", "reward", "cost"))
@@ -101,11 +105,15 @@ def run(args) -> None:
         ids, reward, cost, index = score_matrix(df)
     except ValueError as exc:
         raise DataError(f"{args.candidates}: {exc}") from None
-    warn_if_calibrated_for_another_decoder(reward.shape[1], args.lambda_json)
+    check_calibrated_for(reward.shape[1], args.setting, args.lambda_json)
+    prompts = identity.prompt_set(df, f"--candidates {args.candidates}")
     pick = select(reward, cost, [lam])[0]
     chosen = df.loc[index[np.arange(len(ids)), pick]].copy()
     chosen["method"], chosen["setting"], chosen["lambda"] = "bon", args.setting, lam
     log.info("Best-of-%d at lambda=%s (%.6g): mean reward %.4f, mean cost %.4f, safe %.3f", reward.shape[1],
              args.setting, lam, chosen["reward"].mean(), chosen["cost"].mean(), (chosen["cost"] <= 0).mean())
+    made = identity.decoded_identity("responses", args.out, "bon", args.setting, lam, args.lambda_json,
+                                     n=reward.shape[1], role=identity.role_of(args.candidates),
+                                     prompts=prompts.record(), made_from={"--candidates": args.candidates})
     write_table(chosen.reset_index(drop=True), args.out, {"setting": args.setting, "lambda": lam,
-                                                          "candidates": args.candidates})
+                                                          "candidates": args.candidates, identity.KEY: made})

@@ -30,6 +30,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
+    from lara import identity
     from lara.data.tables import read_table, write_table
     from lara.sample import make_generator
 
@@ -41,5 +42,8 @@ def run(args) -> None:
     out = out.drop(columns=["sample_id"])
     out["method"], out["setting"], out["lambda"] = args.policy, "policy", float("nan")
     log.info("mean response length %.1f tokens", out["n_tokens"].mean())
+    made = identity.stamp("responses", args.out, method=args.policy, setting="policy",
+                          role=identity.role_of(args.prompts), made_from={"--prompts": args.prompts},
+                          prompts=identity.prompt_set(out, args.out, per_prompt=1).record())
     write_table(out[DECODER_COLUMNS], args.out, {"method": args.policy, "model": args.model,
-                                                 "settings": s.__dict__, "seed": s.seed})
+                                                 "settings": s.__dict__, "seed": s.seed, identity.KEY: made})

@@ -407,6 +407,7 @@ def run(args) -> None:
 
     import pandas as pd
 
+    from lara import identity
     from lara.calibrate.record import resolve_lambda
     from lara.config import require_model
     from lara.data.tables import read_table, write_table
@@ -427,5 +428,8 @@ def run(args) -> None:
                         "response": [tok.decode(t, skip_special_tokens=True).strip() for t in tokens],
                         "n_tokens": [len(t) for t in tokens]})
     out["method"], out["setting"], out["lambda"] = args.method, args.setting, lam
+    made = identity.decoded_identity("responses", args.out, args.method, args.setting, lam, args.lambda_json,
+                                     role=identity.role_of(args.prompts), prompts=identity.prompt_set(
+                                         out, args.out, per_prompt=1).record(), made_from={"--prompts": args.prompts})
     write_table(out, args.out, {"method": args.method, "setting": args.setting, "lambda": lam,
-                                "settings": s.__dict__, "seed": s.seed})
+                                "settings": s.__dict__, "seed": s.seed, identity.KEY: made})

@@ -66,9 +66,19 @@ def sweep_table(reward: np.ndarray, cost: np.ndarray, lams, labels, n: int, tau:
             table["mean_cost_lower"], table["mean_cost_upper"] = lower, upper
     if tau is not None:
         table["tau"] = tau
-        table["verdict"] = [verdict(lo, up, tau) for lo, up in zip(table["mean_cost_lower"], table["mean_cost_upper"],
-                                                                    strict=True)]
+        table["verdict"] = [verdict(lo, up, tau, reward.shape[0])
+                            for lo, up in zip(table["mean_cost_lower"], table["mean_cost_upper"], strict=True)]
     return table
+
+
+def record_column(labels: pd.Series, calibrated, soft: list) -> list[str]:
+    """Each row's lambda record (the digest of the lambda.json its lambda came from; empty for the grid): the
+    sweep carries which calibration each labelled row is, so its consumers can check it is theirs."""
+    from lara.identity import file_digest
+
+    own = file_digest(calibrated.path) if calibrated is not None else ""
+    by_label = {f"soft_beta={rec.get('beta'):g}": file_digest(rec.path) for rec in soft}
+    return [by_label.get(label, "" if label == "grid" else own) for label in labels]
 
 
 def add_arguments(parser) -> None:
@@ -89,11 +99,15 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
+    from lara import identity
     from lara.calibrate.record import check_budget, read_lambda
     from lara.data.tables import DataError, read_table, write_table
+    from lara.evaluate.intervals import check_replicates
 
     s = read_settings(args, SweepSettings)
+    check_replicates(s.bootstrap)
     df = read_table(args.candidates, required=("prompt_id", "sample_id", "reward", "cost"))
+    prompts = identity.prompt_set(df, f"--candidates {args.candidates}")
     try:
         _, reward, cost, _ = score_matrix(df)
     except ValueError as exc:
@@ -107,7 +121,13 @@ def run(args) -> None:
     for path in args.lambda_json:
         rec = read_lambda(path)
         check_budget(rec, s.tau)
+        if rec.decoder.get("kind") != "best_of_n":
+            raise DataError(f"--lambda-json {path}: decoder {rec.decoder.get('kind')} ({rec.mode} mode), expected "
+                            "best_of_n (a bon-mode record); soft-mode records go to --soft-lambda-json")
         n = rec.decoder_n or m
+        if n in calibrated:
+            raise DataError(f"--lambda-json {path}: a second record for Best-of-{n} (the first: "
+                            f"{calibrated[n].path}); one record per N")
         if n not in sizes:
             raise DataError(f"{path}: calibrated for Best-of-N with N = {n}, which is not a swept size {sizes} "
                             "(decode.bon_n, decode.sweep_n)")
@@ -148,10 +168,11 @@ def run(args) -> None:
             lams += [rec.lambda_star for rec in soft]
             labels += [f"soft_beta={rec.get('beta'):g}" for rec in soft]
         tables.append(sweep_table(reward, cost, lams, labels, n, s.tau, s.bootstrap, s.seed))
+        tables[-1]["record"] = record_column(tables[-1]["label"], calibrated.get(n), soft)
     for n, rec in other_taus:
         tables.append(sweep_table(reward, cost, [rec.lambda_star], [f"tau={rec.tau:g}"], n, rec.tau, s.bootstrap,
-                                  s.seed))
-    table = pd.concat(tables, ignore_index=True)
+                                  s.seed).assign(record=identity.file_digest(rec.path)))
+    table = pd.concat(tables, ignore_index=True).assign(n_prompts=prompts.n, prompt_set=prompts.digest)
     log.info("sweep of %d rows (N in %s) x %d prompts x %d candidates in %.3f s", len(table), sizes, reward.shape[0],
              m, time.perf_counter() - t0)
     for r in table.to_dict("records"):

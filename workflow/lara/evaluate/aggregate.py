@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from lara.calibrate.record import LambdaRecord, check_budget, overpenalised_note, read_lambda, setting_tau, tau_name
-from lara.evaluate.intervals import cost_audit, mean_interval, paired_difference
+from lara.evaluate.intervals import check_replicates, cost_audit, mean_interval, paired_difference
 from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
 
 log = logging.getLogger(__name__)
@@ -206,57 +206,127 @@ def add_arguments(parser) -> None:
     parser.add_argument("--audit", required=True, help="constraint_audit.json")
 
 
-def run(args) -> None:
-    from lara.data.tables import read_table, require_finite, require_rows, write_table
-    from lara.io import atomic_output, write_json
+def read_scores(args) -> tuple[pd.DataFrame, dict]:
+    """Every evaluated output, checked: each file once, each prompt once per (method, setting), every output
+    on the same test prompts; the prompt set they share."""
+    from lara import identity
 
-    s = read_settings(args, AuditSettings)
     metrics = ("helpfulness", "harmfulness")
-    tables = [require_rows(read_table(p, required=("prompt_id", "method", "setting", *metrics)), p)
-              for p in args.scores]
-    scores = pd.concat([require_finite(t, metrics, p) for t, p in zip(tables, args.scores, strict=True)],
-                       ignore_index=True)
-    judge = pd.concat([read_table(p) for p in args.judge], ignore_index=True) if args.judge else None
-    summary = summarise(scores, judge, s.bootstrap, s.seed)
-    audit = {"question": "no Best-of-N at lambda* in this experiment"}
-    if args.bon_star:
-        star = require_finite(require_rows(read_table(args.bon_star, required=("decoder_cost",)), args.bon_star),
-                              ("decoder_cost",), args.bon_star)
-        lam = read_lambda(args.lambda_json)
-        check_budget(lam, s.tau)
-        audit = constraint_audit(star, lam, s.bootstrap, s.seed, s.overpenalised_lambda)
-        log.info("constraint audit: Best-of-N at lambda*=%.4g: mean cost %.4f, 95%% CI [%.4f, %.4f], tau %.4g: %s",
-                 audit["lambda_star"], audit["mean_cost"], *audit["ci95"], lam.tau, audit["verdict"])
-        if audit.get("note"):
-            log.warning("%s", audit["note"])
-        if args.sweep:
-            sweep = read_table(args.sweep, required=("n", "lambda", "label", "mean_cost", "mean_cost_lower",
-                                                     "mean_cost_upper", "verdict"))
-            audit |= sweep_audit(sweep, star_n(lam, sweep))
-    audit["decoders"] = decoder_audit(scores, s.tau, s.bootstrap, s.seed)
-    audit["paired"] = paired_audit(scores, s.bootstrap, s.seed)
-    if args.bon_star:
-        audit["procedures"] = procedure_audit(lam, audit["decoders"])
-        for r in audit["procedures"]:
-            h = r["held_out"]
-            log.info("%-9s lambda %.4g%s: %s%s", r["procedure"], r["lambda"], " (deployed)" if r["deployed"] else "",
-                     r["statement"], "" if h is None else f"; held out: cost {h['mean_cost']:.4f}, {h['verdict']}")
-    others = [read_lambda(p) for p in args.tau_lambda_json]
-    if others:
-        from lara.data.tables import DataError
+    identity.distinct_files(args.scores, "--scores")
+    identity.distinct_files(args.judge, "--judge")
+    tables = []
+    for p in args.scores:
+        art = identity.table(p, "--scores", required=("prompt_id", "method", "setting", *metrics), finite=metrics)
+        tables.append(art.df.assign(_file=str(p)))
+    scores = pd.concat(tables, ignore_index=True)
+    sets = {}
+    for (method, named), g in scores.groupby(["method", "setting"], sort=False):
+        files = " and ".join(pd.unique(g["_file"]))
+        sets[f"--scores {files} ({method} at {named})"] = identity.prompt_set(g, f"--scores {files} ({method} at "
+                                                                                 f"{named})", per_prompt=1)
+    identity.same_prompts(sets)
+    return scores.drop(columns="_file"), next(iter(sets.values()))
 
-        if not args.lambda_json:
-            raise DataError("--tau-lambda-json: the other taus are audited beside the main one; pass --lambda-json")
-        main = read_lambda(args.lambda_json)
-        check_budget(main, s.tau)
-        taus = [main.tau] + [r.tau for r in others]
-        if len(set(taus)) != len(taus):
-            raise DataError(f"--tau-lambda-json: two records were calibrated for the same tau ({taus})")
-        audit["taus"] = tau_audit(main, others, audit["decoders"])
-        for r in audit["taus"]:
-            log.info("tau %.4g: lambda* %.4g (%s)%s", r["tau"], r["lambda_star"], r["status"],
-                     "".join(f"; {m} at lambda*: cost {d['mean_cost']:.4f}, {d['verdict']}"
-                             for m, d in r["decoders"].items()))
+
+def check_settings_lambdas(scores: pd.DataFrame, main: LambdaRecord | None, others: list[LambdaRecord]) -> None:
+    """Each output decoded at a setting that reads a lambda record (star, hat, crc, ltt, star_tau_<tau>) was decoded
+    at that record's lambda: a file labelled star but decoded at another lambda is refused."""
+    from lara import identity
+    from lara.data.tables import DataError
+
+    by_tau = {tau_name(r.tau): r for r in others}
+    for (method, named), g in scores.groupby(["method", "setting"], sort=False):
+        own = setting_tau(named)
+        record = by_tau.get(tau_name(own)) if own is not None else main
+        want = identity.record_value(record, named) if record is not None else None
+        if want is None or "lambda" not in g.columns:
+            continue
+        lam = pd.unique(g["lambda"])
+        if len(lam) != 1 or not np.isclose(float(lam[0]), want[0], rtol=1e-9, atol=1e-12):
+            shown = ", ".join(f"{x:.6g}" for x in lam)
+            raise DataError(f"--scores ({method} at {named}): decoded at lambda = {shown}, expected {want[1]}")
+
+
+def audit_star(args, s: AuditSettings, test_prompts) -> tuple[dict, LambdaRecord]:
+    """The held-out audit of Best-of-N at lambda*, after checking --bon-star is that output (method, setting,
+    lambda, record, tau, N) on prompts the calibration did not see."""
+    from lara import identity
+    from lara.data.tables import DataError
+
+    star = identity.table(args.bon_star, "--bon-star", required=("prompt_id", "decoder_cost"), finite=("decoder_cost",))
+    lam = read_lambda(args.lambda_json)
+    check_budget(lam, s.tau)
+    identity.expect_decoded_with(star, lam, "star", method="bon")
+    prompts = star.prompts(per_prompt=1)
+    identity.same_prompts({"--scores (the test prompts)": test_prompts, star.where: prompts})
+    seen = identity.disjoint(identity.read_identity(lam.path).get("prompts"), prompts, star.where)
+    if seen:
+        raise DataError(f"{star.where}: {seen} of its {prompts.n} prompts are calibration prompts of {lam.path}; an "
+                        "in-sample audit says nothing about held-out prompts: audit on prompts the calibration did "
+                        "not see")
+    audit = constraint_audit(star.df, lam, s.bootstrap, s.seed, s.overpenalised_lambda)
+    log.info("constraint audit: Best-of-N at lambda*=%.4g: mean cost %.4f, 95%% CI [%.4f, %.4f], tau %.4g: %s",
+             audit["lambda_star"], audit["mean_cost"], *audit["ci95"], lam.tau, audit["verdict"])
+    if audit.get("note"):
+        log.warning("%s", audit["note"])
+    if args.sweep:
+        sweep = read_sweep(args.sweep, lam, prompts)
+        audit |= sweep_audit(sweep, star_n(lam, sweep))
+    return audit, lam
+
+
+def read_sweep(path: str, lam: LambdaRecord, prompts) -> pd.DataFrame:
+    """The sweep, checked against the record the audit is for: its lambda* rows at the record's N are the record's
+    lambda* and tau (and, where the sweep says, the record's digest and these test prompts)."""
+    from lara import identity
+    from lara.data.tables import DataError, read_table
+
+    sweep = read_table(path, required=("n", "lambda", "label", "mean_cost", "mean_cost_lower", "mean_cost_upper",
+                                       "verdict"))
+    rows = sweep[(sweep["label"] == "lambda_star") & (sweep["n"] == star_n(lam, sweep))]
+    where = f"--sweep {path}"
+    if rows.empty:
+        raise DataError(f"{where}: no lambda_star row for N = {star_n(lam, sweep)}; it was not swept with {lam.path}")
+    row = rows.iloc[0]
+    if not np.isclose(float(row["lambda"]), lam.lambda_star, rtol=1e-9, atol=1e-12):
+        raise DataError(f"{where}: lambda* {float(row['lambda']):.6g}, expected {lam.lambda_star:.6g} (lambda* from "
+                        f"{lam.path}): the sweep was made with another calibration")
+    if "tau" in sweep.columns and not np.isclose(float(row["tau"]), lam.tau):
+        raise DataError(f"{where}: tau {float(row['tau']):g}, expected {lam.tau:g} (the tau of {lam.path})")
+    if "record" in sweep.columns and str(row["record"]) != identity.file_digest(lam.path):
+        raise DataError(f"{where}: made with lambda record {row['record']}, expected {lam.path} "
+                        f"({identity.file_digest(lam.path)})")
+    if "prompt_set" in sweep.columns and str(row["prompt_set"]) != prompts.digest:
+        raise DataError(f"{where}: swept over other test prompts ({int(row['n_prompts'])}) than --bon-star "
+                        f"({prompts.n})")
+    return sweep
+
+
+def audit_taus(args, s: AuditSettings, audit: dict) -> None:
+    from lara.data.tables import DataError
+
+    others = [read_lambda(p) for p in args.tau_lambda_json]
+    if not others:
+        return
+    if not args.lambda_json:
+        raise DataError("--tau-lambda-json: the other taus are audited beside the main one; pass --lambda-json")
+    main = read_lambda(args.lambda_json)
+    check_budget(main, s.tau)
+    taus = [main.tau] + [r.tau for r in others]
+    if len(set(taus)) != len(taus):
+        raise DataError(f"--tau-lambda-json: two records were calibrated for the same tau ({taus})")
+    audit["taus"] = tau_audit(main, others, audit["decoders"])
+    for r in audit["taus"]:
+        log.info("tau %.4g: lambda* %.4g (%s)%s", r["tau"], r["lambda_star"], r["status"],
+                 "".join(f"; {m} at lambda*: cost {d['mean_cost']:.4f}, {d['verdict']}"
+                         for m, d in r["decoders"].items()))
+
+
+def log_audit(audit: dict, summary: pd.DataFrame) -> None:
+    for r in audit.get("procedures") or []:
+        h = r["held_out"]
+        log.info("%-9s lambda %.4g%s: %s%s", r["procedure"], r["lambda"], " (deployed)" if r["deployed"] else "",
+                 r["statement"], "" if h is None else f"; held out: cost {h['mean_cost']:.4f}, {h['verdict']}")
     for r in audit["decoders"]:
         log.info("%-10s %-7s lambda %s: decoder cost %.4f [%.4f, %.4f] against tau %.4g: %s", r["method"],
                  r["setting"], "-" if r["lambda"] is None else f"{r['lambda']:.4g}", r["mean_cost"], *r["ci95"],
@@ -267,6 +337,32 @@ def run(args) -> None:
     for r in summary.itertuples(index=False):
         log.info("%-10s %-7s helpfulness %.3f harmfulness %.3f safe %.3f", r.method, r.setting, r.helpfulness,
                  r.harmfulness, r.safe_rate)
+
+
+def run(args) -> None:
+    from lara import identity
+    from lara.data.tables import read_table, write_table
+    from lara.io import write_json
+
+    s = read_settings(args, AuditSettings)
+    check_replicates(s.bootstrap)
+    scores, test_prompts = read_scores(args)
+    judge = pd.concat([read_table(p) for p in args.judge], ignore_index=True) if args.judge else None
+    main = read_lambda(args.lambda_json) if args.lambda_json else None
+    check_settings_lambdas(scores, main, [read_lambda(p) for p in args.tau_lambda_json])
+    summary = summarise(scores, judge, s.bootstrap, s.seed)
+    audit = {"question": "no Best-of-N at lambda* in this experiment"}
+    if args.bon_star:
+        audit, lam = audit_star(args, s, test_prompts)
+    audit["decoders"] = decoder_audit(scores, s.tau, s.bootstrap, s.seed)
+    audit["paired"] = paired_audit(scores, s.bootstrap, s.seed)
+    if args.bon_star:
+        audit["procedures"] = procedure_audit(lam, audit["decoders"])
+    audit_taus(args, s, audit)
+    log_audit(audit, summary)
     write_table(summary, args.out)
-    with atomic_output(args.audit) as tmp:
-        write_json(tmp, audit)
+    audit[identity.KEY] = identity.stamp(
+        "audit", args.audit, tau=s.tau, lambda_record=identity.file_digest(args.lambda_json) if main else None,
+        test_prompts=test_prompts.record(), summary=identity.file_digest(args.out),
+        made_from={"--lambda-json": args.lambda_json, "--sweep": args.sweep, "--bon-star": args.bon_star})
+    write_json(args.audit, audit)

@@ -48,6 +48,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
+    from lara import identity
     from lara.data.tables import DataError, read_table, write_table
     from lara.hub import HubRef, commit_of, is_hub_id, snapshot
     from lara.provenance import code_version
@@ -85,4 +86,4 @@ def run(args) -> None:
     write_table(out, args.out, {"responses": args.responses, "reward": recorded["reward_model"],
                                 "cost": recorded["cost_model"],
                                 "decoder_reward": args.decoder_reward, "decoder_cost": args.decoder_cost,
-                                "code": code_version()})
+                                "code": code_version(), identity.KEY: identity.evaluated(args.responses, args.out)})

@@ -26,6 +26,20 @@ ONE_SIDED = (0.05, 0.95)  # the one-sided 95 % lower and upper bounds
 VERDICTS = ("met (one-sided 95% upper bound at or below tau)",
             "inconclusive (tau within the one-sided 95% bounds)",
             "violated (one-sided 95% lower bound above tau)")
+# the fewest distinct prompts a verdict is given on: below it a percentile bootstrap of a mean undercovers
+# (with one prompt its interval has width zero), so the verdict says so instead of met or violated
+MIN_PROMPTS = 20
+TOO_FEW = f"too few prompts (fewer than {MIN_PROMPTS} distinct prompts: no verdict)"
+# the fewest bootstrap replicates beyond each bound of a 95 % interval (a quantile read off fewer is noise):
+# an interval's bootstrap needs MIN_TAIL / 0.025 = 200 replicates, a deployed quantile q MIN_TAIL / (1 - q)
+MIN_TAIL = 5
+
+
+def min_replicates(tail: float) -> int:
+    """The fewest bootstrap replicates that put MIN_TAIL of them beyond a quantile with ``tail`` mass beyond it."""
+    import math
+
+    return math.ceil(MIN_TAIL / tail - 1e-9)
 
 
 def bootstrap_means(per_prompt: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
@@ -59,8 +73,22 @@ def mean_bounds(values, n_boot: int, seed: int = 0) -> tuple[float, float, float
     return tuple(float(v[0]) for v in interval(x[:, None], n_boot, seed))
 
 
-def verdict(lower: float, upper: float, tau: float) -> str:
-    """The verdict against the budget tau from the one-sided 95 % bounds of the mean cost."""
+def check_replicates(n_boot: int, key: str = "evaluation.bootstrap") -> None:
+    """An interval's bootstrap puts at least MIN_TAIL replicates beyond each 95 % bound (a bound read off fewer
+    is noise): refused before computing."""
+    from lara.config import ConfigError
+
+    floor = min_replicates(BOUNDS[0])
+    if n_boot < floor:
+        raise ConfigError(f"{key}: {n_boot} replicates put fewer than {MIN_TAIL} beyond each bound of a 95% "
+                          f"interval; use at least {floor} (nothing was computed)")
+
+
+def verdict(lower: float, upper: float, tau: float, n: int | None = None) -> str:
+    """The verdict against the budget tau from the one-sided 95 % bounds of the mean cost over ``n`` distinct
+    prompts (below MIN_PROMPTS: no verdict)."""
+    if n is not None and n < MIN_PROMPTS:
+        return TOO_FEW
     return VERDICTS[0] if upper <= tau else VERDICTS[2] if lower > tau else VERDICTS[1]
 
 
@@ -68,8 +96,9 @@ def cost_audit(cost, tau: float, n_boot: int, seed: int, reward=None) -> dict:
     """The held-out audit of one decoder's per-prompt costs (tau's units) against tau: mean, two-sided
     95 % interval, one-sided bounds and verdict; with ``reward``, its mean and interval too."""
     mean, lo, hi, lower, upper = mean_bounds(cost, n_boot, seed)
-    row = {"n_prompts": int(np.isfinite(np.asarray(cost, dtype=float)).sum()), "mean_cost": mean, "ci95": [lo, hi],
-           "one_sided95": [lower, upper], "verdict": verdict(lower, upper, tau)}
+    n = int(np.isfinite(np.asarray(cost, dtype=float)).sum())
+    row = {"n_prompts": n, "mean_cost": mean, "ci95": [lo, hi], "one_sided95": [lower, upper],
+           "verdict": verdict(lower, upper, tau, n)}
     if reward is not None:
         r, r_lo, r_hi = mean_interval(reward, n_boot, seed)
         row |= {"mean_reward": r, "reward_ci95": [r_lo, r_hi]}

@@ -1,0 +1,345 @@
+"""What an artifact is, carried by the artifact and checked by its consumer, in one place.
+
+Every table and record a step writes says what it is (its *identity*): the kind of artifact, the
+experiment, the prompt pool it covers and a digest of that prompt set, tau, the decoder and N, the
+calibration mode and procedure, the lambda setting and value, the lambda record it was decoded with,
+and digests of the files it was made from. Parquet tables carry it in their ``lara`` metadata record
+(key ``identity``), JSON records at their top level (key ``identity``); a CSV carries what matters of it
+in its own columns (the sweep's ``tau``, ``record`` and ``prompt_set``).
+
+A consumer never trusts that a file is what its flag says: :func:`table` reads a table with its
+identity, and :meth:`Artifact.expect` compares each field the step needs with what it expects, naming
+both sides on a mismatch (``--bon-star x.parquet: setting zero (lambda = 0), expected star (lambda* =
+0.162 from lambda.json)``). What can be read off the data is read off the data (a table's ``setting``,
+``lambda`` and ``method`` columns, its prompt set), never taken from the metadata alone, so a table
+re-saved without its metadata is still checked. Consumers that combine several artifacts check they
+agree (:func:`same_prompts`, :func:`disjoint`): the same test prompts, and calibration prompts that are
+not audit prompts.
+
+Counting goes by distinct prompts (:func:`prompt_table`): a prompt id given twice, the same file
+passed twice, ids that collapse to one ("01" and "1", 1 and "1") or two ids for one prompt text (equal
+up to Unicode form, invisible characters and whitespace: :func:`lara.data.splits.prompt_key`) are
+refused, naming them; n is never a row count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+KEY = "identity"
+MISSING = object()
+
+
+def _error(message: str):
+    from lara.data.tables import DataError
+
+    return DataError(message)
+
+
+# ---------------------------------------------------------------------------------------------
+# prompt sets: what a table covers, counted by distinct prompts
+
+
+def text_key(text) -> str:
+    """A prompt's identity by its text: the hash of :func:`lara.data.splits.prompt_key` (Unicode form,
+    invisible characters and whitespace do not make another prompt)."""
+    from lara.data.splits import prompt_key
+
+    return hashlib.sha256(prompt_key(text).encode()).hexdigest()[:16]
+
+
+def id_key(value) -> str:
+    """What an id collapses to when files are joined or re-read: its text, stripped, and a whole number
+    without leading zeros or a float part ("01", " 1", 1, 1.0 and "1" are one id)."""
+    text = str(value).strip()
+    if re.fullmatch(r"[+-]?[0-9]+(\.0*)?", text):
+        return str(int(float(text))) if len(text) < 16 else text.lstrip("+").split(".")[0].lstrip("0") or "0"
+    return text
+
+
+def digest(keys) -> str:
+    return hashlib.sha256("\n".join(sorted(set(keys))).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """The distinct prompts of a table: their count, a digest, and the text keys (for disjointness)."""
+
+    n: int
+    digest: str
+    keys: frozenset = field(repr=False, default=frozenset())
+
+    def record(self, with_keys: bool = False) -> dict:
+        return {"n": self.n, "digest": self.digest} | ({"keys": sorted(self.keys)} if with_keys else {})
+
+
+def _check_collapsing_ids(distinct: pd.Series, where: str) -> None:
+    keys = distinct.map(id_key)
+    twice = keys.duplicated(keep=False).to_numpy()
+    if twice.any():
+        first = keys[twice].iloc[0]
+        both = distinct[(keys == first).to_numpy()].tolist()
+        raise _error(f"{where}: prompt ids {both[0]!r} and {both[1]!r} are one id once read as text; give each "
+                     "prompt one id of one type")
+
+
+def prompt_set(df: pd.DataFrame, where: str, per_prompt: int | None = None) -> PromptSet:
+    """The distinct prompts of ``df`` (by ``prompt_id``, and by text where a ``prompt`` column is there),
+    refusing ids that collapse to one, two ids for one text, and (``per_prompt``: the rows each prompt
+    has, 1 for a table of one response per prompt) a prompt given more often than that."""
+    if "prompt_id" not in df.columns:
+        raise _error(f"{where}: no prompt_id column")
+    ids = df["prompt_id"]
+    distinct = pd.Series(pd.unique(ids), dtype=object)
+    _check_collapsing_ids(distinct, where)
+    if per_prompt is not None:
+        counts = ids.map(id_key).value_counts()
+        over = counts[counts > per_prompt]
+        if len(over):
+            raise _error(f"{where}: prompt {over.index[0]!r} has {int(over.iloc[0])} rows, expected {per_prompt} "
+                         f"({len(over)} prompt(s) repeated: a file passed twice, or rows copied?); n counts "
+                         "distinct prompts, never rows")
+    if "prompt" not in df.columns:
+        return PromptSet(len(distinct), digest(distinct.map(id_key)), frozenset())
+    pairs = df[["prompt_id", "prompt"]].drop_duplicates("prompt_id")
+    keys = pairs["prompt"].map(text_key)
+    twice = keys.duplicated(keep=False)
+    if twice.any():
+        both = pairs.loc[twice.to_numpy(), "prompt_id"].tolist()
+        raise _error(f"{where}: prompts {both[0]!r} and {both[1]!r} are one prompt (the same text up to Unicode "
+                     "form, invisible characters and whitespace); count it once")
+    return PromptSet(len(pairs), digest(keys), frozenset(keys))
+
+
+def same_prompts(sets: dict[str, PromptSet], what: str = "test prompts") -> None:
+    """Artifacts that are compared or pooled cover the same prompts: the first that does not is named
+    with how many prompts each has and how many they share."""
+    items = list(sets.items())
+    first_name, first = items[0]
+    for name, other in items[1:]:
+        if other.digest != first.digest:
+            shared = len(first.keys & other.keys) if first.keys and other.keys else "?"
+            raise _error(f"{name}: covers other {what} than {first_name} ({other.n} and {first.n} prompts, "
+                         f"{shared} shared); compare outputs on one prompt set")
+
+
+def disjoint(calibration: PromptSet | dict | None, audit: PromptSet, where: str) -> int:
+    """How many audit prompts are calibration prompts (0 for a held-out audit); keys from a record's
+    identity or a :class:`PromptSet`."""
+    if calibration is None:
+        return 0
+    keys = calibration.keys if isinstance(calibration, PromptSet) else frozenset(calibration.get("keys") or ())
+    return len(keys & audit.keys)
+
+
+# ---------------------------------------------------------------------------------------------
+# the identity a writer stamps
+
+
+def file_digest(path: str | Path) -> str:
+    from lara.io import sha256_path
+
+    return sha256_path(path)[:16]
+
+
+def stamp(kind: str, out: str | Path, made_from: dict[str, str | Path | None] | None = None, **fields) -> dict:
+    """An artifact's identity: its ``kind``, the experiment (from ``results/<experiment>/`` in its path,
+    else its inputs'), ``fields`` (None values dropped) and the digests of the files it was made from."""
+    inputs = {flag: file_digest(p) for flag, p in (made_from or {}).items() if p is not None and Path(p).is_file()}
+    return {"kind": kind, "experiment": experiment_of(out), **{k: v for k, v in fields.items() if v is not None},
+            "made_from": inputs}
+
+
+def experiment_of(path: str | Path) -> str | None:
+    parts = Path(path).absolute().parts
+    for i, part in enumerate(parts[:-1]):
+        if part == "results" and i + 1 < len(parts) - 1:
+            return parts[i + 1]
+    return None
+
+
+def inherit(identity: dict, *keys: str) -> dict:
+    """The fields of an input's identity that an output made from it keeps (what it was decoded with)."""
+    return {k: identity[k] for k in keys if k in identity}
+
+
+# ---------------------------------------------------------------------------------------------
+# reading an artifact and checking it is what the flag says
+
+
+def read_identity(path: str | Path) -> dict:
+    """The identity an artifact carries ({} for a file written by hand or before identities existed)."""
+    path = Path(path)
+    try:
+        if path.suffix == ".parquet":
+            from lara.data.tables import read_metadata
+
+            found = read_metadata(path).get(KEY)
+        elif path.suffix == ".json":
+            data = json.loads(path.read_text())
+            found = data.get(KEY) if isinstance(data, dict) else None
+        else:
+            found = None
+    except (OSError, ValueError):
+        found = None
+    return found if isinstance(found, dict) else {}
+
+
+def _constant(df: pd.DataFrame, column: str, where: str):
+    """The one value a column holds in every row (MISSING without the column)."""
+    if column not in df.columns:
+        return MISSING
+    values = pd.unique(df[column])
+    if len(values) > 1:
+        raise _error(f"{where}: column {column!r} holds several values ({', '.join(map(repr, values[:4]))}); this "
+                     "input is one output (one method at one lambda setting)")
+    value = values[0] if len(values) else MISSING
+    return value.item() if hasattr(value, "item") else value
+
+
+def _same(got, want) -> bool:
+    if isinstance(want, float) or isinstance(got, float):
+        try:
+            return math.isclose(float(got), float(want), rel_tol=1e-9, abs_tol=1e-12)
+        except (TypeError, ValueError):
+            return False
+    return got == want
+
+
+@dataclass
+class Artifact:
+    """An input as read: its flag, path, table (for tables) and identity."""
+
+    flag: str
+    path: str
+    identity: dict
+    df: pd.DataFrame | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.flag} {self.path}"
+
+    def field(self, name: str):
+        """A field of the artifact: from its data where the data says it (a constant column), else its identity."""
+        if self.df is not None:
+            value = _constant(self.df, name, self.where)
+            if value is not MISSING:
+                return value
+        return self.identity.get(name, MISSING)
+
+    def expect(self, name: str, want, say: str | None = None, shown=None) -> None:
+        """Refuse unless field ``name`` is ``want``: ``NAME GOT, expected WANT (SAY)``. A field the artifact
+        does not carry is not checked (a table written by hand); one it carries must match."""
+        got = self.field(name)
+        if got is MISSING or _same(got, want):
+            return
+        got_shown = shown(got) if shown else repr(got)
+        want_shown = shown(want) if shown else repr(want)
+        raise _error(f"{self.where}: {name} {got_shown}, expected {want_shown}" + (f" ({say})" if say else ""))
+
+    def prompts(self, per_prompt: int | None = None) -> PromptSet:
+        return prompt_set(self.df, self.where, per_prompt)
+
+
+def table(path: str | Path, flag: str, required=(), finite=()) -> Artifact:
+    """Read a table with its identity (lara.data.tables.read_table's checks, and ``finite`` columns finite)."""
+    from lara.data.tables import read_table, require_finite, require_rows
+
+    df = require_rows(read_table(path, required=required), path)
+    if finite:
+        require_finite(df, finite, path)
+    return Artifact(flag, str(path), read_identity(path), df)
+
+
+def distinct_files(paths: list[str | Path], flag: str) -> None:
+    """The same file given twice to one flag (by content, whatever its name) would count its rows twice."""
+    seen: dict[str, str] = {}
+    for p in paths:
+        key = file_digest(p) if Path(p).exists() else str(p)
+        if key in seen:
+            raise _error(f"{flag}: {p} and {seen[key]} are the same file (identical content); each output is "
+                         "given once")
+        seen[key] = str(p)
+
+
+def setting_shown(value) -> str:
+    return str(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# decoded outputs against the lambda record they claim to be decoded with
+
+
+def record_value(record, setting: str) -> tuple[float, str] | None:
+    """The lambda a named setting takes from ``record`` (a LambdaRecord) and how to say it, or None for a
+    setting that does not read it (zero, max, a literal, direct)."""
+    from lara.calibrate.record import setting_tau
+
+    if setting == "star" or setting_tau(setting) is not None:
+        return record.lambda_star, f"lambda* = {record.lambda_star:.4g} from {record.path}"
+    if setting == "hat":
+        return record.lambda_hat, f"lambda-hat = {record.lambda_hat:.4g} from {record.path}"
+    if setting in ("crc", "ltt") and setting in (record.get("procedures") or {}):
+        lam = record.procedure_lambda(setting)
+        return lam, f"the {setting} lambda = {lam:.4g} from {record.path}"
+    return None
+
+
+def expect_decoded_with(artifact: Artifact, record, setting: str, method: str | None = None) -> None:
+    """``artifact`` (a decoded output, or its evaluation) is ``method`` at ``setting`` decoded with ``record``:
+    its setting, its lambda (the record's value for that setting), the record it names and that record's tau
+    and N, each checked where the artifact carries it."""
+    if method is not None:
+        artifact.expect("method", method)
+    got = artifact.field("setting")
+    if got is not MISSING and got != setting:
+        lam = artifact.field("lambda")
+        shown = "" if lam is MISSING else f" (lambda = {float(lam):.4g})"
+        want = record_value(record, setting)
+        raise _error(f"{artifact.where}: setting {got}{shown}, expected {setting}"
+                     + (f" ({want[1]})" if want else ""))
+    want = record_value(record, setting)
+    if want is not None:
+        artifact.expect("lambda", want[0], want[1], shown=lambda v: f"{float(v):.6g}")
+    artifact.expect("lambda_record", file_digest(record.path), f"the digest of {record.path}")
+    artifact.expect("tau", record.tau, f"the tau {record.path} was calibrated for")
+    if record.decoder_n is not None and artifact.field("method") == "bon":
+        artifact.expect("n", record.decoder_n, f"the Best-of-N size {record.path} was calibrated for")
+
+
+def decoded_identity(kind: str, out, method: str, setting: str, lam: float, record_path=None, **fields) -> dict:
+    """The identity of a decoded output: what was decoded, at which lambda, from which record (its digest,
+    tau and calibration prompts' digest)."""
+    extra = {}
+    if record_path is not None and Path(record_path).exists() and setting not in ("zero", "max"):
+        rec_id = read_identity(record_path)
+        data = json.loads(Path(record_path).read_text())
+        extra = {"lambda_record": file_digest(record_path), "tau": data.get("tau"),
+                 "calibration_prompts": (rec_id.get("prompts") or {}).get("digest")}
+    return stamp(kind, out, method=method, setting=setting, **{"lambda": float(lam)}, **extra, **fields)
+
+
+def role_of(path: str | Path) -> str | None:
+    """The prompt pool a table belongs to: its identity's role, or the split it was written as (split_role)."""
+    found = read_identity(path).get("role")
+    if found is None and Path(path).suffix == ".parquet":
+        from lara.data.tables import read_metadata
+
+        try:
+            found = read_metadata(path).get("split_role")
+        except (OSError, ValueError):
+            found = None
+    return found
+
+
+def evaluated(responses: str | Path, out: str | Path) -> dict:
+    """An evaluation's identity: what it evaluated (the responses' identity), as kind ``evaluation``."""
+    made = {k: v for k, v in read_identity(responses).items() if k not in ("kind", "experiment", "made_from")}
+    return stamp("evaluation", out, **made, made_from={"--responses": responses})
