@@ -5,6 +5,7 @@ every way the trail can have a hole, each of which must say "broken" or "unknown
 import json
 import subprocess
 import sys
+import time
 from base64 import urlsafe_b64encode
 from pathlib import Path
 
@@ -17,13 +18,13 @@ from ..conftest import lara_in_process
 FIG = "results/x/figures/f.png"
 
 
-def _record(root: Path, path: str, rule: str, inputs: list[str]) -> None:
+def _record(root: Path, path: str, rule: str, inputs: list[str], endtime: float | None = None) -> None:
     b64 = urlsafe_b64encode(path.encode()).decode()
     f = root / ".snakemake" / "metadata" / b64
     f.parent.mkdir(parents=True, exist_ok=True)
     f.write_text(json.dumps({"rule": rule, "input": inputs, "params": [f"{rule}-param"],
                              "shellcmd": f"lara {rule} --settings '{{\"seed\": 7, \"x\": 1}}' > log 2>&1",
-                             "endtime": 1.7e9}))
+                             "endtime": time.time() if endtime is None else endtime}))
 
 
 @pytest.fixture()
@@ -60,6 +61,16 @@ def _edit(root, change, redigest=False):
 def test_an_intact_trail_holds(drawn):
     rc, out = _check(drawn)
     assert rc == 0 and "provenance holds: all 4 recorded hashes match" in out
+
+
+def test_a_file_rewritten_after_its_job_does_not_hold(drawn):
+    """results/x/a.txt rewritten (a step rerun by hand) after the job that made it ended, then the figure redrawn:
+    every hash matches, but the job's record does not describe the file, so the trail does not hold."""
+    _record(drawn, "results/x/a.txt", "make_a", ["data/src.txt"], endtime=time.time() - 3600)
+    trail.write_sidecar([FIG], ["results/x/b.txt"], "figure", {}, drawn / trail.sidecar_path(FIG), root=drawn)
+    rc, out = _check(drawn)
+    assert rc == 1 and "PROVENANCE UNKNOWN" in out
+    assert "results/x/a.txt: was written after the job that made it finished" in out
     assert "rule make_a" in out and "source (not made by this workflow)" in out and "seed 7" in out
 
 

@@ -343,3 +343,45 @@ def evaluated(responses: str | Path, out: str | Path) -> dict:
     """An evaluation's identity: what it evaluated (the responses' identity), as kind ``evaluation``."""
     made = {k: v for k, v in read_identity(responses).items() if k not in ("kind", "experiment", "made_from")}
     return stamp("evaluation", out, **made, made_from={"--responses": responses})
+
+
+# ---------------------------------------------------------------------------------------------
+# artifacts that combine several: the sweep and the audit against the lambda record read beside them
+
+
+def check_sweep(sweep: pd.DataFrame, record, where: str, prompts: PromptSet | None = None) -> None:
+    """A sweep read beside ``record`` was made with it: its lambda* row at the record's N is the record's lambda*
+    and tau (and, where the sweep carries them, the record's digest and the ``prompts`` it is compared with)."""
+    n = record.decoder_n or int(sweep["n"].max())
+    rows = sweep[(sweep["label"] == "lambda_star") & (sweep["n"] == n)]
+    if rows.empty:
+        raise _error(f"{where}: no lambda_star row for N = {n}; it was not swept with {record.path}")
+    row = rows.iloc[0]
+    if not _same(float(row["lambda"]), record.lambda_star):
+        raise _error(f"{where}: lambda* {float(row['lambda']):.6g}, expected {record.lambda_star:.6g} (lambda* from "
+                     f"{record.path}): the sweep was made with another calibration")
+    if "tau" in sweep.columns and not _same(float(row["tau"]), record.tau):
+        raise _error(f"{where}: tau {float(row['tau']):g}, expected {record.tau:g} (the tau of {record.path})")
+    if "record" in sweep.columns and str(row["record"]) != file_digest(record.path):
+        raise _error(f"{where}: made with lambda record {row['record']}, expected {record.path} "
+                     f"({file_digest(record.path)})")
+    if prompts is not None and "prompt_set" in sweep.columns and str(row["prompt_set"]) != prompts.digest:
+        raise _error(f"{where}: swept over other test prompts ({int(row['n_prompts'])}) than the audit's "
+                     f"({prompts.n})")
+
+
+def audit_disagreements(audit: dict, record, summary_path: str | Path | None = None) -> list[str]:
+    """How a constraint audit disagrees with ``record`` (made with another lambda.json, for another tau or
+    lambda*) and with the summary.csv beside it (not the one it wrote); empty when they agree."""
+    made = audit.get(KEY) or {}
+    problems = []
+    if made.get("lambda_record") not in (None, file_digest(record.path)):
+        problems.append(f"it was made with another lambda.json (digest {made['lambda_record']}, {record.path}: "
+                        f"{file_digest(record.path)})")
+    for key, value, now in (("tau", made.get("tau", audit.get("tau")), record.tau),
+                            ("lambda_star", audit.get("lambda_star"), record.lambda_star)):
+        if isinstance(value, int | float) and not _same(float(value), now):
+            problems.append(f"its {key} is {value:g}, {record.path}'s {now:g}")
+    if summary_path is not None and made.get("summary") not in (None, file_digest(summary_path)):
+        problems.append(f"{summary_path} is not the summary it wrote")
+    return problems

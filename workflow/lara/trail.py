@@ -85,6 +85,16 @@ def seed_of(shellcmd: str | None) -> int | None:
     return None
 
 
+SLACK_S = 2.0  # a file's modification time may trail its job's recorded end by the file system's granularity
+
+
+def rewritten_after_job(path: Path, rec: dict) -> bool:
+    """A file written after the Snakemake job that made it ended: the job's record (rule, params, inputs) is
+    then not the file's story."""
+    end = rec.get("endtime")
+    return bool(end) and path.is_file() and path.stat().st_mtime > float(end) + SLACK_S
+
+
 def build_trail(inputs: list[str], root: Path = Path("."), made_under: str | None = "results") -> list[dict]:
     """Every upstream output of ``inputs``, nearest first, each once. A file with no Snakemake record
     is a source (data or a model no job of this workflow made), except under ``made_under`` (the
@@ -114,6 +124,10 @@ def build_trail(inputs: list[str], root: Path = Path("."), made_under: str | Non
                       "finished": datetime.fromtimestamp(rec["endtime"], UTC).isoformat(timespec="seconds")
                       if rec.get("endtime") else None}
             queue.extend(rec.get("input", []))
+            if rewritten_after_job(full, rec):
+                entry["rewritten_after_job"] = True
+                log.warning("%s: written after the job that made it finished (a step rerun by hand?); its Snakemake "
+                            "record does not describe it", path)
         if entry["sha256"] is None:
             log.warning("%s: missing when the figure was drawn; no hash recorded", path)
         lara_rec = _lara_record(full)
@@ -231,6 +245,9 @@ def verify(record: dict, root: Path = Path("."), figure: Path | None = None) -> 
             problems.append(("BROKEN", f"{path}: an input of {user} with no entry in the trail (an entry was removed)"))
     missing = 0
     for e in record["figure"] + record["trail"]:
+        if e.get("rewritten_after_job"):
+            problems.append(("UNKNOWN", f"{e['path']}: was written after the job that made it finished (a step rerun "
+                                        "by hand, or a file copied in): its job's record does not describe it"))
         if e.get("origin") == "unknown":
             problems.append(("UNKNOWN", f"{e['path']}: no Snakemake record of the job that made it when the figure "
                                         "was drawn (.snakemake/metadata missing); its origin is unknown"))

@@ -276,29 +276,13 @@ def audit_star(args, s: AuditSettings, test_prompts) -> tuple[dict, LambdaRecord
 
 
 def read_sweep(path: str, lam: LambdaRecord, prompts) -> pd.DataFrame:
-    """The sweep, checked against the record the audit is for: its lambda* rows at the record's N are the record's
-    lambda* and tau (and, where the sweep says, the record's digest and these test prompts)."""
+    """The sweep, checked against the record the audit is for (lara.identity.check_sweep)."""
     from lara import identity
-    from lara.data.tables import DataError, read_table
+    from lara.data.tables import read_table
 
     sweep = read_table(path, required=("n", "lambda", "label", "mean_cost", "mean_cost_lower", "mean_cost_upper",
                                        "verdict"))
-    rows = sweep[(sweep["label"] == "lambda_star") & (sweep["n"] == star_n(lam, sweep))]
-    where = f"--sweep {path}"
-    if rows.empty:
-        raise DataError(f"{where}: no lambda_star row for N = {star_n(lam, sweep)}; it was not swept with {lam.path}")
-    row = rows.iloc[0]
-    if not np.isclose(float(row["lambda"]), lam.lambda_star, rtol=1e-9, atol=1e-12):
-        raise DataError(f"{where}: lambda* {float(row['lambda']):.6g}, expected {lam.lambda_star:.6g} (lambda* from "
-                        f"{lam.path}): the sweep was made with another calibration")
-    if "tau" in sweep.columns and not np.isclose(float(row["tau"]), lam.tau):
-        raise DataError(f"{where}: tau {float(row['tau']):g}, expected {lam.tau:g} (the tau of {lam.path})")
-    if "record" in sweep.columns and str(row["record"]) != identity.file_digest(lam.path):
-        raise DataError(f"{where}: made with lambda record {row['record']}, expected {lam.path} "
-                        f"({identity.file_digest(lam.path)})")
-    if "prompt_set" in sweep.columns and str(row["prompt_set"]) != prompts.digest:
-        raise DataError(f"{where}: swept over other test prompts ({int(row['n_prompts'])}) than --bon-star "
-                        f"({prompts.n})")
+    identity.check_sweep(sweep, lam, f"--sweep {path}", prompts)
     return sweep
 
 

@@ -419,17 +419,23 @@ def summary_line(shows: dict) -> str:
     return "; ".join(parts)
 
 
-def read_audit(path: str) -> dict:
-    """constraint_audit.json with at least one decoder row, every number in them finite."""
+def read_audit(path: str, lambda_json: str | None = None) -> dict:
+    """constraint_audit.json with at least one decoder row, every number in them finite, made with ``lambda_json``
+    (lara.identity.audit_disagreements)."""
     import json
     import math
 
+    from lara.calibrate.record import read_lambda
     from lara.data.tables import DataError
+    from lara.identity import audit_disagreements
 
     try:
         audit = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         raise DataError(f"{path}: not a readable constraint audit ({exc})") from None
+    problems = audit_disagreements(audit, read_lambda(lambda_json)) if lambda_json else []
+    if problems:
+        raise DataError(f"--audit {path}: does not belong to --lambda-json {lambda_json}: {'; '.join(problems)}")
     rows = [r for r in audit.get("decoders") or [] if r.get("setting") != "policy"]
     if not rows:
         raise DataError(f"{path}: no decoder scored by the decoding models (decoders); nothing to draw")
@@ -486,6 +492,7 @@ def run(args) -> None:
 
     from lara.calibrate.record import read_lambda
     from lara.data.tables import DataError, read_table, require_finite, require_rows
+    from lara.identity import check_sweep
     from lara.io import atomic_output
     from lara.trail import build_trail, write_sidecar
 
@@ -504,6 +511,7 @@ def run(args) -> None:
         sweep = require_finite(require_rows(read_table(args.sweep, required=(
             "n", "lambda", "label", "mean_reward", "mean_cost")), args.sweep), ("lambda", "mean_reward", "mean_cost"),
             args.sweep)
+        check_sweep(sweep, read_lambda(args.lambda_json), f"--sweep {args.sweep}")
         sizes = sorted(int(n) for n in sweep["n"].unique())
         fig = lambda_sweep(sweep, lam, opts)
     elif args.kind == "tradeoff":
@@ -512,9 +520,9 @@ def run(args) -> None:
             args.summary)
         fig = tradeoff(summary, opts)
     elif args.kind == "decoders":
-        fig = decoders(read_audit(args.audit), lam, opts)
+        fig = decoders(read_audit(args.audit, args.lambda_json), lam, opts)
     elif args.kind == "taus":
-        audit = read_audit(args.audit)
+        audit = read_audit(args.audit, args.lambda_json)
         if len(audit.get("taus") or []) < 2:
             raise DataError(f"{args.audit}: the audit lists fewer than two taus (taus); list several in "
                             "calibration.tau to draw lambda* against tau")

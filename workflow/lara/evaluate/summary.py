@@ -59,20 +59,21 @@ def fig2_reading(summary) -> list[str]:
     return lines
 
 
-def summarise_run(root: Path) -> str:
-    """The summary of the run whose outputs are in ``root`` (``results/{experiment}``)."""
-    import pandas as pd
+def check_agreement(root: Path, lam, audit: dict, summary_path: Path) -> None:
+    """The run's files tell one story: the audit was made with this lambda.json (its digest, tau and lambda*) and
+    wrote this summary.csv. A recalibration, or a file copied in from another run, is reported, never printed
+    beside verdicts that were reached for something else."""
+    from lara.data.tables import DataError
+    from lara.identity import audit_disagreements
 
-    from lara.calibrate.record import read_lambda
-    from lara.data.tables import DataError, read_table
+    problems = audit_disagreements(audit, lam, summary_path)
+    if problems:
+        raise DataError(f"{root / 'eval' / 'constraint_audit.json'}: does not belong to {lam.path}: "
+                        f"{'; '.join(problems)}. The files are from different runs or a step was rerun by hand: "
+                        "rerun the workflow (it reruns the audit) before reading the verdicts")
 
-    lam = read_lambda(root / "calibration" / "lambda.json")
-    audit_path = root / "eval" / "constraint_audit.json"
-    try:
-        audit = json.loads(audit_path.read_text())
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{audit_path}: no readable constraint audit ({exc}); is the run finished?") from None
-    summary = read_table(root / "eval" / "summary.csv", required=("method", "setting", "helpfulness", "harmfulness"))
+
+def calibration_lines(root: Path, lam, audit: dict) -> list[str]:
     decoder = lam.decoder
     what = (f"Best-of-{decoder.get('n')} ({lam.mode} mode)" if decoder.get("kind") == "best_of_n"
             else f"the Gibbs tilt at beta = {decoder.get('beta')} ({lam.mode} mode)")
@@ -89,32 +90,46 @@ def summarise_run(root: Path) -> str:
         h = (held.get(name) or {}).get("held_out")
         test = f"; held out: cost {_interval(h['mean_cost'], *h['ci95'])}, {h['verdict']}" if h else ""
         lines.append(f"  {name:9} lambda {proc['lambda']:.4g}: {proc['statement']}{test}")
+    return lines
+
+
+def coverage_lines(root: Path) -> list[str]:
     coverage = root / "calibration" / "coverage.json"
-    if coverage.exists():
-        cov = json.loads(coverage.read_text())
-        pop = cov["population"]
-        lines += [f"coverage study ({coverage}): {pop['n_prompts']} prompts x K = {pop['samples_per_prompt']} as the "
-                  f"population, lambda_pop = {pop['lambda_pop']:.4g}; per procedure and calibration size n, over "
-                  "repeated draws:",
-                  f"  {'procedure':9} {'n':>5}  {'P(cost > tau) [95% CI]':>24}  {'mean cost':>9}  "
-                  f"{'reward given up':>15}  lambda 95% band"]
-        for r in cov["summary"]:
-            rate = _interval(r["violation_rate"], r["violation_lo"], r["violation_hi"])
-            lines.append(f"  {r['procedure']:9} {r['n']:5d}  {rate:>24}"
-                         f"  {r['mean_population_cost']:9.3f}  {r['reward_given_up']:15.3f}  "
-                         f"[{r['lambda_lo']:.3g}, {r['lambda_hi']:.3g}]")
-    lines.append("")
-    if "by_lambda" in audit:
-        lines.append(f"constraint audit ({audit_path}): {audit.get('question')}")
-        lines.append(f"  on {audit.get('n_test_prompts')} held-out test prompts; at lambda*: {audit.get('verdict')}")
-        lines.append(f"  {'lambda':>10}  {'':10}  {'mean cost [95% CI]':>26}  {'mean reward':>11}  verdict")
-        for row in audit["by_lambda"]:
-            name = {"lambda_hat": "lambda-hat", "lambda_star": "lambda*", "grid": ""}.get(row["label"], row["label"])
-            lo, hi = row["ci95"]
-            lines.append(f"  {row['lambda']:10.4g}  {name:10}  {_interval(row['mean_cost'], lo, hi):>26}  "
-                         f"{row['mean_reward']:11.3f}  {row['verdict']}")
-        if audit.get("note"):
-            lines.append(f"  note: {audit['note']}")
+    if not coverage.exists():
+        return []
+    cov = json.loads(coverage.read_text())
+    pop = cov["population"]
+    lines = [f"coverage study ({coverage}): {pop['n_prompts']} prompts x K = {pop['samples_per_prompt']} as the "
+             f"population, lambda_pop = {pop['lambda_pop']:.4g}; per procedure and calibration size n, over "
+             "repeated draws:",
+             f"  {'procedure':9} {'n':>5}  {'P(cost > tau) [95% CI]':>24}  {'mean cost':>9}  "
+             f"{'reward given up':>15}  lambda 95% band"]
+    for r in cov["summary"]:
+        rate = _interval(r["violation_rate"], r["violation_lo"], r["violation_hi"])
+        lines.append(f"  {r['procedure']:9} {r['n']:5d}  {rate:>24}"
+                     f"  {r['mean_population_cost']:9.3f}  {r['reward_given_up']:15.3f}  "
+                     f"[{r['lambda_lo']:.3g}, {r['lambda_hi']:.3g}]")
+    return lines
+
+
+def sweep_lines(audit: dict, audit_path: Path) -> list[str]:
+    if "by_lambda" not in audit:
+        return []
+    lines = [f"constraint audit ({audit_path}): {audit.get('question')}",
+             f"  on {audit.get('n_test_prompts')} held-out test prompts; at lambda*: {audit.get('verdict')}",
+             f"  {'lambda':>10}  {'':10}  {'mean cost [95% CI]':>26}  {'mean reward':>11}  verdict"]
+    for row in audit["by_lambda"]:
+        name = {"lambda_hat": "lambda-hat", "lambda_star": "lambda*", "grid": ""}.get(row["label"], row["label"])
+        lo, hi = row["ci95"]
+        lines.append(f"  {row['lambda']:10.4g}  {name:10}  {_interval(row['mean_cost'], lo, hi):>26}  "
+                     f"{row['mean_reward']:11.3f}  {row['verdict']}")
+    if audit.get("note"):
+        lines.append(f"  note: {audit['note']}")
+    return lines
+
+
+def decoder_lines(audit: dict) -> list[str]:
+    lines = []
     if audit.get("decoders"):
         lines += ["", "every decoder against tau (decoding models' reward and cost on the test prompts):",
                   f"  {'method':10} {'setting':8} {'lambda':>8}  {'mean cost [95% CI]':>26}  "
@@ -137,17 +152,43 @@ def summarise_run(root: Path) -> str:
         for row in audit["paired"]:
             lines.append(f"  {row['method']:10} {row['comparison']:12} {row['metric']:15} "
                          f"{_interval(row['mean'], *row['ci95'])}")
-    if "by_lambda" not in audit:
-        lines.append(f"constraint audit ({audit_path}): {audit.get('question', 'none')}")
-    lines += ["", f"every method and setting ({root / 'eval' / 'summary.csv'}):",
-              f"  {'method':10} {'setting':8} {'helpfulness [95% CI]':>28} {'harmfulness [95% CI]':>28} "
-              f"{'safe rate':>9}"]
+    return lines
+
+
+def method_lines(summary, path: Path) -> list[str]:
+    import pandas as pd
+
+    lines = ["", f"every method and setting ({path}):",
+             f"  {'method':10} {'setting':8} {'helpfulness [95% CI]':>28} {'harmfulness [95% CI]':>28} "
+             f"{'safe rate':>9}"]
     for r in summary.itertuples(index=False):
         safe = f"{r.safe_rate:9.3f}" if "safe_rate" in summary.columns and pd.notna(r.safe_rate) else ""
         helpful = _interval(r.helpfulness, r.helpfulness_lo, r.helpfulness_hi)
         harmful = _interval(r.harmfulness, r.harmfulness_lo, r.harmfulness_hi)
         lines.append(f"  {r.method:10} {r.setting:8} {helpful:>28} {harmful:>28} {safe}")
-    lines += fig2_reading(summary)
+    return lines + fig2_reading(summary)
+
+
+def summarise_run(root: Path) -> str:
+    """The summary of the run whose outputs are in ``root`` (``results/{experiment}``), after checking its files
+    agree (:func:`check_agreement`)."""
+    from lara.calibrate.record import read_lambda
+    from lara.data.tables import DataError, read_table
+
+    lam = read_lambda(root / "calibration" / "lambda.json")
+    audit_path = root / "eval" / "constraint_audit.json"
+    try:
+        audit = json.loads(audit_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{audit_path}: no readable constraint audit ({exc}); is the run finished?") from None
+    summary_path = root / "eval" / "summary.csv"
+    summary = read_table(summary_path, required=("method", "setting", "helpfulness", "harmfulness"))
+    check_agreement(root, lam, audit, summary_path)
+    lines = calibration_lines(root, lam, audit) + coverage_lines(root) + [""] + sweep_lines(audit, audit_path)
+    lines += decoder_lines(audit)
+    if "by_lambda" not in audit:
+        lines.append(f"constraint audit ({audit_path}): {audit.get('question', 'none')}")
+    lines += method_lines(summary, summary_path)
     figures = sorted((root / "figures").glob("*.png"))
     lines += ["", "figures: " + (", ".join(str(f) for f in figures) or "none yet"),
               "  (lara trail FIGURE checks a figure against the data, code and settings it was made from)", "",
