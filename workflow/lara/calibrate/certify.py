@@ -151,11 +151,11 @@ def statement(procedure: str, *, lam: float, tau: float, n_prompts: int, bon_n: 
               replicates: int | None = None, clipped: float | None = None) -> str:
     """The guarantee that comes with a deployed lambda, in one plain sentence."""
     decoder = f"Best-of-{bon_n}" if bon_n else "Best-of-N (N = each prompt's K)"
-    if not feasible:
-        return (f"no guarantee: {procedure} could not reach tau = {tau:g} within the search interval with "
-                f"{n_prompts:,} calibration prompts (lambda = {lam:.6g} is the interval's end)")
     clip = "" if bounds is None else f" (costs clipped to [{bounds[0]:g}, {bounds[1]:g}]" + (
         f"; {clipped:.2%} of the calibration costs lay outside them)" if clipped is not None else ")")
+    if not feasible:
+        return (f"no guarantee: {procedure} could not reach tau = {tau:g} within the search interval with "
+                f"{n_prompts:,} calibration prompts (lambda = {lam:.6g} is the interval's end){clip}")
     if procedure == "ltt":
         return (f"with probability >= {1 - delta:.3g} over the draw of the {n_prompts:,} calibration prompts, "
                 f"{decoder} at lambda = {lam:.6g} has expected cost{clip} <= tau = {tau:g} on prompts from the "

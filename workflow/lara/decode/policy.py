@@ -36,6 +36,7 @@ def run(args) -> None:
 
     s = read_settings(args, GenerationSettings)
     df = read_table(args.prompts, required=("prompt_id", "prompt"))
+    prompts = identity.prompt_set(df, f"--prompts {args.prompts}", per_prompt=1)  # each prompt once, before decoding
     gen = make_generator(s.backend, args.model, s.dtype, args.tensor_parallel)
     log.info("%s policy: one response to each of %d prompts (%s)", args.policy, len(df), s)
     out = gen.generate(df["prompt_id"].tolist(), df["prompt"].tolist(), 1, s, s.seed)
@@ -44,6 +45,6 @@ def run(args) -> None:
     log.info("mean response length %.1f tokens", out["n_tokens"].mean())
     made = identity.stamp("responses", args.out, method=args.policy, setting="policy",
                           role=identity.role_of(args.prompts), made_from={"--prompts": args.prompts},
-                          prompts=identity.prompt_set(out, args.out, per_prompt=1).record())
+                          prompts=prompts.record())
     write_table(out[DECODER_COLUMNS], args.out, {"method": args.policy, "model": args.model,
                                                  "settings": s.__dict__, "seed": s.seed, identity.KEY: made})

@@ -415,6 +415,7 @@ def run(args) -> None:
     s = read_settings(args, METHOD_SETTINGS[args.method])
     lam = resolve_lambda(args.setting, args.overpenalised_lambda, args.lambda_json)
     df = read_table(args.prompts, required=("prompt_id", "prompt"))
+    prompts = identity.prompt_set(df, f"--prompts {args.prompts}", per_prompt=1)  # each prompt once, before decoding
     for flag, spec in (("--policy", args.policy), ("--reward", args.reward), ("--cost", args.cost)):
         require_model(spec, flag)
     tok, pm, rm, cm = load_models(args.method, args.policy, args.reward, args.cost, s.dtype)
@@ -429,7 +430,7 @@ def run(args) -> None:
                         "n_tokens": [len(t) for t in tokens]})
     out["method"], out["setting"], out["lambda"] = args.method, args.setting, lam
     made = identity.decoded_identity("responses", args.out, args.method, args.setting, lam, args.lambda_json,
-                                     role=identity.role_of(args.prompts), prompts=identity.prompt_set(
-                                         out, args.out, per_prompt=1).record(), made_from={"--prompts": args.prompts})
+                                     role=identity.role_of(args.prompts), prompts=prompts.record(),
+                                     made_from={"--prompts": args.prompts})
     write_table(out, args.out, {"method": args.method, "setting": args.setting, "lambda": lam,
                                 "settings": s.__dict__, "seed": s.seed, identity.KEY: made})
