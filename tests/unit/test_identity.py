@@ -449,3 +449,16 @@ def test_the_identity_helpers_count_distinct_prompts():
     a = identity.prompt_set(pd.DataFrame({"prompt_id": [1, 2], "prompt": ["x", "y"]}), "a")
     b = identity.prompt_set(pd.DataFrame({"prompt_id": ["q", "r"], "prompt": ["y", "x\u200b"]}), "b")
     assert a.digest == b.digest  # the same prompts, whatever their ids
+
+
+@pytest.mark.parametrize("command", ["calibrate", "select-bon", "bon-sweep"])
+def test_a_score_that_overflows_is_named_at_the_input(run, tmp_path, command):
+    df = pd.read_parquet(run / "cal.parquet")
+    df.loc[5, "cost"] = 1e300  # finite, but lambda * c and its square overflow
+    _write_scores(tmp_path / "s.parquet", df, "calibration")
+    flag = {"calibrate": "--scores"}.get(command, "--candidates")
+    extra = {"calibrate": ["--tau", TAU, "--bootstrap", 200], "select-bon": ["--setting", "zero",
+                                                                             "--overpenalised-lambda", 5],
+             "bon-sweep": ["--tau", TAU, "--bootstrap", 200, "--lambda-grid", "[0]"]}[command]
+    rc, text = _lara(command, flag, tmp_path / "s.parquet", *extra, "--out", tmp_path / "o.csv")
+    assert rc == 2 and "column 'cost' holds 1e+300 at row 5, beyond +-1e+150" in text

@@ -22,7 +22,7 @@ import pandas as pd
 from lara.calibrate.certify import CERTIFIED, certified_lambda, clip_costs, clipped_steps, hb_p_value, statement
 from lara.calibrate.dual import InputError, PromptScores, bootstrap, dual, dual_grad, mean_cost, solve
 from lara.calibrate.record import write_lambda
-from lara.data.tables import DataError, read_table
+from lara.data.tables import DataError, read_table, require_in_range
 from lara.io import sha256_file
 from lara.provenance import code_version
 from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
@@ -119,6 +119,7 @@ def load_scores(path: str | Path, prompts: list | None = None) -> PromptScores:
             pid, sid = str(df["prompt_id"].iloc[rows[0]]), df["sample_id"].iloc[rows[0]]
             raise DataError(f"{path}: {len(rows)} rows repeat a (prompt_id, sample_id) pair, e.g. rows "
                             f"{rows[:4].tolist()} ({pid!r}, {sid}); a duplicated sample would be counted twice")
+    require_in_range(df, ("reward", "cost"), path)
     try:
         return PromptScores.from_long(df["prompt_id"].to_numpy(), df["reward"].to_numpy(float),
                                       df["cost"].to_numpy(float))

@@ -155,3 +155,22 @@ def require_finite(df: pd.DataFrame, columns, path) -> pd.DataFrame:
             raise DataError(f"{path}: column {col!r} holds {shown}, not a finite number, at "
                             f"{_rows(bad)}{prompt}")
     return df
+
+
+SCORE_LIMIT = 1e150  # |score| beyond it: r - lambda c, its squares and the soft mode's exponentials overflow
+
+
+def require_in_range(df: pd.DataFrame, columns, path) -> pd.DataFrame:
+    """Finite scores the calibration and selection can compute with: within +-SCORE_LIMIT (1e308 is finite, but
+    r - lambda c of it is not); the first that is not is named at the input, with its column and rows (NaN and
+    infinities are the finiteness checks' to name)."""
+    import numpy as np
+
+    for col in columns:
+        values = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float)
+        bad = np.isfinite(values) & (np.abs(values) > SCORE_LIMIT)
+        if bad.any():
+            first = int(np.flatnonzero(bad)[0])
+            raise DataError(f"{path}: column {col!r} holds {values[first]:g} at {_rows(bad)}, beyond +-{SCORE_LIMIT:g} "
+                            "where r - lambda c and its exponentials overflow; rescale the scores")
+    return df

@@ -97,9 +97,10 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.data.tables import DataError, read_table, write_table
+    from lara.data.tables import DataError, read_table, require_in_range, write_table
 
     df = read_table(args.candidates, required=("prompt_id", "sample_id", "prompt", "response", "reward", "cost"))
+    require_in_range(df, ("reward", "cost"), args.candidates)
     lam = resolve_lambda(args.setting, args.overpenalised_lambda, args.lambda_json)
     try:
         ids, reward, cost, index = score_matrix(df)

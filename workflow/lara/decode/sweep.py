@@ -101,12 +101,13 @@ def add_arguments(parser) -> None:
 def run(args) -> None:
     from lara import identity
     from lara.calibrate.record import check_budget, read_lambda
-    from lara.data.tables import DataError, read_table, write_table
+    from lara.data.tables import DataError, read_table, require_in_range, write_table
     from lara.evaluate.intervals import check_replicates
 
     s = read_settings(args, SweepSettings)
     check_replicates(s.bootstrap)
     df = read_table(args.candidates, required=("prompt_id", "sample_id", "reward", "cost"))
+    require_in_range(df, ("reward", "cost"), args.candidates)
     prompts = identity.prompt_set(df, f"--candidates {args.candidates}")
     try:
         _, reward, cost, _ = score_matrix(df)
