@@ -71,6 +71,46 @@ def sweep_table(reward: np.ndarray, cost: np.ndarray, lams, labels, n: int, tau:
     return table
 
 
+def read_records(args, tau: float | None, sizes: list[int], m: int) -> tuple[dict, list, list]:
+    """The lambda records of the sweep, each checked: bon-mode records one per swept N (--lambda-json), soft-mode
+    records (--soft-lambda-json), and the other taus' records at a swept N (--tau-lambda-json)."""
+    from lara.calibrate.record import check_budget, read_lambda
+    from lara.data.tables import DataError
+
+    calibrated = {}
+    for path in args.lambda_json:
+        rec = read_lambda(path)
+        check_budget(rec, tau)
+        if rec.decoder.get("kind") != "best_of_n":
+            raise DataError(f"--lambda-json {path}: decoder {rec.decoder.get('kind')} ({rec.mode} mode), expected "
+                            "best_of_n (a bon-mode record); soft-mode records go to --soft-lambda-json")
+        n = rec.decoder_n or m
+        if n in calibrated:
+            raise DataError(f"--lambda-json {path}: a second record for Best-of-{n} (the first: "
+                            f"{calibrated[n].path}); one record per N")
+        if n not in sizes:
+            raise DataError(f"{path}: calibrated for Best-of-N with N = {n}, which is not a swept size {sizes} "
+                            "(decode.bon_n, decode.sweep_n)")
+        calibrated[n] = rec
+    soft = []
+    for path in args.soft_lambda_json:
+        rec = read_lambda(path)
+        check_budget(rec, tau)
+        if rec.mode != "soft":
+            raise DataError(f"{path}: calibrated in {rec.mode} mode; --soft-lambda-json takes soft-mode records")
+        soft.append(rec)
+    other_taus = []
+    for path in args.tau_lambda_json:
+        rec = read_lambda(path)
+        n = rec.decoder_n or m
+        if n not in sizes:
+            raise DataError(f"{path}: calibrated for Best-of-N with N = {n}, which is not a swept size {sizes}")
+        if tau is not None and rec.tau == tau:
+            raise DataError(f"{path}: calibrated for the main tau = {rec.tau:g}; --tau-lambda-json takes the others")
+        other_taus.append((n, rec))
+    return calibrated, soft, other_taus
+
+
 def record_column(labels: pd.Series, calibrated, soft: list) -> list[str]:
     """Each row's lambda record (the digest of the lambda.json its lambda came from; empty for the grid): the
     sweep carries which calibration each labelled row is, so its consumers can check it is theirs."""
@@ -100,7 +140,6 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.calibrate.record import check_budget, read_lambda
     from lara.data.tables import DataError, read_table, require_in_range, write_table
     from lara.evaluate.intervals import check_replicates
 
@@ -118,37 +157,7 @@ def run(args) -> None:
     too_big = [n for n in sizes if not 1 <= n <= m]
     if too_big:
         raise DataError(f"{args.candidates}: Best-of-N sizes {too_big} need 1 <= N <= {m}, the candidates per prompt")
-    calibrated = {}
-    for path in args.lambda_json:
-        rec = read_lambda(path)
-        check_budget(rec, s.tau)
-        if rec.decoder.get("kind") != "best_of_n":
-            raise DataError(f"--lambda-json {path}: decoder {rec.decoder.get('kind')} ({rec.mode} mode), expected "
-                            "best_of_n (a bon-mode record); soft-mode records go to --soft-lambda-json")
-        n = rec.decoder_n or m
-        if n in calibrated:
-            raise DataError(f"--lambda-json {path}: a second record for Best-of-{n} (the first: "
-                            f"{calibrated[n].path}); one record per N")
-        if n not in sizes:
-            raise DataError(f"{path}: calibrated for Best-of-N with N = {n}, which is not a swept size {sizes} "
-                            "(decode.bon_n, decode.sweep_n)")
-        calibrated[n] = rec
-    soft = []
-    for path in args.soft_lambda_json:
-        rec = read_lambda(path)
-        check_budget(rec, s.tau)
-        if rec.mode != "soft":
-            raise DataError(f"{path}: calibrated in {rec.mode} mode; --soft-lambda-json takes soft-mode records")
-        soft.append(rec)
-    other_taus = []
-    for path in args.tau_lambda_json:
-        rec = read_lambda(path)
-        n = rec.decoder_n or m
-        if n not in sizes:
-            raise DataError(f"{path}: calibrated for Best-of-N with N = {n}, which is not a swept size {sizes}")
-        if s.tau is not None and rec.tau == s.tau:
-            raise DataError(f"{path}: calibrated for the main tau = {rec.tau:g}; --tau-lambda-json takes the others")
-        other_taus.append((n, rec))
+    calibrated, soft, other_taus = read_records(args, s.tau, sizes, m)
     grid = [float(x) for x in s.lambda_grid]
     if not grid or any(not np.isfinite(x) for x in grid):
         from lara.config import ConfigError
