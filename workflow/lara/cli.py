@@ -11,6 +11,7 @@ import gc
 import importlib
 import logging
 import os
+import re
 import sys
 import time
 
@@ -42,7 +43,7 @@ def command_help(module_name: str) -> str:
 def make_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser of ``only`` (importing just that step's module, so one step starts without paying
     for the imports of the others), or, for the command list, of none (no step module imported)."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="lara", description="LARA: Lagrangian Reward Augmentation for safe inference-time "
         "alignment. Each subcommand is one step of the Snakemake workflow.")
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
@@ -110,35 +111,219 @@ def _configure_logging(level: str) -> None:
 
 FILE_SUFFIXES = (".parquet", ".json", ".jsonl", ".csv", ".tsv", ".png", ".pdf", ".sqlite")  # outputs that are files
 
+# The outputs that are folders: a model (written whole with atomic_output(directory=True)) and a trainer's
+# checkpoint folder; every other output is one file. A step module may say so itself (FOLDER_OUTPUTS).
+_TRAINED = ("out", "checkpoints")
+FOLDER_OUTPUTS: dict[str, tuple[str, ...]] = {
+    **{name: _TRAINED for name in COMMANDS if name.startswith("train-")},
+    "make-toy-model": ("out",),
+    "import-gguf": ("out",),
+}
+NOT_PATHS = {"command", "log_level"}  # destinations that never name a file
 
-def check_outputs(args) -> None:
-    """Every output a step will write (the flags its module lists in ``OUTPUTS``, default ``--out``) can be
-    written there, checked before any computation: a file output that names a folder, or a folder
-    nobody can write in, is refused naming the flag, not found out after hours by a traceback."""
+# A value that reads as a number is a value, never an option: argparse alone takes -1 and -1.5 but reads
+# -1e-3, -.5, -1E3 and -inf as unknown options ("expected one argument")
+NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?|inf(inity)?|nan)$", re.IGNORECASE)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, reading every negative number (``--tau -1e-3``, ``-.5``, ``-1E3``) as a value
+    (its subcommands' parsers are of the same class)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = NEGATIVE_NUMBER
+
+
+def _shown(value: str, limit: int = 120) -> str:
+    """A path as a message shows it: whole, or its two ends when it is very long."""
+    text = str(value) if value != "" else "''"
+    return text if len(text) <= limit else f"{text[:60]}…{text[-50:]}"
+
+
+def _kind(mode: int) -> str | None:
+    """What a file that is neither a regular file nor a folder is."""
+    import stat
+
+    for test, name in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return None
+
+
+def _limits(folder: str) -> tuple[int, int]:
+    """NAME_MAX and PATH_MAX of the file system holding ``folder`` (255 and 4096 where it will not say)."""
+    limits = []
+    for name, default in (("PC_NAME_MAX", 255), ("PC_PATH_MAX", 4096)):
+        try:
+            limits.append(os.pathconf(folder, name) or default)
+        except (OSError, ValueError):
+            limits.append(default)
+    return limits[0], limits[1]
+
+
+def _check_one_output(flag: str, value: str, folder: bool) -> None:
+    """One output can be written where it is named: a name, within the file system's limits, a file (or,
+    for a folder output, a folder) or nothing there, in a folder this process can write in."""
+    import errno
+    import stat
     import tempfile
-    from pathlib import Path
 
     from lara.config import ConfigError
+    from lara.io import TEMPORARY_NAME_BYTES
 
+    what = "a folder" if folder else "a file"
+    shown = f"{flag} {_shown(value)}"
+    if value == "":
+        raise ConfigError(f"{flag} '': an empty path; name {what} (nothing was computed)")
+    if value == "-":
+        raise ConfigError(f"{flag} -: this step cannot write to standard output; name {what} (nothing was computed)")
+    if not folder and (value.endswith(os.sep) or value.endswith(f"{os.sep}.") or value in (".", "..")):
+        raise ConfigError(f"{shown}: names a folder (it ends in {os.sep!r} or '.'); this step writes a file there: "
+                          f"give the file's name (nothing was computed)")
+    path = os.path.abspath(value)
+    here = os.path.dirname(path)  # the nearest folder that is there: the limits are its file system's
+    while not os.path.isdir(here) and here != os.path.dirname(here):
+        here = os.path.dirname(here)
+    name_max, path_max = _limits(here)
+    parts = [p for p in path.split(os.sep) if p]
+    for i, part in enumerate(parts):
+        size = len(os.fsencode(part))
+        last = i == len(parts) - 1
+        allowed = name_max - TEMPORARY_NAME_BYTES if last else name_max
+        if size > allowed:
+            extra = f" ({name_max}, less {TEMPORARY_NAME_BYTES} for the temporary name beside it)" if last else ""
+            named = "its name" if last else f"the folder name {_shown(part, 60)}"
+            raise ConfigError(f"{shown}: {named} is {size} bytes, more than the {allowed} this file system allows"
+                              f"{extra}; shorten it (nothing was computed)")
+    longest = len(os.fsencode(os.path.join(os.path.dirname(path), "." + os.path.basename(path)))) + \
+        TEMPORARY_NAME_BYTES - 1
+    if longest + 1 > path_max:
+        raise ConfigError(f"{shown}: the full path is {longest} bytes with its temporary name, more than the "
+                          f"{path_max - 1} this system allows (PATH_MAX); write it nearer the root "
+                          "(nothing was computed)")
+    # every folder above it: a folder, or nothing yet (made when written), never a file or a broken link
+    up = os.path.dirname(path)
+    while not os.path.lexists(up):
+        up = os.path.dirname(up)
+    try:
+        os.stat(up)
+    except OSError as exc:
+        problem = ("a symbolic link loop" if exc.errno == errno.ELOOP else
+                   f"a symbolic link to nothing ({os.readlink(up)})" if os.path.islink(up) else exc.strerror)
+        raise ConfigError(f"{shown}: {_shown(up)} is {problem}, not a folder (nothing was computed)") from None
+    if not os.path.isdir(up):
+        raise ConfigError(f"{shown}: {_shown(up)} is a file, not a folder (nothing was computed)")
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None  # nothing there yet (or a link to nothing, which the write replaces)
+    except OSError as exc:
+        problem = "a symbolic link loop" if exc.errno == errno.ELOOP else exc.strerror
+        raise ConfigError(f"{shown}: is {problem} (nothing was computed)") from None
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode) and not folder:
+            raise ConfigError(f"{shown}: is a folder; this step writes a file there (nothing was computed)")
+        if stat.S_ISREG(st.st_mode) and folder:
+            raise ConfigError(f"{shown}: is a file; this step writes a folder there (nothing was computed; the "
+                              "file is left as it was)")
+        kind = _kind(st.st_mode)
+        if kind is not None:
+            raise ConfigError(f"{shown}: is {kind}, not a regular file; this step writes {what} there and would "
+                              "replace it (nothing was computed)")
+    try:
+        with tempfile.TemporaryFile(dir=up, prefix=".lara-write-check-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{shown}: cannot write in {_shown(up)} ({exc.strerror or exc}); nothing was "
+                          "computed") from None
+
+
+def _same(a: str, b: str) -> bool:
+    """Whether two paths name the same file or folder: the same (device, inode) where both are there (a hard
+    link, a symbolic link, ./ and ../ included), else the same place once links are resolved."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _inside(path: str, folder: str) -> bool:
+    """Whether ``path`` lies inside the folder ``folder`` (links resolved)."""
+    p, f = os.path.realpath(path), os.path.realpath(folder)
+    return p != f and os.path.commonpath([p, f]) == f
+
+
+def output_flags(args) -> tuple[dict[str, str], set[str]]:
+    """The outputs a step will write, flag destination -> path (the flags its module lists in ``OUTPUTS``,
+    default ``--out``, and its folder outputs), and which of them are folders."""
     module = sys.modules[args._run.__module__]
-    for dest in getattr(module, "OUTPUTS", ("out",)):
-        value = getattr(args, dest, None)
-        if value is None:
+    folders = set(getattr(module, "FOLDER_OUTPUTS", FOLDER_OUTPUTS.get(args.command, ())))
+    dests = dict.fromkeys((*getattr(module, "OUTPUTS", ("out",)), *sorted(folders)))
+    outputs = {d: getattr(args, d) for d in dests if isinstance(getattr(args, d, None), (str, os.PathLike))}
+    return {d: os.fspath(v) for d, v in outputs.items()}, folders & set(outputs)
+
+
+def input_paths(args, outputs) -> list[tuple[str, str]]:
+    """Every other flag's value that names a file or folder that is there, (destination, path): what the step
+    may read (a list flag gives each of its paths)."""
+    found = []
+    for dest, value in vars(args).items():
+        if dest.startswith("_") or dest in outputs or dest in NOT_PATHS:
             continue
-        flag, path = f"--{dest.replace('_', '-')}", Path(value)
-        if path.suffix.lower() in FILE_SUFFIXES and path.is_dir():  # (a model folder may be called Qwen2.5-3B)
-            raise ConfigError(f"{flag} {value}: is a folder; this step writes a file there (nothing was computed)")
-        here = path.absolute().parent
-        while not here.exists():
-            here = here.parent
-        if not here.is_dir():
-            raise ConfigError(f"{flag} {value}: {here} is a file, not a folder (nothing was computed)")
-        try:
-            with tempfile.TemporaryFile(dir=here, prefix=".lara-write-check-"):
-                pass
-        except OSError as exc:
-            raise ConfigError(f"{flag} {value}: cannot write in {here} ({exc.strerror or exc}); nothing was "
-                              "computed") from None
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(v, (str, os.PathLike)) and os.fspath(v) not in ("", "-") and os.path.exists(v):
+                found.append((dest, os.fspath(v)))
+    return found
+
+
+def _flag(dest: str) -> str:
+    return f"--{dest.replace('_', '-')}"
+
+
+def check_outputs(args) -> None:
+    """Every output a step will write can be written there and hurts no input, checked before any computation,
+    each refusal naming the flag: a file output that names a folder (or a folder output a file), a pipe or a
+    device, an empty path or ``-``, a name or path longer than the file system allows, a folder nobody can
+    write in, an output that is one of the step's inputs (the same file after links, ``./`` and hard links), lies
+    inside an input folder, or is another output, and a folder output that holds an input."""
+    from lara.config import ConfigError
+
+    outputs, folders = output_flags(args)
+    for dest, value in outputs.items():
+        _check_one_output(_flag(dest), value, dest in folders)
+    inputs = input_paths(args, outputs)
+    seen: list[str] = []
+    for dest, value in outputs.items():
+        shown = f"{_flag(dest)} {_shown(value)}"
+        for other in seen:
+            if _same(value, outputs[other]):
+                raise ConfigError(f"{shown}: is also the output {_flag(other)}; one file cannot hold both (nothing "
+                                  "was computed)")
+        seen.append(dest)
+        for idest, ipath in inputs:
+            if _same(value, ipath):
+                raise ConfigError(f"{shown}: is also the input {_flag(idest)} (nothing was computed; the input is "
+                                  "left as it was)")
+            if os.path.isdir(ipath) and _inside(value, ipath):
+                raise ConfigError(f"{shown}: is inside the input folder {_flag(idest)} {_shown(ipath)}; writing it "
+                                  "would change that input (nothing was computed)")
+            if dest in folders and _inside(ipath, value):
+                raise ConfigError(f"{shown}: holds the input {_flag(idest)} {_shown(ipath)}, and this step replaces "
+                                  "that folder (nothing was computed; the input is left as it was)")
+
+
+def _write_failed(args, exc) -> str:
+    """A failed write (lara.io.WriteError) as one line naming the output's flag, where it is one."""
+    try:
+        outputs, _ = output_flags(args)
+    except (AttributeError, KeyError):
+        outputs = {}
+    for dest, value in outputs.items():
+        if _same(str(exc.path), value) or _inside(str(exc.path), value):
+            return f"{_flag(dest)} {_shown(value)}: {exc.explain()}"
+    return f"{_shown(str(exc.path))}: {exc.explain()}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     from lara.config import ConfigError
     from lara.data.tables import DataError
     from lara.hub import HubError
+    from lara.io import DISK_ERRNOS, WriteError
     from lara.provenance import code_version
 
     settings = {k: v for k, v in vars(args).items() if not k.startswith("_")}
@@ -172,6 +358,17 @@ def main(argv: list[str] | None = None) -> int:
         args._run(args)
     except (ConfigError, DataError, HubError) as exc:
         log.error("lara %s failed: %s", args.command, exc)
+        return 2
+    except WriteError as exc:  # a full disk, a quota, a file size limit, a read-only folder: the old output kept
+        log.error("lara %s failed: %s", args.command, _write_failed(args, exc))
+        return 2
+    except OSError as exc:
+        if exc.errno not in DISK_ERRNOS:
+            raise
+        where = _shown(os.fsdecode(exc.filename)) if exc.filename is not None else "a file this step writes"
+        words = os.strerror(exc.errno)
+        log.error("lara %s failed: %s: %s while writing (outputs are written whole or not at all)", args.command,
+                  where, words[:1].lower() + words[1:])
         return 2
     log.info("lara %s done in %.1f s", args.command, time.perf_counter() - start)
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import hashlib
 import json
@@ -49,40 +50,128 @@ def remove_stale_temporaries(path: Path) -> list[Path]:
     return stale
 
 
+# what a write can run into that says nothing about the data: the step fails cleanly (WriteError), the old
+# output is left as it was; the first four are failures of the write whatever file the error names
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
+ACCESS_ERRNOS = (errno.EACCES, errno.EPERM, errno.EIO)  # a write failure when they name the output (or nothing)
+TEMPORARY_NAME_BYTES = len(".") + len(".") + 8 + len(".tmp")  # what the temporary name .NAME.xxxxxxxx.tmp adds
+
+
+class WriteError(OSError):
+    """An output could not be written (a full disk, a quota, a file size limit, a read-only or refused
+    folder): the temporary file is removed and the old output, if there was one, is left as it was.
+    ``path``: the output; ``reason``: the system's words for it; ``existed``: whether an old output was there."""
+
+    def __init__(self, path: Path, reason: str, existed: bool, directory: bool = False):
+        self.path, self.reason, self.existed, self.directory = Path(path), reason, existed, directory
+        super().__init__(f"{path}: {self.explain()}")
+
+    def explain(self) -> str:
+        kept = (f"the old {'folder' if self.directory else 'file'} is left as it was" if self.existed
+                else "nothing was left there")
+        return f"{self.reason} while writing; {kept}"
+
+
+def write_failure(exc: BaseException, *paths: Path) -> str | None:
+    """The reason ``exc`` (raised while writing ``paths``: the output and its temporary) is a failure of the
+    write itself, in the system's words (``no space left on device``), or None when it is something else."""
+    code = getattr(exc, "errno", None) if isinstance(exc, OSError) else None
+    if code is None:  # writers that wrap the error (safetensors, a library's own exception): the system's words
+        text = str(exc)
+        code = next((c for c in DISK_ERRNOS if os.strerror(c) in text), None)
+    if code in ACCESS_ERRNOS:
+        named = [n for n in (getattr(exc, "filename", None), getattr(exc, "filename2", None)) if n is not None]
+        if named and not any(_under(Path(os.fsdecode(n)), p) for n in named for p in paths):
+            return None  # an input that could not be read: not this write's failure
+    elif code not in DISK_ERRNOS:
+        return None
+    words = os.strerror(code)
+    return words[:1].lower() + words[1:]
+
+
+def _under(path: Path, root: Path) -> bool:
+    a, b = os.path.abspath(path), os.path.abspath(root)
+    return a == b or a.startswith(b.rstrip(os.sep) + os.sep)
+
+
+_ACTIVE: set[str] = set()  # the temporary paths of the atomic_output blocks running now
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike, directory: bool = False) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; move it into place only on success.
 
     On any exception the temporary file or directory is removed and ``path`` is left
-    as it was (absent, for a fresh output).
+    as it was (absent, for a fresh output). A write that fails for want of space, quota or
+    permission (``DISK_ERRNOS``, ``ACCESS_ERRNOS``) is raised as a :class:`WriteError` saying so.
+    ``path`` that is itself the temporary of an enclosing atomic_output is written in place (it is
+    already atomic; a second temporary name would only lengthen the name).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(path)
-    if directory:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    else:
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        tmp = Path(name)
+    if os.path.abspath(path) in _ACTIVE:
+        yield path
+        return
+    existed = os.path.lexists(path)
+    tmp, in_body = None, False
     try:
-        yield tmp
+        path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(path)
+        if directory:
+            tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        else:
+            fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            os.close(fd)
+            tmp = Path(name)
+        _ACTIVE.add(os.path.abspath(tmp))
+        in_body = True
+        try:
+            yield tmp
+        finally:
+            _ACTIVE.discard(os.path.abspath(tmp))
+        in_body = False
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, (0o777 if directory else 0o666) & ~umask)  # mkstemp/mkdtemp create 0600/0700
         if directory:
             _usual_permissions(tmp, umask)
-            if path.exists():
-                shutil.rmtree(path)
-            os.replace(tmp, path)
+            _replace_folder(tmp, path)
         else:
             os.replace(tmp, path)
+    except BaseException as exc:
+        if tmp is not None:
+            if tmp.is_dir() and not tmp.is_symlink():
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    tmp.unlink(missing_ok=True)
+        if isinstance(exc, WriteError) or not isinstance(exc, Exception):
+            raise
+        if in_body:  # the caller's own code: only what failed writing the temporary
+            reason = write_failure(exc, tmp)
+        elif isinstance(exc, OSError) and exc.strerror:  # making the temporary, or moving it into place
+            reason = exc.strerror[:1].lower() + exc.strerror[1:]
+        else:
+            reason = None
+        if reason is None:
+            raise
+        raise WriteError(path, reason, existed, directory) from exc
+
+
+def _replace_folder(tmp: Path, path: Path) -> None:
+    """Put the finished folder ``tmp`` at ``path``: an old folder there is moved aside first and removed
+    only once the new one is in place (put back if that fails), so a failure leaves the old one whole."""
+    if not (os.path.lexists(path) and path.is_dir() and not path.is_symlink()):
+        os.replace(tmp, path)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    os.rmdir(old)
+    os.rename(path, old)
+    try:
+        os.replace(tmp, path)
     except BaseException:
-        if tmp.is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            tmp.unlink(missing_ok=True)
+        os.rename(old, path)
         raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def write_json(path: str | os.PathLike, obj) -> None:
