@@ -10,6 +10,7 @@ with a provenance record in the file's metadata.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -139,11 +140,18 @@ def load_source(source: str, split: str, hub=None) -> tuple[pd.DataFrame, dict]:
         return ds.to_pandas(), origin
 
 
+STORED_INDEX = re.compile(r"__index_level_\d+__")  # how pyarrow names an unnamed pandas index it stored
+
+
 def _require(df: pd.DataFrame, columns, source: str) -> None:
     missing = [c for c in columns if c not in df.columns]
     if missing:
+        stored = [str(c) for c in df.columns if STORED_INDEX.fullmatch(str(c))]
+        hint = (f"; {', '.join(stored)} is a pandas index stored without a name (the file was written with "
+                "DataFrame.to_parquet and its index): name the index after the column, or write the column "
+                "as a column (reset_index(), index=False)") if stored else ""
         raise DataError(f"{source}: missing column(s) {', '.join(missing)} "
-                        f"(found: {', '.join(map(str, df.columns))})")
+                        f"(found: {', '.join(map(str, df.columns))}){hint}")
     if len(df) == 0:
         raise DataError(f"{source}: no rows")
 
