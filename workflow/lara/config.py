@@ -12,19 +12,34 @@ import copy
 import dataclasses
 import functools
 import json
-import math
 import re
 from pathlib import Path
 
 import yaml
 
+# what the settings and the config share lives in lara.settings (which imports nothing of lara.config); the names
+# are lara.config's too, where every caller has imported them from
+from lara.settings import (  # noqa: F401 (re-exported)
+    RENAMED,
+    SECTIONS,
+    ConfigError,
+    check_nesting,
+    dotted_key,
+    error_message,
+    listed,
+    nesting_problem,
+    nonfinite,
+    renamed_message,
+    schema_errors,
+    settings_class,
+    shown,
+    strict_json,
+    strict_validator,
+)
+
 # package data (installed with `pip install .`); config/schema.yaml in a checkout is a link to it
 SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "schema.yaml"
 SETTINGS_SCHEMA = "settings.schema.yaml"  # generated from the step settings (lara.settings), beside the schema
-
-
-class ConfigError(ValueError):
-    """A configuration that does not satisfy the schema."""
 
 
 def load_schema(path: str | Path | None = None) -> dict:
@@ -116,8 +131,6 @@ def step_settings(config: dict, name: str, schema: dict, **derived) -> dict:
 @functools.cache
 def several_keys() -> frozenset[str]:
     """The config keys that may list several values (a settings field with ``several=True``)."""
-    from lara.settings import SECTIONS, settings_class
-
     return frozenset(f"{section_name}.{f.name}" for section_name in SECTIONS
                      for f in dataclasses.fields(settings_class(section_name)) if f.metadata.get("several"))
 
@@ -138,97 +151,6 @@ def settings_json(config: dict, name: str, schema: dict, **derived) -> str:
     return json.dumps(step_settings(config, name, schema, **derived), sort_keys=True)
 
 
-# ---------------------------------------------------------------------------------------------
-# one validator for the config files and the steps' settings (lara.settings.Settings)
-
-
-@functools.cache
-def strict_validator():
-    """JSON Schema (2020-12) as this project reads it, for the config and the step settings alike: a
-    ``number`` is finite (JSON Schema's ranges never fire for NaN, and YAML reads ``.nan`` and ``.inf``),
-    an ``integer`` is an int (not ``20.0``, which the standard counts as one and a later step refuses),
-    a ``pattern`` must match the whole string (Python's ``$`` also matches before a final newline), and
-    ``x-no-credentials`` marks a URL that must not carry a password or key (lara.secrets)."""
-    from jsonschema import Draft202012Validator, ValidationError, validators
-
-    def finite_number(checker, instance):
-        return isinstance(instance, (int, float)) and not isinstance(instance, bool) and math.isfinite(instance)
-
-    def int_only(checker, instance):
-        return isinstance(instance, int) and not isinstance(instance, bool)
-
-    def whole_pattern(validator, pattern, instance, schema):
-        if validator.is_type(instance, "string") and re.fullmatch(pattern, instance) is None:
-            yield ValidationError(f"{instance!r} does not match {pattern!r}")
-
-    def no_credentials(validator, wanted, instance, schema):
-        from lara.secrets import url_credentials
-
-        found = url_credentials(instance) if wanted and isinstance(instance, str) else []
-        if found:  # the value itself is never repeated
-            yield ValidationError(f"the URL carries credentials ({', '.join(found)}); remove them: a key reaches "
-                                  "the judge only through the environment variable named by "
-                                  "evaluation.judge.api_key_env, so it is never written to a log, a shell command "
-                                  "or a file")
-
-    checker = Draft202012Validator.TYPE_CHECKER.redefine_many({"number": finite_number, "integer": int_only})
-    return validators.extend(Draft202012Validator, {"pattern": whole_pattern, "x-no-credentials": no_credentials},
-                             type_checker=checker)
-
-
-def schema_errors(instance, schema: dict) -> list:
-    """The errors of ``instance`` against ``schema`` (:func:`strict_validator`), in key order."""
-    return sorted(strict_validator()(schema).iter_errors(instance), key=lambda e: [str(p) for p in e.absolute_path])
-
-
-def error_message(error) -> str:
-    """A validation error's message, with the fix for the mistakes people make: a NaN or infinite
-    number, an integer written as a float, a number YAML read as a string (``2e-5``), and a schema
-    node's own ``x-hint`` (how a literal lambda setting is spelt)."""
-    value, expected = error.instance, error.validator_value
-    if error.validator == "anyOf" and isinstance(value, (str, float)):  # one value or a list (``several`` keys)
-        first = next((e for e in error.context if e.validator == "type"), None)
-        if first is not None and error_message(first) != first.message:  # a fix applies: say it
-            return error_message(first)
-    if error.validator == "type":
-        kinds = expected if isinstance(expected, list) else [expected]
-        if isinstance(value, float) and not math.isfinite(value):
-            return f"{value} is not a finite number (NaN and infinities are refused)"
-        if "integer" in kinds and "number" not in kinds and isinstance(value, float) and value.is_integer():
-            return f"{value!r} is not an integer; write {int(value)}"
-        if {"number", "integer"} & set(kinds) and isinstance(value, str):
-            try:
-                float(value)
-            except ValueError:
-                pass
-            else:
-                if "e" in value.lower() and "." not in value:
-                    return (f"{value!r} is a string, not a number: YAML 1.1 reads an exponent without a dot as "
-                            f"text; write {_yaml_number(value)}")
-                return f"{value!r} is a string, not a number: a quoted number is text in YAML; write {value} unquoted"
-    hint = error.schema.get("x-hint") if isinstance(error.schema, dict) else None
-    return f"{error.message} ({hint})" if hint else error.message
-
-
-def _yaml_number(text: str) -> str:
-    """``2e-5`` as YAML reads it as a number (``2.0e-5``)."""
-    mantissa, _, exponent = text.lower().partition("e")
-    if exponent and "." not in mantissa:
-        return f"{mantissa}.0e{exponent}"
-    return text
-
-
-def nonfinite(value, path: tuple = ()) -> list[str]:
-    """Every NaN or infinite number anywhere in ``value`` (a mapping, a list), as dotted keys."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return [_key(path)]
-    if isinstance(value, dict):
-        return [k for key, sub in value.items() for k in nonfinite(sub, (*path, key))]
-    if isinstance(value, list):
-        return [k for i, sub in enumerate(value) for k in nonfinite(sub, (*path, i))]
-    return []
-
-
 class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml's parser where PyYAML has it
     """YAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last silently)."""
 
@@ -237,9 +159,13 @@ def _no_duplicates(loader, node, deep=False):
     seen = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
+        try:
+            given = key in seen
+        except TypeError:  # an unhashable key (``? [a, b]``): construct_mapping refuses it, naming its line
+            continue
+        if given:
             raise yaml.constructor.ConstructorError(
-                None, None, f"the key {key!r} is given twice in one mapping (lines {seen[key].line + 1} and "
+                None, None, f"the key {shown(key)!r} is given twice in one mapping (lines {seen[key].line + 1} and "
                 f"{key_node.start_mark.line + 1}); the second would silently replace the first",
                 key_node.start_mark)
         seen[key] = key_node.start_mark
@@ -248,20 +174,92 @@ def _no_duplicates(loader, node, deep=False):
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
 
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class YAMLRefused(yaml.YAMLError):
+    """YAML that parses, but that a configuration does not take: a merge key, nesting or aliases beyond any
+    configuration (lara.settings.MAX_DEPTH, MAX_VALUES), an alias inside its own anchor. ``line``: 1-based."""
+
+    def __init__(self, problem: str, line: int | None):
+        super().__init__(problem)
+        self.problem, self.line = problem, line
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.problem}" if self.line else self.problem
+
+
+def _node_children(node) -> list:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_nodes(root) -> None:
+    """Refuse, before anything is built from it (:class:`YAMLRefused`, naming the line), a document that
+    nests or expands beyond any configuration or contains itself (:func:`lara.settings.nesting_problem`), or
+    that uses a merge key (``<<: *anchor``): YAML 1.1 only, and a key written beside it silently replaces
+    the merged one, which is what a key given twice does."""
+    found = nesting_problem(root, _node_children)
+    if found:
+        problem, node = found
+        raise YAMLRefused(problem, node.start_mark.line + 1)
+    seen, todo = set(), [root]
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key, _ in node.value:
+                if key.tag == MERGE_TAG:
+                    raise YAMLRefused("a YAML merge key (<<) is not read: it is YAML 1.1 only, and a key beside it "
+                                      "silently replaces the merged one; write the keys out (an alias *name for a "
+                                      "whole value is fine), or build on another config file with `extends:`",
+                                      key.start_mark.line + 1)
+        todo += _node_children(node)
+
 
 def strict_yaml(stream):
-    """``yaml.safe_load``, refusing duplicate keys."""
-    return yaml.load(stream, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    """``yaml.safe_load``, refusing duplicate keys, merge keys, and nesting or aliases beyond any configuration
+    (:func:`_check_nodes`)."""
+    loader = _StrictLoader(stream)
+    try:
+        try:
+            node = loader.get_single_node()
+        except RecursionError:
+            raise YAMLRefused("nested too deeply to read (a configuration is a few levels deep)", None) from None
+        if node is None:
+            return None
+        _check_nodes(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML error on one line: what is wrong, then where (PyYAML's own text spans several, with a snippet)."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        what = "; ".join(str(p) for p in (exc.context, exc.problem) if p)
+        mark = exc.problem_mark or exc.context_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        return " ".join(f"{what}{where}".split())
+    return " ".join(str(exc).split())
 
 
 def load_yaml(path: str | Path) -> dict:
+    """A config file's mapping, or :class:`ConfigError` naming the file (and the line) in one line."""
     try:
         with open(path) as fh:
             data = strict_yaml(fh)
     except FileNotFoundError:
         raise ConfigError(f"{path}: config file not found") from None
+    except YAMLRefused as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -319,30 +317,24 @@ def _fill(instance, schema: dict, root: dict):
     return out
 
 
-def _key(path) -> str:
-    return ".".join(str(p) for p in path) or "<top level>"
-
-
 def _describe(error) -> str:
     if error.validator == "additionalProperties":
         known = set(error.schema.get("properties", {}))
-        unknown = sorted(set(error.instance) - known)
-        keys = ", ".join(_key([*error.absolute_path, k]) for k in unknown)
+        unknown = sorted(set(error.instance) - known, key=str)
+        keys = listed(dotted_key([*error.absolute_path, k]) for k in unknown)
         hint = f" (known keys here: {', '.join(sorted(known))})" if known else ""
         return f"unknown key {keys}{hint}"
     if error.validator == "required":
         missing = [k for k in error.validator_value if k not in error.instance]
         what = {"tau": "every experiment states its cost budget (E[c] <= tau, in the cost model's units)"}
-        return "; ".join(f"{_key([*error.absolute_path, k])}: missing; {what.get(k, 'it has no default')}"
+        return "; ".join(f"{dotted_key([*error.absolute_path, k])}: missing; {what.get(k, 'it has no default')}"
                          for k in missing)
-    return f"{_key(error.absolute_path)}: {error_message(error)}"
+    return f"{dotted_key(error.absolute_path)}: {error_message(error)}"
 
 
 def validate(config: dict, schema: dict | None = None, source: str = "config") -> dict:
     """Return ``config`` with defaults filled in, or raise :class:`ConfigError` naming every
     offending key."""
-    from lara.settings import RENAMED, renamed_message
-
     old = [renamed_message(k) for k in RENAMED if _has_key(config, k)]
     if old:
         lines = "\n".join(f"  - {p}" for p in old)
@@ -610,16 +602,129 @@ def layers(*paths: str | Path, overrides: dict | None = None) -> list[tuple[str,
     not from the files before it (so a paper config given after the toy default, as Snakemake's
     ``configfile:`` plus ``--configfile`` does, never inherits a toy value); to build on another
     experiment's file it names it in ``extends:``. A file without ``experiment`` is an overlay on the
-    files before it (a τ, a shorter run). ``overrides`` (Snakemake's ``--config``) come last."""
+    files before it (a τ, a shorter run). ``overrides`` (Snakemake's ``--config``) come last.
+
+    Two orders would change values without a word, and are refused (:class:`ConfigError`, naming the files):
+    an overlay given before a whole experiment (whose start from the defaults would drop it), and an experiment
+    name that two files name (:func:`check_experiment_names`: a file that names the experiment of the files
+    before it would replace all their values with the defaults, in their results folder). ``--config``'s
+    ``experiment`` is the name of the results folder: the files' own name changes nothing; another name is a
+    copy of the configuration under that name, refused when a file given names it."""
     out: list[tuple[str, dict]] = []
+    overlays: list[str] = []  # the overlays on the current whole experiment
+    dropped: list[tuple[str, dict]] = []  # the layers a whole experiment started afresh from
     for path in paths:
         chain = _chain(Path(path))
         if any("experiment" in data for _, data in chain):  # a whole experiment: the files before it do not count
-            out = []
+            if overlays:
+                raise ConfigError(f"{overlays[0]}: an overlay (a file without `experiment`) is given before {path}, "
+                                  f"which names an experiment and so starts from the defaults: the overlay's values "
+                                  f"would be dropped; give it after {path}")
+            dropped, out = dropped + out, []
+        else:
+            overlays.append(str(path))
         out += chain
     if overrides:
-        out.append(("--config", command_line_values(overrides)))
+        check_nesting(overrides, "--config")
+        given = command_line_values(overrides)
+        if "experiment" in given and given["experiment"] == experiment_name(out):  # the files' own name: a no-op
+            given = {k: v for k, v in given.items() if k != "experiment"}
+        out.append(("--config", given))
+    check_experiment_names(dropped + out, out)
     return out
+
+
+def experiment_name(layer_list: list[tuple[str, dict]]):
+    """The experiment the layers name (the last that sets ``experiment``), or None (the schema's default)."""
+    return next((data["experiment"] for _, data in reversed(layer_list) if "experiment" in data), None)
+
+
+def experiment_owner(layer_list: list[tuple[str, dict]]) -> str:
+    """The origin of the layer that names the experiment (a file, ``--config``), or ``default``."""
+    return next((origin for origin, data in reversed(layer_list) if "experiment" in data), "default")
+
+
+def _same_origin(a: str, b: str) -> bool:
+    """Whether two layer origins are one: the same string, or two paths of the same file."""
+    if a == b:
+        return True
+    if {a, b} & {"--config", "default", MODULE_CONFIG}:
+        return False
+    return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+
+
+def _leaf_keys(data, prefix: str = "") -> set[str]:
+    if isinstance(data, dict) and data:
+        return {k for key, value in data.items() for k in _leaf_keys(value, f"{prefix}{key}.")}
+    return {prefix.rstrip(".")}
+
+
+def check_experiment_names(seen: list[tuple[str, dict]], kept: list[tuple[str, dict]]) -> None:
+    """One experiment name, one config file: of every layer given (``seen``, with those a whole experiment
+    started afresh from), the ones that name the experiment the configuration (``kept``) resolves to must all be
+    one file. A second file naming it is refused: as a whole experiment it would start from the defaults and
+    write them into the first one's results folder (``experiment: tiny`` plus a τ after config/config.yaml
+    silently set every toy value to a step default in results/tiny/); so is ``--config`` renaming a configuration
+    to it."""
+    name = experiment_name(kept)
+    owners = [origin for origin, data in seen if "experiment" in data and data["experiment"] == name]
+    first = owners[0] if owners else None
+    second = next((o for o in owners if not _same_origin(o, first)), None)
+    if second is None:
+        return
+    if second == "--config":
+        raise ConfigError(f"--config: experiment={shown(name)} is the experiment of {first} (its results are "
+                          f"results/{shown(name)}/), and this configuration is not: give another name")
+    index = next(i for i, (origin, _) in enumerate(seen) if origin == second)
+    lost = len(_leaf_keys(merged(seen[:index])) - _leaf_keys(merged(kept)))
+    lost_text = (f"; as a whole experiment it starts from the defaults, so {lost} values set before it would "
+                 "silently change" if lost else "")
+    raise ConfigError(f"{second}: experiment: {shown(name)!r} is already the experiment of {first}, and one "
+                      f"experiment name is one config file (results/{shown(name)}/ are its results){lost_text}. To "
+                      f"change some of its values, remove `experiment:` from {second} (a file without it is an "
+                      f"overlay on the files before it); for a new experiment, give it another name (with an "
+                      f"`{EXTENDS}:` naming {first} to build on it)")
+
+
+def check_results(layer_list: list[tuple[str, dict]], name: str, results: Path = Path("results")) -> None:
+    """Refuse, before any job is planned, a configuration that would write into another configuration's results:
+    ``results/NAME/settings.tsv`` (written by every run) records which file named the experiment, and another
+    file naming it now is refused, as is a name that differs from an existing results folder's only in case (one
+    folder on macOS and Windows)."""
+    owner = experiment_owner(layer_list)
+    if results.is_dir():
+        clash = sorted(p.name for p in results.iterdir() if p.is_dir() and p.name != name
+                       and p.name.lower() == name.lower())
+        if clash:
+            raise ConfigError(f"{owner}: experiment: {name!r} differs only in case from {results / clash[0]}/ (one "
+                              "folder on macOS and Windows file systems): give a name that differs in more than case")
+    table = results / name / "settings.tsv"
+    recorded = _recorded_owner(table)
+    if recorded is None or _same_origin(_plain_origin(recorded), _plain_origin(owner)):
+        return
+    what = ("--config" if owner == "--config" else "no config file (the default name)" if owner == "default"
+            else owner)
+    raise ConfigError(f"{what}: experiment: {name!r}: {results / name}/ holds the results of the configuration "
+                      f"whose experiment {recorded} names ({table}), and this one would write into them: give "
+                      f"this experiment another name, or make {owner} an overlay on {recorded} (remove its "
+                      f"`experiment:`); if {recorded} was only moved or renamed, delete {table}")
+
+
+def _plain_origin(origin: str) -> str:
+    return "default" if origin == "default" or origin.endswith(" default") or " default (" in origin else origin
+
+
+def _recorded_owner(table: Path) -> str | None:
+    """The origin of ``experiment`` in a settings table (:func:`settings_table`), or None (no readable table)."""
+    try:
+        lines = table.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in lines[1:]:
+        key, _, rest = line.partition("\t")
+        if key == "experiment":
+            return rest.partition("\t")[2] or None
+    return None
 
 
 MODULE_CONFIG = "the config given to `module lara`"
@@ -629,6 +734,7 @@ def module_layers(given: dict, base: Path = Path(".")) -> list[tuple[str, dict]]
     """The layers of a workflow used as a Snakemake module (``module lara: config: ...``): the mapping the caller
     gives is the experiment, one layer; its ``extends`` names a config file to build on (a paper config),
     read relative to the working directory, with that file's own ``extends`` chain."""
+    check_nesting(given, MODULE_CONFIG)
     data = dict(given)
     parent = data.pop(EXTENDS, None)
     if parent is None:
@@ -636,7 +742,9 @@ def module_layers(given: dict, base: Path = Path(".")) -> list[tuple[str, dict]]
     if not isinstance(parent, str) or not (base / parent).is_file():
         raise ConfigError(f"{MODULE_CONFIG}: {EXTENDS}: {parent!r}: no such config file (read relative to "
                           f"{base.resolve()})")
-    return _chain(base / parent) + [(MODULE_CONFIG, data)]
+    out = _chain(base / parent) + [(MODULE_CONFIG, data)]
+    check_experiment_names(out, out)
+    return out
 
 
 _INT = re.compile(r"[-+]?[0-9]+")
@@ -718,8 +826,6 @@ def explain(resolved: dict, layer_list: list[tuple[str, dict]], schema: dict | N
 
 def _owner(path: list[str]) -> str | None:
     """The settings dataclass (``module:Class``) that owns the key at ``path``, if any."""
-    from lara.settings import SECTIONS
-
     return SECTIONS.get(".".join(path[:-1]))
 
 
@@ -775,8 +881,9 @@ def add_arguments(parser) -> None:
 def run(args) -> None:
     schema = load_schema(args.schema) if args.schema else load_schema()
     if args.layers is not None:
+        given = strict_json(args.layers, "--layers")
         try:
-            parts = [(str(origin), dict(data)) for origin, data in json.loads(args.layers)]
+            parts = [(str(origin), dict(data)) for origin, data in given]
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"--layers: expected a JSON list of [origin, mapping] pairs ({exc})") from None
     elif args.configs:

@@ -23,18 +23,241 @@ value. Fields with ``config=False`` and no key are the step's own options (a bat
 Steps without a config section of their own (the audit, the sweep, scoring) register their
 settings in :data:`STEPS`. This module imports nothing heavy; the step modules are imported only
 to write the schema.
+
+It also holds what the settings and the config files share (:mod:`lara.config` imports them from here,
+never the other way round): :class:`ConfigError`, the one validator (:func:`strict_validator`) with its
+messages, and the reader of JSON settings (:func:`strict_json`: a key given twice, or nesting deeper than
+any configuration, is refused).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import importlib
 import json
+import math
+import re
 import types
 import typing
 from pathlib import Path
 from typing import Any, Literal
+
+
+class ConfigError(ValueError):
+    """A configuration, or a step's settings, that the schema refuses (also ``lara.config.ConfigError``)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# one validator for the config files and the steps' settings
+
+
+@functools.cache
+def strict_validator():
+    """JSON Schema (2020-12) as this project reads it, for the config and the step settings alike: a
+    ``number`` is finite (JSON Schema's ranges never fire for NaN, and YAML reads ``.nan`` and ``.inf``),
+    an ``integer`` is an int (not ``20.0``, which the standard counts as one and a later step refuses),
+    a ``pattern`` must match the whole string (Python's ``$`` also matches before a final newline),
+    ``x-no-credentials`` marks a URL that must not carry a password or key, and ``x-env-name`` the name of an
+    environment variable that must not be a key itself (lara.secrets; neither message repeats the value)."""
+    from jsonschema import Draft202012Validator, ValidationError, validators
+
+    from lara.secrets import env_name_problem, url_credentials
+
+    def finite_number(checker, instance):
+        return isinstance(instance, (int, float)) and not isinstance(instance, bool) and math.isfinite(instance)
+
+    def int_only(checker, instance):
+        return isinstance(instance, int) and not isinstance(instance, bool)
+
+    def whole_pattern(validator, pattern, instance, schema):
+        if validator.is_type(instance, "string") and re.fullmatch(pattern, instance) is None:
+            yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+    def no_credentials(validator, wanted, instance, schema):
+        found = url_credentials(instance) if wanted and isinstance(instance, str) else []
+        if found:  # the value itself is never repeated
+            yield ValidationError(f"the URL carries credentials ({', '.join(found)}); remove them: a key reaches "
+                                  "the judge only through the environment variable named by "
+                                  "evaluation.judge.api_key_env, so it is never written to a log, a shell command "
+                                  "or a file")
+
+    def env_name(validator, wanted, instance, schema):
+        problem = env_name_problem(instance) if wanted and isinstance(instance, str) else None
+        if problem:  # the value itself is never repeated: it may be the key
+            yield ValidationError(problem)
+
+    checker = Draft202012Validator.TYPE_CHECKER.redefine_many({"number": finite_number, "integer": int_only})
+    return validators.extend(Draft202012Validator, {"pattern": whole_pattern, "x-no-credentials": no_credentials,
+                                                    "x-env-name": env_name}, type_checker=checker)
+
+
+def schema_errors(instance, schema: dict) -> list:
+    """The errors of ``instance`` against ``schema`` (:func:`strict_validator`), in key order."""
+    return sorted(strict_validator()(schema).iter_errors(instance), key=lambda e: [str(p) for p in e.absolute_path])
+
+
+def error_message(error) -> str:
+    """A validation error's message, with the fix for the mistakes people make: a NaN or infinite
+    number, an integer written as a float, a number YAML read as a string (``2e-5``), and a schema
+    node's own ``x-hint`` (how a literal lambda setting is spelt)."""
+    value, expected = error.instance, error.validator_value
+    if isinstance(error.schema, dict) and error.schema.get("x-env-name") and error.validator != "x-env-name":
+        return "must be the name of an environment variable (a string; the value is not repeated here)"
+    if error.validator == "anyOf" and isinstance(value, (str, float)):  # one value or a list (``several`` keys)
+        first = next((e for e in error.context if e.validator == "type"), None)
+        if first is not None and error_message(first) != first.message:  # a fix applies: say it
+            return error_message(first)
+    if error.validator == "type":
+        kinds = expected if isinstance(expected, list) else [expected]
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{value} is not a finite number (NaN and infinities are refused)"
+        if "integer" in kinds and "number" not in kinds and isinstance(value, float) and value.is_integer():
+            return f"{value!r} is not an integer; write {int(value)}"
+        if {"number", "integer"} & set(kinds) and isinstance(value, str):
+            try:
+                float(value)
+            except ValueError:
+                pass
+            else:
+                if "e" in value.lower() and "." not in value:
+                    return (f"{value!r} is a string, not a number: YAML 1.1 reads an exponent without a dot as "
+                            f"text; write {_yaml_number(value)}")
+                return f"{value!r} is a string, not a number: a quoted number is text in YAML; write {value} unquoted"
+    hint = error.schema.get("x-hint") if isinstance(error.schema, dict) else None
+    return f"{error.message} ({hint})" if hint else error.message
+
+
+def _yaml_number(text: str) -> str:
+    """``2e-5`` as YAML reads it as a number (``2.0e-5``)."""
+    mantissa, _, exponent = text.lower().partition("e")
+    if exponent and "." not in mantissa:
+        return f"{mantissa}.0e{exponent}"
+    return text
+
+
+def dotted_key(path) -> str:
+    """A key path (``("calibration", "tau")``) as a dotted key, each part as :func:`shown`."""
+    return ".".join(shown(p) for p in path) or "<top level>"
+
+
+def nonfinite(value, path: tuple = ()) -> list[str]:
+    """Every NaN or infinite number anywhere in ``value`` (a mapping, a list), as dotted keys."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [dotted_key(path)]
+    if isinstance(value, dict):
+        return [k for key, sub in value.items() for k in nonfinite(sub, (*path, key))]
+    if isinstance(value, list):
+        return [k for i, sub in enumerate(value) for k in nonfinite(sub, (*path, i))]
+    return []
+
+
+SHOWN_LENGTH = 64  # a key in a message: longer ones are cut (a hostile key could be megabytes)
+
+
+def shown(key) -> str:
+    """A key as a message shows it: itself when short and printable, else its ``repr``, cut to a few dozen
+    characters with its length, so a message stays one line of reasonable length."""
+    text = str(key)
+    if text.isprintable() and len(text) <= SHOWN_LENGTH:
+        return text
+    if len(text) <= SHOWN_LENGTH:
+        return repr(text)
+    return f"{text[:40]!r}... ({len(text)} characters)"
+
+
+def listed(keys, most: int = 8) -> str:
+    """Keys for a message, comma-separated, at most ``most`` of them (then how many more)."""
+    keys = list(keys)
+    more = f" and {len(keys) - most} more" if len(keys) > most else ""
+    return ", ".join(keys[:most]) + more
+
+
+# ---------------------------------------------------------------------------------------------
+# nesting: no configuration is more than a few levels deep, or more than a few thousand values
+
+MAX_DEPTH = 32  # levels of mappings and lists (the deepest real key, resources.rules.RULE.KEY, is 4)
+MAX_VALUES = 100_000  # values a configuration expands to (YAML aliases of aliases: a "billion laughs")
+
+
+def nesting_problem(root, children) -> tuple[str, Any] | None:
+    """The first of these limits that ``root`` passes, as ``(problem, node)``, or None: nested deeper than
+    :data:`MAX_DEPTH`, expanding to more than :data:`MAX_VALUES` values (counting a shared node at every place
+    it appears), or containing itself. ``children(node)``: a node's children. Iterative, and linear in the
+    distinct nodes (each is measured once), so neither depth nor aliases make it recurse or blow up."""
+    height: dict[int, int] = {}
+    size: dict[int, int] = {}
+    state: dict[int, int] = {}  # 1: entered, its children being walked (an ancestor of the current node); 2: done
+    stack = [(root, False)]
+    while stack:
+        node, leaving = stack.pop()
+        key = id(node)
+        if leaving:
+            kids = children(node)
+            height[key] = 1 + max((height[id(k)] for k in kids), default=0)
+            size[key] = 1 + sum(size[id(k)] for k in kids)
+            state[key] = 2
+            if height[key] > MAX_DEPTH:
+                return f"a value nested more than {MAX_DEPTH} levels deep (a configuration is a few levels deep)", node
+            if size[key] > MAX_VALUES:
+                return (f"a value that expands to more than {MAX_VALUES} values (aliases of aliases, a 'billion "
+                        "laughs'?); write the values out"), node
+            continue
+        if state.get(key) == 2:
+            continue
+        if state.get(key) == 1:
+            return "a value that contains itself (an alias inside its own anchor)", node
+        state[key] = 1
+        stack.append((node, True))
+        stack.extend((k, False) for k in children(node))
+    return None
+
+
+def _value_children(value) -> list:
+    if isinstance(value, dict):
+        return [*value.keys(), *value.values()]
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return []
+
+
+def check_nesting(value, origin: str) -> None:
+    """Refuse (:class:`ConfigError`, naming ``origin``) a parsed configuration or settings value that is nested
+    deeper than :data:`MAX_DEPTH`, expands to more than :data:`MAX_VALUES` values or contains itself."""
+    found = nesting_problem(value, _value_children)
+    if found:
+        raise ConfigError(f"{origin}: {found[0]}")
+
+
+def strict_json(text: str, origin: str = "--settings"):
+    """JSON as every step reads its settings: a key given twice in one object (``{"tau": 1, "tau": -1}``, where
+    ``json.loads`` keeps the last silently), and nesting deeper than any configuration, are refused naming
+    ``origin``, never a traceback."""
+    try:
+        return _strict_loads(text, origin)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{origin}: not valid JSON: {exc}") from None
+
+
+def _strict_loads(text: str, origin: str):
+    """:func:`strict_json`, leaving text that is not JSON to raise ``json.JSONDecodeError``."""
+
+    def no_duplicates(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ConfigError(f"{origin}: the key {shown(key)!r} is given twice in one JSON object; the second "
+                                  "would silently replace the first")
+            seen.add(key)
+        return dict(pairs)
+
+    try:
+        data = json.loads(text, object_pairs_hook=no_duplicates)
+    except RecursionError:
+        raise ConfigError(f"{origin}: nested too deeply to read (a configuration is a few levels deep)") from None
+    check_nesting(data, origin)
+    return data
 
 # config section -> "module:Class" of the step settings that own its keys (DAG order)
 SECTIONS: dict[str, str] = {
@@ -94,15 +317,17 @@ _MISSING = dataclasses.MISSING
 def setting(default: Any = _MISSING, help: str = "", *, minimum: float | None = None,
             maximum: float | None = None, exclusive_minimum: float | None = None,
             exclusive_maximum: float | None = None, config: bool = True, bookkeeping: bool = False,
-            key: str | None = None, url: bool = False, several: bool = False, length: int | None = None) -> Any:
+            key: str | None = None, url: bool = False, several: bool = False, length: int | None = None,
+            env_name: bool = False) -> Any:
     """A settings field: its default, a one-line description, and its allowed range. ``several``: the
     config may list several values (each a run of the step, which reads one: the first unless its rule
     derives another; :func:`lara.config.step_settings`). ``bookkeeping``
     marks a key that changes how a run is logged or checkpointed, never its result (a checkpoint
     made under another value is still resumed). ``key``: the config key (another section's) that
     the value comes from; such a field is not a key of the step's own section. ``url``: a URL that must not
-    carry credentials (``x-no-credentials``, checked by :func:`lara.config.strict_validator`). ``length``: a list
-    of exactly that many values (``[lo, hi]``)."""
+    carry credentials (``x-no-credentials``, checked by :func:`strict_validator`). ``length``: a list
+    of exactly that many values (``[lo, hi]``). ``env_name``: the name of an environment variable, never a key
+    itself (``x-env-name``)."""
     if not help:
         raise ValueError("every setting needs a description")
     if key is not None:
@@ -112,7 +337,7 @@ def setting(default: Any = _MISSING, help: str = "", *, minimum: float | None = 
                 "length": length, "range": {
         k: v for k, v in (("minimum", minimum), ("maximum", maximum), ("exclusiveMinimum", exclusive_minimum),
                           ("exclusiveMaximum", exclusive_maximum)) if v is not None} | (
-        {"x-no-credentials": True} if url else {})}
+        {"x-no-credentials": True} if url else {}) | ({"x-env-name": True} if env_name else {})}
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -165,8 +390,6 @@ class Settings:
     def __post_init__(self):
         """Check every field against its schema with the validator the config goes through
         (lara.config), so a step refuses exactly what the schema refuses, naming the key."""
-        from lara.config import ConfigError, error_message, schema_errors
-
         cls = type(self)
         schema = {"type": "object", "properties": _field_schemas(cls)}
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -195,8 +418,6 @@ class Settings:
     @classmethod
     def from_mapping(cls, data: dict, origin: str = "--settings", **others):
         """The settings from a config section (``data``) plus the values that come from elsewhere."""
-        from lara.config import ConfigError
-
         if not isinstance(data, dict):
             raise ConfigError(f"{origin}: expected a mapping of {cls.SECTION or cls.__name__} settings")
         unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
@@ -204,7 +425,7 @@ class Settings:
         if old:
             raise ConfigError(f"{origin}: " + "; ".join(old))
         if unknown:
-            raise ConfigError(f"{origin}: unknown key {', '.join(cls.key(k) for k in unknown)} "
+            raise ConfigError(f"{origin}: unknown key {listed(cls.key(shown(k)) for k in unknown)} "
                               f"(known: {', '.join(cls.config_keys() + list(cls.borrowed()))})")
         missing = [f.name for f in dataclasses.fields(cls) if f.name not in data and f.name not in others
                    and f.default is _MISSING and f.default_factory is _MISSING]
@@ -214,13 +435,7 @@ class Settings:
 
     @classmethod
     def from_json(cls, text: str, origin: str = "--settings", **others):
-        from lara.config import ConfigError
-
-        try:
-            data = json.loads(text) if text else {}
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{origin}: not valid JSON: {exc}") from None
-        return cls.from_mapping(data, origin, **others)
+        return cls.from_mapping(strict_json(text, origin) if text else {}, origin, **others)
 
     def result_settings(self) -> dict:
         """Every field that can change a run's result (all but the bookkeeping ones)."""
@@ -333,10 +548,13 @@ def _parser_of(schema: dict):
     if base is None:  # booleans and lists: JSON (true, false, [1, 2])
         def parse_json(text: str):
             try:
-                return json.loads(text)
+                return _strict_loads(text, "the value")
             except json.JSONDecodeError:
-                raise argparse.ArgumentTypeError(f"not JSON: {text!r} (a list is written [0, 0.5, 1], a "
-                                                 "boolean true or false)") from None
+                cut = "..." if len(text) > SHOWN_LENGTH else ""
+                raise argparse.ArgumentTypeError(f"not JSON: {text[:SHOWN_LENGTH]!r}{cut} (a list is written "
+                                                 "[0, 0.5, 1], a boolean true or false)") from None
+            except ConfigError as exc:
+                raise argparse.ArgumentTypeError(str(exc)) from None
 
         parse_json.__name__ = "JSON"
         return parse_json
@@ -350,12 +568,7 @@ def _parser_of(schema: dict):
 
 def read_settings(args: argparse.Namespace, cls, **others):
     """The settings of a step from its parsed arguments (see :func:`add_settings_arguments`)."""
-    from lara.config import ConfigError
-
-    try:
-        data = json.loads(args.settings) if args.settings else {}
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"--settings: not valid JSON: {exc}") from None
+    data = strict_json(args.settings, "--settings") if args.settings else {}
     if not isinstance(data, dict):
         raise ConfigError("--settings: expected a JSON object")
     for name in [*cls.config_keys(), *cls.borrowed()]:
@@ -376,8 +589,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
-    from lara.config import ConfigError
-
     text = render_schema_file()
     if args.write:
         SCHEMA_FILE.write_text(text)
