@@ -49,8 +49,11 @@ class JudgeSettings(Settings):
                                    url=True)
     model: str | None = setting("oracle", 'Judge model name; "oracle" = the toy oracle; null = no judge (its jobs '
                                           "are skipped).")
-    api_key_env: str = setting("OPENAI_API_KEY", "Environment variable holding the key (checked before any request; "
-                                                 "an endpoint that needs no key accepts any non-empty value).")
+    api_key_env: str = setting("OPENAI_API_KEY", "Name of the environment variable holding the key (checked before "
+                                                 "any request; an endpoint that needs no key accepts any non-empty "
+                                                 "value). A name (letters, digits, _), never the key: a value that "
+                                                 "looks like a key is refused without being repeated.",
+                               env_name=True)
     retries: int = setting(5, "Retries of a request that failed transiently (connection error, timeout, 408/409/429, "
                               "5xx), with jittered exponential back-off and the server's Retry-After.", minimum=0)
     timeout: float = setting(60.0, "Seconds one request may take.", exclusive_minimum=0)
