@@ -41,6 +41,8 @@ if workflow.modifier.is_module and workflow.modifier.skip_configfile:
 else:
     CONFIG_LAYERS = lara_config.layers(*_sources, overrides=dict(workflow.config_settings.config))
 _validated = lara_config.validate(lara_config.merged(CONFIG_LAYERS), schema=_schema, source=", ".join(_sources))
+# results/{experiment}/ of another configuration (its settings.tsv names the file that named the experiment): refused
+lara_config.check_results(CONFIG_LAYERS, _validated["experiment"], Path("results"))
 config.clear()
 config.update(_validated)
 # local paths that are not there and top_k beyond the vocabulary: refused now, not when a job gets there
