@@ -57,7 +57,7 @@ def make_parser(only: str | None = None) -> argparse.ArgumentParser:
         module = importlib.import_module(module_name)
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
-        p.set_defaults(_run=module.run)
+        p.set_defaults(_run=module.run, _flags=_flag_names(p))
     return parser
 
 
@@ -163,6 +163,20 @@ def _limits(folder: str) -> tuple[int, int]:
     return limits[0], limits[1]
 
 
+def _check_output_name(flag: str, value: str, folder: bool) -> None:
+    """An output's name, as given, can name an output: not empty, not ``-``, and (for a file) not a folder's."""
+    from lara.config import ConfigError
+
+    what = "a folder" if folder else "a file"
+    if value == "":
+        raise ConfigError(f"{flag} '': an empty path; name {what} (nothing was computed)")
+    if value == "-":
+        raise ConfigError(f"{flag} -: this step cannot write to standard output; name {what} (nothing was computed)")
+    if not folder and (value.endswith(os.sep) or value.endswith(f"{os.sep}.") or value in (".", "..")):
+        raise ConfigError(f"{flag} {_shown(value)}: names a folder (it ends in {os.sep!r} or '.'); this step writes "
+                          "a file there: give the file's name (nothing was computed)")
+
+
 def _check_one_output(flag: str, value: str, folder: bool) -> None:
     """One output can be written where it is named: a name, within the file system's limits, a file (or,
     for a folder output, a folder) or nothing there, in a folder this process can write in."""
@@ -175,13 +189,6 @@ def _check_one_output(flag: str, value: str, folder: bool) -> None:
 
     what = "a folder" if folder else "a file"
     shown = f"{flag} {_shown(value)}"
-    if value == "":
-        raise ConfigError(f"{flag} '': an empty path; name {what} (nothing was computed)")
-    if value == "-":
-        raise ConfigError(f"{flag} -: this step cannot write to standard output; name {what} (nothing was computed)")
-    if not folder and (value.endswith(os.sep) or value.endswith(f"{os.sep}.") or value in (".", "..")):
-        raise ConfigError(f"{shown}: names a folder (it ends in {os.sep!r} or '.'); this step writes a file there: "
-                          f"give the file's name (nothing was computed)")
     path = os.path.abspath(value)
     here = os.path.dirname(path)  # the nearest folder that is there: the limits are its file system's
     while not os.path.isdir(here) and here != os.path.dirname(here):
@@ -278,8 +285,18 @@ def input_paths(args, outputs) -> list[tuple[str, str]]:
     return found
 
 
-def _flag(dest: str) -> str:
-    return f"--{dest.replace('_', '-')}"
+def _flag_names(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """How a step's command line names each destination: its long option (``--tau`` for ``setting_tau``), or,
+    for a positional argument, its name."""
+    names = {}
+    for action in parser._actions:
+        longest = max(action.option_strings, key=len, default=None)
+        names[action.dest] = longest or (action.metavar if isinstance(action.metavar, str) else action.dest)
+    return names
+
+
+def _flag(dest: str, args=None) -> str:
+    return getattr(args, "_flags", {}).get(dest) or f"--{dest.replace('_', '-')}"
 
 
 def check_outputs(args) -> None:
@@ -292,26 +309,34 @@ def check_outputs(args) -> None:
 
     outputs, folders = output_flags(args)
     for dest, value in outputs.items():
-        _check_one_output(_flag(dest), value, dest in folders)
+        _check_output_name(_flag(dest, args), value, dest in folders)
     inputs = input_paths(args, outputs)
     seen: list[str] = []
     for dest, value in outputs.items():
-        shown = f"{_flag(dest)} {_shown(value)}"
+        shown = f"{_flag(dest, args)} {_shown(value)}"
         for other in seen:
             if _same(value, outputs[other]):
-                raise ConfigError(f"{shown}: is also the output {_flag(other)}; one file cannot hold both (nothing "
-                                  "was computed)")
+                raise ConfigError(f"{shown}: is also the output {_flag(other, args)}; one file cannot hold both "
+                                  "(nothing was computed)")
+        for other in outputs:
+            if other != dest and other in folders and _inside(value, outputs[other]):
+                raise ConfigError(f"{shown}: is inside the output folder {_flag(other, args)} "
+                                  f"{_shown(outputs[other])}; writing one would change the other (nothing was "
+                                  "computed)")
         seen.append(dest)
         for idest, ipath in inputs:
+            given = f"{_flag(idest, args)} {_shown(ipath)}"
             if _same(value, ipath):
-                raise ConfigError(f"{shown}: is also the input {_flag(idest)} (nothing was computed; the input is "
-                                  "left as it was)")
+                raise ConfigError(f"{shown}: is also the input {_flag(idest, args)} (nothing was computed; the "
+                                  "input is left as it was)")
             if os.path.isdir(ipath) and _inside(value, ipath):
-                raise ConfigError(f"{shown}: is inside the input folder {_flag(idest)} {_shown(ipath)}; writing it "
-                                  "would change that input (nothing was computed)")
+                raise ConfigError(f"{shown}: is inside the input folder {given}; writing it would change that input "
+                                  "(nothing was computed)")
             if dest in folders and _inside(ipath, value):
-                raise ConfigError(f"{shown}: holds the input {_flag(idest)} {_shown(ipath)}, and this step replaces "
-                                  "that folder (nothing was computed; the input is left as it was)")
+                raise ConfigError(f"{shown}: holds the input {given}, and this step replaces that folder (nothing "
+                                  "was computed; the input is left as it was)")
+    for dest, value in outputs.items():
+        _check_one_output(_flag(dest, args), value, dest in folders)
 
 
 def _write_failed(args, exc) -> str:
@@ -322,7 +347,7 @@ def _write_failed(args, exc) -> str:
         outputs = {}
     for dest, value in outputs.items():
         if _same(str(exc.path), value) or _inside(str(exc.path), value):
-            return f"{_flag(dest)} {_shown(value)}: {exc.explain()}"
+            return f"{_flag(dest, args)} {_shown(value)}: {exc.explain()}"
     return f"{_shown(str(exc.path))}: {exc.explain()}"
 
 
