@@ -181,7 +181,7 @@ def test_ids_that_collapse_to_one_are_refused(run):
         return d
     fake = _copy_table(run / "eval_star.parquet", run / "ids.parquet", collapse)
     rc, text = aggregate(run, scores=[fake], bon_star=fake)
-    assert rc == 2 and "prompt ids '01' and '1' are one id" in text
+    assert rc == 2 and "column 'prompt_id' holds the ids '01' and '1', which are one id" in text
 
 
 def test_one_prompt_under_two_ids_is_refused(run):

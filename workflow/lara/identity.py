@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,12 +55,11 @@ def text_key(text) -> str:
 
 
 def id_key(value) -> str:
-    """What an id collapses to when files are joined or re-read: its text, stripped, and a whole number
-    without leading zeros or a float part ("01", " 1", 1, 1.0 and "1" are one id)."""
-    text = str(value).strip()
-    if re.fullmatch(r"[+-]?[0-9]+(\.0*)?", text):
-        return str(int(float(text))) if len(text) < 16 else text.lstrip("+").split(".")[0].lstrip("0") or "0"
-    return text
+    """What an id collapses to once written and read again (:func:`lara.data.ids.id_key`: "01", " 1", 1, 1.0 and
+    "1" are one id)."""
+    from lara.data.ids import id_key as key
+
+    return key(value)
 
 
 def digest(keys) -> str:

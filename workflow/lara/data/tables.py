@@ -58,11 +58,15 @@ def read_table(path: str | Path, required: list[str] | tuple[str, ...] = ()) -> 
         df = reader(path)
     except ValueError as exc:
         raise DataError(f"{path}: could not be read: {exc}") from None
+    from lara.data.ids import check_id_types, plain_index
+
+    df = plain_index(df, path)  # a pandas index stored by the writer is a column again (or dropped), never the rows
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise DataError(f"{path}: missing column(s) {', '.join(missing)} "
                         f"(found: {', '.join(map(str, df.columns))})")
     check_ids(df, path)
+    check_id_types(df, path)
     return df
 
 
