@@ -18,9 +18,10 @@ _PATTERNS = [
     re.compile(r"(?i)(bearer\s+)[^\s\"',}]+"),
     re.compile(r"(?i)((?:api[-_]?key|x-api-key)[\"']?\s*[:=]\s*[\"']?)[^\s\"',}&]+"),
     re.compile(r"\b(sk-)[A-Za-z0-9_\-]{8,}"),
-    re.compile(r"([a-z][a-z0-9+.-]*://)[^/\s@\"']+@", re.I),  # user:password@host
-    re.compile(r"(?i)([?&;](?:[^=&#\s\"']*(?:key|token|secret|password|passwd|pwd|auth|credential)[^=&#\s\"']*"
-               r"|sig|signature|code)=)[^&#\s\"']+"),
+    # user:password@host (a scheme is short: unbounded, a long run of letters took quadratic time)
+    re.compile(r"([a-z][a-z0-9+.-]{0,31}://)[^/\s@\"']+@", re.I),
+    re.compile(r"(?i)([?&;](?:[^=&#\s\"']{0,100}(?:key|token|secret|password|passwd|pwd|auth|credential)"
+               r"[^=&#\s\"']{0,100}|sig|signature|code)=)[^&#\s\"']+"),
 ]
 
 
@@ -34,12 +35,16 @@ _KEY_LIKE = [
     re.compile(r"AKIA[0-9A-Z]{16}"),
     re.compile(r"AIza[0-9A-Za-z_-]{30,}"),
 ]
-_RANDOM_RUN = re.compile(r"(?=[A-Za-z0-9]*[0-9])(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{20,}")
+_RUN = re.compile(r"[A-Za-z0-9]{20,}")
 
 
 def looks_like_key(text: str) -> bool:
-    """Whether ``text`` looks like an API key or token rather than the name of the variable that holds one."""
-    return any(p.match(text) for p in _KEY_LIKE) or _RANDOM_RUN.search(text) is not None
+    """Whether ``text`` looks like an API key or token rather than the name of the variable that holds one
+    (in time linear in its length)."""
+    if any(p.match(text) for p in _KEY_LIKE):
+        return True
+    return any(re.search(r"[0-9]", run) and re.search(r"[A-Za-z]", run)
+               for run in (m.group(0) for m in _RUN.finditer(text)))
 
 
 def env_name_problem(value: str) -> str | None:
