@@ -64,7 +64,7 @@ def _fifo(name):
 
 
 def _scores(t):
-    candidates().assign(method="bon", setting="zero", helpfulness=1.0, harmfulness=0.0,
+    candidates(n=1).assign(method="bon", setting="zero", helpfulness=1.0, harmfulness=0.0,
                         **{"lambda": 0.0}).to_parquet(t / "s.parquet")
 
 
@@ -114,8 +114,14 @@ def _sft_with_an_index(t):
 
 
 def _toy_inputs_in(folder):
-    return [_write(f"{folder}/alpaca.jsonl", json.dumps({"instruction": "a", "input": "", "output": "b"}) + "\n"),
-            _write(f"{folder}/pairs.jsonl", "{}\n")]
+    def make(t):
+        from lara.toy.world import ToyWorldSettings, generate
+
+        world = generate(ToyWorldSettings(seed=5, n_sft=30, n_pairs=40, n_eval_prompts=10))
+        (t / folder).mkdir(parents=True, exist_ok=True)
+        for name, rows in (("alpaca.jsonl", world["alpaca"]), ("pairs.jsonl", world["safe_rlhf"])):
+            (t / folder / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return [make]
 
 
 def _tau(value):
@@ -163,8 +169,12 @@ CAL = ["calibrate", "--scores", "{t}/cand.parquet", "--tau", "0", "--bootstrap",
 SEL = ["select-bon", "--candidates", "{t}/cand.parquet", "--setting", "zero", "--overpenalised-lambda", "5", "--out"]
 AGG = ["aggregate", "--scores", "{t}/s.parquet", "--tau", "0"]
 SPLIT = ["split-prompts", "--n-calibration", "5", "--n-test", "5"]
+FOLDER_SPLIT = [*SPLIT, "--split", "train", "--source", "{t}/data"]  # from a local dataset folder (its one split)
 TRAIN = ["train-sft", "--model", "{t}/m", "--data", "{t}/cand.parquet", "--checkpoints", "{t}/ck", "--out"]
-TOY = ["make-toy-model", "--alpaca", "{t}/d/alpaca.jsonl", "--preferences", "{t}/d/pairs.jsonl", "--out"]
+TOY = ["make-toy-model", "--alpaca", "{t}/d/alpaca.jsonl", "--preferences", "{t}/d/pairs.jsonl", "--vocab-size", "300",
+       "--hidden-size", "16", "--intermediate-size", "32", "--num-hidden-layers", "1", "--num-attention-heads", "2",
+       "--num-key-value-heads", "1", "--out"]
+CONFIG = str(Path(__file__).resolve().parents[2] / "config" / "config.yaml")
 MODEL = [_cand, _write("m/config.json", "{}")]
 NAME_MAX = os.pathconf("/tmp", "PC_NAME_MAX")
 LONG_DIR = "/".join(["d" * 250] * 20)
@@ -187,17 +197,17 @@ CASES = [
          ["judge", "--responses", "{t}/cand.parquet", "--cache", "{t}/cand.parquet", "--out", "{t}/j.parquet"], 2,
          [f"--cache {{t}}/cand.parquet: is also the input --responses {NOTHING}"]),
     Case("validate-config: --out is a config file it reads", [_write("c.yaml", "seed: 1\n")],
-         ["validate-config", "{t}/c.yaml", "--out", "{t}/c.yaml"], 2,
+         ["validate-config", CONFIG, "{t}/c.yaml", "--out", "{t}/c.yaml"], 2,
          [f"--out {{t}}/c.yaml: is also the input configs {NOTHING}"]),
     Case("train-sft: --out is the --model folder", MODEL, [*TRAIN, "{t}/m"], 2,
          [f"--out {{t}}/m: is also the input --model {NOTHING}"]),
     # ... a file inside an input folder, an input inside an output folder
     Case("split-prompts: --test is a file of the --source folder", [_dataset_folder],
-         [*SPLIT, "--source", "{t}/data", "--calibration", "{t}/cal.parquet", "--test", "{t}/data/pool.jsonl"], 2,
+         [*FOLDER_SPLIT, "--calibration", "{t}/cal.parquet", "--test", "{t}/data/pool.jsonl"], 2,
          ["--test {t}/data/pool.jsonl: is inside the input folder --source {t}/data; writing it would change that "
           "input (nothing was computed)"]),
     Case("split-prompts: --calibration a new file in the --source folder", [_dataset_folder],
-         [*SPLIT, "--source", "{t}/data", "--calibration", "{t}/data/cal.parquet", "--test", "{t}/test.parquet"], 2,
+         [*FOLDER_SPLIT, "--calibration", "{t}/data/cal.parquet", "--test", "{t}/test.parquet"], 2,
          ["--calibration {t}/data/cal.parquet: is inside the input folder --source {t}/data"]),
     Case("train-sft: --out a folder inside --model", MODEL, [*TRAIN, "{t}/m/sft"], 2,
          ["--out {t}/m/sft: is inside the input folder --model {t}/m"]),
@@ -209,7 +219,7 @@ CASES = [
          2, ["--audit {t}/s.csv: is also the output --out; one file cannot hold both (nothing was computed)"]),
     Case("split-prompts: --calibration and --test one file through a link", [_dataset_folder, _mkdir("out"),
                                                                             _symlink("same", "out")],
-         [*SPLIT, "--source", "{t}/data", "--calibration", "{t}/out/x.parquet", "--test", "{t}/same/x.parquet"], 2,
+         [*FOLDER_SPLIT, "--calibration", "{t}/out/x.parquet", "--test", "{t}/same/x.parquet"], 2,
          ["--test {t}/same/x.parquet: is also the output --calibration"]),
     Case("train-sft: --checkpoints inside --out", MODEL,
          ["train-sft", "--model", "{t}/m", "--data", "{t}/cand.parquet", "--checkpoints", "{t}/new/ck", "--out",
