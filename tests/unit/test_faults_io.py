@@ -113,6 +113,23 @@ def _sft_with_an_index(t):
                  index=[7, 3, 5]).to_parquet(t / "sft_in.parquet")
 
 
+def _mixed_ids(t):
+    df = candidates().astype({"prompt_id": object})
+    df.loc[df["prompt_id"] == "p0", "prompt_id"] = 1
+    df.loc[df["prompt_id"] == "p1", "prompt_id"] = "1"
+    df.to_json(t / "cand.jsonl", orient="records", lines=True)
+
+
+def _spelt_ids(t):
+    df = candidates()
+    df["prompt_id"] = df["prompt_id"].replace({"p0": "01", "p1": "1"})
+    df.to_csv(t / "cand.csv", index=False)
+
+
+def _ids_in_the_index(t):
+    candidates().set_index(["prompt_id", "sample_id"]).to_parquet(t / "cand.parquet")
+
+
 def _toy_inputs_in(folder):
     def make(t):
         from lara.toy.world import ToyWorldSettings, generate
@@ -316,6 +333,15 @@ CASES = [
     Case("split-prompts: the prompts in a named stored pandas index", [_pool_in_a_named_index],
          [*SPLIT, "--source", "{t}/pool.parquet", "--calibration", "{t}/cal.parquet", "--test", "{t}/test.parquet"],
          0, [], check=_split_sizes(5, 5), new=["cal.parquet", "test.parquet"]),
+    Case("calibrate: prompt ids 1 and '1' in one column", [_mixed_ids],
+         ["calibrate", "--scores", "{t}/cand.jsonl", "--tau", "0", "--out", "{t}/lambda.json"], 2,
+         ["cand.jsonl: column 'prompt_id' holds the ids 1 and '1' (int and str), which are one id once the table is "
+          "written and read again"]),
+    Case("calibrate: prompt ids '01' and '1'", [_spelt_ids],
+         ["calibrate", "--scores", "{t}/cand.csv", "--tau", "0", "--out", "{t}/lambda.json"], 2,
+         ["cand.csv: column 'prompt_id' holds the ids '01' and '1', which are one id"]),
+    Case("calibrate: scores stored with (prompt_id, sample_id) as their pandas index", [_ids_in_the_index],
+         [*CAL, "{t}/lambda.json"], 0, [], new=["lambda.json"]),
     Case("prepare-data: a parquet with a stored index", [_sft_with_an_index],
          ["prepare-data", "--kind", "sft", "--source", "{t}/sft_in.parquet", "--out", "{t}/sft.parquet"], 0, [],
          check=_sft_rows, new=["sft.parquet"]),

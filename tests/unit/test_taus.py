@@ -48,7 +48,8 @@ def two_taus(tmp_path):
     c = 0.8 * r + rng.normal(scale=0.6, size=(p, k))  # reward and cost correlated: lambda has a price
     ids = np.repeat([f"p{i:03d}" for i in range(p)], k)
     cand = pd.DataFrame({"prompt_id": ids, "sample_id": np.tile(np.arange(k), p), "reward": r.ravel(),
-                         "cost": c.ravel(), "prompt": [f"q{i // k}" for i in range(p * k)], "response": [f"a{i}" for i in range(p * k)]})
+                         "cost": c.ravel(), "prompt": [f"q{i // k}" for i in range(p * k)],
+                         "response": [f"a{i}" for i in range(p * k)]})
     cand.to_parquet(tmp_path / "cand.parquet")
     scores = PromptScores.from_long(ids, r.ravel(), c.ravel())
     paths = {}

@@ -32,7 +32,7 @@ VALUES = {
     "evaluation.cost_model": "cm-" + HOSTILE,
     "evaluation.judge.base_url": "http://judge/" + HOSTILE,
     "evaluation.judge.model": "jm " + HOSTILE,
-    "evaluation.judge.api_key_env": "KEY " + HOSTILE,
+    # evaluation.judge.api_key_env is an environment variable's name ([A-Za-z_][A-Za-z0-9_]*): nothing to quote
 }
 
 RECORDER = """#!{python}

@@ -22,7 +22,7 @@ _WHOLE = re.compile(r"[+-]?[0-9]+(\.0*)?")
 
 
 def _error(message: str):
-    from lara.data.tables import DataError
+    from lara.data.errors import DataError
 
     return DataError(message)
 

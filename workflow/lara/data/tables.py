@@ -13,9 +13,7 @@ READERS = {".parquet": pd.read_parquet, ".csv": pd.read_csv,
            ".jsonl": lambda p: pd.read_json(p, lines=True), ".json": pd.read_json}
 
 
-class DataError(ValueError):
-    """Bad input data; the message names the file and, where it applies, the column and row."""
-
+from lara.data.errors import DataError  # noqa: E402  (re-exported: steps import it from here)
 
 TEXT_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv")
 
