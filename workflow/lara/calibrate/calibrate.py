@@ -243,8 +243,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--allow-infeasible", action="store_true",
                         help="write lambda_search_max (feasible: false) instead of failing when tau is unreachable")
     parser.add_argument("--allow-clipping", action="store_true",
-                        help=f"deploy a crc or ltt lambda although cost_bounds clip more than {MAX_CLIPPED:.0%} of "
-                        "the calibration costs (the guarantee is then about a cost the cost model rarely gives)")
+                        help=f"deploy a crc or ltt lambda although cost_bounds clip more than "
+                        f"{MAX_CLIPPED * 100:g}%% of the calibration costs (the guarantee is then about a cost "
+                        "the cost model rarely gives)")
     parser.add_argument("--out", required=True, help="output lambda.json")
 
 
