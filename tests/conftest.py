@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -282,3 +283,22 @@ def hub_cache_put(cache: Path, repo_id: str, files: dict[str, bytes | Path], rep
         (repo / "refs" / ref).parent.mkdir(parents=True, exist_ok=True)
         (repo / "refs" / ref).write_text(commit)
     return commit
+
+
+@dataclass
+class Case:
+    """A fault case of the catalogue (test_faults, test_faults_config, test_faults_io): the inputs it writes into
+    its folder, the `lara` argv ("{t}" is the folder), the exit status and the messages it must print."""
+
+    name: str
+    make: list  # functions writing the inputs into the case's folder
+    argv: list  # after `lara`; "{t}" is the case's folder
+    rc: int
+    messages: list  # each must appear in stderr + stdout ("{t}" replaced where the runner says so)
+    absent: list = field(default_factory=list)  # outputs that must not exist afterwards
+    env: dict | None = None
+    hidden: list = field(default_factory=list)  # text that must appear nowhere in the output (a secret)
+    longest: int = 2000  # the longest error line (a hostile key is not repeated in full)
+    cwd: bool = False  # run in the case's folder (the argv's relative paths are relative to it)
+    check: object = None  # a function of the case's folder, run after a successful case
+    new: list = field(default_factory=list)  # files a successful case writes

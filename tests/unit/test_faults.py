@@ -8,7 +8,6 @@ endpoint faults; test_trail.py: provenance holes) and are listed in docs/faults.
 import json
 import subprocess
 import sys
-from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -17,7 +16,7 @@ import yaml
 
 from lara.decode.rgtg import RGTGSettings
 
-from ..conftest import REPO, copy_workflow, lara_in_process, run_snakemake
+from ..conftest import REPO, Case, copy_workflow, lara_in_process, run_snakemake
 
 
 def lara(*args, env=None):
@@ -60,16 +59,6 @@ PAIRS = [{"prompt": f"q{i}", "response_0": "a", "response_1": "b", "better_respo
 SFT_LINE = json.dumps({"instruction": "a", "input": "", "output": "x"})
 
 
-@dataclass
-class Case:
-    name: str
-    make: list  # functions writing the inputs into the case's folder
-    argv: list  # after `lara`; "{t}" is the case's folder
-    rc: int
-    messages: list  # each must appear in stderr + stdout
-    absent: list = field(default_factory=list)  # outputs that must not exist afterwards
-    env: dict | None = None
-    hidden: list = field(default_factory=list)  # text that must appear nowhere in the output (a secret)
 
 
 def lambda_json(change):

@@ -8,7 +8,6 @@ package's shape: no import cycle among lara's modules, no function over 80 lines
 
 import ast
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from ..conftest import REPO, copy_workflow, lara_in_process, run_snakemake
+from ..conftest import REPO, Case, copy_workflow, lara_in_process, run_snakemake
 
 CONFIG = str(REPO / "config" / "config.yaml")
 PAPER = str(REPO / "config" / "paper-llama.yaml")
@@ -55,16 +54,6 @@ def laughs(t):
     (t / "laughs.yaml").write_text("\n".join(lines) + "\n")
 
 
-@dataclass
-class Case:
-    name: str
-    make: list  # functions writing the inputs into the case's folder
-    argv: list  # after `lara`; "{t}" is the case's folder
-    rc: int
-    messages: list  # each must appear in stderr + stdout
-    absent: list = field(default_factory=list)  # outputs that must not exist afterwards
-    hidden: list = field(default_factory=list)  # text that must appear nowhere in the output (a secret)
-    longest: int = 2000  # the longest error line (a hostile key is not repeated in full)
 
 
 CAL = ["calibrate", "--scores", "{t}/cand.parquet", "--tau", "0", "--out", "{t}/lambda.json"]

@@ -20,14 +20,13 @@ import stat
 import subprocess
 import sys
 import textwrap
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from ..conftest import lara_in_process
+from ..conftest import Case, lara_in_process
 
 
 def candidates(n_prompts=25, n=4, seed=0):
@@ -170,16 +169,6 @@ def _sft_rows(t):
     assert list(out["output"]) == ["x", "y", "z"]
 
 
-@dataclass
-class Case:
-    name: str
-    make: list  # functions writing the inputs into the case's folder
-    argv: list  # after `lara`; "{t}" is the case's folder
-    rc: int
-    messages: list  # each must appear in stderr + stdout ("{t}" replaced)
-    cwd: bool = False  # run in the case's folder (the argv's relative paths are relative to it)
-    check: object = None  # a function of the case's folder, run after a successful case
-    new: list = field(default_factory=list)  # files a successful case writes
 
 
 CAL = ["calibrate", "--scores", "{t}/cand.parquet", "--tau", "0", "--bootstrap", "200", "--out"]
