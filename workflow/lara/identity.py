@@ -78,25 +78,17 @@ class PromptSet:
         return {"n": self.n, "digest": self.digest} | ({"keys": sorted(self.keys)} if with_keys else {})
 
 
-def _check_collapsing_ids(distinct: pd.Series, where: str) -> None:
-    keys = distinct.map(id_key)
-    twice = keys.duplicated(keep=False).to_numpy()
-    if twice.any():
-        first = keys[twice].iloc[0]
-        both = distinct[(keys == first).to_numpy()].tolist()
-        raise _error(f"{where}: prompt ids {both[0]!r} and {both[1]!r} are one id once read as text; give each "
-                     "prompt one id of one type")
-
-
 def prompt_set(df: pd.DataFrame, where: str, per_prompt: int | None = None) -> PromptSet:
     """The distinct prompts of ``df`` (by ``prompt_id``, and by text where a ``prompt`` column is there),
     refusing ids that collapse to one, two ids for one text, and (``per_prompt``: the rows each prompt
     has, 1 for a table of one response per prompt) a prompt given more often than that."""
     if "prompt_id" not in df.columns:
         raise _error(f"{where}: no prompt_id column")
+    from lara.data.ids import check_id_types
+
     ids = df["prompt_id"]
     distinct = pd.Series(pd.unique(ids), dtype=object)
-    _check_collapsing_ids(distinct, where)
+    check_id_types(pd.DataFrame({"prompt_id": distinct}), where, ("prompt_id",))  # "01" and "1": one id
     if per_prompt is not None:
         counts = ids.map(id_key).value_counts()
         over = counts[counts > per_prompt]
@@ -266,9 +258,6 @@ def distinct_files(paths: list[str | Path], flag: str) -> None:
                          "given once")
         seen[key] = str(p)
 
-
-def setting_shown(value) -> str:
-    return str(value)
 
 
 # ---------------------------------------------------------------------------------------------
