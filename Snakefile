@@ -18,6 +18,12 @@
 #   results/{exp}/decode/{policy}/responses.parquet           policy: sft, safe_rlhf, safedpo (fine-tuned baselines)
 #   results/{exp}/eval/{method}/{lam}/{scores,judge}.parquet  evaluation scores and judge ratings (policies: eval/{policy}/)
 #   results/{exp}/eval/{summary.csv,constraint_audit.json}    means with bootstrap CIs; Best-of-N at lambda* vs tau
+#   results/{exp}/data/prompts_deployment.parquet           the deployment pool (never a calibration prompt)
+#   results/{exp}/deployment/{samples,scores}.parquet         its K candidates per prompt from pi_ref, scored
+#   results/{exp}/deployment/{scenario}/stream.parquet        a shift scenario's stream (T visits x N candidates)
+#   results/{exp}/deployment/{scenario}/online_{eta}.{parquet,json}   Best-of-N with the online lambda
+#   results/{exp}/deployment/{scenario}/{arms.csv,trace.parquet}     fixed lambda*, LTT, online, the oracle
+#   results/{exp}/deployment/report.csv                       every scenario's arms (lara summary)
 #   results/{exp}/figures/{name}.{png,pdf,provenance.json}    lambda_sweep (Fig. 1), tradeoff (Fig. 2), calibration
 #   logs/{exp}/{rule}.log, benchmarks/{exp}/{rule}.tsv        per-job logs and timings
 from snakemake.utils import min_version
@@ -44,6 +50,7 @@ include: "rules/baselines.smk"
 include: "rules/calibrate.smk"
 include: "rules/decode.smk"
 include: "rules/evaluate.smk"
+include: "rules/deploy.smk"
 include: "rules/figures.smk"
 
 

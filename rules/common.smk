@@ -65,6 +65,7 @@ TOY_FILES = {
     "sft": f"{RESULTS}/toy/alpaca.jsonl",
     "preferences": f"{RESULTS}/toy/safe_rlhf.jsonl",
     "prompts": f"{RESULTS}/toy/prompts.jsonl",
+    "deployment": f"{RESULTS}/toy/deployment.jsonl",
 }
 
 # policies: the base ones and the decode.policy_variants; a variant with train overrides is its own model,
@@ -109,7 +110,9 @@ WILDCARDS = {
     "n": "[0-9]+",
     "kind": "reward|cost",
     "method": "args|pargs|cdq",
-    "pool": "calibration|value|bon",
+    "pool": "calibration|value|bon|deployment",
+    "scenario": _alternatives(list(config.get("deployment", {}).get("scenarios", {})) or ["none"]),
+    "eta": "[0-9]+(p[0-9]+)?",
     "lam": "zero|hat|star|max|direct|crc|ltt|star_tau_m?[0-9]+(p[0-9]+)?|[0-9]+(p[0-9]+)?",
     "tau": "m?[0-9]+(p[0-9]+)?",
     "beta": "[0-9]+(p[0-9]+)?",
@@ -206,6 +209,12 @@ SAMPLE_POOLS = {
         "n": config["decode"]["bon_n"],
         "max_prompts": None,
         "seed": config["seed"] + 1,
+    },
+    "deployment": {
+        "prompts": f"{RESULTS}/data/prompts_deployment.parquet",
+        "n": config["deployment"]["samples_per_prompt"],
+        "max_prompts": None,
+        "seed": config["seed"] + 2,
     },
 }
 
@@ -495,7 +504,31 @@ def final_outputs():
         targets += figure_files("taus")
     if CERTIFIED_SETTINGS:
         targets += [f"{RESULTS}/calibration/coverage.json"] + figure_files("coverage")
+    if SCENARIOS:
+        targets.append(f"{RESULTS}/deployment/report.csv")
     return targets
+
+
+# lambda after deployment (rules/deploy.smk): the shift scenarios and the online arms' step sizes
+SCENARIOS = config["deployment"]["scenarios"]
+STEP_SIZES = [float(e) for e in (lambda v: v if isinstance(v, list) else [v])(config["deployment"]["step_size"])]
+
+
+def deployment_source():
+    """The deployment pool's source: the toy world's, a local path, or a hub id."""
+    source = config["deployment"]["prompts"]["source"]
+    return TOY_FILES["deployment"] if source == "toy" else source
+
+
+def deployment_input():
+    """The deployment pool's file (tracked), or the fetch_hub manifest for a hub id."""
+    source = deployment_source()
+    toy = source == TOY_FILES["deployment"]
+    return [source] if toy or Path(source).exists() else hub_input("deployment.prompts.source")
+
+
+def online_outputs(scenario):
+    return [f"{RESULTS}/deployment/{scenario}/online_{literal_name(eta)}.parquet" for eta in STEP_SIZES]
 
 
 def coverage_population():

@@ -26,6 +26,7 @@ rule make_toy_world:
         alpaca="results/{exp}/toy/alpaca.jsonl",
         preferences="results/{exp}/toy/safe_rlhf.jsonl",
         prompts="results/{exp}/toy/prompts.jsonl",
+        deployment="results/{exp}/toy/deployment.jsonl",
     log:
         "logs/{exp}/make_toy_world.log",
     benchmark:
@@ -41,7 +42,7 @@ rule make_toy_world:
     shell:
         "lara make-toy-world --settings {params.settings:q}"
         " --alpaca {output.alpaca:q} --preferences {output.preferences:q} --prompts {output.prompts:q}"
-        " > {log:q} 2>&1"
+        " --deployment {output.deployment:q} > {log:q} 2>&1"
 
 
 rule make_toy_model:

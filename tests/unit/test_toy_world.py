@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from lara.settings import ConfigError
 from lara.toy.world import (
     TOPICS,
     ToyWorldSettings,
@@ -9,6 +10,7 @@ from lara.toy.world import (
     generate,
     oracle_score,
     oracle_scores,
+    split_requests,
 )
 
 SMALL = ToyWorldSettings(seed=3, n_sft=300, n_pairs=300, n_eval_prompts=200)
@@ -105,3 +107,26 @@ def test_grammar_size():
 def test_too_many_eval_prompts_is_an_error():
     with pytest.raises(ValueError, match="n_eval_prompts"):
         generate(ToyWorldSettings(n_eval_prompts=1500))
+
+
+def test_the_deployment_pool_is_held_out_of_training_and_of_calibration_and_holds_the_held_out_topic():
+    s = ToyWorldSettings(seed=3, n_sft=300, n_pairs=300, n_eval_prompts=200, n_deployment_prompts=100,
+                         held_out_topic="weapon")
+    train, evaluation, deployment = split_requests(s)
+    texts = [{r.text for r in pool} for pool in (train, evaluation, deployment)]
+    assert not (texts[0] & texts[1]) and not (texts[0] & texts[2]) and not (texts[1] & texts[2])
+    assert sum(map(len, texts)) == len(all_requests())
+    assert not any(r.topic.name == "weapon" for r in evaluation)  # never calibrated or tested on
+    weapon = [r for r in all_requests() if r.topic.name == "weapon"]
+    in_deployment = [r for r in deployment if r.topic.name == "weapon"]
+    assert len(in_deployment) == len(weapon) // 2 and any(r.topic.name == "weapon" for r in train)
+    world = generate(s)
+    strata = [r["stratum"] for r in world["deployment"]]
+    assert strata.count("held_out") == len(weapon) // 2 and strata.count("harmful") == strata.count("benign") == 50
+    assert {r["prompt"] for r in world["deployment"]}.isdisjoint(r["prompt"] for r in world["prompts"])
+    # without a deployment pool or a held-out topic: training and evaluation requests only, all of them
+    plain_train, plain_eval, none = split_requests(SMALL)
+    assert none == [] and {r.text for r in plain_eval} | {r.text for r in plain_train} == {
+        r.text for r in all_requests()}
+    with pytest.raises(ConfigError, match="toy.held_out_topic"):
+        ToyWorldSettings(held_out_topic="bread")

@@ -283,6 +283,8 @@ SECTIONS: dict[str, str] = {
     "evaluation": "lara.evaluate.evaluate:EvaluationSettings",
     "evaluation.judge": "lara.evaluate.judge:JudgeSettings",
     "figures": "lara.evaluate.figures:FigureSettings",
+    "deployment": "lara.deploy.settings:DeploymentSettings",
+    "deployment.prompts": "lara.deploy.settings:PoolSettings",
 }
 
 # keys that were renamed: the old name is refused with a message naming the new one (three keys were once all

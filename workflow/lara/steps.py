@@ -37,6 +37,12 @@ COMMANDS: dict[str, str] = {
     "bon-sweep": "lara.decode.sweep",
     "rgtg": "lara.decode.rgtg",
     "generate-policy": "lara.decode.policy",
+    # after deployment: the shift scenarios, the online lambda, the arms
+    "deployment-pool": "lara.deploy.pool",
+    "make-stream": "lara.deploy.stream",
+    "online": "lara.deploy.online",
+    "deploy-arms": "lara.deploy.arms",
+    "deployment-report": "lara.deploy.report",
     # evaluation, figures, provenance
     "evaluate": "lara.evaluate.evaluate",
     "judge": "lara.evaluate.judge",

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 HELP = "generate the embedded toy safety world (Alpaca data, PKU-SafeRLHF pairs, prompt pool)"
 
 
-OUTPUTS = ("alpaca", "preferences", "prompts")  # the files this step writes (lara.cli.check_outputs)
+OUTPUTS = ("alpaca", "preferences", "prompts", "deployment")  # the files this step writes (lara.cli.check_outputs)
 
 
 def add_arguments(parser) -> None:
@@ -28,6 +28,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--alpaca", required=True, help="output: Alpaca-schema jsonl")
     parser.add_argument("--preferences", required=True, help="output: PKU-SafeRLHF-schema jsonl")
     parser.add_argument("--prompts", required=True, help="output: held-out prompt pool jsonl")
+    parser.add_argument("--deployment", required=True, help="output: the deployment prompt pool jsonl (prompt, "
+                                                             "topic, category, stratum; empty without "
+                                                             "toy.n_deployment_prompts)")
 
 
 def run(args) -> None:
@@ -39,6 +42,7 @@ def run(args) -> None:
     h, c = oracle_scores(prompts, [r["output"] for r in sft])
     log.info("reference answers: mean helpfulness %.3f, mean harmfulness %.3f, safe rate %.3f",
              h.mean(), c.mean(), float(np.mean(c <= 0)))
-    for path, key in ((args.alpaca, "alpaca"), (args.preferences, "safe_rlhf"), (args.prompts, "prompts")):
+    for path, key in ((args.alpaca, "alpaca"), (args.preferences, "safe_rlhf"), (args.prompts, "prompts"),
+                      (args.deployment, "deployment")):
         write_jsonl(path, world[key])
         log.info("wrote %d rows to %s", len(world[key]), Path(path))

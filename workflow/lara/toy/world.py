@@ -43,7 +43,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from lara.settings import Settings, seed_setting, setting
+from lara.settings import ConfigError, Settings, seed_setting, setting
 
 
 @dataclass(frozen=True)
@@ -114,6 +114,7 @@ TOPICS: tuple[Topic, ...] = (
        ["talk to someone you trust", "call the police"], 1.5),
 )
 TOPIC_BY_NAME = {t.name: t for t in TOPICS}
+HARMFUL_TOPICS = tuple(t.name for t in TOPICS if t.harmful)
 
 TEMPLATES = (
     "how do i {task} ?",
@@ -234,6 +235,18 @@ class ToyWorldSettings(Settings):
                                              "or hedged).", minimum=0, maximum=1)
     preference_noise: float = setting(0.0, "Bradley-Terry temperature of the helpfulness labels (0 = the "
                                            "oracle's argmax).", minimum=0)
+    n_deployment_prompts: int = setting(0, "Requests held out of all training data and of the calibration/test "
+                                           "pool: the deployment pool of the shift scenarios (harmful_fraction of "
+                                           "them harmful), written beside the prompt pool.", minimum=0)
+    held_out_topic: str | None = setting(None, "A harmful topic whose requests never reach the calibration/test "
+                                               "pool: half of them go to the deployment pool (stratum held_out), "
+                                               "the other half stay in the training data (null: none).")
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.held_out_topic is not None and self.held_out_topic not in HARMFUL_TOPICS:
+            raise ConfigError(f"invalid settings: toy.held_out_topic: {self.held_out_topic!r} is not a harmful topic "
+                              f"of the toy world (one of {', '.join(HARMFUL_TOPICS)})")
 
 
 @dataclass(frozen=True)
@@ -313,24 +326,34 @@ def pair_style(rng: np.random.Generator, req: Request) -> str:
     return str(rng.choice(["comply", "vague", "refuse", "offtopic"], p=[0.55, 0.15, 0.15, 0.15]))
 
 
-def split_requests(s: ToyWorldSettings) -> tuple[list[Request], list[Request]]:
-    """Disjoint (training, evaluation) request pools, stratified so both hold harmful ones.
+def split_requests(s: ToyWorldSettings) -> tuple[list[Request], list[Request], list[Request]]:
+    """Disjoint (training, evaluation, deployment) request pools, stratified so each holds harmful ones.
 
-    The evaluation pool is what calibration and test prompts are drawn from; no request
-    in it appears in the SFT or preference data.
+    The evaluation pool is what calibration and test prompts are drawn from; the deployment pool is what the
+    shift scenarios draw their streams from; no request in either appears in the SFT or preference data. The
+    held-out topic (if any) never reaches the evaluation pool: its first half (in the seeded order) is the
+    deployment pool's ``held_out`` stratum, its second half stays in the training pool. With no deployment
+    pool and no held-out topic the split is the one of earlier versions (same seed, same requests).
     """
     rng = np.random.default_rng([s.seed, 1])
     reqs = all_requests()
     order = rng.permutation(len(reqs))
-    harmful = [reqs[i] for i in order if reqs[i].topic.harmful]
+    held = [reqs[i] for i in order if reqs[i].topic.name == s.held_out_topic]
+    harmful = [reqs[i] for i in order if reqs[i].topic.harmful and reqs[i].topic.name != s.held_out_topic]
     benign = [reqs[i] for i in order if not reqs[i].topic.harmful]
     n_h = int(round(s.n_eval_prompts * s.harmful_fraction))
     n_b = s.n_eval_prompts - n_h
-    if n_h >= len(harmful) or n_b >= len(benign):
+    d_h = int(round(s.n_deployment_prompts * s.harmful_fraction))
+    d_b = s.n_deployment_prompts - d_h
+    if n_h + d_h >= len(harmful) or n_b + d_b >= len(benign):
         raise ValueError(
-            f"toy.n_eval_prompts={s.n_eval_prompts} leaves no training requests "
-            f"({len(harmful)} harmful and {len(benign)} benign requests exist)")
-    return harmful[n_h:] + benign[n_b:], harmful[:n_h] + benign[:n_b]
+            f"toy.n_eval_prompts={s.n_eval_prompts} and toy.n_deployment_prompts={s.n_deployment_prompts} leave no "
+            f"training requests ({len(harmful)} harmful requests outside the held-out topic and {len(benign)} "
+            "benign requests exist)")
+    half = len(held) // 2
+    train = harmful[n_h + d_h:] + held[half:] + benign[n_b + d_b:]
+    deployment = harmful[n_h:n_h + d_h] + benign[n_b:n_b + d_b] + held[:half] if s.n_deployment_prompts else []
+    return train, harmful[:n_h] + benign[:n_b], deployment
 
 
 def _draw(rng: np.random.Generator, pools: dict[bool, list[Request]], s: ToyWorldSettings) -> Request:
@@ -341,10 +364,10 @@ def _draw(rng: np.random.Generator, pools: dict[bool, list[Request]], s: ToyWorl
 def generate(s: ToyWorldSettings) -> dict[str, list[dict]]:
     """The toy world's three raw data sets, deterministic for ``s.seed``.
 
-    Returns ``{"alpaca": [...], "safe_rlhf": [...], "prompts": [...]}`` in the Alpaca,
-    PKU-SafeRLHF and plain-prompt schemas.
+    Returns ``{"alpaca": [...], "safe_rlhf": [...], "prompts": [...], "deployment": [...]}`` in the Alpaca,
+    PKU-SafeRLHF and plain-prompt schemas (the deployment pool's rows also name their stratum).
     """
-    train_pool, eval_pool = split_requests(s)
+    train_pool, eval_pool, deployment_pool = split_requests(s)
     pools = {h: [r for r in train_pool if r.topic.harmful == h] for h in (False, True)}
     rng = np.random.default_rng([s.seed, 2])
     alpaca = []
@@ -375,4 +398,14 @@ def generate(s: ToyWorldSettings) -> dict[str, list[dict]]:
 
     prompts = [{"prompt": r.text, "topic": r.topic.name,
                 "category": "harmful" if r.topic.harmful else "benign"} for r in eval_pool]
-    return {"alpaca": alpaca, "safe_rlhf": pairs, "prompts": prompts}
+    deployment = [{"prompt": r.text, "topic": r.topic.name,
+                   "category": "harmful" if r.topic.harmful else "benign",
+                   "stratum": stratum(r.topic, s.held_out_topic)} for r in deployment_pool]
+    return {"alpaca": alpaca, "safe_rlhf": pairs, "prompts": prompts, "deployment": deployment}
+
+
+def stratum(topic: Topic, held_out_topic: str | None) -> str:
+    """A deployment prompt's stratum: held_out (the topic no calibration prompt has), harmful or benign."""
+    if topic.name == held_out_topic:
+        return "held_out"
+    return "harmful" if topic.harmful else "benign"

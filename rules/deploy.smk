@@ -1,0 +1,112 @@
+# Lambda after deployment (docs/deployment.md): a deployment prompt pool disjoint from the calibration prompts,
+# sampled once from pi_ref (K candidates per prompt) and scored (rules sample and score, pool `deployment`);
+# each scenario of deployment.scenarios a stream of T visits drawn from it by its schedule; Best-of-N on each
+# stream with the calibrated lambda fixed, the online lambda (one arm per deployment.step_size) and the oracle;
+# every scenario's arms in one report (lara summary, the deployment figure).
+
+
+rule deployment_pool:
+    input:
+        pool=deployment_input(),
+        calibration="results/{exp}/data/prompts_calibration.parquet",
+    output:
+        "results/{exp}/data/prompts_deployment.parquet",
+    log:
+        "logs/{exp}/deployment_pool.log",
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("deployment_pool")
+    resources:
+        **job_resources("deployment_pool"),
+    params:
+        settings=step_settings("deployment.prompts"),
+        options=opts(source=deployment_source()),
+        code=step_code("deployment-pool"),
+    shell:
+        "lara deployment-pool --settings {params.settings:q} {params.options} --calibration {input.calibration:q}"
+        " --out {output:q} > {log:q} 2>&1"
+
+
+rule make_stream:
+    input:
+        pool="results/{exp}/data/prompts_deployment.parquet",
+        scores="results/{exp}/deployment/scores.parquet",
+    output:
+        "results/{exp}/deployment/{scenario}/stream.parquet",
+    log:
+        "logs/{exp}/make_stream_{scenario}.log",
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("make_stream")
+    resources:
+        **job_resources("make_stream"),
+    params:
+        settings=step_settings("deployment"),
+        schedule=lambda w: json.dumps(SCENARIOS[w.scenario] or {}, sort_keys=True),
+        code=step_code("make-stream"),
+    shell:
+        "lara make-stream --pool {input.pool:q} --scores {input.scores:q} --scenario {wildcards.scenario:q}"
+        " --schedule {params.schedule:q} --settings {params.settings:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule online:
+    input:
+        stream="results/{exp}/deployment/{scenario}/stream.parquet",
+        lam="results/{exp}/calibration/lambda.json",
+    output:
+        out="results/{exp}/deployment/{scenario}/online_{eta}.parquet",
+        record="results/{exp}/deployment/{scenario}/online_{eta}.json",
+    log:
+        "logs/{exp}/online_{scenario}_{eta}.log",
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("online")
+    resources:
+        **job_resources("online"),
+    params:
+        settings=lambda w: step_settings("deployment", step_size=parse_setting(w.eta)),
+        code=step_code("online"),
+    shell:
+        "lara online --candidates {input.stream:q} --lambda-json {input.lam:q} --settings {params.settings:q}"
+        " --out {output.out:q} --record {output.record:q} > {log:q} 2>&1"
+
+
+rule deploy_arms:
+    input:
+        stream="results/{exp}/deployment/{scenario}/stream.parquet",
+        lam="results/{exp}/calibration/lambda.json",
+        online=lambda w: online_outputs(w.scenario),
+    output:
+        arms="results/{exp}/deployment/{scenario}/arms.csv",
+        trace="results/{exp}/deployment/{scenario}/trace.parquet",
+    log:
+        "logs/{exp}/deploy_arms_{scenario}.log",
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("deploy_arms")
+    resources:
+        **job_resources("deploy_arms"),
+    params:
+        settings=step_settings("deployment"),
+        code=step_code("deploy-arms"),
+    shell:
+        "lara deploy-arms --candidates {input.stream:q} --lambda-json {input.lam:q} --online {input.online:q}"
+        " --settings {params.settings:q} --out {output.arms:q} --trace {output.trace:q} > {log:q} 2>&1"
+
+
+rule deployment_report:
+    input:
+        arms=expand("results/{{exp}}/deployment/{scenario}/arms.csv", scenario=list(SCENARIOS)),
+    output:
+        "results/{exp}/deployment/report.csv",
+    log:
+        "logs/{exp}/deployment_report.log",
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("deployment_report")
+    resources:
+        **job_resources("deployment_report"),
+    params:
+        code=step_code("deployment-report"),
+    shell:
+        "lara deployment-report --arms {input.arms:q} --out {output:q} > {log:q} 2>&1"

@@ -1,0 +1,185 @@
+"""``lara deploy-arms``: the ways of setting lambda on one scenario's stream, side by side.
+
+* ``fixed_star``: the calibrated lambda* (lambda.json's deployed lambda), fixed for the whole stream;
+* ``fixed_ltt``: the Learn-then-Test certified lambda of the same record (when it has one), fixed;
+* ``fixed_weighted``: the covariate-shift weighted lambda* for this scenario (when it is certified);
+* ``online_eta_<eta>``: the online lambda from lambda* (``lara online``, one arm per step size);
+* ``oracle``: the best fixed lambda in hindsight for this stream: the smallest lambda whose stream mean cost is
+  <= tau (the stream's mean chosen cost and reward are non-increasing in lambda, so it is also the fixed lambda
+  with the most reward that holds tau). None exists when even the stream's safest candidates average above tau.
+
+Per arm: the long-run mean cost and reward, the worst mean cost over W consecutive visits, the certificate (online
+arms), the reward given up against the oracle and the lambda trace (trace.parquet, for the figure).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+import pandas as pd
+
+from lara.data.errors import DataError
+from lara.deploy.online import read_stream, worst_window
+from lara.deploy.settings import DeploymentSettings
+from lara.settings import add_settings_arguments, read_settings
+
+log = logging.getLogger(__name__)
+
+HELP = "the deployment arms on one scenario's stream: fixed lambda*, fixed LTT, online, the oracle"
+OUTPUTS = ("out", "trace")
+ORACLE_MAX = 1e12  # the largest fixed lambda the oracle tries: beyond it every visit takes its safest candidate
+
+
+def chosen(reward: np.ndarray, cost: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """(cost, reward) of the Best-of-N choice at a fixed lambda on every visit (the decoder's order)."""
+    from lara.calibrate.bestofn import select
+
+    pick = select(reward, cost, lam)
+    rows = np.arange(len(reward))
+    return cost[rows, pick], reward[rows, pick]
+
+
+def oracle(reward: np.ndarray, cost: np.ndarray, tau: float, tol: float = 1e-10) -> float | None:
+    """The smallest fixed lambda whose stream mean cost is <= tau (to ``tol``, relative), None if none is."""
+    if chosen(reward, cost, 0.0)[0].mean() <= tau:
+        return 0.0
+    hi = 1.0
+    while chosen(reward, cost, hi)[0].mean() > tau:
+        hi *= 4.0
+        if hi > ORACLE_MAX:
+            return None
+    lo = 0.0
+    while hi - lo > tol * max(1.0, hi):
+        mid = 0.5 * (lo + hi)
+        if chosen(reward, cost, mid)[0].mean() <= tau:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def arm_row(name: str, cost: np.ndarray, reward: np.ndarray, lam: np.ndarray, s: DeploymentSettings, **extra) -> dict:
+    row = {"arm": name, "T": len(cost), "window": s.window, "tau": s.tau, "lambda_start": float(lam[0]),
+           "lambda_end": float(lam[-1]), "lambda_min": float(lam.min()), "lambda_max": float(lam.max()),
+           "mean_cost": float(cost.mean()), "mean_reward": float(reward.mean()),
+           "worst_window_cost": worst_window(cost, s.window)}
+    return row | extra
+
+
+def fixed_arms(record, weighted, s: DeploymentSettings) -> list[tuple[str, float]]:
+    """The fixed lambdas: lambda*, LTT's (if recorded), the weighted one (if given and certified)."""
+    arms = [("fixed_star", record.lambda_star)]
+    ltt = ((record.get("procedures") or {}).get("ltt") or {})
+    if isinstance(ltt.get("lambda"), (int, float)) and ltt.get("feasible", True):
+        arms.append(("fixed_ltt", float(ltt["lambda"])))
+    else:
+        log.info("%s has no feasible LTT lambda (calibration.cost_bounds unset?): no fixed_ltt arm", record.path)
+    if weighted is not None:
+        arms.append(("fixed_weighted", weighted))
+    return arms
+
+
+def online_arm(path, stream, s: DeploymentSettings, record_path) -> tuple[str, pd.DataFrame, dict]:
+    """An online arm's per-visit table, checked against the stream it claims to have run on."""
+    from lara import identity
+    from lara.data.tables import read_table
+
+    made = identity.read_identity(path)
+    if made.get("kind") != "online":
+        raise DataError(f"--online {path}: not the output of `lara online` (identity kind {made.get('kind')!r})")
+    df = read_table(path, required=("t", "lambda", "sample_id", "reward", "cost", "mean_cost", "certificate"))
+    if len(df) != len(stream.cost) or (df["prompt_id"].to_numpy(object) != stream.prompt_id).any():
+        raise DataError(f"--online {path}: its visits are not this stream's ({len(df)} visits; the stream has "
+                        f"{len(stream.cost)}): an online run on another scenario's stream?")
+    if float(made.get("tau", math.nan)) != s.tau:
+        raise DataError(f"--online {path}: run for tau = {made.get('tau')}, this audit is for tau = {s.tau:g}")
+    if made.get("lambda_record") != identity.file_digest(record_path):
+        raise DataError(f"--online {path}: started from another lambda.json than --lambda-json {record_path}")
+    from lara.data.tables import read_metadata
+
+    summary = read_metadata(path).get("summary") or {}
+    if not isinstance(summary.get("certificate"), (int, float)):
+        raise DataError(f"--online {path}: no summary with its certificate (written by `lara online`)")
+    return f"online_eta_{_name(made['step_size'])}", df, made | {"summary": summary}
+
+
+def _name(value: float) -> str:
+    from lara.calibrate.record import literal_name
+
+    return literal_name(float(value))
+
+
+def run_arms(stream, record, online: list, s: DeploymentSettings, weighted: float | None = None):
+    """The arms' summary rows and traces on ``stream``."""
+    rows, traces = [], []
+    lam_oracle = oracle(stream.reward, stream.cost, s.tau)
+    for name, lam in fixed_arms(record, weighted, s) + ([("oracle", lam_oracle)] if lam_oracle is not None else []):
+        cost, reward = chosen(stream.reward, stream.cost, lam)
+        lam_t = np.full(len(cost), lam)
+        rows.append(arm_row(name, cost, reward, lam_t, s))
+        traces.append((name, lam_t, cost, reward))
+    if lam_oracle is None:
+        cost, reward = chosen(stream.reward, stream.cost, ORACLE_MAX)
+        log.warning("no fixed lambda meets tau = %g on this stream: its safest candidates average %.4g", s.tau,
+                    cost.mean())
+        rows.append(arm_row("oracle", cost, reward, np.full(len(cost), math.inf), s, feasible=False))
+    for name, df, made in online:
+        cost, reward, lam_t = (df[c].to_numpy(float) for c in ("cost", "reward", "lambda"))
+        summary = made["summary"]
+        rows.append(arm_row(name, cost, reward, lam_t, s, step_size=float(made["step_size"]),
+                            batch_size=int(made["batch_size"]), certificate=float(summary["certificate"]),
+                            lambda_end=float(summary["lambda_end"]), lambda_min=float(summary["lambda_min"]),
+                            lambda_max=float(summary["lambda_max"])))
+        traces.append((name, lam_t, cost, reward))
+    table = pd.DataFrame(rows)
+    table["feasible"] = table["feasible"].fillna(True).astype(bool) if "feasible" in table else True
+    best = table.loc[table.arm == "oracle"].iloc[0]
+    table["reward_given_up"] = (best.mean_reward - table.mean_reward) if lam_oracle is not None else math.nan
+    table["met"] = table.mean_cost <= s.tau
+    table["window_met"] = table.worst_window_cost <= s.tau
+    trace = pd.concat([pd.DataFrame({"t": np.arange(len(c)), "arm": n, "lambda": lam, "cost": c, "reward": r,
+                                     "mean_cost": np.cumsum(c) / np.arange(1, len(c) + 1)})
+                       for n, lam, c, r in traces], ignore_index=True)
+    return table, trace
+
+
+def add_arguments(parser) -> None:
+    add_settings_arguments(parser, DeploymentSettings)
+    parser.add_argument("--candidates", required=True, help="the scenario's stream (lara make-stream)")
+    parser.add_argument("--lambda-json", required=True, help="the calibration record (lambda*, LTT's lambda)")
+    parser.add_argument("--online", nargs="*", default=[], help="the online arms (lara online outputs)")
+    parser.add_argument("--shift", default=None, help="the scenario's shift check (lara shift-check), optional")
+    parser.add_argument("--weighted", default=None, help="the scenario's weighted lambda.json, optional")
+    parser.add_argument("--out", required=True, help="output CSV: one row per arm")
+    parser.add_argument("--trace", required=True, help="output parquet: per visit and arm, lambda, cost, reward")
+
+
+def run(args) -> None:
+    from lara import identity
+    from lara.calibrate.record import read_lambda
+    from lara.data.tables import write_table
+
+    s = read_settings(args, DeploymentSettings)
+    identity.distinct_files(args.online, "--online")
+    stream = read_stream(args.candidates)
+    scenario = identity.read_identity(args.candidates).get("scenario")
+    record = read_lambda(args.lambda_json)
+    from lara.deploy.online import check_record
+
+    check_record(record, s, stream.reward.shape[1], args.lambda_json)
+    online = [online_arm(p, stream, s, args.lambda_json) for p in args.online]
+    names = [name for name, _, _ in online]
+    if len(set(names)) != len(names):
+        raise DataError(f"--online: two runs with one step size ({', '.join(names)})")
+    table, trace = run_arms(stream, record, online, s)
+    table.insert(0, "scenario", scenario)
+    made = identity.stamp("deployment_trace", args.trace, scenario=scenario, tau=s.tau,
+                          made_from={"--candidates": args.candidates, "--lambda-json": args.lambda_json})
+    write_table(trace, args.trace, {identity.KEY: made})
+    write_table(table, args.out)
+    for row in table.itertuples(index=False):
+        log.info("%-18s mean cost %8.4f  worst %d-window %8.4f  reward %8.4f  lambda %.4g..%.4g  %s", row.arm,
+                 row.mean_cost, row.window, row.worst_window_cost, row.mean_reward, row.lambda_min, row.lambda_max,
+                 "met" if row.met else "VIOLATED")

@@ -1,0 +1,277 @@
+"""``lara online``: Best-of-N on a stream of visits with a lambda that follows the traffic.
+
+Each visit t offers N scored candidates; the decoder returns the argmax of r - lambda_t c (the decoder's own
+order and tie rule, :func:`lara.calibrate.bestofn.select`) and, after every batch of B visits, updates
+
+    lambda <- clip(lambda + eta * sum over the batch of (c_t - tau), 0, Lambda)
+
+(c_t the cost of the returned response: Best-of-N has already computed it, so the update costs nothing).
+Write l_b >= 0 for what the lower clip adds at batch b and u_b >= 0 for what the cap removes; summing the
+update over any run of whole batches [s, e) gives the exact identity
+
+    sum_{t in [s, e)} (c_t - tau) = (lambda_e - lambda_s - L + U) / eta,   L = sum l_b, U = sum u_b,
+
+so the mean cost over any window of W visits (whole batches) is at most tau + (lambda_e - lambda_s + U) / (eta W)
+<= tau + (max lambda - min lambda + U) / (eta W): the certificate, for any sequence of prompts, shifted or not.
+It is informative while lambda stays bounded, which it does when a large lambda picks a response with cost
+<= tau: then every visit pulls lambda down once it is large enough. When some prompts have no candidate that
+safe, those visits push lambda up whatever it is; if the stream's mean of its safest candidates exceeds tau
+(no fixed lambda meets tau on it, see the oracle in lara.deploy.arms) lambda grows without bound (or sits at
+the cap, where U grows) and the certificate's slack grows with it: the certificate then says, correctly, that
+tau is not held. Batching (B > 1) keeps the identity over whole batches but reacts B visits later, and a window
+that cuts batches adds at most 2 (B - 1) max|c - tau| / W to the bound.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from lara.data.errors import DataError
+from lara.deploy.settings import DeploymentSettings
+from lara.settings import add_settings_arguments, read_settings
+
+log = logging.getLogger(__name__)
+
+HELP = "Best-of-N on a stream with the online lambda update and its certificate"
+OUTPUTS = ("out", "record")
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A stream as arrays: visit t's prompt id, its (N,) candidates' sample ids, rewards and costs."""
+
+    prompt_id: np.ndarray
+    sample_id: np.ndarray
+    reward: np.ndarray
+    cost: np.ndarray
+
+
+def read_stream(path) -> Stream:
+    """A candidates table (t, prompt_id, sample_id, reward, cost), checked: visits 0..T-1 in order, each with the
+    same number N of distinct candidates of one prompt, finite numbers."""
+    from lara.data.tables import read_table, require_finite, require_in_range
+
+    df = read_table(path, required=("t", "prompt_id", "sample_id", "reward", "cost"))
+    for col in ("t", "sample_id", "reward", "cost"):
+        if not pd.api.types.is_numeric_dtype(df[col]) or pd.api.types.is_bool_dtype(df[col]):
+            raise DataError(f"{path}: column {col!r} must be numeric")
+    require_finite(df, ("t", "reward", "cost"), path)
+    require_in_range(df, ("reward", "cost"), path)
+    t = df["t"].to_numpy()
+    if np.any(t != np.floor(t)) or np.any(np.diff(t) < 0):
+        raise DataError(f"{path}: column 't' must be whole visit numbers in stream order (non-decreasing)")
+    t = t.astype(np.int64)
+    counts = np.bincount(t - t.min()) if len(t) else np.array([], dtype=np.int64)
+    if t.min() != 0 or (counts == 0).any():
+        gap = int(np.flatnonzero(counts == 0)[0]) if (counts == 0).any() else None
+        raise DataError(f"{path}: visits must be numbered 0, 1, ..., T-1; " +
+                        (f"t = {gap} is missing" if gap is not None else f"the first is {t.min()}"))
+    n = int(counts[0])
+    if (counts != n).any():
+        bad = int(np.flatnonzero(counts != n)[0])
+        raise DataError(f"{path}: visit t = {bad} has {counts[bad]} candidates, visit 0 has {n}; every visit offers "
+                        "the same N")
+    if df.duplicated(["t", "sample_id"]).any():
+        row = int(np.flatnonzero(df.duplicated(["t", "sample_id"]).to_numpy())[0])
+        raise DataError(f"{path}: visit t = {t[row]} lists sample {df['sample_id'].iloc[row]} twice")
+    pid = df["prompt_id"].to_numpy(object).reshape(-1, n)
+    if (pid != pid[:, :1]).any():
+        bad = int(np.flatnonzero((pid != pid[:, :1]).any(axis=1))[0])
+        raise DataError(f"{path}: visit t = {bad} mixes candidates of two prompts")
+    shape = (-1, n)
+    return Stream(pid[:, 0], df["sample_id"].to_numpy(np.int64).reshape(shape),
+                  df["reward"].to_numpy(float).reshape(shape), df["cost"].to_numpy(float).reshape(shape))
+
+
+@dataclass(frozen=True)
+class Trace:
+    """What the online decoder did: per visit the lambda used and the candidate returned, and per batch
+    boundary lambda_1 ... lambda_{B+1} with the lower (added) and upper (removed) clip amounts."""
+
+    lam: np.ndarray
+    choice: np.ndarray
+    cost: np.ndarray
+    reward: np.ndarray
+    boundaries: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    batch_size: int
+
+
+def _pick(reward_row: np.ndarray, cost_row: np.ndarray, lam: float) -> int:
+    """The decoder's choice for one visit: the argmax of r - lam c; a near-tie at the top goes through the
+    decoder's full order (lower cost first), so the choice is exactly :func:`lara.calibrate.bestofn.select`'s."""
+    from lara.calibrate.bestofn import TIE_RTOL, select
+
+    score = reward_row - lam * cost_row
+    j = int(score.argmax())
+    top = score[j]
+    if np.count_nonzero(score >= top - TIE_RTOL * max(1.0, abs(top))) > 1:
+        return int(select(reward_row[None], cost_row[None], lam)[0])
+    return j
+
+
+def run_online(reward: np.ndarray, cost: np.ndarray, lam0: float, tau: float, eta: float, batch_size: int = 1,
+               cap: float | None = None) -> Trace:
+    """The online decoder on (T, N) candidates from lambda_1 = ``lam0`` (see the module docstring)."""
+    from lara.calibrate.bestofn import select
+
+    length = len(reward)
+    n_batches = math.ceil(length / batch_size)
+    lam_used = np.empty(length)
+    choice = np.empty(length, dtype=np.int64)
+    boundaries = np.empty(n_batches + 1)
+    lower, upper = np.zeros(n_batches), np.zeros(n_batches)
+    hi = math.inf if cap is None else float(cap)
+    lam = min(float(lam0), hi)
+    boundaries[0] = lam
+    for b in range(n_batches):
+        lo_t, hi_t = b * batch_size, min(length, (b + 1) * batch_size)
+        if batch_size == 1:
+            picked = _pick(reward[lo_t], cost[lo_t], lam)
+            excess = cost[lo_t, picked] - tau
+            choice[lo_t] = picked
+        else:
+            picked = select(reward[lo_t:hi_t], cost[lo_t:hi_t], lam)
+            excess = float((cost[np.arange(lo_t, hi_t), picked] - tau).sum())
+            choice[lo_t:hi_t] = picked
+        lam_used[lo_t:hi_t] = lam
+        moved = lam + eta * excess
+        if moved < 0.0:
+            lower[b], lam = -moved, 0.0
+        elif moved > hi:
+            upper[b], lam = moved - hi, hi
+        else:
+            lam = moved
+        boundaries[b + 1] = lam
+    rows = np.arange(length)
+    return Trace(lam_used, choice, cost[rows, choice], reward[rows, choice], boundaries, lower, upper, batch_size)
+
+
+def identity_residual(trace: Trace, tau: float, eta: float) -> float:
+    """|sum (c_t - tau) - (lambda_{end} - lambda_1 - L + U) / eta|, relative to the sum's scale: zero but for
+    rounding (a test holds it to that)."""
+    lhs = float(np.sum(trace.cost - tau))
+    rhs = (trace.boundaries[-1] - trace.boundaries[0] - trace.lower.sum() + trace.upper.sum()) / eta
+    return abs(lhs - rhs) / max(1.0, float(np.sum(np.abs(trace.cost - tau))))
+
+
+def running(trace: Trace, tau: float, eta: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per visit t: the running mean cost, and its certificate read off lambda: at the end of a batch
+    tau + (lambda after it - lambda_1 + U so far) / (eta (t + 1)); inside a batch the pending update (eta times
+    the batch's excess so far) is added to the lambda it started with. It bounds the running mean at every visit
+    and exceeds it by exactly L / (eta (t + 1)), L the lower clips so far (the identity, to rounding)."""
+    length = len(trace.cost)
+    idx = np.arange(length)
+    b = idx // trace.batch_size
+    end = (idx % trace.batch_size == trace.batch_size - 1) | (idx == length - 1)
+    total = np.cumsum(trace.cost - tau)
+    start = b * trace.batch_size
+    before = np.where(start > 0, total[np.maximum(start - 1, 0)], 0.0)
+    upper = np.concatenate([[0.0], np.cumsum(trace.upper)])
+    lam_after = np.where(end, trace.boundaries[b + 1], trace.boundaries[b] + eta * (total - before))
+    clipped_up = np.where(end, upper[b + 1], upper[b])
+    mean = np.cumsum(trace.cost) / (idx + 1)
+    return mean, tau + (lam_after - trace.boundaries[0] + clipped_up) / (eta * (idx + 1))
+
+
+def worst_window(cost: np.ndarray, window: int) -> float:
+    """The largest mean cost over W consecutive visits (the whole stream's mean when it is shorter than W)."""
+    if len(cost) <= window:
+        return float(np.mean(cost))
+    c = np.concatenate([[0.0], np.cumsum(cost)])
+    return float(np.max(c[window:] - c[:-window]) / window)
+
+
+def window_certificate(trace: Trace, tau: float, eta: float, window: int) -> float:
+    """tau + (max lambda - min lambda + U) / (eta W): a bound on the mean cost of every window of W visits made
+    of whole batches (lambda over the batch boundaries)."""
+    return float(tau + (trace.boundaries.max() - trace.boundaries.min() + trace.upper.sum()) / (eta * window))
+
+
+def summarise(trace: Trace, tau: float, eta: float, window: int) -> dict:
+    length = len(trace.cost)
+    cert = window_certificate(trace, tau, eta, window)
+    return {"visits": length, "mean_cost": float(trace.cost.mean()), "mean_reward": float(trace.reward.mean()),
+            "lambda_start": float(trace.boundaries[0]), "lambda_end": float(trace.boundaries[-1]),
+            "lambda_min": float(trace.boundaries.min()), "lambda_max": float(trace.boundaries.max()),
+            "lower_clips": float(trace.lower.sum()), "upper_clips": float(trace.upper.sum()),
+            "window": window, "worst_window_cost": worst_window(trace.cost, window), "certificate": cert,
+            "identity_residual": float(identity_residual(trace, tau, eta))}
+
+
+def statement(summary: dict, *, n: int, eta: float, batch_size: int, cap: float | None, tau: float) -> str:
+    """The online arm's guarantee, in one sentence, with its numbers."""
+    capped = "no cap" if cap is None else f"cap {cap:g}"
+    return (f"Best-of-{n} with the online lambda (eta = {eta:g}, {batch_size} visit(s) per update, {capped}, from "
+            f"lambda = {summary['lambda_start']:.6g}) over {summary['visits']:,} visits: the mean cost is "
+            f"{summary['mean_cost']:.4g} = tau + (lambda_end - lambda_start - lower clips + upper clips) / (eta T) "
+            f"exactly, and every window of {summary['window']:,} visits (whole updates) has mean cost <= tau + "
+            f"(max lambda - min lambda + upper clips) / (eta W) = {summary['certificate']:.4g} (tau = {tau:g}), "
+            "for any sequence of prompts; the bound is informative while lambda stays bounded (lambda ranged "
+            f"[{summary['lambda_min']:.4g}, {summary['lambda_max']:.4g}])")
+
+
+def add_arguments(parser) -> None:
+    add_settings_arguments(parser, DeploymentSettings)
+    parser.add_argument("--candidates", required=True,
+                        help="the stream: t (visit, 0..T-1), prompt_id, sample_id, reward, cost; N rows per visit")
+    parser.add_argument("--lambda-json", required=True, help="the calibration record; its lambda_star is lambda_1")
+    parser.add_argument("--out", required=True, help="output parquet: one row per visit")
+    parser.add_argument("--record", required=True, help="output JSON: the summary, the certificate and its statement")
+
+
+def check_record(record, s: DeploymentSettings, n: int, path) -> None:
+    """The start must be a lambda calibrated for this tau and this N (lara.calibrate.record.check_budget)."""
+    from lara.calibrate.record import check_budget
+
+    check_budget(record, s.tau, n)
+    if record.mode != "bon":
+        log.warning("%s was calibrated in %s mode, not for Best-of-%d: it is only the online lambda's start", path,
+                    record.mode, n)
+
+
+def run(args) -> None:
+    from lara import identity
+    from lara.calibrate.record import read_lambda
+    from lara.data.tables import write_table
+    from lara.io import write_json
+    from lara.provenance import code_version
+
+    s = read_settings(args, DeploymentSettings)
+    stream = read_stream(args.candidates)
+    record = read_lambda(args.lambda_json)
+    n = stream.reward.shape[1]
+    check_record(record, s, n, args.lambda_json)
+    log.info("online Best-of-%d on %d visits from lambda* = %.6g (eta %g, batch %d)", n, len(stream.reward),
+             record.lambda_star, s.step_size, s.batch_size)
+    t0 = time.perf_counter()
+    trace = run_online(stream.reward, stream.cost, record.lambda_star, s.tau, s.step_size, s.batch_size,
+                       s.lambda_cap)
+    seconds = time.perf_counter() - t0
+    mean, bound = running(trace, s.tau, s.step_size)
+    summary = summarise(trace, s.tau, s.step_size, s.window)
+    rows = np.arange(len(trace.cost))
+    out = pd.DataFrame({"t": rows, "prompt_id": stream.prompt_id, "lambda": trace.lam,
+                        "sample_id": stream.sample_id[rows, trace.choice], "reward": trace.reward,
+                        "cost": trace.cost, "mean_cost": mean, "certificate": bound})
+    stream_identity = identity.read_identity(args.candidates)
+    made = identity.stamp("online", args.out, **identity.inherit(stream_identity, "scenario", "role"),
+                          method="bon", setting="online", n=n, tau=s.tau, step_size=s.step_size,
+                          batch_size=s.batch_size, lambda_cap=s.lambda_cap, lambda_start=record.lambda_star,
+                          lambda_record=identity.file_digest(args.lambda_json),
+                          made_from={"--candidates": args.candidates, "--lambda-json": args.lambda_json})
+    text = statement(summary, n=n, eta=s.step_size, batch_size=s.batch_size, cap=s.lambda_cap, tau=s.tau)
+    write_table(out, args.out, {"settings": asdict(s), "code": code_version(), "summary": summary, identity.KEY: made})
+    write_json(args.record, {identity.KEY: made | {"kind": "online_record"}, **summary, "tau": s.tau,
+                             "step_size": s.step_size, "batch_size": s.batch_size, "lambda_cap": s.lambda_cap,
+                             "statement": text, "seconds": seconds, "settings": asdict(s), "code": code_version()})
+    log.info("%s", text)
+    log.info("%d visits in %.2f s (%.1f us per visit); identity residual %.2e", len(trace.cost), seconds,
+             1e6 * seconds / max(1, len(trace.cost)), summary["identity_residual"])

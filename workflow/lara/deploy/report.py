@@ -1,0 +1,78 @@
+"""``lara deployment-report``: every scenario's arms in one table, with its shift check beside them.
+
+One row per (scenario, arm): the arm's long-run and worst-window mean cost against tau (``met``,
+``window_met``: the audit rows of deployment), its certificate, the reward it gives up against the oracle, and
+the scenario's shift check (AUC, permutation p, effective sample size, whether the weighted lambda could be
+certified). ``lara summary`` and the deployment figure read it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pandas as pd
+
+from lara.data.errors import DataError
+
+log = logging.getLogger(__name__)
+
+HELP = "every deployment scenario's arms and shift check in one table (report.csv)"
+OUTPUTS = ("out",)
+SHIFT_COLUMNS = ("auc", "p_value", "ess", "shifted", "weights_usable")
+
+
+def read_shift(path) -> dict:
+    from lara import identity
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise DataError(f"--shift {path}: not a readable shift check ({exc})") from None
+    if not isinstance(data, dict) or (identity.read_identity(path).get("kind") not in (None, "shift_check")):
+        raise DataError(f"--shift {path}: not the output of `lara shift-check`")
+    missing = [k for k in ("scenario", *SHIFT_COLUMNS) if k not in data]
+    if missing:
+        raise DataError(f"--shift {path}: missing key(s) {', '.join(missing)}")
+    return data
+
+
+def combine(arms: list[pd.DataFrame], shifts: list[dict], where: list[str]) -> pd.DataFrame:
+    scenarios = [str(a["scenario"].iloc[0]) for a in arms]
+    if len(set(scenarios)) != len(scenarios):
+        twice = next(s for s in scenarios if scenarios.count(s) > 1)
+        raise DataError(f"--arms: scenario {twice!r} is given twice")
+    taus = {float(t) for a in arms for t in a["tau"]}
+    if len(taus) > 1:
+        raise DataError(f"--arms: the scenarios were audited against different budgets (tau {sorted(taus)})")
+    by_scenario = {}
+    for data, path in zip(shifts, where, strict=True):
+        if data["scenario"] not in scenarios:
+            raise DataError(f"--shift {path}: scenario {data['scenario']!r} has no arms (--arms: {scenarios})")
+        if data["scenario"] in by_scenario:
+            raise DataError(f"--shift {path}: a second shift check of scenario {data['scenario']!r}")
+        by_scenario[data["scenario"]] = data
+    table = pd.concat(arms, ignore_index=True)
+    for col in SHIFT_COLUMNS:
+        table[col] = table["scenario"].map(lambda s, c=col: by_scenario.get(s, {}).get(c))
+    return table
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--arms", nargs="+", required=True, help="each scenario's arms.csv (lara deploy-arms)")
+    parser.add_argument("--shift", nargs="*", default=[], help="the scenarios' shift.json (lara shift-check)")
+    parser.add_argument("--out", required=True, help="output CSV")
+
+
+def run(args) -> None:
+    from lara import identity
+    from lara.data.tables import read_table, write_table
+
+    identity.distinct_files(args.arms, "--arms")
+    arms = [read_table(p, required=("scenario", "arm", "tau", "mean_cost", "met")) for p in args.arms]
+    table = combine(arms, [read_shift(p) for p in args.shift], args.shift)
+    write_table(table, args.out)
+    for row in table.itertuples(index=False):
+        log.info("%-16s %-18s mean cost %8.4f  %s", row.scenario, row.arm, row.mean_cost,
+                 "met" if row.met else "VIOLATED")

@@ -1,0 +1,67 @@
+"""The ``deployment`` section: what every deployment step reads (one class, one default per value)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from lara.hub import data_dir_setting, dataset_name_setting, revision_setting
+from lara.settings import Settings, seed_setting, setting
+
+STRATA = ("benign", "harmful", "held_out")  # a deployment prompt's stratum (lara.toy.world.stratum)
+
+
+@dataclass(frozen=True)
+class DeploymentSettings(Settings):
+    """deployment: the streams of the shift scenarios and the online lambda on them."""
+
+    SECTION: ClassVar[str] = "deployment"
+
+    tau: float = setting(help="The cost budget tau the online lambda holds.", key="calibration.tau")
+    samples_per_prompt: int = setting(40, "Candidates K sampled once from pi_ref per deployment prompt; each visit "
+                                          "of a stream draws a random Best-of-N subset of N = decode.bon_n of "
+                                          "them (K >= N).", minimum=1)
+    stream_length: int = setting(5000, "Visits T of every scenario's stream.", minimum=1)
+    window: int = setting(500, "W: the windows (visits) over which the worst mean cost and the certificate are "
+                               "stated; a multiple of batch_size.", minimum=1)
+    step_size: float = setting(0.05, "eta of the online update lambda <- clip(lambda + eta (c - tau), 0, "
+                                    "lambda_cap); the config may list several (each its own online arm). Larger "
+                                    "eta: a tighter certificate (its slack is about lambda's range / (eta W)), a "
+                                    "more jittery lambda.", exclusive_minimum=0, several=True)
+    batch_size: int = setting(1, "Visits per online update (one lambda per batch; the certificate holds over "
+                                 "windows of whole batches).", minimum=1)
+    lambda_cap: float | None = setting(None, "Upper clip Lambda of the online lambda (null: none). Its upper "
+                                             "clips loosen the certificate by their sum / (eta W).",
+                                       exclusive_minimum=0)
+    seed: int = seed_setting()
+    bon_n: int = setting(20, "N: Best-of-N candidates per visit.", minimum=1, key="decode.bon_n")
+
+    def __post_init__(self):
+        super().__post_init__()
+        from lara.settings import ConfigError
+
+        if self.window % self.batch_size:
+            raise ConfigError(f"invalid settings: deployment.window: {self.window} is not a multiple of "
+                              f"deployment.batch_size ({self.batch_size}): the certificate is stated over whole "
+                              "batches")
+        if self.bon_n > self.samples_per_prompt:
+            raise ConfigError(f"invalid settings: deployment.samples_per_prompt: {self.samples_per_prompt} < "
+                              f"decode.bon_n ({self.bon_n}): every visit draws N of a prompt's K candidates")
+
+
+@dataclass(frozen=True)
+class PoolSettings(Settings):
+    """deployment.prompts: the deployment prompt pool (never a calibration prompt)."""
+
+    SECTION: ClassVar[str] = "deployment.prompts"
+
+    source: str = setting(help="A local file/dir or hub dataset id (the rule resolves config key source, where "
+                               "toy names the toy world's deployment pool).", config=False)
+    split: str = setting("train", "Dataset split to read.")
+    revision: str | None = revision_setting("the dataset")
+    name: str | None = dataset_name_setting()
+    data_dir: str | None = data_dir_setting()
+    column: str = setting("prompt", "Column holding the prompt text.")
+    stratum_column: str = setting("stratum", "Column holding each prompt's stratum (benign, harmful or held_out: "
+                                             "a kind of request no calibration prompt is), which the scenarios' "
+                                             "schedules draw by.")
