@@ -7,7 +7,9 @@
 * ``calibration``: the empirical dual g(lambda), its derivative g'(lambda) and the bootstrap
   histogram of lambda-hat;
 * ``decoders``: every decoder's held-out mean reward and cost by the decoding models (tau's units)
-  against lambda, at each decoded lambda setting, with tau and the audit's verdicts.
+  against lambda, at each decoded lambda setting, with tau and the audit's verdicts;
+* ``deployment``: lambda after deployment, one column per scenario: each arm's running mean cost against
+  the visit t with tau (top) and its lambda_t (bottom).
 
 Plot options (size, dpi, font scale, palette) are their own config slice, so changing one
 redraws the figures and nothing else.
@@ -28,9 +30,10 @@ from lara.settings import Settings, add_settings_arguments, read_settings, setti
 
 log = logging.getLogger(__name__)
 
-HELP = "draw a figure (lambda_sweep, tradeoff, calibration, decoders) as PDF + PNG with a provenance sidecar"
+HELP = ("draw a figure (lambda_sweep, tradeoff, calibration, decoders, taus, coverage, deployment) as PDF + PNG "
+        "with a provenance sidecar")
 
-KINDS = ("lambda_sweep", "tradeoff", "calibration", "decoders", "taus", "coverage")
+KINDS = ("lambda_sweep", "tradeoff", "calibration", "decoders", "taus", "coverage", "deployment")
 MARKERS = {"zero": "o", "hat": "v", "star": "*", "max": "s", "policy": "D"}
 
 
@@ -366,6 +369,48 @@ def coverage(cov: dict, opts: FigureSettings):
     return fig
 
 
+def deployment(report: pd.DataFrame, traces: dict[str, pd.DataFrame], opts: FigureSettings):
+    """Lambda after deployment (lara.evaluate.deployment_report): one column per scenario; top, each arm's running
+    mean cost against the visit t with tau dashed; bottom, its lambda_t (flat for the fixed arms and the oracle),
+    on a log scale where every lambda is positive. One colour per arm in every panel."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    from lara.evaluate.deployment_report import arm_label
+
+    pal = _style(opts)
+    arms = list(dict.fromkeys(report["arm"]))
+    colour = {a: "black" if a == "oracle" else pal[i % len(pal)] for i, a in enumerate(arms)}
+    style = {a: ":" if a == "oracle" else "--" if a.startswith("fixed") else "-" for a in arms}
+    eta = dict(zip(report["arm"], report["step_size"], strict=True))
+    tau = float(report["tau"].iloc[0])
+    fig, axes = plt.subplots(2, len(traces), figsize=(max(opts.width, 3.2 * len(traces)), 2 * opts.height + 0.8),
+                             sharex="col", sharey="row", squeeze=False, layout="constrained")
+    for j, (scenario, trace) in enumerate(traces.items()):
+        top, bottom = axes[0, j], axes[1, j]
+        for arm, g in trace.groupby("arm", sort=False):
+            top.plot(g["t"], g["mean_cost"], color=colour[arm], ls=style[arm], lw=1.3)
+            bottom.plot(g["t"], g["lambda"], color=colour[arm], ls=style[arm], lw=1.3)
+        top.axhline(tau, color="black", ls="--", lw=1.0)
+        row = report[report["scenario"] == scenario].iloc[0]
+        shifted = {True: "shifted", False: "not shifted"}.get(row["shifted"], "shift unknown")
+        auc = f"AUC {float(row['auc']):.2f}, " if pd.notna(row["auc"]) else ""
+        top.set_title(f"{scenario}\n({auc}{shifted})")
+        bottom.set_xlabel("visit t")
+    positive = pd.concat(list(traces.values()))["lambda"]
+    if (positive > 0).all():
+        axes[1, 0].set_yscale("log")
+    elif (positive > 0).any():
+        axes[1, 0].set_yscale("symlog", linthresh=float(positive[positive > 0].min()))
+    axes[0, 0].set_ylabel("running mean cost")
+    axes[1, 0].set_ylabel("$\\lambda_t$")
+    handles = [Line2D([], [], color=colour[a], ls=style[a], lw=1.5, label=arm_label(a, eta[a], tex=True))
+               for a in arms]
+    handles.append(Line2D([], [], color="black", ls="--", lw=1.0, label=f"$\\tau$ = {tau:g}"))
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 4), frameon=False)
+    return fig
+
+
 def _records(trail: list[dict]) -> dict[str, dict]:
     """The steps' own records (parquet metadata, model provenance) along a trail, by path."""
     return {e["path"]: e["lara"] for e in trail if isinstance(e.get("lara"), dict)}
@@ -411,7 +456,10 @@ def summary_line(shows: dict) -> str:
             d = shows[key]
             parts.append(f"{key.replace('_', ' ')}: policy {d['policy']} (N = {d['n']}), "
                          f"scorers {d['reward_model']} / {d['cost_model']}")
-    if "tau" in shows:
+    if "scenarios" in shows:
+        parts.append(f"after deployment (tau = {shows['tau']:g}): scenarios {', '.join(shows['scenarios'])}; "
+                     f"arms {', '.join(shows['arms'])}")
+    if "lambda_hat" in shows:
         parts.append(f"tau = {shows['tau']:g}, lambda-hat = {shows['lambda_hat']}, lambda* = {shows['lambda_star']}"
                      f" ({shows['calibration_mode']} calibration)")
     for ev in shows.get("evaluation", []):
@@ -477,6 +525,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--summary", default=None, help="eval summary.csv (tradeoff)")
     parser.add_argument("--audit", default=None, help="eval constraint_audit.json (decoders)")
     parser.add_argument("--coverage", default=None, help="calibration coverage.json (coverage)")
+    parser.add_argument("--report", default=None, help="deployment report.csv (deployment)")
+    parser.add_argument("--traces", nargs="+", default=None,
+                        help="deployment {scenario}/trace.parquet files, one per scenario (deployment)")
     add_settings_arguments(parser, FigureSettings)
     parser.add_argument("--rule", default="figure", help="the rule name recorded in the provenance sidecar")
     parser.add_argument("--experiment-settings", default=None,
@@ -498,15 +549,15 @@ def run(args) -> None:
 
     opts = read_settings(args, FigureSettings)
     need = {"lambda_sweep": ("sweep", "lambda_json"), "tradeoff": ("summary",), "calibration": ("lambda_json",),
-            "decoders": ("audit", "lambda_json"), "taus": ("audit", "lambda_json"), "coverage": ("coverage",)}
+            "decoders": ("audit", "lambda_json"), "taus": ("audit", "lambda_json"), "coverage": ("coverage",),
+            "deployment": ("report", "traces")}
     missing = [f"--{n.replace('_', '-')}" for n in need[args.kind] if getattr(args, n) is None]
     if missing:
         raise DataError(f"figure {args.kind} needs {', '.join(missing)}")
-    inputs = [getattr(args, n) for n in ("sweep", "summary", "audit", "coverage", "lambda_json", "experiment_settings")
-              if getattr(args, n) is not None]
+    inputs = [getattr(args, n) for n in ("sweep", "summary", "audit", "coverage", "report", "lambda_json",
+                                         "experiment_settings") if getattr(args, n) is not None] + (args.traces or [])
     lam = read_lambda(args.lambda_json).data if args.lambda_json else None
-    summary = None
-    sizes = None
+    summary, sizes, extra = None, None, {}
     if args.kind == "lambda_sweep":
         sweep = require_finite(require_rows(read_table(args.sweep, required=(
             "n", "lambda", "label", "mean_reward", "mean_cost")), args.sweep), ("lambda", "mean_reward", "mean_cost"),
@@ -529,11 +580,17 @@ def run(args) -> None:
         fig = taus(audit, opts)
     elif args.kind == "coverage":
         fig = coverage(read_coverage(args.coverage), opts)
+    elif args.kind == "deployment":
+        from lara.evaluate import deployment_report as dr
+
+        report = dr.read_report(args.report, read_lambda(args.lambda_json) if args.lambda_json else None)
+        fig = deployment(report, dr.read_traces(args.traces, report, args.report), opts)
+        extra = dr.shows(report)
     else:
         fig = calibration(lam, opts)
     figure_dir = Path(args.png)
     trail = build_trail(inputs, made_under=None if figure_dir.is_absolute() else figure_dir.parts[0])
-    shows = describe(args.kind, trail, lam, summary)
+    shows = describe(args.kind, trail, lam, summary) | extra
     if sizes:
         shows["sizes"] = sizes
     if args.experiment_settings:

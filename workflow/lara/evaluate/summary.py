@@ -174,6 +174,7 @@ def summarise_run(root: Path) -> str:
     agree (:func:`check_agreement`)."""
     from lara.calibrate.record import read_lambda
     from lara.data.tables import DataError, read_table
+    from lara.evaluate.deployment_report import deployment_lines
 
     lam = read_lambda(root / "calibration" / "lambda.json")
     audit_path = root / "eval" / "constraint_audit.json"
@@ -188,7 +189,7 @@ def summarise_run(root: Path) -> str:
     lines += decoder_lines(audit)
     if "by_lambda" not in audit:
         lines.append(f"constraint audit ({audit_path}): {audit.get('question', 'none')}")
-    lines += method_lines(summary, summary_path)
+    lines += method_lines(summary, summary_path) + deployment_lines(root, lam)
     figures = sorted((root / "figures").glob("*.png"))
     lines += ["", "figures: " + (", ".join(str(f) for f in figures) or "none yet"),
               "  (lara trail FIGURE checks a figure against the data, code and settings it was made from)", "",

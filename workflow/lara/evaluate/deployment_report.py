@@ -1,0 +1,298 @@
+"""λ after deployment, read back: the deployment report (``results/{exp}/deployment/report.csv``), the arms'
+traces (``deployment/{scenario}/trace.parquet``) and the shift checks (``deployment/{scenario}/shift.json``),
+for ``lara figure --kind deployment`` and the "After deployment" section of ``lara summary``.
+
+One reader per file, checking the columns both consumers need, so a report the summary prints is a report the
+figure could draw. The arms are named once here (:func:`arm_label`), so the figure's legend and the summary's
+table say the same thing:
+
+* ``fixed_star``: the calibrated bootstrap λ*, held fixed on the stream;
+* ``fixed_ltt``: the Learn-then-Test certified λ, held fixed;
+* ``fixed_weighted``: the covariate-shift reweighted λ (only where it was certified);
+* ``online_eta_<η>``: λ_{t+1} = clip(λ_t + η (c_t − τ), 0, Λ) from λ*, its certificate an upper bound on every
+  window mean cost;
+* ``oracle``: the best fixed λ in hindsight for the stream (the smallest whose stream mean cost is ≤ τ).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+REPORT_COLUMNS = ("scenario", "arm", "T", "window", "tau", "lambda_start", "lambda_end", "mean_cost", "mean_reward",
+                  "worst_window_cost", "met")
+# read when there (empty where they do not apply): the online arms' step size and certificate, the oracle's
+# comparison, and the scenario's shift check, repeated on each of its rows (shift.json has it too)
+OPTIONAL_REPORT_COLUMNS = ("step_size", "batch_size", "lambda_min", "lambda_max", "certificate", "reward_given_up",
+                           "window_met", "auc", "p_value", "ess", "shifted", "weights_usable", "weighted_certified")
+FINITE_REPORT_COLUMNS = ("tau", "lambda_start", "lambda_end", "mean_cost", "mean_reward")
+TRACE_COLUMNS = ("t", "arm", "lambda", "cost", "reward", "mean_cost")
+ONLINE_PREFIX = "online_eta_"
+NAMES = {"fixed_star": ("fixed lambda*", "fixed $\\lambda^*$"),
+         "fixed_ltt": ("fixed LTT lambda", "fixed LTT $\\lambda$"),
+         "fixed_weighted": ("fixed reweighted lambda", "fixed reweighted $\\lambda$"),
+         "oracle": ("oracle", "oracle (best fixed $\\lambda$ in hindsight)")}
+
+
+def _error(message: str):
+    from lara.data.tables import DataError
+
+    return DataError(message)
+
+
+def flag(value) -> bool | None:
+    """A boolean column of a CSV: True, False or None (empty)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return None
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("", "nan", "none"):
+            return None
+        if text in ("true", "1", "yes"):
+            return True
+        if text in ("false", "0", "no"):
+            return False
+        raise ValueError(value)
+    return bool(value)
+
+
+def number(value) -> float | None:
+    """A numeric cell, None when empty."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(x) else x
+
+
+def step_size(arm: str, value=None) -> float | None:
+    """An online arm's step size η: the report's ``step_size`` if given, else read off the name (0p05 is 0.05)."""
+    given = number(value)
+    if given is not None or not arm.startswith(ONLINE_PREFIX):
+        return given
+    try:
+        return float(arm.removeprefix(ONLINE_PREFIX).replace("p", "."))
+    except ValueError:
+        return None
+
+
+def arm_label(arm: str, eta=None, tex: bool = False) -> str:
+    """The arm's name in words (``tex``: with matplotlib's mathtext, for a figure)."""
+    if arm.startswith(ONLINE_PREFIX):
+        eta = step_size(arm, eta)
+        shown = f"{eta:g}" if eta is not None else arm.removeprefix(ONLINE_PREFIX)
+        return f"online $\\eta$ = {shown}" if tex else f"online eta={shown}"
+    plain, mathtext = NAMES.get(arm, (arm, arm))
+    return mathtext if tex else plain
+
+
+def read_report(path: str | Path, lambda_record=None) -> pd.DataFrame:
+    """report.csv: every column of :data:`REPORT_COLUMNS`, one row per (scenario, arm), one tau, finite means,
+    ``met`` as the report's own mean cost against tau says; made for ``lambda_record`` (its tau and, on the
+    ``fixed_star`` arm, its lambda*) when one is given."""
+    from lara.data.tables import read_table, require_finite, require_rows
+
+    report = require_rows(read_table(path, required=REPORT_COLUMNS), path)
+    require_finite(report, FINITE_REPORT_COLUMNS, path)
+    report = report.astype({"scenario": str, "arm": str})
+    report = report.assign(**{c: None for c in OPTIONAL_REPORT_COLUMNS if c not in report.columns})
+    twice = report.duplicated(["scenario", "arm"])
+    if twice.any():
+        r = report[twice].iloc[0]
+        raise _error(f"{path}: scenario {r['scenario']!r} lists arm {r['arm']!r} twice (one row per scenario and arm)")
+    taus = sorted(set(report["tau"].astype(float)))
+    if len(taus) > 1:
+        raise _error(f"{path}: several taus ({', '.join(f'{t:g}' for t in taus)}); a deployment report holds one "
+                     "tau (the calibrated one)")
+    for col in ("met", "window_met", "shifted", "weights_usable", "weighted_certified"):
+        try:
+            report[col] = [flag(v) for v in report[col]]
+        except ValueError as exc:
+            raise _error(f"{path}: column {col!r} holds {exc}, not True, False or empty") from None
+    wrong = report[[m is not bool(c <= t) for m, c, t in zip(report["met"], report["mean_cost"], report["tau"],
+                                                         strict=True)]]
+    if len(wrong):
+        r = wrong.iloc[0]
+        raise _error(f"{path}: {r['scenario']}/{r['arm']}: met is {r['met']} but mean cost {r['mean_cost']:g} against "
+                     f"tau {r['tau']:g} says {r['mean_cost'] <= r['tau']}")
+    if lambda_record is not None:
+        _check_record(report, path, lambda_record)
+    return report
+
+
+def _check_record(report: pd.DataFrame, path, record) -> None:
+    """The report was made for this calibration: its tau, and λ* as the fixed_star arm's λ."""
+    tau = float(report["tau"].iloc[0])
+    problems = [] if math.isclose(tau, record.tau, rel_tol=1e-9, abs_tol=1e-12) else \
+        [f"its tau is {tau:g}, {record.path}'s {record.tau:g}"]
+    star = report.loc[report["arm"] == "fixed_star", "lambda_start"].astype(float)
+    off = star[[not math.isclose(v, record.lambda_star, rel_tol=1e-6, abs_tol=1e-12) for v in star]]
+    if len(off):
+        problems.append(f"its fixed_star lambda is {off.iloc[0]:g}, {record.path}'s lambda* {record.lambda_star:g}")
+    if problems:
+        raise _error(f"{path}: does not belong to {record.path}: {'; '.join(problems)}. Rerun the workflow (the "
+                     "deployment steps follow the calibration)")
+
+
+def trace_scenario(path: str | Path) -> str:
+    """A trace's scenario: the ``scenario`` in its identity metadata, else its folder's name."""
+    from lara.identity import read_identity
+
+    return str(read_identity(path).get("scenario") or Path(path).parent.name)
+
+
+def read_traces(paths: list[str], report: pd.DataFrame, report_path) -> dict[str, pd.DataFrame]:
+    """The traces by scenario, in the report's scenario order: each of a scenario of the report, once, with arms
+    the report lists for that scenario and finite lambda and running mean cost."""
+    from lara.data.tables import read_table, require_finite, require_rows
+    from lara.identity import read_identity
+
+    tau = float(report["tau"].iloc[0])
+    found: dict[str, tuple[str, pd.DataFrame]] = {}
+    for path in paths:
+        scenario = trace_scenario(path)
+        if scenario not in set(report["scenario"]):
+            raise _error(f"{path}: scenario {scenario!r} is not in {report_path} (scenarios: "
+                         f"{', '.join(dict.fromkeys(report['scenario']))}); the trace is from another deployment run")
+        if scenario in found:
+            raise _error(f"{path}: a second trace for scenario {scenario!r} (the first: {found[scenario][0]})")
+        made_for = number(read_identity(path).get("tau"))
+        if made_for is not None and not math.isclose(made_for, tau, rel_tol=1e-9, abs_tol=1e-12):
+            raise _error(f"{path}: made for tau {made_for:g}, {report_path} for tau {tau:g}")
+        trace = require_finite(require_rows(read_table(path, required=TRACE_COLUMNS), path), ("t", "lambda",
+                                                                                               "mean_cost"), path)
+        trace = trace.astype({"arm": str})
+        extra = sorted(set(trace["arm"]) - set(report.loc[report["scenario"] == scenario, "arm"]))
+        if extra:
+            raise _error(f"{path}: arm(s) {', '.join(extra)} of scenario {scenario!r} are not in {report_path}")
+        found[scenario] = (str(path), trace.sort_values(["arm", "t"]))
+    order = list(dict.fromkeys(report["scenario"]))
+    return {s: found[s][1] for s in sorted(found, key=order.index)}
+
+
+def shows(report: pd.DataFrame) -> dict:
+    """What the deployment figure shows, for its provenance sidecar and report caption."""
+    arms = list(dict.fromkeys(report["arm"]))
+    etas = sorted({step_size(a, e) for a, e in zip(report["arm"], report["step_size"], strict=True)
+                   if a.startswith(ONLINE_PREFIX)} - {None})
+    held = {s: [arm_label(a) for a, m in zip(g["arm"], g["met"], strict=True) if m]
+            for s, g in report.groupby("scenario", sort=False)}
+    return {"tau": float(report["tau"].iloc[0]), "scenarios": list(held), "arms": [arm_label(a) for a in arms],
+            "step_sizes": etas, "T": sorted({int(t) for t in report["T"]}),
+            "window": sorted({int(w) for w in report["window"]}), "held": held}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# lara summary: "After deployment"
+
+DEPLOYMENT_READING = """\
+  arms          fixed lambda* (bootstrap), fixed LTT lambda (certified), fixed reweighted lambda (covariate-shift
+                weights, where certified), online eta=E (lambda follows the cost from lambda*, step size E),
+                oracle (the best fixed lambda in hindsight for the stream);
+  mean cost     over a stream's T visits by the decoding cost model (tau's units); mean: met when <= tau;
+  worst window  the largest mean cost over W consecutive visits (windows: met when <= tau); certificate: an
+                online arm's bound on every window's mean (tau + (lambda_max - lambda_min + upper clips) / (eta W));
+  given up      the oracle's mean reward minus the arm's;
+  shift check   a classifier tells calibration from deployment prompts (AUC, permutation p-value), ESS is the
+                effective sample size of the reweighted calibration set: the offline guarantee carries over only
+                when the prompts are not shifted."""
+
+
+def read_shift(path: Path, rows: pd.DataFrame, report_path) -> dict:
+    """shift.json beside a scenario's trace, agreeing with the shift columns of the report's rows; without the file,
+    the report's own columns (and no statement)."""
+    first = rows.iloc[0]
+    from_report = {"auc": number(first["auc"]), "p_value": number(first["p_value"]), "ess": number(first["ess"]),
+                   "shifted": first["shifted"], "weights_usable": first["weights_usable"],
+                   "weighted_certified": first["weighted_certified"]}
+    if not path.exists():
+        return from_report | {"statement": None, "path": None}
+    try:
+        shift = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise _error(f"{path}: not a readable shift check ({exc})") from None
+    for key in ("auc", "p_value", "ess"):
+        a, b = number(shift.get(key)), from_report[key]
+        if a is not None and b is not None and not math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9):
+            raise _error(f"{path}: {key} {a:g}, but {report_path} says {b:g} for scenario {first['scenario']!r}; the "
+                         "files are from different deployment runs")
+    return from_report | {k: v for k, v in shift.items() if v is not None} | {"path": path}
+
+
+def _fmt(value, spec: str = ".3f", empty: str = "-") -> str:
+    x = number(value)
+    return empty if x is None else format(x, spec)
+
+
+def shift_line(shift: dict) -> str:
+    shifted = flag(shift.get("shifted"))
+    verdict = {True: "shifted", False: "not shifted", None: "shift unknown"}[shifted]
+    ess = _fmt(shift.get("ess"), ".1f")
+    if shift.get("n_calibration") is not None:
+        ess += f" of {shift['n_calibration']} calibration prompts"
+    if shift.get("min_ess") is not None:
+        ess += f" (needs {_fmt(shift['min_ess'], 'g')})"
+    line = f"    shift check: AUC {_fmt(shift.get('auc'))}, p {_fmt(shift.get('p_value'), '.3g')}, ESS {ess}: {verdict}"
+    weighted, usable = flag(shift.get("weighted_certified")), flag(shift.get("weights_usable"))
+    if weighted is not None:
+        line += f"; reweighted lambda {'certified' if weighted else 'not certified'}"
+    elif usable is not None:
+        line += f"; weights {'usable' if usable else 'not usable'}"
+    if shift.get("path"):
+        line += f" ({shift['path']})"
+    return line + (f"\n      {shift['statement']}" if shift.get("statement") else "")
+
+
+def arm_table(rows: pd.DataFrame) -> list[str]:
+    """The arms of a scenario: lambda, costs, certificate, reward given up, and each against tau."""
+    lines = [f"    {'arm':18} {'lambda start -> end':>21}  {'mean cost':>9}  {'worst window':>12}  "
+             f"{'certificate':>11}  {'given up':>8}  {'mean':8}  windows"]
+    for r in rows.to_dict("records"):
+        lam = f"{r['lambda_start']:.4g} -> {r['lambda_end']:.4g}"
+        numbers = (f"{r['mean_cost']:9.3f}  {_fmt(r['worst_window_cost']):>12}  {_fmt(r['certificate']):>11}  "
+                   f"{_fmt(r['reward_given_up']):>8}")
+        window = {True: "met", False: "violated", None: "-"}[r["window_met"]]
+        lines.append(f"    {arm_label(r['arm'], r['step_size']):18} {lam:>21}  {numbers}  "
+                     f"{'met' if r['met'] else 'violated':8}  {window}")
+    return lines
+
+
+def verdict_clause(r: dict) -> str:
+    """One arm against tau, in words, with the numbers it rests on."""
+    name, cost, tau = arm_label(r["arm"], r["step_size"]), r["mean_cost"], r["tau"]
+    if not r["met"]:
+        return f"{name} violates tau (mean cost {cost:.3f} > tau {tau:g})"
+    clause = f"{name} holds tau (mean cost {cost:.3f} <= tau {tau:g}"
+    cert, worst = number(r["certificate"]), number(r["worst_window_cost"])
+    if cert is not None:
+        clause += f"; every {int(r['window'])}-visit window <= certificate {cert:.3f}"
+        if worst is not None:
+            clause += f", worst {worst:.3f}" + ("" if worst <= cert else " ABOVE its certificate")
+    return clause + ")"
+
+
+def scenario_reading(scenario: str, rows: pd.DataFrame) -> str:
+    """Which arms held tau on a scenario: the violations first."""
+    records = sorted(rows.to_dict("records"), key=lambda r: bool(r["met"]))
+    return f"    reading on {scenario}: " + "; ".join(verdict_clause(r) for r in records)
+
+
+def deployment_lines(root: Path, lambda_record=None) -> list[str]:
+    """The "After deployment" section of ``lara summary``: nothing when the run has no deployment report."""
+    path = root / "deployment" / "report.csv"
+    if not path.exists():
+        return []
+    report = read_report(path, lambda_record)
+    first = report.iloc[0]
+    lines = ["", f"After deployment ({path}): lambda on streams of visits (Best-of-N on each visit's candidates), "
+                 f"tau = {first['tau']:g}"]
+    for scenario, rows in report.groupby("scenario", sort=False):
+        r = rows.iloc[0]
+        batches = f" in batches of {int(number(r['batch_size']))}" if number(r["batch_size"]) is not None else ""
+        lines += ["", f"  {scenario}: T = {int(r['T'])} visits{batches}, windows of {int(r['window'])} visits",
+                  shift_line(read_shift(root / "deployment" / scenario / "shift.json", rows, path)),
+                  *arm_table(rows), scenario_reading(scenario, rows)]
+    return lines + ["", DEPLOYMENT_READING]
