@@ -223,3 +223,31 @@ def test_summary_refuses_a_met_column_that_contradicts_the_mean_cost(tmp_path):
     df.to_csv(report, index=False)
     with pytest.raises(DataError, match="harmful_heavy/fixed_star: met is True but mean cost 0.637"):
         summarise_run(root)
+
+
+def test_an_oracle_that_holds_no_tau_is_drawn_and_said(tmp_path):
+    """No fixed lambda meets tau on a stream (lara deploy-arms: the oracle's lambda is infinite, feasible False, no
+    reward given up), in a report without the optional columns (weighted_certified, batch_size)."""
+    from lara.evaluate.summary import summarise_run
+
+    root = tmp_path / "results" / "x"
+    _run_files(root)
+    report, traces = _report(root), _traces(root)
+    df = pd.read_csv(report).drop(columns=["weighted_certified", "batch_size"])
+    oracle = (df["scenario"] == "harmful_heavy") & (df["arm"] == "oracle")
+    df["feasible"] = ~oracle
+    df.loc[oracle, ["lambda_start", "lambda_end", "mean_cost", "met", "reward_given_up"]] = [np.inf, np.inf, 0.55,
+                                                                                          False, np.nan]
+    df.loc[df["scenario"] == "harmful_heavy", "reward_given_up"] = np.nan
+    df.to_csv(report, index=False)
+    trace = pd.read_parquet(traces[1])
+    trace.loc[trace["arm"] == "oracle", "lambda"] = np.inf
+    trace.to_parquet(traces[1])
+    assert _figure(tmp_path, report, traces) in (0, None) and (tmp_path / "f.png").stat().st_size > 0
+    text = summarise_run(root)
+    assert ("reading on harmful_heavy: fixed lambda* violates tau (mean cost 0.637 > tau 0.5); fixed LTT lambda "
+            "violates tau (mean cost 0.521 > tau 0.5); no fixed lambda holds tau on this stream (the safest "
+            "candidates average 0.550 > tau 0.5); online eta=0.05 holds tau") in text
+    row = next(line for line in text.split("  harmful_heavy:")[1].splitlines() if line.strip().startswith("oracle"))
+    assert row.split()[1:] == ["inf", "->", "inf", "0.550", "0.580", "-", "-", "violated", "violated"]
+    assert "  harmful_heavy: T = 200 visits, windows of 50 visits" in text

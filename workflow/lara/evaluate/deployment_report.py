@@ -27,8 +27,9 @@ REPORT_COLUMNS = ("scenario", "arm", "T", "window", "tau", "lambda_start", "lamb
 # read when there (empty where they do not apply): the online arms' step size and certificate, the oracle's
 # comparison, and the scenario's shift check, repeated on each of its rows (shift.json has it too)
 OPTIONAL_REPORT_COLUMNS = ("step_size", "batch_size", "lambda_min", "lambda_max", "certificate", "reward_given_up",
-                           "window_met", "auc", "p_value", "ess", "shifted", "weights_usable", "weighted_certified")
-FINITE_REPORT_COLUMNS = ("tau", "lambda_start", "lambda_end", "mean_cost", "mean_reward")
+                           "window_met", "feasible", "auc", "p_value", "ess", "shifted", "weights_usable",
+                           "weighted_certified")
+FINITE_REPORT_COLUMNS = ("tau", "mean_cost", "mean_reward")  # lambda is infinite for an oracle that holds no tau
 TRACE_COLUMNS = ("t", "arm", "lambda", "cost", "reward", "mean_cost")
 ONLINE_PREFIX = "online_eta_"
 NAMES = {"fixed_star": ("fixed lambda*", "fixed $\\lambda^*$"),
@@ -107,7 +108,7 @@ def read_report(path: str | Path, lambda_record=None) -> pd.DataFrame:
     if len(taus) > 1:
         raise _error(f"{path}: several taus ({', '.join(f'{t:g}' for t in taus)}); a deployment report holds one "
                      "tau (the calibrated one)")
-    for col in ("met", "window_met", "shifted", "weights_usable", "weighted_certified"):
+    for col in ("met", "window_met", "feasible", "shifted", "weights_usable", "weighted_certified"):
         try:
             report[col] = [flag(v) for v in report[col]]
         except ValueError as exc:
@@ -162,8 +163,10 @@ def read_traces(paths: list[str], report: pd.DataFrame, report_path) -> dict[str
         made_for = number(read_identity(path).get("tau"))
         if made_for is not None and not math.isclose(made_for, tau, rel_tol=1e-9, abs_tol=1e-12):
             raise _error(f"{path}: made for tau {made_for:g}, {report_path} for tau {tau:g}")
-        trace = require_finite(require_rows(read_table(path, required=TRACE_COLUMNS), path), ("t", "lambda",
-                                                                                               "mean_cost"), path)
+        trace = require_finite(require_rows(read_table(path, required=TRACE_COLUMNS), path), ("t", "mean_cost"), path)
+        if trace["lambda"].isna().any():
+            raise _error(f"{path}: column 'lambda' has no value at some visit (infinite only for an oracle that "
+                         "holds no tau)")
         trace = trace.astype({"arm": str})
         extra = sorted(set(trace["arm"]) - set(report.loc[report["scenario"] == scenario, "arm"]))
         if extra:
@@ -263,6 +266,8 @@ def arm_table(rows: pd.DataFrame) -> list[str]:
 def verdict_clause(r: dict) -> str:
     """One arm against tau, in words, with the numbers it rests on."""
     name, cost, tau = arm_label(r["arm"], r["step_size"]), r["mean_cost"], r["tau"]
+    if r["arm"] == "oracle" and r["feasible"] is False:
+        return f"no fixed lambda holds tau on this stream (the safest candidates average {cost:.3f} > tau {tau:g})"
     if not r["met"]:
         return f"{name} violates tau (mean cost {cost:.3f} > tau {tau:g})"
     clause = f"{name} holds tau (mean cost {cost:.3f} <= tau {tau:g}"

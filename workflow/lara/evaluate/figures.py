@@ -392,7 +392,11 @@ def deployment(report: pd.DataFrame, traces: dict[str, pd.DataFrame], opts: Figu
             top.plot(g["t"], g["mean_cost"], color=colour[arm], ls=style[arm], lw=1.3)
             bottom.plot(g["t"], g["lambda"], color=colour[arm], ls=style[arm], lw=1.3)
         top.axhline(tau, color="black", ls="--", lw=1.0)
-        row = report[report["scenario"] == scenario].iloc[0]
+        rows = report[report["scenario"] == scenario]
+        if any(f is False for f in rows.loc[rows["arm"] == "oracle", "feasible"]):
+            bottom.text(0.02, 0.97, "oracle: no fixed $\\lambda$ holds $\\tau$", transform=bottom.transAxes,
+                        va="top", fontsize="small", bbox={"fc": "white", "ec": "none", "alpha": 0.8})
+        row = rows.iloc[0]
         shifted = {True: "shifted", False: "not shifted"}.get(row["shifted"], "shift unknown")
         auc = f"AUC {float(row['auc']):.2f}, " if pd.notna(row["auc"]) else ""
         top.set_title(f"{scenario}\n({auc}{shifted})")
