@@ -505,7 +505,7 @@ def final_outputs():
     if CERTIFIED_SETTINGS:
         targets += [f"{RESULTS}/calibration/coverage.json"] + figure_files("coverage")
     if SCENARIOS:
-        targets.append(f"{RESULTS}/deployment/report.csv")
+        targets += [f"{RESULTS}/deployment/report.csv"] + figure_files("deployment")
     return targets
 
 

@@ -110,3 +110,34 @@ rule deployment_report:
         code=step_code("deployment-report"),
     shell:
         "lara deployment-report --arms {input.arms:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule figure_deployment:
+    input:
+        report="results/{exp}/deployment/report.csv",
+        traces=expand("results/{{exp}}/deployment/{scenario}/trace.parquet", scenario=list(SCENARIOS)),
+        lam="results/{exp}/calibration/lambda.json",
+        settings="results/{exp}/settings.tsv",
+    output:
+        png=report(
+            "results/{exp}/figures/deployment.png",
+            caption="../report/deployment.rst",
+            category="Figures",
+            labels={"figure": "After deployment: running mean cost and lambda per arm"},
+        ),
+        pdf="results/{exp}/figures/deployment.pdf",
+        provenance="results/{exp}/figures/deployment.provenance.json",
+    log:
+        "logs/{exp}/figure_deployment.log",
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("figures")
+    resources:
+        **job_resources("figures"),
+    params:
+        **figure_params(),
+    shell:
+        "lara figure --kind deployment --report {input.report:q} --traces {input.traces:q}"
+        " --lambda-json {input.lam:q} --settings {params.settings:q} --experiment-settings {input.settings:q}"
+        " --rule figure_deployment --png {output.png:q} --pdf {output.pdf:q} --provenance {output.provenance:q}"
+        " > {log:q} 2>&1"
