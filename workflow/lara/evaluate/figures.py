@@ -371,8 +371,9 @@ def coverage(cov: dict, opts: FigureSettings):
 
 def deployment(report: pd.DataFrame, traces: dict[str, pd.DataFrame], opts: FigureSettings):
     """Lambda after deployment (lara.evaluate.deployment_report): one column per scenario; top, each arm's running
-    mean cost against the visit t with tau dashed; bottom, its lambda_t (flat for the fixed arms and the oracle),
-    on a log scale where every lambda is positive. One colour per arm in every panel."""
+    mean cost against the visit t with tau dashed (the y range read off the visits after the first window, where
+    a running mean of a few visits swings widely); bottom, its lambda_t averaged over the trailing W visits (an
+    online lambda moves every visit; flat for the fixed arms and the oracle). One colour per arm in every panel."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
@@ -386,11 +387,15 @@ def deployment(report: pd.DataFrame, traces: dict[str, pd.DataFrame], opts: Figu
     tau = float(report["tau"].iloc[0])
     fig, axes = plt.subplots(2, len(traces), figsize=(max(opts.width, 3.2 * len(traces)), 2 * opts.height + 0.8),
                              sharex="col", sharey="row", squeeze=False, layout="constrained")
+    window = int(report["window"].iloc[0])
+    settled = [tau]
     for j, (scenario, trace) in enumerate(traces.items()):
         top, bottom = axes[0, j], axes[1, j]
         for arm, g in trace.groupby("arm", sort=False):
             top.plot(g["t"], g["mean_cost"], color=colour[arm], ls=style[arm], lw=1.3)
-            bottom.plot(g["t"], g["lambda"], color=colour[arm], ls=style[arm], lw=1.3)
+            smooth = g["lambda"].replace(np.inf, np.nan).rolling(window, min_periods=1).mean()
+            bottom.plot(g["t"], smooth, color=colour[arm], ls=style[arm], lw=1.3)
+            settled += list(g.loc[g["t"] >= min(window, len(g) // 2), "mean_cost"].agg(["min", "max"]))
         top.axhline(tau, color="black", ls="--", lw=1.0)
         rows = report[report["scenario"] == scenario]
         if any(f is False for f in rows.loc[rows["arm"] == "oracle", "feasible"]):
@@ -401,13 +406,10 @@ def deployment(report: pd.DataFrame, traces: dict[str, pd.DataFrame], opts: Figu
         auc = f"AUC {float(row['auc']):.2f}, " if pd.notna(row["auc"]) else ""
         top.set_title(f"{scenario}\n({auc}{shifted})")
         bottom.set_xlabel("visit t")
-    positive = pd.concat(list(traces.values()))["lambda"]
-    if (positive > 0).all():
-        axes[1, 0].set_yscale("log")
-    elif (positive > 0).any():
-        axes[1, 0].set_yscale("symlog", linthresh=float(positive[positive > 0].min()))
+    low, high = min(settled), max(settled)
+    axes[0, 0].set_ylim(low - 0.1 * (high - low + 1e-9), high + 0.1 * (high - low + 1e-9))
     axes[0, 0].set_ylabel("running mean cost")
-    axes[1, 0].set_ylabel("$\\lambda_t$")
+    axes[1, 0].set_ylabel(f"$\\lambda_t$ (mean of the last {window} visits)")
     handles = [Line2D([], [], color=colour[a], ls=style[a], lw=1.5, label=arm_label(a, eta[a], tex=True))
                for a in arms]
     handles.append(Line2D([], [], color="black", ls="--", lw=1.0, label=f"$\\tau$ = {tau:g}"))
