@@ -6,6 +6,15 @@ from the reference policy.
 
 The scores file (parquet, CSV or jsonl) has one row per response with columns
 ``prompt_id, reward, cost``; prompts may have different numbers of samples.
+
+``--weights weights.parquet`` (``lara shift-check``: one covariate-shift weight per calibration prompt, an
+estimate of dP_deploy / dP_cal) calibrates for the deployment prompt distribution instead (Best-of-N mode only):
+lambda-hat is the root of the weighted mean expected Best-of-N cost, the bootstrap draws prompts uniformly and
+keeps their weights (:mod:`lara.calibrate.dual`), and CRC and LTT are their covariate-shift versions
+(:mod:`lara.calibrate.certify`). Below the weights' ``min_ess`` (config key deployment.shift.min_ess, which
+``lara shift-check`` writes into the weights' identity) the record is written with ``certified: false``, and
+:func:`lara.calibrate.record.read_lambda` refuses it to every decoder. The record's identity kind is
+``lambda_weighted``.
 """
 
 from __future__ import annotations
@@ -19,7 +28,18 @@ from typing import ClassVar, Literal
 import numpy as np
 import pandas as pd
 
-from lara.calibrate.certify import CERTIFIED, certified_lambda, clip_costs, clipped_steps, hb_p_value, statement
+from lara.calibrate.certify import (
+    CERTIFIED,
+    certified_lambda,
+    clip_costs,
+    clipped_steps,
+    effective_sample_size,
+    equal_weights,
+    hb_p_value,
+    statement,
+    weighted_certified_lambda,
+    weighted_p_value,
+)
 from lara.calibrate.dual import InputError, PromptScores, bootstrap, dual, dual_grad, mean_cost, solve
 from lara.calibrate.record import write_lambda
 from lara.data.tables import DataError, read_table, require_in_range
@@ -127,8 +147,18 @@ def load_scores(path: str | Path, prompts: list | None = None) -> PromptScores:
         raise DataError(f"{path}: {exc}") from None
 
 
-def calibrate(scores: PromptScores, s: CalibrationSettings) -> dict:
-    """Point estimate, bootstrap and diagnostics as a JSON-ready dict."""
+def calibrate(scores: PromptScores, s: CalibrationSettings, weights: np.ndarray | None = None,
+              min_ess: float | None = None) -> dict:
+    """Point estimate, bootstrap and diagnostics as a JSON-ready dict. ``weights``: covariate-shift weights of
+    the prompts (aligned with ``scores.prompt_ids``, finite and > 0; Best-of-N mode only), which make every
+    lambda one for the deployment distribution they describe; certified when their effective sample size is at
+    least ``min_ess`` (the record's ``certified``; without weights the record has neither key)."""
+    if weights is not None and s.mode != "bon":
+        raise ValueError("a covariate-shift weighted calibration (--weights) is exact for Best-of-N only "
+                         "(calibration.mode: bon); soft mode's tilted cost is a ratio estimate, not a mean of "
+                         "per-prompt losses")
+    # equal weights are no reweighting: computed as the plain calibration, so its lambdas are exactly those
+    pw = None if weights is None or equal_weights(weights) else np.asarray(weights, dtype=float)
     k_min = int(scores.counts.min())
     bon_n = None
     steps = None
@@ -141,10 +171,11 @@ def calibrate(scores: PromptScores, s: CalibrationSettings) -> dict:
             raise ValueError(f"Best-of-N calibration with N = {bon_n} (bon_n) needs N <= K, but the scores have "
                              f"K = {k_min} samples per prompt (the fewest of any prompt)")
         steps = bon_steps(scores.reward, scores.cost, scores.mask, bon_n, s.lambda_search_max)
-    sol = solve(scores, s.tau, s.beta, s.lambda_search_max, s.tolerance, s.mode, bon_n=bon_n, bon_steps=steps)
+    sol = solve(scores, s.tau, s.beta, s.lambda_search_max, s.tolerance, s.mode, bon_n=bon_n, bon_steps=steps,
+                weights=pw)
     t1 = time.perf_counter()
     boot = bootstrap(scores, s.tau, s.beta, s.lambda_search_max, s.bootstrap, s.seed, s.mode, bon_n=bon_n,
-                     bon_steps=steps)
+                     bon_steps=steps, weights=pw)
     t2 = time.perf_counter()
     lams = boot.lams
     grid = np.union1d(np.linspace(0.0, s.lambda_search_max, s.grid_points),
@@ -155,16 +186,21 @@ def calibrate(scores: PromptScores, s: CalibrationSettings) -> dict:
     procedures = {"bootstrap": {
         "lambda": boot_star, "feasible": sol.feasible,
         "statement": statement("bootstrap", lam=boot_star, tau=s.tau, n_prompts=scores.n_prompts, bon_n=bon_n,
-                               feasible=sol.feasible, quantile=s.quantile, replicates=s.bootstrap)}}
+                               feasible=sol.feasible, quantile=s.quantile, replicates=s.bootstrap,
+                               ess=None if pw is None else effective_sample_size(pw))}}
     clipped = None
     if s.mode == "bon" and s.cost_bounds is not None:
-        clipped, procedures_certified = certify(scores, s, bon_n, k_min, steps)
+        clipped, procedures_certified = certify(scores, s, bon_n, k_min, steps, pw)
         procedures |= procedures_certified
     t3 = time.perf_counter()
+    shift = None
+    if weights is not None:
+        shift = _weighted(procedures, weights, min_ess, s.tau)
     deployed = procedures[s.guarantee]
     lambda_star = deployed["lambda"]
-    decoder_cost = mean_cost(scores, [sol.lam, lambda_star], s.beta, s.mode, bon_n=bon_n)
-    return {
+    norm = None if pw is None else pw / pw.sum()
+    decoder_cost = mean_cost(scores, [sol.lam, lambda_star], s.beta, s.mode, weights=norm, bon_n=bon_n)
+    return (shift or {}) | {
         "lambda_hat": sol.lam,
         "lambda_star": lambda_star,
         # the procedure that chose lambda_star and what it promises; every procedure's lambda beside it
@@ -203,16 +239,17 @@ def calibrate(scores: PromptScores, s: CalibrationSettings) -> dict:
         "samples_per_prompt": {"min": int(counts.min()), "max": int(counts.max()),
                                "mean": float(counts.mean()), "total": int(counts.sum())},
         "curves": {"lambda": grid.tolist(),
-                   "g": dual(scores, grid, s.tau, s.beta, s.mode).tolist(),
-                   "g_prime": dual_grad(scores, grid, s.tau, s.beta, s.mode, bon_n=bon_n).tolist()},
+                   "g": dual(scores, grid, s.tau, s.beta, s.mode, weights=pw).tolist(),
+                   "g_prime": dual_grad(scores, grid, s.tau, s.beta, s.mode, bon_n=bon_n, weights=pw).tolist()},
         "timing_s": {"solve": t1 - t0, "bootstrap": t2 - t1, "certified": t3 - t2},
     }
 
 
 def certify(scores: PromptScores, s: CalibrationSettings, bon_n: int | None, k_min: int,
-            cost_steps=None) -> tuple[dict, dict]:
+            cost_steps=None, weights: np.ndarray | None = None) -> tuple[dict, dict]:
     """The CRC and LTT lambdas of Best-of-N (lara.calibrate.certify) with their guarantees, and the fraction of
-    calibration costs the bounds clip (``cost_steps``: the unclipped cost's steps, reused when nothing is clipped)."""
+    calibration costs the bounds clip (``cost_steps``: the unclipped cost's steps, reused when nothing is clipped;
+    ``weights``: unequal covariate-shift weights, for the weighted versions)."""
     from lara.calibrate.bestofn import expected
 
     clip, frac = clip_costs(scores.cost, scores.mask, s.cost_bounds)
@@ -220,15 +257,41 @@ def certify(scores: PromptScores, s: CalibrationSettings, bon_n: int | None, k_m
     n = scores.n_prompts
     out = {}
     for proc in CERTIFIED:
-        c = certified_lambda(st, n, proc, s.tau, s.lambda_search_max, s.cost_bounds, s.delta)
-        mean = float(expected(scores.reward, scores.cost, scores.mask, [c.lam], bon_n, clip)[0, :, 0].mean())
+        if weights is None:
+            c = certified_lambda(st, n, proc, s.tau, s.lambda_search_max, s.cost_bounds, s.delta)
+        else:
+            c = weighted_certified_lambda(st, weights, proc, s.tau, s.lambda_search_max, s.cost_bounds, s.delta)
+        per_prompt = expected(scores.reward, scores.cost, scores.mask, [c.lam], bon_n, clip)[0, :, 0]
+        mean = float(per_prompt.mean() if weights is None else weights @ per_prompt / weights.sum())
         out[proc] = {"lambda": c.lam, "feasible": c.feasible, "threshold": c.threshold, "clipped_mean_cost": mean,
                      "statement": statement(proc, lam=c.lam, tau=s.tau, n_prompts=n, bon_n=bon_n or k_min,
                                             feasible=c.feasible, delta=s.delta, bounds=s.cost_bounds,
-                                            clipped=frac["below"] + frac["above"])}
+                                            clipped=frac["below"] + frac["above"],
+                                            ess=None if weights is None else effective_sample_size(weights))}
         if proc == "ltt":
-            out[proc] |= {"delta": s.delta, "p_value": float(hb_p_value(mean, n, s.tau, s.cost_bounds))}
+            p = (hb_p_value(mean, n, s.tau, s.cost_bounds) if weights is None
+                 else weighted_p_value(mean, effective_sample_size(weights), s.tau, s.cost_bounds))
+            out[proc] |= {"delta": s.delta, "p_value": float(p)}
     return frac, out
+
+
+def _weighted(procedures: dict, weights: np.ndarray, min_ess: float | None, tau: float) -> dict:
+    """The weighted record's own keys (``certified``, the weights' ESS), and every procedure's statement said for
+    the deployment distribution the weights describe, or withdrawn below ``min_ess``."""
+    ess = effective_sample_size(weights)
+    certified = min_ess is not None and ess >= min_ess
+    about = ("covariate shift: the promise is about the deployment prompt distribution as the shift check's "
+             "classifier estimates it from the prompts alone (it assumes a prompt's responses and their costs do "
+             "not change)")
+    for proc in procedures.values():
+        if certified:
+            proc["statement"] = f"{proc['statement']}; {about}"
+        else:
+            proc["statement"] = (f"not certified: the weights' effective sample size {ess:.1f} is below "
+                                 f"deployment.shift.min_ess = {min_ess:g}, too few calibration prompts resemble the "
+                                 f"deployment prompts; lambda = {proc['lambda']:.6g} is an estimate no decoder "
+                                 f"deploys (tau = {tau:g})")
+    return {"certified": bool(certified)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,7 +309,56 @@ def add_arguments(parser) -> None:
                         help=f"deploy a crc or ltt lambda although cost_bounds clip more than "
                         f"{MAX_CLIPPED * 100:g}%% of the calibration costs (the guarantee is then about a cost "
                         "the cost model rarely gives)")
+    parser.add_argument("--weights", default=None,
+                        help="covariate-shift weights of the calibration prompts (lara shift-check): calibrate for "
+                        "the deployment prompt distribution they describe (bon mode; docs/shift.md)")
     parser.add_argument("--out", required=True, help="output lambda.json")
+
+
+WEIGHTS_KIND = "shift_weights"  # the identity kind of lara shift-check's weights (lara.deploy.shift)
+
+
+def load_weights(path, scores: PromptScores, scores_path) -> tuple[np.ndarray, dict]:
+    """The covariate-shift weights of ``scores``' prompts, in their order, normalised to mean 1, and what the record
+    says of them (path, sha256, ess, min_ess, n, scenario). Every calibration prompt has exactly one weight, finite
+    and > 0; the file is ``lara shift-check``'s (its identity carries min_ess)."""
+    from lara import identity
+
+    made = identity.read_identity(path)
+    if made.get("kind") != WEIGHTS_KIND or not isinstance(made.get("min_ess"), (int, float)):
+        raise DataError(f"--weights {path}: not the weights of `lara shift-check` (identity kind {made.get('kind')!r}"
+                        f", expected {WEIGHTS_KIND!r} with min_ess, the config key deployment.shift.min_ess)")
+    df = read_table(path, required=("prompt_id", "weight"))
+    keys = df["prompt_id"].map(identity.id_key)
+    twice = keys.duplicated(keep=False)
+    if twice.any():
+        pid = df["prompt_id"][twice.to_numpy()].iloc[0]
+        raise DataError(f"--weights {path}: prompt {pid!r} has {int(twice.sum())} weights, expected one")
+    value = pd.to_numeric(df["weight"], errors="coerce").to_numpy(float)
+    bad = ~(np.isfinite(value) & (value > 0))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raw = df["weight"].iloc[i]
+        shown = repr(raw) if np.isnan(value[i]) and not isinstance(raw, (float, np.floating)) else value[i]
+        raise DataError(f"--weights {path}: the weight of prompt {df['prompt_id'].iloc[i]!r} is {shown}; every "
+                        f"weight must be a finite number > 0 ({int(bad.sum())} of {len(value)} are not)")
+    by_key = dict(zip(keys, value, strict=True))
+    wanted = [identity.id_key(p) for p in scores.prompt_ids]
+    missing = [p for p, k in zip(scores.prompt_ids, wanted, strict=True) if k not in by_key]
+    if missing:
+        raise DataError(f"--weights {path}: calibration prompt {missing[0]!r} of {scores_path} has no weight "
+                        f"({len(missing)} of {len(wanted)} have none): weights of another calibration set?")
+    extra = sorted(set(by_key) - set(wanted))
+    if extra:
+        pid = df["prompt_id"][keys == extra[0]].iloc[0]
+        raise DataError(f"--weights {path}: prompt {pid!r} is not a calibration prompt of {scores_path} "
+                        f"({len(extra)} such): weights of another calibration set?")
+    w = np.array([by_key[k] for k in wanted])
+    w /= w.mean()
+    info = {"path": str(path), "sha256": sha256_file(path), "ess": effective_sample_size(w),
+            "min_ess": float(made["min_ess"]), "n": len(w), "scenario": made.get("scenario"),
+            "equal": equal_weights(w)}
+    return w, info
 
 
 def check_inputs(args, s: CalibrationSettings) -> tuple[PromptScores, dict]:
@@ -266,8 +378,14 @@ def check_inputs(args, s: CalibrationSettings) -> tuple[PromptScores, dict]:
                         "prompts); calibrating on the prompts the audit holds out makes the audit in-sample")
     found: list = []
     scores = load_scores(args.scores, found)
-    made = identity.stamp("lambda", args.out, role=role, tau=s.tau, mode=s.mode, procedure=s.guarantee,
-                          prompts=found[0].record(with_keys=True), made_from={"--scores": args.scores})
+    weighted = getattr(args, "weights", None)
+    if weighted is not None and s.mode != "bon":
+        raise ConfigError(f"--weights {weighted}: a covariate-shift weighted calibration is exact for Best-of-N only "
+                          f"(calibration.mode: bon, not {s.mode}): soft mode's tilted cost is a ratio estimate, not "
+                          "a mean of per-prompt losses")
+    made = identity.stamp("lambda" if weighted is None else "lambda_weighted", args.out, role=role, tau=s.tau,
+                          mode=s.mode, procedure=s.guarantee, prompts=found[0].record(with_keys=True),
+                          made_from={"--scores": args.scores, "--weights": weighted})
     return scores, made
 
 
@@ -295,10 +413,25 @@ def run(args) -> None:
     s = read_settings(args, CalibrationSettings)
     scores, made = check_inputs(args, s)
     log.info("%d prompts, %d responses; settings %s", scores.n_prompts, int(scores.counts.sum()), s)
+    weights, shift = None, None
+    if args.weights is not None:
+        weights, shift = load_weights(args.weights, scores, args.scores)
+        made |= {k: v for k, v in (("weighted", True), ("scenario", shift["scenario"]), ("ess", shift["ess"]),
+                                   ("min_ess", shift["min_ess"])) if v is not None}
+        log.info("covariate-shift weights %s: effective sample size %.1f of %d calibration prompts (min_ess %g)%s",
+                 args.weights, shift["ess"], shift["n"], shift["min_ess"],
+                 " (all equal: the plain calibration)" if shift["equal"] else "")
     try:
-        result = calibrate(scores, s)
+        result = calibrate(scores, s, weights, None if shift is None else shift["min_ess"])
     except ValueError as exc:
         raise DataError(f"{args.scores}: {exc}") from None
+    if shift is not None:
+        result["weights"] = {k: shift[k] for k in ("path", "sha256", "ess", "min_ess", "n", "scenario")}
+        made["certified"] = result["certified"]
+        if not result["certified"]:
+            log.warning("weighted lambda NOT certified: effective sample size %.1f < min_ess %g; the record is "
+                        "written for the report, and read_lambda refuses it to every decoder", shift["ess"],
+                        shift["min_ess"])
     check_clipping(result, s, args.allow_clipping, args.scores)
     made["decoder"] = result["decoder"]
     lo, hi = result["cost_range"]

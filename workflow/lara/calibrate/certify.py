@@ -23,6 +23,26 @@ lambda is exact (the first crossing where R_n drops to the threshold, :func:`lar
   of R_n, and R_n of lam is non-increasing, so the sequence over the whole interval [0, Lambda] rejects
   exactly where R_n(lam) <= r_crit (the largest mean with p <= delta): the error event is an increasing
   union of single-test events, each of probability <= delta.
+
+**Covariate-shift weighted versions** (:func:`weighted_certified_lambda`; weights w_i > 0 of the calibration
+prompts, estimates of dP_deploy / dP_cal at each prompt, :mod:`lara.deploy.shift`). Both are about the deployment
+prompt distribution as the weights describe it, and both reduce to a threshold on the weighted mean
+R_w(lam) = sum_i w_i l_i(lam) / sum_i w_i, still non-increasing in lam, so their lambda is exact too:
+
+* **weighted CRC** (Tibshirani, Barber, Candes, Ramdas 2019, *Conformal prediction under covariate shift*; the
+  covariate-shift section of *Conformal Risk Control*): the test prompt enters with its own weight w_{n+1},
+  (sum_i w_i l_i(lam) + w_{n+1} hi) / (sum_i w_i + w_{n+1}) <= tau. w_{n+1} = w(x_{n+1}) is unknown when lambda
+  is chosen; the left side only grows with it (it moves weight onto hi >= every l_i), so it is replaced by the
+  largest calibration weight: conservative as long as no deployment prompt weighs more than every calibration
+  prompt. R_w(lam) <= ((W + w_max) tau - w_max hi) / W, W = sum_i w_i; equal weights give CRC's threshold.
+* **weighted LTT**: with the weights treated as fixed, R_w is a weighted mean of independent losses in [lo, hi]
+  and Hoeffding's inequality gives P(R_w <= E R_w - t) <= exp(-2 t^2 / (B^2 sum_i p_i^2)) =
+  exp(-2 ESS t^2 / B^2), p_i = w_i / W, ESS = 1 / sum_i p_i^2 = W^2 / sum_i w_i^2 (B = hi - lo): the p-value of
+  "the deployment's expected loss > tau" at R_w = r < tau is exp(-2 ESS ((tau - r) / B)^2), and the largest
+  mean it rejects is tau - B sqrt(log(1 / delta) / (2 ESS)). The same fixed-sequence argument applies. It is
+  exact for known density ratios; the weights are estimated (a classifier's cross-fitted odds) and
+  self-normalised, so the statement is approximate. Equal weights are no reweighting: the plain mean's
+  Hoeffding-Bentkus p-value applies (tighter), and the lambdas are exactly the unweighted ones.
 """
 
 from __future__ import annotations
@@ -146,16 +166,79 @@ def certified_lambda(clipped_steps, n: int, procedure: str, tau: float, lam_max:
     return Certified(procedure, float(lam[0]), bool(status[0] != 2), float(threshold))
 
 
+def effective_sample_size(weights) -> float:
+    """(sum w)^2 / sum w^2: the number of equally weighted prompts a weighted mean is worth."""
+    w = np.asarray(weights, dtype=float)
+    return float(w.sum() ** 2 / (w * w).sum())
+
+
+def equal_weights(weights) -> bool:
+    """All weights the same: a weighted calibration is then the plain one (and computed as it, exactly)."""
+    w = np.asarray(weights, dtype=float)
+    return bool(np.all(w == w[0]))
+
+
+def weighted_crc_threshold(tau: float, weights, bounds) -> float:
+    """The largest weighted mean clipped loss weighted CRC accepts: ((W + w_max) tau - w_max hi) / W, the test
+    prompt's unknown weight replaced by the largest calibration weight (conservative; module docstring)."""
+    w = np.asarray(weights, dtype=float)
+    total, top, hi = float(w.sum()), float(w.max()), float(bounds[1])
+    return ((total + top) * tau - top * hi) / total
+
+
+def weighted_ltt_threshold(tau: float, ess: float, delta: float, bounds) -> float | None:
+    """The largest weighted mean clipped loss whose Hoeffding p-value at the effective sample size is <= delta:
+    tau - B sqrt(log(1 / delta) / (2 ESS)) (None: below the lower bound, so these weights cannot certify tau)."""
+    lo, hi = (float(b) for b in bounds)
+    if tau >= hi:
+        return hi
+    r = min(tau, hi) - (hi - lo) * math.sqrt(math.log(1.0 / delta) / (2.0 * ess))
+    return None if r < lo else r - 4e-12 * max(1.0, abs(r))  # the roots' rounding slack, as ltt_threshold
+
+
+def weighted_p_value(mean, ess: float, tau: float, bounds) -> np.ndarray:
+    """Hoeffding p-value of "expected loss > tau" from a weighted mean of losses in ``bounds`` at effective sample
+    size ``ess`` (weights treated as fixed): exp(-2 ESS ((tau - mean) / B)^2) below tau, 1 from tau on."""
+    lo, hi = (float(b) for b in bounds)
+    gap = np.maximum((tau - np.asarray(mean, dtype=float)) / (hi - lo), 0.0)
+    return np.minimum(np.exp(-2.0 * ess * gap * gap), 1.0)
+
+
+def weighted_certified_lambda(clipped_steps, weights, procedure: str, tau: float, lam_max: float, bounds,
+                              delta: float) -> Certified:
+    """The covariate-shift weighted CRC or LTT lambda (module docstring) from the steps of the clipped expected cost
+    of the calibration prompts and their weights (finite, > 0); equal weights give :func:`certified_lambda`'s."""
+    from lara.calibrate.bestofn import roots
+
+    w = np.asarray(weights, dtype=float)
+    if equal_weights(w):
+        return certified_lambda(clipped_steps, len(w), procedure, tau, lam_max, bounds, delta)
+    if procedure == "crc":
+        threshold = weighted_crc_threshold(tau, w, bounds)
+    elif procedure == "ltt":
+        threshold = weighted_ltt_threshold(tau, effective_sample_size(w), delta, bounds)
+    else:
+        raise ValueError(f"not a certified procedure: {procedure!r} (one of {', '.join(CERTIFIED)})")
+    if threshold is None:
+        return Certified(procedure, float(lam_max), False, None)
+    lam, status = roots(clipped_steps, (w / w.sum())[None, :], threshold, lam_max)
+    return Certified(procedure, float(lam[0]), bool(status[0] != 2), float(threshold))
+
+
 def statement(procedure: str, *, lam: float, tau: float, n_prompts: int, bon_n: int | None, feasible: bool,
               delta: float | None = None, bounds=None, quantile: float | None = None,
-              replicates: int | None = None, clipped: float | None = None) -> str:
-    """The guarantee that comes with a deployed lambda, in one plain sentence."""
+              replicates: int | None = None, clipped: float | None = None, ess: float | None = None) -> str:
+    """The guarantee that comes with a deployed lambda, in one plain sentence (``ess``: the effective sample size
+    of unequal covariate-shift weights, for the weighted procedures' statements)."""
     decoder = f"Best-of-{bon_n}" if bon_n else "Best-of-N (N = each prompt's K)"
     clip = "" if bounds is None else f" (costs clipped to [{bounds[0]:g}, {bounds[1]:g}]" + (
         f"; {clipped:.2%} of the calibration costs lay outside them)" if clipped is not None else ")")
     if not feasible:
         return (f"no guarantee: {procedure} could not reach tau = {tau:g} within the search interval with "
-                f"{n_prompts:,} calibration prompts (lambda = {lam:.6g} is the interval's end){clip}")
+                f"{n_prompts:,} calibration prompts{'' if ess is None else ' reweighted'} (lambda = {lam:.6g} is "
+                f"the interval's end){clip}")
+    if ess is not None:
+        return _weighted_statement(procedure, lam, tau, n_prompts, decoder, clip, delta, quantile, replicates, ess)
     if procedure == "ltt":
         return (f"with probability >= {1 - delta:.3g} over the draw of the {n_prompts:,} calibration prompts, "
                 f"{decoder} at lambda = {lam:.6g} has expected cost{clip} <= tau = {tau:g} on prompts from the "
@@ -167,3 +250,22 @@ def statement(procedure: str, *, lam: float, tau: float, n_prompts: int, bon_n: 
     return (f"no finite-sample guarantee: lambda* = {lam:.6g} is the {quantile:g} quantile of {replicates:,} "
             f"bootstrap replicates of lambda-hat over the {n_prompts:,} calibration prompts (a heuristic upper "
             f"confidence bound on the lambda that meets tau = {tau:g} for {decoder})")
+
+
+def _weighted_statement(procedure, lam, tau, n_prompts, decoder, clip, delta, quantile, replicates, ess) -> str:
+    drawn = (f"the {n_prompts:,} calibration prompts reweighted to the deployment prompts (effective sample size "
+             f"{ess:.1f})")
+    if procedure == "ltt":
+        return (f"with probability >= {1 - delta:.3g} over the draw of {drawn}, {decoder} at lambda = {lam:.6g} has "
+                f"expected cost{clip} <= tau = {tau:g} on deployment prompts (weighted Learn then Test: Hoeffding "
+                "p-values at the effective sample size, the weights treated as fixed; exact for known density "
+                "ratios, approximate for these estimated ones)")
+    if procedure == "crc":
+        return (f"averaged over the draw of {drawn} and of a deployment prompt, {decoder} at lambda = {lam:.6g} has "
+                f"expected cost{clip} <= tau = {tau:g} (weighted conformal risk control, Tibshirani et al. 2019, the "
+                "deployment prompt's unknown weight replaced by the largest calibration weight: conservative unless "
+                "a deployment prompt weighs more; exact for known density ratios, approximate for these estimated "
+                "ones)")
+    return (f"no finite-sample guarantee: lambda* = {lam:.6g} is the {quantile:g} quantile of {replicates:,} "
+            f"bootstrap replicates of the weighted lambda-hat over {drawn} (a heuristic upper confidence bound on "
+            f"the lambda that meets tau = {tau:g} for {decoder} on deployment prompts)")

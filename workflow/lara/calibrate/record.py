@@ -5,6 +5,11 @@ The record holds lambda-hat, the deployed lambda* (a bootstrap quantile), the de
 were calibrated for (``best_of_n`` with N, or ``gibbs_tilt`` with beta), that decoder's
 calibration-set expected cost at both, the bootstrap summary and the diagnostic curves. No other
 module parses the file: they call :func:`read_lambda` and use :class:`LambdaRecord`.
+
+A covariate-shift weighted record (``lara calibrate --weights``: keys ``weights`` and ``certified``, identity
+kind ``lambda_weighted``) whose weights' effective sample size is below deployment.shift.min_ess holds
+``certified: false``: :func:`read_lambda` refuses it, naming the ESS and min_ess, so no decoder deploys it;
+a report that shows its estimates reads it with ``allow_uncertified=True``.
 """
 
 from __future__ import annotations
@@ -47,6 +52,16 @@ class LambdaRecord:
     def bootstrap(self) -> dict:
         return self.data["bootstrap"]
 
+    @property
+    def weighted(self) -> bool:
+        """A covariate-shift weighted calibration (``lara calibrate --weights``)."""
+        return self.data.get("weights") is not None
+
+    @property
+    def certified(self) -> bool:
+        """Deployable: an unweighted record, or a weighted one whose weights' ESS reached min_ess."""
+        return not self.weighted or self.data.get("certified") is True
+
     def get(self, key: str, default=None):
         return self.data.get(key, default)
 
@@ -61,8 +76,9 @@ class LambdaRecord:
         return float(entry["lambda"])
 
 
-def read_lambda(path: str | Path) -> LambdaRecord:
-    """Read and check a ``lambda.json``; a missing file, bad JSON or a missing key names the file and key."""
+def read_lambda(path: str | Path, allow_uncertified: bool = False) -> LambdaRecord:
+    """Read and check a ``lambda.json``; a missing file, bad JSON or a missing key names the file and key. A
+    weighted record that is not certified is refused unless ``allow_uncertified`` (a report, never a decoder)."""
     from lara.data.tables import DataError
 
     try:
@@ -88,9 +104,19 @@ def read_lambda(path: str | Path) -> LambdaRecord:
     if not isinstance(data["decoder"], dict):
         raise DataError(f"{path}: decoder must be an object (kind, n or beta)")
     _check_values(data, path)
+    if data.get("weights") is not None and data.get("certified") is not True and not allow_uncertified:
+        w = data["weights"] if isinstance(data["weights"], dict) else {}
+        raise DataError(f"{path}: a covariate-shift weighted lambda that is not certified: its weights' effective "
+                        f"sample size {_shown_number(w.get('ess'))} is below deployment.shift.min_ess = "
+                        f"{_shown_number(w.get('min_ess'))} (too few calibration prompts resemble the deployment "
+                        "prompts); no decoder deploys it (docs/shift.md)")
     return LambdaRecord(path=str(path), lambda_hat=lam_hat, lambda_star=lam_star, tau=tau, mode=str(data["mode"]),
                         decoder=data["decoder"], feasible=bool(data["feasible"]), status=str(data["status"]),
                         data=data)
+
+
+def _shown_number(value) -> str:
+    return f"{value:.1f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else repr(value)
 
 
 def _number(value) -> float:
