@@ -285,6 +285,7 @@ SECTIONS: dict[str, str] = {
     "figures": "lara.evaluate.figures:FigureSettings",
     "deployment": "lara.deploy.settings:DeploymentSettings",
     "deployment.prompts": "lara.deploy.settings:PoolSettings",
+    "deployment.shift": "lara.deploy.shift:ShiftSettings",
 }
 
 # keys that were renamed: the old name is refused with a message naming the new one (three keys were once all
@@ -309,6 +310,7 @@ STEPS: dict[str, str] = {
     "bon-sweep": "lara.decode.sweep:SweepSettings",
     "aggregate": "lara.evaluate.aggregate:AuditSettings",
     "calibrate-decoder": "lara.calibrate.direct:DirectSettings",
+    "prompt-features": "lara.deploy.features:FeatureSettings",
 }
 
 SCHEMA_FILE = Path(__file__).resolve().parent / "schemas" / "settings.schema.yaml"  # config/settings.schema.yaml

@@ -43,6 +43,8 @@ COMMANDS: dict[str, str] = {
     "online": "lara.deploy.online",
     "deploy-arms": "lara.deploy.arms",
     "deployment-report": "lara.deploy.report",
+    "prompt-features": "lara.deploy.features",
+    "shift-check": "lara.deploy.shift",
     # evaluation, figures, provenance
     "evaluate": "lara.evaluate.evaluate",
     "judge": "lara.evaluate.judge",
@@ -56,4 +58,4 @@ COMMANDS: dict[str, str] = {
 # the steps that run torch models: they get deterministic algorithms and exactly the job's threads
 TORCH_COMMANDS = {"make-toy-model", "import-gguf", "train-sft", "train-reward", "train-cost", "train-partial",
                   "train-value", "train-safe-rlhf", "train-safedpo", "sample", "score", "rgtg", "generate-policy",
-                  "evaluate", "calibrate-decoder"}
+                  "evaluate", "calibrate-decoder", "prompt-features"}

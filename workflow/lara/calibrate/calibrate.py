@@ -153,12 +153,7 @@ def calibrate(scores: PromptScores, s: CalibrationSettings, weights: np.ndarray 
     the prompts (aligned with ``scores.prompt_ids``, finite and > 0; Best-of-N mode only), which make every
     lambda one for the deployment distribution they describe; certified when their effective sample size is at
     least ``min_ess`` (the record's ``certified``; without weights the record has neither key)."""
-    if weights is not None and s.mode != "bon":
-        raise ValueError("a covariate-shift weighted calibration (--weights) is exact for Best-of-N only "
-                         "(calibration.mode: bon); soft mode's tilted cost is a ratio estimate, not a mean of "
-                         "per-prompt losses")
-    # equal weights are no reweighting: computed as the plain calibration, so its lambdas are exactly those
-    pw = None if weights is None or equal_weights(weights) else np.asarray(weights, dtype=float)
+    pw = unequal_weights(weights, s)
     k_min = int(scores.counts.min())
     bon_n = None
     steps = None
@@ -180,7 +175,6 @@ def calibrate(scores: PromptScores, s: CalibrationSettings, weights: np.ndarray 
     lams = boot.lams
     grid = np.union1d(np.linspace(0.0, s.lambda_search_max, s.grid_points),
                       np.geomspace(s.lambda_search_max * 1e-4, s.lambda_search_max, s.grid_points))
-    hist, edges = np.histogram(lams, bins=50)
     counts = scores.counts
     boot_star = float(np.quantile(lams, s.quantile))
     procedures = {"bootstrap": {
@@ -193,14 +187,12 @@ def calibrate(scores: PromptScores, s: CalibrationSettings, weights: np.ndarray 
         clipped, procedures_certified = certify(scores, s, bon_n, k_min, steps, pw)
         procedures |= procedures_certified
     t3 = time.perf_counter()
-    shift = None
-    if weights is not None:
-        shift = _weighted(procedures, weights, min_ess, s.tau)
+    shift = {} if weights is None else _weighted(procedures, weights, min_ess, s.tau)
     deployed = procedures[s.guarantee]
     lambda_star = deployed["lambda"]
     norm = None if pw is None else pw / pw.sum()
     decoder_cost = mean_cost(scores, [sol.lam, lambda_star], s.beta, s.mode, weights=norm, bon_n=bon_n)
-    return (shift or {}) | {
+    return shift | {
         "lambda_hat": sol.lam,
         "lambda_star": lambda_star,
         # the procedure that chose lambda_star and what it promises; every procedure's lambda beside it
@@ -218,17 +210,7 @@ def calibrate(scores: PromptScores, s: CalibrationSettings, weights: np.ndarray 
         "feasible": sol.feasible and deployed["feasible"],
         "cost_range": list(sol.cost_range),
         "bisection_iterations": sol.iterations,
-        "bootstrap": {
-            "replicates": s.bootstrap,
-            "quantile": s.quantile,
-            "mean": float(lams.mean()),
-            "std": float(lams.std(ddof=1)) if len(lams) > 1 else 0.0,
-            # with the deployed one, so a reader can check lambda_star against it (lara.calibrate.record)
-            "quantiles": {str(q): float(np.quantile(lams, q)) for q in sorted({*QUANTILES, s.quantile})},
-            "n_inactive": int((boot.status == 1).sum()),
-            "n_infeasible": int((boot.status == 2).sum()),
-            "histogram": {"counts": hist.tolist(), "edges": edges.tolist()},
-        },
+        "bootstrap": bootstrap_summary(boot, s),
         "tau": s.tau,
         "beta": s.beta,
         "lambda_search_max": s.lambda_search_max,
@@ -242,6 +224,33 @@ def calibrate(scores: PromptScores, s: CalibrationSettings, weights: np.ndarray 
                    "g": dual(scores, grid, s.tau, s.beta, s.mode, weights=pw).tolist(),
                    "g_prime": dual_grad(scores, grid, s.tau, s.beta, s.mode, bon_n=bon_n, weights=pw).tolist()},
         "timing_s": {"solve": t1 - t0, "bootstrap": t2 - t1, "certified": t3 - t2},
+    }
+
+
+def unequal_weights(weights, s: CalibrationSettings) -> np.ndarray | None:
+    """The covariate-shift weights the computations use: None when there are none or all are equal (no reweighting:
+    computed as the plain calibration, so its lambdas are exactly those); refused outside Best-of-N mode."""
+    if weights is not None and s.mode != "bon":
+        raise ValueError("a covariate-shift weighted calibration (--weights) is exact for Best-of-N only "
+                         "(calibration.mode: bon); soft mode's tilted cost is a ratio estimate, not a mean of "
+                         "per-prompt losses")
+    return None if weights is None or equal_weights(weights) else np.asarray(weights, dtype=float)
+
+
+def bootstrap_summary(boot, s: CalibrationSettings) -> dict:
+    """The record's summary of the bootstrap replicates of lambda-hat."""
+    lams = boot.lams
+    hist, edges = np.histogram(lams, bins=50)
+    return {
+        "replicates": s.bootstrap,
+        "quantile": s.quantile,
+        "mean": float(lams.mean()),
+        "std": float(lams.std(ddof=1)) if len(lams) > 1 else 0.0,
+        # with the deployed one, so a reader can check lambda_star against it (lara.calibrate.record)
+        "quantiles": {str(q): float(np.quantile(lams, q)) for q in sorted({*QUANTILES, s.quantile})},
+        "n_inactive": int((boot.status == 1).sum()),
+        "n_infeasible": int((boot.status == 2).sum()),
+        "histogram": {"counts": hist.tolist(), "edges": edges.tolist()},
     }
 
 
