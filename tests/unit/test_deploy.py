@@ -57,6 +57,9 @@ def test_the_identity_holds_to_rounding_and_the_certificate_bounds_every_window(
     csum = np.concatenate([[0.0], np.cumsum(trace.cost)])
     starts = np.arange(0, len(trace.cost) - window + 1, case["batch"])
     assert np.max((csum[starts + window] - csum[starts]) / window) <= summary["certificate"] + 1e-12
+    # the whole stream's mean exceeds tau by at most (lambda_end - lambda_1 + U) / (eta T), short of it by L / (eta T)
+    gap = summary["mean_certificate"] - summary["mean_cost"]
+    assert math.isclose(gap, trace.lower.sum() / (case["eta"] * len(trace.cost)), rel_tol=1e-9, abs_tol=1e-12)
     if case["cap"] is not None:
         assert trace.boundaries.max() <= case["cap"] and summary["lambda_max"] <= case["cap"]
 
@@ -223,6 +226,8 @@ def test_the_deployment_steps_end_to_end(tmp_path):
         assert best.met and abs(best.reward_given_up) < 1e-12 and best.mean_cost <= -0.5
         fixed = table.set_index("arm").loc[["fixed_star", "fixed_ltt"]]
         assert np.all(fixed.reward_given_up[fixed.met] >= -1e-12)  # a fixed lambda that meets tau gains nothing
+        online_rows = table[table.arm.str.startswith("online")]
+        assert np.all(online_rows.mean_cost <= online_rows.mean_certificate + 1e-12)
         trace = pd.read_parquet(d / "trace.parquet")
         assert set(trace.arm) == set(table.arm) and len(trace) == 400 * len(table)
         arms.append(d / "arms.csv")

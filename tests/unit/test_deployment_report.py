@@ -254,3 +254,14 @@ def test_an_oracle_that_holds_no_tau_is_drawn_and_said(tmp_path):
     row = next(line for line in text.split("  harmful_heavy:")[1].splitlines() if line.strip().startswith("oracle"))
     assert row.split()[1:] == ["inf", "->", "inf", "0.550", "0.580", "-", "-", "violated", "violated"]
     assert "  harmful_heavy: T = 200 visits, windows of 50 visits" in text
+
+
+def test_an_online_arm_over_tau_within_its_certificate_on_the_mean_is_said_so():
+    from lara.evaluate.deployment_report import verdict_clause
+
+    row = {"arm": "online_eta_0p01", "step_size": 0.01, "mean_cost": -0.49, "tau": -0.5, "met": False,
+           "mean_certificate": -0.48, "certificate": -0.3, "worst_window_cost": -0.35, "window": 500}
+    said = verdict_clause(row)
+    assert "exceeds tau by 0.0100" in said and "within its certificate on the mean -0.4800" in said
+    assert "violates" in verdict_clause(row | {"mean_certificate": -0.495})  # beyond the certificate: a violation
+    assert "violates" in verdict_clause(row | {"mean_certificate": None})  # a fixed arm has none

@@ -130,6 +130,7 @@ def run_arms(stream, record, online: list, s: DeploymentSettings, weighted: floa
         summary = made["summary"]
         rows.append(arm_row(name, cost, reward, lam_t, s, step_size=float(made["step_size"]),
                             batch_size=int(made["batch_size"]), certificate=float(summary["certificate"]),
+                            mean_certificate=float(summary["mean_certificate"]),
                             lambda_end=float(summary["lambda_end"]), lambda_min=float(summary["lambda_min"]),
                             lambda_max=float(summary["lambda_max"])))
         traces.append((name, lam_t, cost, reward))

@@ -203,6 +203,9 @@ def summarise(trace: Trace, tau: float, eta: float, window: int) -> dict:
             "lambda_min": float(trace.boundaries.min()), "lambda_max": float(trace.boundaries.max()),
             "lower_clips": float(trace.lower.sum()), "upper_clips": float(trace.upper.sum()),
             "window": window, "worst_window_cost": worst_window(trace.cost, window), "certificate": cert,
+            # the bound on the whole stream's mean: tau + (lambda_end - lambda_1 + U) / (eta T)
+            "mean_certificate": float(tau + (trace.boundaries[-1] - trace.boundaries[0] + trace.upper.sum())
+                                      / (eta * length)),
             "identity_residual": float(identity_residual(trace, tau, eta))}
 
 

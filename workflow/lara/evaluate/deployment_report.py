@@ -268,6 +268,11 @@ def verdict_clause(r: dict) -> str:
     name, cost, tau = arm_label(r["arm"], r["step_size"]), r["mean_cost"], r["tau"]
     if r["arm"] == "oracle" and r["feasible"] is False:
         return f"no fixed lambda holds tau on this stream (the safest candidates average {cost:.3f} > tau {tau:g})"
+    bound = number(r.get("mean_certificate"))
+    if not r["met"] and bound is not None and cost <= bound + 1e-12:
+        return (f"{name} exceeds tau by {cost - tau:.4f} (mean cost {cost:.4f}), within its certificate on the mean "
+                f"{bound:.4f} = tau + (lambda_end - lambda_start) / (eta T): lambda had to move from lambda* to "
+                "where this traffic needs it, and the excess shrinks as 1 / T")
     if not r["met"]:
         return f"{name} violates tau (mean cost {cost:.3f} > tau {tau:g})"
     clause = f"{name} holds tau (mean cost {cost:.3f} <= tau {tau:g}"
