@@ -2,7 +2,8 @@
 # sampled once from pi_ref (K candidates per prompt) and scored (rules sample and score, pool `deployment`);
 # each scenario of deployment.scenarios a stream of T visits drawn from it by its schedule; Best-of-N on each
 # stream with the calibrated lambda fixed, the online lambda (one arm per deployment.step_size) and the oracle;
-# every scenario's arms in one report (lara summary, the deployment figure).
+# every scenario's arms in one report (lara summary, the deployment figure), beside its shift check and the
+# covariate-shift weighted lambda.
 
 
 rule deployment_pool:
@@ -71,11 +72,82 @@ rule online:
         " --out {output.out:q} --record {output.record:q} > {log:q} 2>&1"
 
 
+# the shift check: the reward model's mean-pooled hidden states of every calibration and deployment prompt, a
+# classifier two-sample test per scenario (calibration prompts against the stream's first distinct prompts),
+# and the covariate-shift weighted lambda from the same calibration scores (docs/shift.md)
+rule prompt_features:
+    input:
+        model="results/{exp}/models/reward",
+        calibration="results/{exp}/data/prompts_calibration.parquet",
+        deployment="results/{exp}/data/prompts_deployment.parquet",
+    output:
+        "results/{exp}/deployment/features.parquet",
+    log:
+        "logs/{exp}/prompt_features.log",
+    conda:
+        "../envs/train.yaml"
+    threads: job_threads("prompt_features")
+    resources:
+        **job_resources("prompt_features"),
+    params:
+        settings=step_settings("prompt-features"),
+        code=step_code("prompt-features"),
+    shell:
+        "lara prompt-features --model {input.model:q} --prompts {input.calibration:q} {input.deployment:q}"
+        " --settings {params.settings:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule shift_check:
+    input:
+        features="results/{exp}/deployment/features.parquet",
+        calibration="results/{exp}/data/prompts_calibration.parquet",
+        stream="results/{exp}/deployment/{scenario}/stream.parquet",
+    output:
+        out="results/{exp}/deployment/{scenario}/shift.json",
+        weights="results/{exp}/deployment/{scenario}/weights.parquet",
+    log:
+        "logs/{exp}/shift_check_{scenario}.log",
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("shift_check")
+    resources:
+        **job_resources("shift_check"),
+    params:
+        settings=step_settings("deployment.shift"),
+        code=step_code("shift-check"),
+    shell:
+        "lara shift-check --features {input.features:q} --calibration {input.calibration:q}"
+        " --deployment {input.stream:q} --settings {params.settings:q} --out {output.out:q}"
+        " --weights {output.weights:q} > {log:q} 2>&1"
+
+
+rule calibrate_weighted:
+    input:
+        scores="results/{exp}/calibration/scores.parquet",
+        weights="results/{exp}/deployment/{scenario}/weights.parquet",
+    output:
+        "results/{exp}/deployment/{scenario}/lambda_weighted.json",
+    log:
+        "logs/{exp}/calibrate_weighted_{scenario}.log",
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("calibrate_lambda")
+    resources:
+        **job_resources("calibrate_lambda"),
+    params:
+        settings=calibration_settings(config["decode"]["bon_n"]),
+        code=step_code("calibrate"),
+    shell:
+        "lara calibrate --scores {input.scores:q} --weights {input.weights:q} --settings {params.settings:q}"
+        " --out {output:q} > {log:q} 2>&1"
+
+
 rule deploy_arms:
     input:
         stream="results/{exp}/deployment/{scenario}/stream.parquet",
         lam="results/{exp}/calibration/lambda.json",
         online=lambda w: online_outputs(w.scenario),
+        weighted="results/{exp}/deployment/{scenario}/lambda_weighted.json",
     output:
         arms="results/{exp}/deployment/{scenario}/arms.csv",
         trace="results/{exp}/deployment/{scenario}/trace.parquet",
@@ -91,12 +163,13 @@ rule deploy_arms:
         code=step_code("deploy-arms"),
     shell:
         "lara deploy-arms --candidates {input.stream:q} --lambda-json {input.lam:q} --online {input.online:q}"
-        " --settings {params.settings:q} --out {output.arms:q} --trace {output.trace:q} > {log:q} 2>&1"
+        " --weighted {input.weighted:q} --settings {params.settings:q} --out {output.arms:q} --trace {output.trace:q} > {log:q} 2>&1"
 
 
 rule deployment_report:
     input:
         arms=expand("results/{{exp}}/deployment/{scenario}/arms.csv", scenario=list(SCENARIOS)),
+        shift=expand("results/{{exp}}/deployment/{scenario}/shift.json", scenario=list(SCENARIOS)),
     output:
         "results/{exp}/deployment/report.csv",
     log:
@@ -109,7 +182,7 @@ rule deployment_report:
     params:
         code=step_code("deployment-report"),
     shell:
-        "lara deployment-report --arms {input.arms:q} --out {output:q} > {log:q} 2>&1"
+        "lara deployment-report --arms {input.arms:q} --shift {input.shift:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule figure_deployment:

@@ -55,3 +55,25 @@ def test_the_deployment_pool_is_disjoint_from_the_calibration_prompts_and_has_th
     assert set(pool.stratum) == {"benign", "harmful", "held_out"}
     held = pool[pool.stratum == "held_out"].prompt
     assert not any(p in set(calibration.prompt) | set(test.prompt) for p in held)
+
+
+def test_each_scenario_has_its_shift_check_and_a_weighted_lambda_certified_only_above_min_ess(toy_run):
+    from lara.calibrate.record import read_lambda
+    from lara.data.errors import DataError
+
+    res = toy_run / "results/tiny"
+    report = pd.read_csv(res / "deployment/report.csv")
+    for scenario, rows in report.groupby("scenario"):
+        shift = json.loads((res / f"deployment/{scenario}/shift.json").read_text())
+        assert shift["scenario"] == scenario and 0.0 <= shift["auc"] <= 1.0 and 0.0 < shift["p_value"] <= 1.0
+        assert rows.auc.nunique() == 1 and rows.auc.iloc[0] == shift["auc"]
+        assert shift["shifted"] == (shift["p_value"] <= shift["alpha"])
+        path = res / f"deployment/{scenario}/lambda_weighted.json"
+        weighted = json.loads(path.read_text())
+        assert weighted["certified"] == (weighted["weights"]["ess"] >= weighted["weights"]["min_ess"])
+        if weighted["certified"]:
+            assert "fixed_weighted" in set(rows.arm) and read_lambda(path).lambda_star == weighted["lambda_star"]
+        else:  # below min_ess: reported, never deployed
+            assert "fixed_weighted" not in set(rows.arm)
+            with pytest.raises(DataError, match="min_ess"):
+                read_lambda(path)

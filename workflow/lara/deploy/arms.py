@@ -105,6 +105,21 @@ def online_arm(path, stream, s: DeploymentSettings, record_path) -> tuple[str, p
     return f"online_eta_{_name(made['step_size'])}", df, made | {"summary": summary}
 
 
+def weighted_lambda(path, s: DeploymentSettings, n: int, scenario: str | None) -> tuple[float | None, bool]:
+    """The scenario's covariate-shift weighted lambda* and whether it is certified (its ESS reached
+    deployment.shift.min_ess): an uncertified one is reported, never deployed as an arm."""
+    from lara.calibrate.record import check_budget, read_lambda
+
+    record = read_lambda(path, allow_uncertified=True)
+    if not record.weighted:
+        raise DataError(f"--weighted {path}: not a weighted calibration record (lara calibrate --weights)")
+    check_budget(record, s.tau, n, key="deployment (calibration.tau)")
+    made_for = (record.get("identity") or {}).get("scenario")
+    if made_for is not None and scenario is not None and made_for != scenario:
+        raise DataError(f"--weighted {path}: weighted for scenario {made_for!r}, not this stream's {scenario!r}")
+    return (record.lambda_star, True) if record.certified else (None, False)
+
+
 def _name(value: float) -> str:
     from lara.calibrate.record import literal_name
 
@@ -174,8 +189,11 @@ def run(args) -> None:
     names = [name for name, _, _ in online]
     if len(set(names)) != len(names):
         raise DataError(f"--online: two runs with one step size ({', '.join(names)})")
-    table, trace = run_arms(stream, record, online, s)
+    weighted, certified = (None, None) if args.weighted is None else weighted_lambda(
+        args.weighted, s, stream.reward.shape[1], scenario)
+    table, trace = run_arms(stream, record, online, s, weighted)
     table.insert(0, "scenario", scenario)
+    table["weighted_certified"] = certified
     made = identity.stamp("deployment_trace", args.trace, scenario=scenario, tau=s.tau,
                           made_from={"--candidates": args.candidates, "--lambda-json": args.lambda_json})
     write_table(trace, args.trace, {identity.KEY: made})
