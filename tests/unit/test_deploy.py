@@ -235,6 +235,11 @@ def test_the_deployment_steps_end_to_end(tmp_path):
     assert rc == 0, err
     report = pd.read_csv(tmp_path / "report.csv")
     assert set(report.scenario) == {"control", "heavy"} and len(report) == 10
+    assert set(report.offline_guarantee) == {"unknown (no shift check)"}  # no --shift given
+    from lara.deploy.report import carries_over
+
+    assert carries_over({"shifted": True, "auc": 0.7, "p_value": 0.01}).startswith("does not carry over")
+    assert carries_over({"shifted": False, "auc": 0.5, "p_value": 0.6}).startswith("no detectable shift")
     # the same arms file twice, an online run of another stream, another tau: refused with the file named
     rc, _, err = lara_in_process(["deployment-report", "--arms", arms[0], arms[0], "--out", tmp_path / "r2.csv"])
     assert rc != 0 and "same file" in err

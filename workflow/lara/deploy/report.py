@@ -56,7 +56,20 @@ def combine(arms: list[pd.DataFrame], shifts: list[dict], where: list[str]) -> p
     table = pd.concat(arms, ignore_index=True)
     for col in SHIFT_COLUMNS:
         table[col] = table["scenario"].map(lambda s, c=col: by_scenario.get(s, {}).get(c))
+    table["offline_guarantee"] = table["scenario"].map(lambda s: carries_over(by_scenario.get(s)))
     return table
+
+
+def carries_over(shift: dict | None) -> str:
+    """Whether the calibration's offline guarantee carries over to a scenario's deployment prompts, as far as the
+    shift check can tell (a check that finds nothing does not prove there is no shift, and sees only the stream's
+    first prompts: a later drift is the online lambda's to follow)."""
+    if shift is None:
+        return "unknown (no shift check)"
+    if shift["shifted"]:
+        return (f"does not carry over: the deployment prompts differ from the calibration prompts (AUC "
+                f"{shift['auc']:.3f}, p = {shift['p_value']:.3g})")
+    return f"no detectable shift in the first deployment prompts (AUC {shift['auc']:.3f}, p = {shift['p_value']:.3g})"
 
 
 def add_arguments(parser) -> None:
