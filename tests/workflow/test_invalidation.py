@@ -40,7 +40,7 @@ def test_no_change_means_no_jobs(toy_run):
 def test_sft_learning_rate_reruns_everything_downstream_of_sft(toy_run, tmp_path):
     counts, _ = dry_run(toy_run, *override(tmp_path, "train:\n  sft:\n    learning_rate: 1.0e-3\n"))
     assert set(counts) >= TRAINING and counts["train_partial_model"] == 2 and counts["generate_policy"] == 3
-    assert {"sample", "calibrate_lambda", "select_bon", "decode_rgtg"} <= set(counts) and counts["sample"] == 3
+    assert {"sample", "calibrate_lambda", "select_bon", "decode_rgtg"} <= set(counts) and counts["sample"] == 4
     assert not {"make_toy_world", "make_toy_model", "prepare_sft_data", "prepare_preferences",
                 "split_prompts"} & set(counts)
 
@@ -145,14 +145,17 @@ def test_a_module_of_later_steps_reruns_exactly_those_steps_and_their_downstream
     counts, _ = dry_run(toy_run, env=env)
     # Best-of-N's zero and max settings depend on no calibration: they rerun for their own code alone;
     # the token-level decodes rerun only at hat and star (their lambda.json is rewritten), never at zero or max
-    # (and the coverage study, which computes with it, and Best-of-N at the certified crc and ltt)
+    # (and the coverage study, which computes with it, and Best-of-N at the certified crc and ltt); the deployment
+    # streams read their scored pool with it (lara.calibrate.calibrate.load_scores): each scenario's stream, its
+    # online runs, shift check, weighted lambda and arms, and the report and its figure, never the pool's sampling
     assert counts == {"calibrate_lambda": 1, "calibrate_lambda_for_n": 2, "calibrate_soft": 3, "select_bon": 6,
                       "bon_sweep": 1, "coverage": 1, "figure_coverage": 1,
                       "decode_rgtg": 6, "evaluate_decoded": 12, "judge_decoded": 12, "aggregate": 1,
                       "figure_lambda_sweep": 1, "figure_tradeoff": 1, "figure_calibration": 1,
-                      "figure_decoders": 1}, counts
+                      "figure_decoders": 1, "make_stream": 4, "online": 12, "shift_check": 4, "calibrate_weighted": 4,
+                      "deploy_arms": 4, "deployment_report": 1, "figure_deployment": 1}, counts
     assert own_code_changed(toy_run, env) == {"calibrate_lambda", "calibrate_lambda_for_n", "calibrate_soft",
-                                              "select_bon", "coverage"}
+                                              "select_bon", "coverage", "make_stream"}
 
 
 def test_execution_settings_rerun_nothing_and_a_plot_option_only_the_settings_table_and_figures(toy_run, tmp_path):
@@ -161,4 +164,15 @@ def test_execution_settings_rerun_nothing_and_a_plot_option_only_the_settings_ta
     assert dry_run(toy_run, *override(tmp_path, execution)) == ({}, set())
     counts, _ = dry_run(toy_run, *override(tmp_path, "figures: {dpi: 100}\n"))
     assert counts == {"experiment_settings": 1, "figure_lambda_sweep": 1, "figure_tradeoff": 1,
-                      "figure_calibration": 1, "figure_decoders": 1, "figure_coverage": 1}, counts
+                      "figure_calibration": 1, "figure_decoders": 1, "figure_coverage": 1,
+                      "figure_deployment": 1}, counts
+
+
+def test_a_step_size_reruns_only_the_online_arms_and_what_reads_them(toy_run, tmp_path):
+    counts, outputs = dry_run(toy_run, *override(tmp_path, "deployment:\n  step_size: [0.002, 0.01, 0.05, 0.1]\n"))
+    scenarios = 4
+    # one new online run per scenario; the arms, report and figure read them; nothing upstream, no calibration
+    assert counts.get("online") == scenarios and counts.get("deploy_arms") == scenarios
+    assert {"deployment_report", "figure_deployment"} <= set(counts)
+    assert not {"sample", "score", "make_stream", "shift_check", "calibrate_lambda", "calibrate_weighted"} & set(counts)
+    assert all(o.endswith("online_0p1.parquet") or o.endswith("online_0p1.json") for o in outputs if "/online_" in o)
