@@ -111,7 +111,7 @@ WILDCARDS = {
     "kind": "reward|cost",
     "method": "args|pargs|cdq",
     "pool": "calibration|value|bon|deployment",
-    "scenario": _alternatives(list(config.get("deployment", {}).get("scenarios", {})) or ["none"]),
+    "scenario": _alternatives([s["name"] for s in config["deployment"]["scenarios"]] or ["none"]),
     "eta": "[0-9]+(p[0-9]+)?",
     "lam": "zero|hat|star|max|direct|crc|ltt|star_tau_m?[0-9]+(p[0-9]+)?|[0-9]+(p[0-9]+)?",
     "tau": "m?[0-9]+(p[0-9]+)?",
@@ -510,7 +510,7 @@ def final_outputs():
 
 
 # lambda after deployment (rules/deploy.smk): the shift scenarios and the online arms' step sizes
-SCENARIOS = config["deployment"]["scenarios"]
+SCENARIOS = lara_config.scenarios(config)  # name -> schedule (harmful_share, held_out_share)
 STEP_SIZES = [float(e) for e in (lambda v: v if isinstance(v, list) else [v])(config["deployment"]["step_size"])]
 
 

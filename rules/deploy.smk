@@ -43,7 +43,7 @@ rule make_stream:
         **job_resources("make_stream"),
     params:
         settings=step_settings("deployment"),
-        schedule=lambda w: json.dumps(SCENARIOS[w.scenario] or {}, sort_keys=True),
+        schedule=lambda w: json.dumps(SCENARIOS[w.scenario], sort_keys=True),
         code=step_code("make-stream"),
     shell:
         "lara make-stream --pool {input.pool:q} --scores {input.scores:q} --scenario {wildcards.scenario:q}"

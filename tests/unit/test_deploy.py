@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -289,3 +290,16 @@ def test_the_pool_refuses_calibration_prompts_unknown_strata_and_two_strata_for_
                                       tmp_path / "cal.parquet", "--out", tmp_path / "out.parquet"])
         assert rc != 0 and message in err and "p.jsonl" in err, err
         assert not (tmp_path / "out.parquet").exists()
+
+
+def test_scenarios_are_named_once_and_an_overlay_can_turn_the_stage_off(tmp_path):
+    from lara import config as lara_config
+
+    two = {"deployment": {"scenarios": [{"name": "a"}, {"name": "a", "harmful_share": 0.9}]}}
+    with pytest.raises(ConfigError, match="'a' is given twice"):
+        lara_config.scenarios(two)
+    one = {"deployment": {"scenarios": [{"name": "drift", "harmful_share": [0.5, 1.0]}]}}
+    assert lara_config.scenarios(one) == {"drift": {"harmful_share": [0.5, 1.0]}}
+    (tmp_path / "off.yaml").write_text("deployment:\n  scenarios: []\n")
+    resolved = lara_config.load(Path(__file__).parents[2] / "config/config.yaml", tmp_path / "off.yaml")
+    assert resolved["deployment"]["scenarios"] == [] and lara_config.scenarios(resolved) == {}

@@ -39,14 +39,21 @@ def test_policy_responses_share_the_decoder_schema(toy_run):
 
 def test_the_baselines_move_off_sft_within_the_budget_lara_is_held_to(toy_run):
     """Safe-RLHF at LARA's tau (-0.5, far above SFT's cost, about -3 in the cost model's units) spends the slack
-    on helpfulness: more helpful than SFT under the toy world's oracle, its held-out cost by the decoding cost
-    model still within tau; SafeDPO is safer than SFT. Both baselines leave SFT, in different directions."""
+    on helpfulness: more helpful than SFT under the toy world's oracle, and within tau on the prompts it trains
+    on (its last episodes), which is what PPO-Lagrangian's multiplier enforces; on the held-out test prompts the
+    audit states its own verdict from its mean cost (in this toy world it exceeds tau there: a training-prompt
+    budget does not carry over to other prompts, the point of docs/deployment.md). SafeDPO is safer than SFT.
+    Both baselines leave SFT, in different directions."""
     summary = pd.read_csv(toy_run / "results/tiny/eval/summary.csv").set_index("method")
     audit = json.loads((toy_run / "results/tiny/eval/constraint_audit.json").read_text())
     policies = {r["method"]: r for r in audit["decoders"] if r["setting"] == "policy"}
     sft, rlhf, dpo = (summary.loc[m] for m in ("sft", "safe_rlhf", "safedpo"))
     assert rlhf["helpfulness_lo"] > sft["helpfulness_hi"]  # 95 % intervals apart
-    assert policies["safe_rlhf"]["mean_cost"] <= audit["tau"] and policies["safe_rlhf"]["tau"] == audit["tau"]
+    assert policies["safe_rlhf"]["tau"] == audit["tau"]
+    held_out = policies["safe_rlhf"]
+    if held_out["mean_cost"] > audit["tau"]:
+        assert not held_out["verdict"].startswith("met")
     assert dpo["harmfulness_hi"] < sft["harmfulness_lo"]
     history = json.loads((toy_run / "results/tiny/models/safe_rlhf/history.json").read_text())["history"]
     assert history[-1]["reward"] > history[0]["reward"] + 1.0  # PPO raised the reward it optimises
+    assert np.mean([h["episode_cost"] for h in history[-10:]]) <= audit["tau"]  # within budget where it trains

@@ -18,7 +18,7 @@ def test_every_scenario_has_its_stream_arms_and_online_records(toy_run):
     res = toy_run / "results/tiny"
     config = yaml.safe_load((toy_run / "config/config.yaml").read_text())["deployment"]
     report = pd.read_csv(res / "deployment/report.csv")
-    scenarios = list(config["scenarios"])
+    scenarios = [s["name"] for s in config["scenarios"]]
     assert sorted(report.scenario.unique()) == sorted(scenarios)
     lam = json.loads((res / "calibration/lambda.json").read_text())
     tau = lam["tau"]

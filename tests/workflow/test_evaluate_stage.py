@@ -177,7 +177,8 @@ def test_plot_option_reruns_only_the_figures(toy_run, tmp_path):
     counts, outputs = dry_run(toy_run, *override(tmp_path, "figures:\n  dpi: 120\n"))
     # and the settings table every figure records (results/{exp}/settings.tsv)
     assert counts == {"figure_lambda_sweep": 1, "figure_tradeoff": 1, "figure_calibration": 1,
-                      "figure_decoders": 1, "figure_coverage": 1, "experiment_settings": 1}, counts
+                      "figure_decoders": 1, "figure_coverage": 1, "figure_deployment": 1,
+                      "experiment_settings": 1}, counts
 
 
 def test_tau_reruns_only_the_calibrated_evaluations_and_safe_rlhf_s(toy_run, tmp_path):

@@ -140,6 +140,18 @@ def _one(key: str, value):
     return value[0] if key in several_keys() and isinstance(value, list) else value
 
 
+def scenarios(config: dict) -> dict[str, dict]:
+    """deployment.scenarios by name (each its schedule without the name); a name given twice is refused."""
+    out: dict[str, dict] = {}
+    for item in config["deployment"]["scenarios"]:
+        name = item["name"]
+        if name in out:
+            raise ConfigError(f"deployment.scenarios: the name {name!r} is given twice (each scenario is its own "
+                              "results folder)")
+        out[name] = {k: v for k, v in item.items() if k != "name"}
+    return out
+
+
 def taus(config: dict) -> list[float]:
     """calibration.tau as a list: the main tau first (Safe-RLHF's budget, the audit's headline), then the others."""
     tau = config["calibration"]["tau"]
