@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from lara.data.errors import DataError
-from lara.deploy.online import read_stream, worst_window
+from lara.deploy.online import check_record, read_stream, worst_window
 from lara.deploy.settings import DeploymentSettings
 from lara.settings import add_settings_arguments, read_settings
 
@@ -68,7 +68,7 @@ def arm_row(name: str, cost: np.ndarray, reward: np.ndarray, lam: np.ndarray, s:
     return row | extra
 
 
-def fixed_arms(record, weighted, s: DeploymentSettings) -> list[tuple[str, float]]:
+def fixed_arms(record, weighted: float | None) -> list[tuple[str, float]]:
     """The fixed lambdas: lambda*, LTT's (if recorded), the weighted one (if given and certified)."""
     arms = [("fixed_star", record.lambda_star)]
     ltt = ((record.get("procedures") or {}).get("ltt") or {})
@@ -84,7 +84,7 @@ def fixed_arms(record, weighted, s: DeploymentSettings) -> list[tuple[str, float
 def online_arm(path, stream, s: DeploymentSettings, record_path) -> tuple[str, pd.DataFrame, dict]:
     """An online arm's per-visit table, checked against the stream it claims to have run on."""
     from lara import identity
-    from lara.data.tables import read_table
+    from lara.data.tables import read_metadata, read_table
 
     made = identity.read_identity(path)
     if made.get("kind") != "online":
@@ -97,8 +97,6 @@ def online_arm(path, stream, s: DeploymentSettings, record_path) -> tuple[str, p
         raise DataError(f"--online {path}: run for tau = {made.get('tau')}, this audit is for tau = {s.tau:g}")
     if made.get("lambda_record") != identity.file_digest(record_path):
         raise DataError(f"--online {path}: started from another lambda.json than --lambda-json {record_path}")
-    from lara.data.tables import read_metadata
-
     summary = read_metadata(path).get("summary") or {}
     if not isinstance(summary.get("certificate"), (int, float)):
         raise DataError(f"--online {path}: no summary with its certificate (written by `lara online`)")
@@ -130,7 +128,7 @@ def run_arms(stream, record, online: list, s: DeploymentSettings, weighted: floa
     """The arms' summary rows and traces on ``stream``."""
     rows, traces = [], []
     lam_oracle = oracle(stream.reward, stream.cost, s.tau)
-    for name, lam in fixed_arms(record, weighted, s) + ([("oracle", lam_oracle)] if lam_oracle is not None else []):
+    for name, lam in fixed_arms(record, weighted) + ([("oracle", lam_oracle)] if lam_oracle is not None else []):
         cost, reward = chosen(stream.reward, stream.cost, lam)
         lam_t = np.full(len(cost), lam)
         rows.append(arm_row(name, cost, reward, lam_t, s))
@@ -182,8 +180,6 @@ def run(args) -> None:
     stream = read_stream(args.candidates)
     scenario = identity.read_identity(args.candidates).get("scenario")
     record = read_lambda(args.lambda_json)
-    from lara.deploy.online import check_record
-
     check_record(record, s, stream.reward.shape[1], args.lambda_json)
     online = [online_arm(p, stream, s, args.lambda_json) for p in args.online]
     names = [name for name, _, _ in online]
