@@ -1,0 +1,173 @@
+"""Several constraints at once: a vector lambda for Best-of-N. Pure numpy/scipy, no I/O.
+
+With m cost models the decoder ranks by r - sum_j lam_j c_j (ties to the lower combined cost, then the lower
+sample index: the scalar decoder's order on the combined cost, :func:`lara.calibrate.bestofn.order`), and
+each constraint asks E[c_j] <= tau_j. Three pieces, each exact or convex:
+
+* **The expected cost vector** of a prompt at any lam (:func:`expected_vector`): the scalar machinery's rank
+  average with the combined cost as the ranking cost and each c_j as the value averaged.
+* **Along a ray** lam = s d (d >= 0 fixed), every prompt's expected cost vector is piecewise constant in s and
+  changes only where two samples' combined scores cross, at s = (r_a - r_b) / (d.c_a - d.c_b). Unlike the
+  scalar case a single constraint's cost need not fall as s grows (a step that lowers the combined cost may
+  raise c_2), so :func:`ray_path` evaluates every prompt's vector at every one of its crossings (exactly) and
+  :func:`first_feasible` scans the whole path for the smallest s where every mean is at or below its tau.
+* **The soft dual** (:func:`soft_dual`): g(lam) = beta mean_i log mean_k exp((r_ik - lam.c_ik) / beta) + lam.tau,
+  convex in lam in R^m_+, gradient tau - mean_i E_tilt_i[c]; minimised by L-BFGS-B on [0, Lambda]^m with that
+  exact gradient. Its minimiser makes the Gibbs tilt meet every active constraint (complementary slackness);
+  here it chooses the ray's direction d, and Best-of-N is then calibrated exactly along it.
+
+The ray's direction is chosen from data, so a guarantee along it needs the direction fixed before the prompts
+it is tested on are seen (Pareto Testing: choose on one split, test on the other); see :func:`ltt_along`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lara.calibrate.bestofn import TIE_RTOL, expected
+
+
+def combined(costs: np.ndarray, lam) -> np.ndarray:
+    """(P, K) combined cost sum_j lam_j c_j of (P, K, m) costs."""
+    return np.tensordot(costs, np.asarray(lam, dtype=float), axes=([2], [0]))
+
+
+def expected_vector(reward: np.ndarray, costs: np.ndarray, mask: np.ndarray, lam, n: int | None) -> np.ndarray:
+    """(P, m) exact expected Best-of-n cost vector per prompt at the vector ``lam``."""
+    c = combined(costs, lam)
+    values = [costs[..., j] for j in range(costs.shape[2])]
+    return expected(reward, c, mask, [1.0], n, *values)[:, :, 0].T
+
+
+@dataclass(frozen=True)
+class RayPath:
+    """The mean expected cost vector along lam = s d: ``mean[t]`` holds on [s[t], s[t + 1]) (s[0] = 0), weighted
+    by the prompt weights given."""
+
+    direction: np.ndarray
+    s: np.ndarray  # (T + 1,) breakpoints, s[0] = 0
+    mean: np.ndarray  # (T + 1, m)
+
+
+def prompt_crossings(reward_i: np.ndarray, cost_i: np.ndarray, mask_i: np.ndarray, s_max: float) -> np.ndarray:
+    """The sorted distinct s in (0, s_max] where two of the prompt's samples' combined scores cross."""
+    a, b = np.triu_indices(len(reward_i), 1)
+    live = mask_i[a] & mask_i[b] & (cost_i[a] != cost_i[b])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cross = (reward_i[a] - reward_i[b]) / (cost_i[a] - cost_i[b])
+    cross = cross[live & (cross > 0) & (cross <= s_max)]
+    return np.unique(cross)
+
+
+def ray_path(reward: np.ndarray, costs: np.ndarray, mask: np.ndarray, direction, n: int | None, s_max: float,
+             weights: np.ndarray | None = None) -> RayPath:
+    """Every change of the (weighted) mean expected cost vector along lam = s d on [0, s_max], exactly: each
+    prompt's vector evaluated at s = 0 and at every one of its crossings (the value at a crossing is the value
+    just after it: ties go to the lower combined cost), its changes merged across prompts."""
+    d = np.asarray(direction, dtype=float)
+    p_count, _, m = costs.shape
+    w = np.full(p_count, 1.0 / p_count) if weights is None else np.asarray(weights, dtype=float) / np.sum(weights)
+    c = combined(costs, d)
+    start = np.zeros(m)
+    where, change = [], []
+    for i in range(p_count):
+        pts = prompt_crossings(reward[i], c[i], mask[i], s_max)
+        lams = np.concatenate([[0.0], pts])
+        values = [costs[i:i + 1, :, j] for j in range(m)]
+        v = expected(reward[i:i + 1], c[i:i + 1], mask[i:i + 1], lams, n, *values)[:, 0, :].T  # (L, m)
+        start += w[i] * v[0]
+        diff = np.diff(v, axis=0) * w[i]
+        moved = np.abs(diff).max(axis=1, initial=0.0) > TIE_RTOL * max(1.0, float(np.abs(v).max())) * w[i]
+        where.append(pts[moved])
+        change.append(diff[moved])
+    s = np.concatenate(where) if where else np.empty(0)
+    delta = np.concatenate(change) if change else np.empty((0, m))
+    order = np.argsort(s, kind="stable")
+    s, delta = s[order], delta[order]
+    # changes at one s from several prompts are one breakpoint
+    uniq, first = np.unique(s, return_index=True)
+    summed = np.add.reduceat(delta, first, axis=0) if len(s) else np.empty((0, m))
+    mean = np.vstack([start, start + np.cumsum(summed, axis=0)])
+    return RayPath(d, np.concatenate([[0.0], uniq]), mean)
+
+
+def first_feasible(path: RayPath, tau) -> tuple[float | None, int]:
+    """The smallest s on the path whose mean cost vector is <= tau in every coordinate (with the scalar
+    calibration's rounding slack), and its index; (None, -1) when no s up to the path's end is."""
+    tau = np.asarray(tau, dtype=float)
+    ok = np.all(path.mean <= tau + 1e-12 * np.maximum(1.0, np.abs(tau)), axis=1)
+    if not ok.any():
+        return None, -1
+    t = int(np.argmax(ok))
+    return float(path.s[t]), t
+
+
+def soft_dual(reward: np.ndarray, costs: np.ndarray, mask: np.ndarray, tau, beta: float, lam_max: float,
+              weights: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
+    """The minimiser of the convex soft dual g over [0, lam_max]^m (L-BFGS-B with g's exact gradient) and a
+    record of the solve (value, gradient, iterations, whether it converged)."""
+    from scipy.optimize import minimize
+    from scipy.special import logsumexp
+
+    tau = np.asarray(tau, dtype=float)
+    p_count, k, m = costs.shape
+    w = np.full(p_count, 1.0 / p_count) if weights is None else np.asarray(weights, dtype=float) / np.sum(weights)
+    counts = mask.sum(axis=1)
+
+    def value_and_grad(lam):
+        z = np.where(mask, (reward - combined(costs, lam)) / beta, -np.inf)
+        lse = logsumexp(z, axis=1)
+        g = beta * float(w @ (lse - np.log(counts))) + float(lam @ tau)
+        tilt = np.exp(z - lse[:, None])  # (P, K) the Gibbs tilt of each prompt's samples
+        mean_c = np.einsum("pk,pkm->pm", tilt, np.where(mask[..., None], costs, 0.0))
+        return g, tau - w @ mean_c
+
+    res = minimize(value_and_grad, np.zeros(m), jac=True, method="L-BFGS-B", bounds=[(0.0, lam_max)] * m,
+                   options={"gtol": 1e-10, "ftol": 1e-14, "maxiter": 1000})
+    _, grad = value_and_grad(res.x)
+    return res.x, {"value": float(res.fun), "gradient": grad.tolist(), "iterations": int(res.nit),
+                   "converged": bool(res.success), "message": str(res.message)}
+
+
+def bon_along_soft_direction(reward, costs, mask, tau, n: int | None, beta: float, lam_max: float,
+                             weights=None) -> dict:
+    """Best-of-n's vector lambda: the direction of the soft dual's minimiser (all ones if it is zero: no
+    constraint binds the tilt), then the smallest s along it whose exact expected Best-of-n cost vector meets
+    every tau (None when none up to lam_max does)."""
+    lam_soft, solve = soft_dual(reward, costs, mask, tau, beta, lam_max, weights)
+    norm = float(lam_soft.max())
+    direction = lam_soft / norm if norm > 0 else np.ones(costs.shape[2])
+    path = ray_path(reward, costs, mask, direction, n, lam_max, weights)
+    s, t = first_feasible(path, tau)
+    lam = None if s is None else s * direction
+    return {"lambda": None if lam is None else lam.tolist(), "direction": direction.tolist(), "s": s,
+            "mean_cost": None if s is None else path.mean[t].tolist(), "soft": lam_soft.tolist(), "solve": solve}
+
+
+def ltt_along(reward, costs, mask, direction, tau, n: int | None, grid, delta: float, bounds) -> dict:
+    """Learn then Test for every constraint at once along a fixed ray: for each s of ``grid`` (fixed before the
+    data, tested from the largest down) the null "some E[c_j(s d)] > tau_j" is an intersection-union null, so
+    its p-value is the largest of the constraints' Hoeffding-Bentkus p-values of their clipped means
+    (:func:`lara.calibrate.certify.hb_p_value`, costs clipped to ``bounds``: a (m, 2) array or one pair for all);
+    fixed-sequence testing stops at the first s not rejected at ``delta`` and returns the last rejected one.
+    With probability >= 1 - delta over the prompts, every constraint holds in expectation at that lambda,
+    provided ``direction`` and ``grid`` did not depend on these prompts."""
+    from lara.calibrate.certify import hb_p_value
+
+    tau = np.asarray(tau, dtype=float)
+    m = costs.shape[2]
+    b = np.broadcast_to(np.asarray(bounds, dtype=float), (m, 2))
+    clipped = np.stack([np.clip(costs[..., j], b[j, 0], b[j, 1]) for j in range(m)], axis=2)
+    d = np.asarray(direction, dtype=float)
+    chosen, p_at = None, None
+    for s in sorted(np.asarray(grid, dtype=float), reverse=True):
+        c = combined(costs, s * d)
+        v = expected(reward, c, mask, [1.0], n, *[clipped[..., j] for j in range(m)])[:, :, 0].mean(axis=1)
+        p = max(float(hb_p_value(v[j], len(reward), tau[j], b[j])) for j in range(m))
+        if p > delta:
+            break
+        chosen, p_at = float(s), p
+    return {"s": chosen, "lambda": None if chosen is None else (chosen * d).tolist(), "p_value": p_at,
+            "delta": delta}
