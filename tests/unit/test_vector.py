@@ -152,3 +152,42 @@ def test_ltt_for_both_constraints_holds_its_level_over_repeated_draws():
         chosen.append(got["s"])
     assert len(set(chosen)) > 1  # the draws decide the lambda: not a constant end of the grid
     assert misses <= draws * delta + 3 * math.sqrt(draws * delta * (1 - delta))
+
+
+def test_the_bootstrap_along_a_ray_matches_the_path_on_the_full_sample_and_bounds_it_from_above():
+    from lara.calibrate.vector import bootstrap_along
+
+    reward, costs, mask = world(6, prompts=50)
+    d, n = np.array([1.0, 0.6]), 3
+    zero = expected_vector(reward, costs, mask, [0.0, 0.0], n).mean(axis=0)
+    tau = zero - np.array([0.4, 0.1])
+    s_hat, _ = first_feasible(ray_path(reward, costs, mask, d, n, 10.0), tau)
+    boot = bootstrap_along(reward, costs, mask, d, tau, n, 10.0, 400, 0, 0.9)
+    reps = boot["replicates"]
+    # the replicates scatter around the full sample's s-hat, and the deployed quantile lies above their median
+    assert np.quantile(reps, 0.1) <= s_hat <= np.quantile(reps, 0.9) and boot["s"] >= np.median(reps)
+    # each replicate's s meets its own weighted constraints (the same seeded draws, checked with expected_vector)
+    rng = np.random.default_rng(0)
+    for b in range(5):
+        w = rng.multinomial(len(reward), np.full(len(reward), 1.0 / len(reward))) / len(reward)
+        assert np.all(w @ expected_vector(reward, costs, mask, reps[b] * d, n) <= tau + 1e-9) or reps[b] == 10.0
+
+
+def test_pareto_testing_chooses_the_ray_on_one_half_and_tests_on_the_other():
+    from lara.calibrate.vector import pareto_ltt
+
+    reward, costs, mask = world(7, prompts=400)
+    n = 3
+    zero = expected_vector(reward, costs, mask, [0.0, 0.0], n).mean(axis=0)
+    tau = zero - np.array([0.6, 0.4])
+    got = pareto_ltt(reward, costs, mask, tau, n, 0.5, 20.0, np.geomspace(0.01, 20.0, 80), 0.1, [-3.0, 3.0], 0)
+    assert got["n_choose"] == 200 and got["n_test"] == 200 and max(got["direction"]) == 1.0
+    assert got["s"] is not None and got["p_value"] <= 0.1
+    # the same split tested by hand gives the same lambda
+    order = np.random.default_rng(0).permutation(400)
+    test = order[200:]
+    again = ltt_along(reward[test], costs[test], mask[test], got["direction"], tau, n,
+                      np.geomspace(0.01, 20.0, 80), 0.1, [-3.0, 3.0])
+    assert again["lambda"] == got["lambda"]
+    with pytest.raises(ValueError, match="one part empty"):
+        pareto_ltt(reward[:1], costs[:1], mask[:1], tau, n, 0.5, 20.0, [1.0], 0.1, [-3.0, 3.0], 0)

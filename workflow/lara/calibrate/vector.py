@@ -171,3 +171,44 @@ def ltt_along(reward, costs, mask, direction, tau, n: int | None, grid, delta: f
         chosen, p_at = float(s), p
     return {"s": chosen, "lambda": None if chosen is None else (chosen * d).tolist(), "p_value": p_at,
             "delta": delta}
+
+
+def bootstrap_along(reward, costs, mask, direction, tau, n: int | None, s_max: float, replicates: int, seed: int,
+                    quantile: float) -> dict:
+    """The bootstrap over prompts of the first s along a fixed ray whose mean expected Best-of-n cost vector meets
+    every tau, and its ``quantile`` (the vector analogue of the scalar lambda*: a heuristic upper confidence bound
+    on the s that meets every constraint, no finite-sample guarantee; replicates that meet no tau up to s_max count
+    as s_max). Each replicate re-weights the prompts by multinomial counts on the exact path of every prompt."""
+    d = np.asarray(direction, dtype=float)
+    p_count = len(reward)
+    per_prompt = [ray_path(reward[i:i + 1], costs[i:i + 1], mask[i:i + 1], d, n, s_max) for i in range(p_count)]
+    s_all = np.unique(np.concatenate([p.s for p in per_prompt]))
+    # each prompt's vector on the common breakpoints (its own path is piecewise constant between its own ones)
+    at = np.stack([p.mean[np.searchsorted(p.s, s_all, side="right") - 1] for p in per_prompt])  # (P, S, m)
+    rng = np.random.default_rng(seed)
+    tau = np.asarray(tau, dtype=float)
+    out = np.empty(replicates)
+    for b in range(replicates):
+        w = rng.multinomial(p_count, np.full(p_count, 1.0 / p_count)) / p_count
+        mean = np.einsum("p,psm->sm", w, at)
+        ok = np.all(mean <= tau + 1e-12 * np.maximum(1.0, np.abs(tau)), axis=1)
+        out[b] = s_all[np.argmax(ok)] if ok.any() else s_max
+    s_q = float(np.quantile(out, quantile))
+    return {"s": s_q, "lambda": (s_q * d).tolist(), "replicates": out, "quantile": quantile}
+
+
+def pareto_ltt(reward, costs, mask, tau, n: int | None, beta: float, lam_max: float, grid, delta: float, bounds,
+               seed: int, fraction: float = 0.5) -> dict:
+    """Pareto Testing for Best-of-n: split the prompts (seeded); on the first part choose the ray (the soft dual's
+    direction, :func:`bon_along_soft_direction`); on the second, Learn then Test along it for every constraint at
+    once (:func:`ltt_along`). The direction depends only on the first part, so the guarantee holds over the draw
+    of the second: with probability >= 1 - delta every constraint holds in expectation at the returned lambda."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(reward))
+    cut = int(round(fraction * len(reward)))
+    if not 0 < cut < len(reward):
+        raise ValueError(f"a split of {len(reward)} prompts at {fraction} leaves one part empty")
+    choose, test = order[:cut], order[cut:]
+    chosen = bon_along_soft_direction(reward[choose], costs[choose], mask[choose], tau, n, beta, lam_max)
+    tested = ltt_along(reward[test], costs[test], mask[test], chosen["direction"], tau, n, grid, delta, bounds)
+    return tested | {"direction": chosen["direction"], "n_choose": int(cut), "n_test": int(len(test))}
