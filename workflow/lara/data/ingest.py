@@ -45,10 +45,8 @@ KINDS = ("sft", "preferences")
 
 
 @dataclass(frozen=True)
-class IngestSettings(Settings):
-    """data.sft: one data set read, validated and normalised."""
-
-    SECTION: ClassVar[str] = "data.sft"
+class SourceSettings(Settings):
+    """Where a data set is read from (:func:`load_source`): the fields every data step's settings begin with."""
 
     source: str = setting(help="A local file/dir or hub dataset id (the rule resolves config key source, "
                                "where toy names the toy world's file).", config=False)
@@ -56,6 +54,14 @@ class IngestSettings(Settings):
     revision: str | None = revision_setting("the dataset")
     name: str | None = dataset_name_setting()
     data_dir: str | None = data_dir_setting()
+
+
+@dataclass(frozen=True)
+class IngestSettings(SourceSettings):
+    """data.sft: one data set read, validated and normalised."""
+
+    SECTION: ClassVar[str] = "data.sft"
+
     max_examples: int | None = setting(None, "Keep the first N rows after shuffling (null = all).", minimum=1)
     seed: int = seed_setting()
 

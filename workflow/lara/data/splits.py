@@ -20,27 +20,21 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from lara.data.ingest import _require, _text, load_source
+from lara.data.ingest import SourceSettings, _require, _text, load_source
 from lara.data.tables import DataError, write_table
-from lara.hub import data_dir_setting, dataset_name_setting, revision_setting
 from lara.provenance import code_version
-from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
+from lara.settings import add_settings_arguments, new_default, read_settings, seed_setting, setting
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class SplitSettings(Settings):
+class SplitSettings(SourceSettings):
     """data.prompts: the calibration and test prompt splits."""
 
     SECTION: ClassVar[str] = "data.prompts"
 
-    source: str = setting(help="A local file/dir or hub dataset id (the rule resolves config key source, "
-                               "where toy names the toy world's prompt pool).", config=False)
-    split: str = setting("test", "Dataset split to read.")
-    revision: str | None = revision_setting("the dataset")
-    name: str | None = dataset_name_setting()
-    data_dir: str | None = data_dir_setting()
+    split: str = new_default(SourceSettings, "split", "test")
     column: str = setting("prompt", "Column holding the prompt text.")
     n_calibration: int = setting(200, "Calibration prompts (N).", minimum=1)
     n_test: int = setting(256, "Test prompts (the paper uses 256).", minimum=1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from lara.hub import data_dir_setting, dataset_name_setting, revision_setting
+from lara.data.ingest import SourceSettings
 from lara.settings import Settings, seed_setting, setting
 
 STRATA = ("benign", "harmful", "held_out")  # a deployment prompt's stratum (lara.toy.world.stratum)
@@ -50,17 +50,11 @@ class DeploymentSettings(Settings):
 
 
 @dataclass(frozen=True)
-class PoolSettings(Settings):
+class PoolSettings(SourceSettings):
     """deployment.prompts: the deployment prompt pool (never a calibration prompt)."""
 
     SECTION: ClassVar[str] = "deployment.prompts"
 
-    source: str = setting(help="A local file/dir or hub dataset id (the rule resolves config key source, where "
-                               "toy names the toy world's deployment pool).", config=False)
-    split: str = setting("train", "Dataset split to read.")
-    revision: str | None = revision_setting("the dataset")
-    name: str | None = dataset_name_setting()
-    data_dir: str | None = data_dir_setting()
     column: str = setting("prompt", "Column holding the prompt text.")
     stratum_column: str = setting("stratum", "Column holding each prompt's stratum (benign, harmful or held_out: "
                                              "a kind of request no calibration prompt is), which the scenarios' "
