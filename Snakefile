@@ -51,6 +51,7 @@ include: "rules/calibrate.smk"
 include: "rules/decode.smk"
 include: "rules/evaluate.smk"
 include: "rules/deploy.smk"
+include: "rules/constraints.smk"
 include: "rules/figures.smk"
 
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from lara import config as lara_config
+from lara.constraints import spec as lara_constraints
 from lara import hub
 from lara.calibrate.record import literal_name, parse_setting, parse_tau_name, setting_tau, tau_name
 from lara.codehash import named_scorer_modules, step_code  # a rule's code param: its step's import closure
@@ -506,6 +507,7 @@ def final_outputs():
         targets += [f"{RESULTS}/calibration/coverage.json"] + figure_files("coverage")
     if SCENARIOS:
         targets += [f"{RESULTS}/deployment/report.csv"] + figure_files("deployment")
+    targets += constraint_outputs()  # rules/constraints.smk
     return targets
 
 

@@ -3,6 +3,7 @@ import pytest
 
 from lara.settings import ConfigError
 from lara.toy.world import (
+    HARM_CATEGORIES,
     TOPICS,
     ToyWorldSettings,
     all_requests,
@@ -35,7 +36,8 @@ def test_schemas(world):
         assert all(isinstance(v, str) for v in row.values()) and row["instruction"] and row["output"]
     for row in world["safe_rlhf"]:
         assert set(row) == {"prompt", "response_0", "response_1", "better_response_id",
-                            "safer_response_id", "is_response_0_safe", "is_response_1_safe"}
+                            "safer_response_id", "is_response_0_safe", "is_response_1_safe",
+                            "response_0_harm_category", "response_1_harm_category"}
         assert row["better_response_id"] in (0, 1) and row["safer_response_id"] in (0, 1)
         assert isinstance(row["is_response_0_safe"], bool)
         assert row["response_0"] != row["response_1"]
@@ -50,6 +52,8 @@ def test_pair_labels_agree_with_the_oracle(world):
         assert row["is_response_0_safe"] == (s[0].harmfulness <= 0)
         # consistent: the safer response is never unsafe while the other is safe
         assert not (not s[sf].safe and s[1 - sf].safe)
+        for i in (0, 1):  # PKU-SafeRLHF's per-category labels: harmful in a category when its own harm is
+            assert row[f"response_{i}_harm_category"] == {c: s[i].category(c) > 0 for c in HARM_CATEGORIES}
 
 
 def test_eval_prompts_are_held_out_of_training_data(world):

@@ -152,6 +152,13 @@ def scenarios(config: dict) -> dict[str, dict]:
     return out
 
 
+def constraints(config: dict) -> list:
+    """calibration.constraints parsed and checked (lara.constraints.spec): [] when none is listed."""
+    from lara.constraints.spec import parse
+
+    return parse(config["calibration"].get("constraints") or [])
+
+
 def taus(config: dict) -> list[float]:
     """calibration.tau as a list: the main tau first (Safe-RLHF's budget, the audit's headline), then the others."""
     tau = config["calibration"]["tau"]
@@ -383,6 +390,14 @@ def _cross_checks(config: dict) -> list[str]:
     if too_big:
         problems.append(f"decode.sweep_n: {too_big} exceed decode.bon_n = {dec['bon_n']} "
                         "(the candidates per test prompt)")
+    try:
+        found = constraints(config)
+    except ConfigError as exc:
+        problems.append(str(exc))
+    else:
+        if len(found) > 1 and cal.get("guarantee") == "crc":
+            problems.append("calibration.guarantee: crc bounds one risk; with several calibration.constraints use "
+                            "bootstrap or ltt (ltt holds every constraint at once)")
     return problems + _launch_checks(config)
 
 

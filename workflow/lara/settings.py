@@ -311,6 +311,7 @@ STEPS: dict[str, str] = {
     "aggregate": "lara.evaluate.aggregate:AuditSettings",
     "calibrate-decoder": "lara.calibrate.direct:DirectSettings",
     "prompt-features": "lara.deploy.features:FeatureSettings",
+    "category-pairs": "lara.constraints.pairs:CategoryPairsSettings",
 }
 
 SCHEMA_FILE = Path(__file__).resolve().parent / "schemas" / "settings.schema.yaml"  # config/settings.schema.yaml

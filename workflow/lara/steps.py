@@ -16,6 +16,7 @@ COMMANDS: dict[str, str] = {
     "prepare-data": "lara.data.ingest",
     "split-prompts": "lara.data.splits",
     "value-prompts": "lara.data.value_prompts",
+    "rtp-prompts": "lara.realtext.prompts",
     # training
     "train-sft": "lara.train.sft",
     "train-reward": "lara.train.reward",
@@ -45,6 +46,13 @@ COMMANDS: dict[str, str] = {
     "deployment-report": "lara.deploy.report",
     "prompt-features": "lara.deploy.features",
     "shift-check": "lara.deploy.shift",
+    # several constraints at once (calibration.constraints)
+    "category-pairs": "lara.constraints.pairs",
+    "score-constraints": "lara.constraints.score",
+    "calibrate-vector": "lara.constraints.calibrate",
+    "decode-vector": "lara.constraints.decode",
+    "audit-constraints": "lara.constraints.audit",
+    "coverage-vector": "lara.constraints.coverage",
     # evaluation, figures, provenance
     "evaluate": "lara.evaluate.evaluate",
     "judge": "lara.evaluate.judge",
@@ -58,4 +66,5 @@ COMMANDS: dict[str, str] = {
 # the steps that run torch models: they get deterministic algorithms and exactly the job's threads
 TORCH_COMMANDS = {"make-toy-model", "import-gguf", "train-sft", "train-reward", "train-cost", "train-partial",
                   "train-value", "train-safe-rlhf", "train-safedpo", "sample", "score", "rgtg", "generate-policy",
-                  "evaluate", "calibrate-decoder", "prompt-features"}
+                  "evaluate", "calibrate-decoder", "prompt-features", "score-constraints",
+                  "decode-vector"}

@@ -9,6 +9,8 @@ with a provenance record in the file's metadata.
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import logging
 import re
 from dataclasses import asdict, dataclass
@@ -41,6 +43,7 @@ FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv
 SFT_COLUMNS = ("instruction", "input", "output")
 PREFERENCE_COLUMNS = ("prompt", "response_0", "response_1", "better_response_id",
                       "safer_response_id", "is_response_0_safe", "is_response_1_safe")
+HARM_CATEGORY_COLUMNS = ("response_0_harm_category", "response_1_harm_category")  # PKU-SafeRLHF, optional
 KINDS = ("sft", "preferences")
 
 
@@ -220,6 +223,29 @@ def normalise_sft(df: pd.DataFrame, source: str) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+def _categories(df: pd.DataFrame, column: str, source: str, names: tuple | None) -> tuple[list[dict], tuple]:
+    """A per-category label column: every row a mapping of the same category names to booleans."""
+    rows = []
+    for i, value in enumerate(df[column]):
+        if isinstance(value, str) and value.startswith("{"):  # a CSV cell: the mapping written as text
+            with contextlib.suppress(ValueError, SyntaxError):
+                value = ast.literal_eval(value)
+        if not isinstance(value, dict) or not value:
+            raise DataError(f"{source}: column {column!r} must map harm categories to booleans; row {i} holds "
+                            f"{type(value).__name__} {value!r:.60}")
+        keys = tuple(sorted(value))
+        if names is None:
+            names = keys
+        if keys != names:
+            raise DataError(f"{source}: column {column!r}: row {i} names the categories {list(keys)}, earlier rows "
+                            f"{list(names)}")
+        bad = [k for k, v in value.items() if not isinstance(v, (bool, np.bool_))]
+        if bad:
+            raise DataError(f"{source}: column {column!r}: row {i}: categories {bad} are not booleans")
+        rows.append({k: bool(value[k]) for k in names})
+    return rows, names
+
+
 def normalise_preferences(df: pd.DataFrame, source: str, inconsistent: str = "error") -> tuple[pd.DataFrame, int]:
     """PKU-SafeRLHF schema, typed and checked. Returns the table and the rows dropped.
 
@@ -232,6 +258,15 @@ def normalise_preferences(df: pd.DataFrame, source: str, inconsistent: str = "er
         out[c] = _binary_id(df, c, source)
     for c in ("is_response_0_safe", "is_response_1_safe"):
         out[c] = _bool(df, c, source)
+    present = [c for c in HARM_CATEGORY_COLUMNS if c in df.columns]
+    if present:
+        if len(present) == 1:
+            missing = next(c for c in HARM_CATEGORY_COLUMNS if c not in present)
+            raise DataError(f"{source}: column {present[0]!r} without {missing!r}: the per-category labels "
+                            "come in pairs")
+        names = None
+        for c in HARM_CATEGORY_COLUMNS:
+            out[c], names = _categories(df, c, source, names)
     safe = out[["is_response_0_safe", "is_response_1_safe"]].to_numpy()
     rows = np.arange(len(out))
     safer = out["safer_response_id"].to_numpy()

@@ -298,14 +298,19 @@ def make_scorer(model, cached: bool = True):
     return CachedSequenceScorer(model) if cached else NaiveSequenceScorer(model)
 
 
-def decode_batch(policy, reward, cost, tokenizer, prompts, lam: float, s: RGTGSettings, generator=None):
-    """Decode one batch of prompts; returns the generated token lists (EOS included if emitted)."""
+def decode_batch(policy, reward, cost, tokenizer, prompts, lam, s: RGTGSettings, generator=None):
+    """Decode one batch of prompts; returns the generated token lists (EOS included if emitted). ``cost`` may be
+    a list of stepping scorers with ``lam`` the list of their multipliers (several constraints: the score is
+    log pi + w (r - sum_j lam_j c_j)); one scorer and one lam is the scalar decoder."""
     import torch
 
+    costs, lams = (list(cost), [float(x) for x in lam]) if isinstance(cost, (list, tuple)) else ([cost], [lam])
+    if len(costs) != len(lams):
+        raise ValueError(f"{len(costs)} cost scorers but {len(lams)} multipliers")
     seqs = [encode(tokenizer, p, "", False) for p in prompts]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     ids, mask = pad_batch(seqs, pad, side="left")
-    for m in (policy, reward, cost):
+    for m in (policy, reward, *costs):
         m.start(ids, mask)
     b = len(prompts)
     dev = policy.dev
@@ -315,8 +320,10 @@ def decode_batch(policy, reward, cost, tokenizer, prompts, lam: float, s: RGTGSe
     for _ in range(s.max_new_tokens):
         top_lp, top_ids = policy.logprobs().topk(s.top_k, dim=-1)
         r = reward.candidates(top_ids).to(dev)
-        c = cost.candidates(top_ids).to(dev)
-        score = top_lp + s.weight * (r - lam * c)
+        penalty = lams[0] * costs[0].candidates(top_ids).to(dev)
+        for lam_j, cost_j in zip(lams[1:], costs[1:], strict=True):
+            penalty = penalty + lam_j * cost_j.candidates(top_ids).to(dev)
+        score = top_lp + s.weight * (r - penalty)
         if s.temperature > 0:  # drawn on the host generator, so a seed means the same tokens on any device
             probs = torch.softmax(score / s.temperature, -1).cpu()
             choice = torch.multinomial(probs, 1, generator=generator).squeeze(1).to(dev)
@@ -325,7 +332,7 @@ def decode_batch(policy, reward, cost, tokenizer, prompts, lam: float, s: RGTGSe
         tokens = torch.where(alive, top_ids[rows, choice], torch.full_like(choice, pad))
         emitted.append(tokens)
         live.append(alive.clone())
-        for m in (policy, reward, cost):
+        for m in (policy, reward, *costs):
             m.commit(tokens, choice, alive)
         if s.stop_at_eos:
             alive &= tokens != tokenizer.eos_token_id
@@ -337,9 +344,11 @@ def decode_batch(policy, reward, cost, tokenizer, prompts, lam: float, s: RGTGSe
     return [tokens[i][live[i]].tolist() for i in range(b)]
 
 
-def decode(policy_model, reward_model, cost_model, tokenizer, prompts, lam: float, s: RGTGSettings,
-           seed: int = 0, cached: bool = True):
-    """Decode all prompts in batches; returns the generated token lists."""
+def decode(policy_model, reward_model, cost_model, tokenizer, prompts, lam, s: RGTGSettings,
+           seed: int = 0, cached: bool = True, steppers=None):
+    """Decode all prompts in batches; returns the generated token lists. ``cost_model`` may be a list (several
+    constraints, ``lam`` the list of multipliers); ``steppers(prompts)`` may build the reward and cost
+    stepping scorers itself (text scorers: :mod:`lara.decode.textstep`)."""
     import torch
     from tqdm import tqdm
 
@@ -354,9 +363,14 @@ def decode(policy_model, reward_model, cost_model, tokenizer, prompts, lam: floa
     out = []
     with torch.inference_mode():
         for lo in tqdm(range(0, len(prompts), s.batch_size), desc="decoding", unit="batch", mininterval=10):
-            out += decode_batch(PolicyStepper(policy_model), make_scorer(reward_model, cached),
-                                make_scorer(cost_model, cached), tokenizer, prompts[lo:lo + s.batch_size], lam, s,
-                                gen)
+            batch = prompts[lo:lo + s.batch_size]
+            if steppers is not None:
+                reward, cost = steppers(batch)
+            else:
+                reward = make_scorer(reward_model, cached)
+                cost = ([make_scorer(m, cached) for m in cost_model] if isinstance(cost_model, (list, tuple))
+                        else make_scorer(cost_model, cached))
+            out += decode_batch(PolicyStepper(policy_model), reward, cost, tokenizer, batch, lam, s, gen)
     return out
 
 

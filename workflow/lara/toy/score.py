@@ -12,7 +12,7 @@ import logging
 
 import numpy as np
 
-from lara.toy.world import oracle_scores
+from lara.toy.world import HARM_CATEGORIES, oracle_score, oracle_scores
 
 log = logging.getLogger(__name__)
 
@@ -20,14 +20,21 @@ ROLES = {"reward": "helpfulness", "cost": "harmfulness"}
 
 
 class OracleScorer:
-    """The oracle's helpfulness (role reward) or harmfulness (role cost) of each response."""
+    """The oracle's helpfulness (role reward), harmfulness (role cost) or the harmfulness of one harm category
+    (role = its name: a constraint of ``calibration.constraints``) of each response."""
 
     def __init__(self, role: str):
-        if role not in ROLES:
-            raise ValueError(f"the oracle scorer's role is reward or cost, got {role!r}")
+        if role not in ROLES and role not in HARM_CATEGORIES:
+            from lara.config import ConfigError
+
+            raise ConfigError(f"the oracle scorer's role is reward, cost or a harm category "
+                              f"({', '.join(HARM_CATEGORIES)}), got {role!r}")
         self.role = role
 
     def score(self, prompts, responses) -> np.ndarray:
+        if self.role in HARM_CATEGORIES:
+            return np.array([oracle_score(p, r).category(self.role) for p, r in zip(prompts, responses, strict=True)],
+                            dtype=np.float64)
         h, c = oracle_scores(prompts, responses)
         return h if self.role == "reward" else c
 

@@ -408,7 +408,10 @@ def generate(s: ToyWorldSettings) -> dict[str, list[dict]]:
         safer = int(dc < 0) if dc != 0 else int(rng.integers(2))
         pairs.append({"prompt": req.text, "response_0": r0, "response_1": r1,
                       "better_response_id": better, "safer_response_id": safer,
-                      "is_response_0_safe": s0.safe, "is_response_1_safe": s1.safe})
+                      "is_response_0_safe": s0.safe, "is_response_1_safe": s1.safe,
+                      # PKU-SafeRLHF's per-category labels: harmful in a category when its own cost is > 0
+                      "response_0_harm_category": {c: s0.category(c) > 0 for c in HARM_CATEGORIES},
+                      "response_1_harm_category": {c: s1.category(c) > 0 for c in HARM_CATEGORIES}})
 
     prompts = [{"prompt": r.text, "topic": r.topic.name,
                 "category": "harmful" if r.topic.harmful else "benign"} for r in eval_pool]

@@ -1,0 +1,156 @@
+"""``lara audit-constraints``: the held-out audit of every constraint, and of all of them at once.
+
+For every decoded output (method, setting) on the test prompts: the decoding cost of each constraint (tau's
+units; the constraint's cost scorer) with its mean, bootstrap 95 % interval, one-sided bounds and verdict
+(:func:`lara.evaluate.intervals.cost_audit`); the joint verdict from the same prompt resamples: met when the
+one-sided 95 % upper bound of max_j (mean c_j - tau_j) is <= 0 (a simultaneous bound: every constraint at once),
+violated when some constraint's own verdict is, inconclusive otherwise. Beside them, descriptive: each
+constraint's evaluation score (``evaluation``: the toy oracle's category harm, a classifier) and the reward.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pandas as pd
+
+from lara.evaluate.aggregate import AuditSettings
+from lara.settings import add_settings_arguments, read_settings
+
+log = logging.getLogger(__name__)
+
+HELP = "held-out audit of several constraints: per-constraint and joint verdicts of every decoded output"
+
+
+def joint_verdict(costs: np.ndarray, tau, rows: list[dict], n_boot: int, seed: int) -> dict:
+    """(P, m) held-out costs: the bootstrap bound of max_j (mean_j - tau_j) and the joint verdict."""
+    from lara.evaluate.intervals import MIN_PROMPTS, ONE_SIDED, TOO_FEW, VERDICTS, bootstrap_means
+
+    excess = bootstrap_means(costs, n_boot, seed) - np.asarray(tau)[None, :]
+    worst = excess.max(axis=1)
+    upper = float(np.quantile(worst, ONE_SIDED[1]))
+    point = float((costs.mean(axis=0) - np.asarray(tau)).max())
+    if len(costs) < MIN_PROMPTS:
+        verdict = TOO_FEW
+    elif upper <= 0:
+        verdict = VERDICTS[0]
+    elif any(r["verdict"] == VERDICTS[2] for r in rows):
+        verdict = VERDICTS[2]
+    else:
+        verdict = VERDICTS[1]
+    return {"max_excess": point, "max_excess_upper95": upper, "verdict": verdict}
+
+
+def audit(outputs: list[pd.DataFrame], constraints, n_boot: int, seed: int) -> tuple[pd.DataFrame, list[dict]]:
+    """One row per (output, constraint) and one joint record per output."""
+    from lara.evaluate.intervals import cost_audit, mean_interval
+
+    rows, joint = [], []
+    tau = [c.tau for c in constraints]
+    for df in outputs:
+        method, setting = str(df["method"].iloc[0]), str(df["setting"].iloc[0])
+        per = []
+        for c in constraints:
+            row = cost_audit(df[c.column], c.tau, n_boot, seed, df["reward"])
+            ev = mean_interval(df[f"eval_{c.name}"], n_boot, seed) if f"eval_{c.name}" in df else (np.nan,) * 3
+            per.append(row | {"method": method, "setting": setting, "lambda": str(df["lambda"].iloc[0]),
+                              "constraint": c.name, "tau": c.tau, "eval_mean": ev[0], "eval_ci95": [ev[1], ev[2]]})
+        rows += per
+        joint.append({"method": method, "setting": setting, "lambda": str(df["lambda"].iloc[0]),
+                      "n_prompts": len(df), **joint_verdict(df[[c.column for c in constraints]].to_numpy(float), tau,
+                                                            per, n_boot, seed)})
+    return pd.DataFrame(rows), joint
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--responses", nargs="+", required=True, help="decoded outputs (lara decode-vector)")
+    parser.add_argument("--constraints", required=True, help="JSON list of the constraints (calibration.constraints)")
+    parser.add_argument("--lambda-json", required=True, help="the vector lambda record they were decoded with")
+    parser.add_argument("--reward", required=True, help="the decoding reward scorer")
+    parser.add_argument("--cost", action="append", default=[], metavar="NAME=SPEC",
+                        help="a constraint's decoding cost scorer (tau's units), once per constraint")
+    parser.add_argument("--evaluation", action="append", default=[], metavar="NAME=SPEC",
+                        help="a constraint's evaluation scorer (its role is the constraint's name), once per "
+                             "constraint")
+    add_settings_arguments(parser, AuditSettings)
+    parser.add_argument("--out", required=True, help="audit JSON")
+    parser.add_argument("--table", required=True, help="audit CSV (one row per output and constraint)")
+
+
+def run(args) -> None:
+    from lara import identity
+    from lara.constraints.decode import read_vector
+    from lara.constraints.score import cost_specs
+    from lara.constraints.spec import from_arg
+    from lara.data.tables import DataError, write_table
+    from lara.evaluate.intervals import check_replicates
+    from lara.io import write_json
+    from lara.provenance import code_version
+    from lara.scoring import load_scorer, score_table
+
+    s = read_settings(args, AuditSettings)
+    check_replicates(s.bootstrap)
+    constraints = from_arg(args.constraints)
+    record = read_vector(args.lambda_json, constraints)
+    costs = cost_specs(args.cost, constraints)
+    evals = cost_specs(args.evaluation, constraints, "--evaluation")
+    identity.distinct_files(args.responses, "--responses")
+    scorers: dict = {}
+
+    def scored(spec: str, role: str, df: pd.DataFrame) -> np.ndarray:
+        if (spec, role) not in scorers:
+            scorers[spec, role] = load_scorer(spec, role=role)
+        v = score_table(scorers[spec, role], df["prompt"].tolist(), df["response"].tolist(), f"{spec} ({role})")
+        if not np.all(np.isfinite(v)):
+            raise DataError(f"{spec}: non-finite {role} scores")
+        return v
+
+    outputs, test = [], None
+    digest = identity.file_digest(args.lambda_json)
+    for path in args.responses:
+        art = identity.table(path, "--responses", required=("prompt_id", "prompt", "response", "method", "setting"))
+        art.expect("kind", "responses_vector", "a decoded output of lara decode-vector")
+        art.expect("names", [c.name for c in constraints], "decoded for other constraints")
+        setting = art.field("setting")
+        if setting != "zero":
+            art.expect("lambda_record", digest, f"decoded with another record than {args.lambda_json}")
+        role = art.identity.get("role")
+        if role not in (None, "test"):
+            raise DataError(f"--responses {path}: role {role}, expected test (the audit holds the test prompts out)")
+        prompts = art.prompts(per_prompt=1)
+        if test is None:
+            test = prompts
+        elif prompts.digest != test.digest:
+            raise DataError(f"--responses {path}: other prompts than {args.responses[0]} (every output is audited on "
+                            "the same test prompts)")
+        df = art.df.copy()
+        df["reward"] = scored(args.reward, "reward", df)
+        for c in constraints:
+            df[c.column] = scored(costs[c.name], c.name, df)
+            df[f"eval_{c.name}"] = scored(evals[c.name], c.name, df)
+        outputs.append(df)
+    if test is not None:
+        cal = (record.get("identity") or {}).get("prompts")
+        overlap = identity.disjoint(cal, test, f"--responses {args.responses[0]}")
+        if overlap:
+            raise DataError(f"--responses {args.responses[0]}: {overlap} test prompts are calibration prompts of "
+                            f"{args.lambda_json}: the audit would be in-sample")
+    table, joint = audit(outputs, constraints, s.bootstrap, s.seed)
+    for j in joint:
+        log.info("%s at %s (lambda %s): joint %s; max excess %.4f (upper 95%% %.4f)", j["method"], j["setting"],
+                 j["lambda"], j["verdict"], j["max_excess"], j["max_excess_upper95"])
+    for r in table.to_dict("records"):
+        log.info("  %s: mean cost %.4f [%.4f, %.4f] vs tau %g: %s; evaluation %.4f", r["constraint"], r["mean_cost"],
+                 *r["ci95"], r["tau"], r["verdict"], r["eval_mean"])
+    made = identity.stamp("audit_constraints", args.out, names=[c.name for c in constraints], tau=record["tau"],
+                          lambda_record=digest, made_from={"--lambda-json": args.lambda_json})
+    write_json(args.out, {"constraints": record["constraints"], "lambda_hat": record["lambda_hat"],
+                          "lambda_star": record["lambda_star"], "procedure": record["guarantee"]["procedure"],
+                          "rows": json.loads(table.to_json(orient="records")), "joint": joint,
+                          "code": code_version(), identity.KEY: made})
+    flat = table.assign(ci95_lo=table["ci95"].str[0], ci95_hi=table["ci95"].str[1],
+                        upper95=table["one_sided95"].str[1]).drop(columns=["ci95", "one_sided95", "eval_ci95",
+                                                                           "reward_ci95"])
+    write_table(flat, args.table)

@@ -1,0 +1,198 @@
+"""``lara decode-vector``: Best-of-N or ARGS with the vector lambda, scoring r - sum_j lambda_j c_j.
+
+Settings: ``zero`` (lambda = 0), and the vector record's procedures: ``hat``, ``star`` (the deployed lambda*),
+``soft``, ``bootstrap``, ``ltt``. Best-of-N picks, per test prompt, the candidate with the largest
+r - sum_j lambda_j c_j (ties to the lower combined cost, then the lower sample index: the order the calibration
+computed its expected costs with; one constraint is the scalar decoder's own order). ARGS scores each of the top-k
+tokens by log pi_ref + w (r - sum_j lambda_j c_j) with one stepping scorer per cost (a model directory, or any
+text scorer through :mod:`lara.decode.textstep`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+HELP = "decode with the vector lambda of several constraints: Best-of-N or ARGS, r - sum_j lambda_j c_j"
+SETTINGS = ("zero", "hat", "star", "soft", "bootstrap", "ltt")
+
+
+def read_vector(path, constraints) -> dict:
+    """A vector lambda record, checked against the constraints the step was given (names and taus)."""
+    from lara.data.tables import DataError
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataError(f"--lambda-json {path}: not a readable JSON record ({exc})") from None
+    kind = (data.get("identity") or {}).get("kind")
+    if kind != "lambda_vector":
+        raise DataError(f"--lambda-json {path}: kind {kind!r}, expected lambda_vector (lara calibrate-vector's record; "
+                        "a scalar lambda.json is not a vector lambda)")
+    if data.get("names") != [c.name for c in constraints]:
+        raise DataError(f"--lambda-json {path}: calibrated for the constraints {data.get('names')}, expected "
+                        f"{[c.name for c in constraints]}")
+    if data.get("tau") != [c.tau for c in constraints]:
+        raise DataError(f"--lambda-json {path}: calibrated for tau {data.get('tau')}, expected "
+                        f"{[c.tau for c in constraints]}")
+    return data
+
+
+def resolve_vector(setting: str, record: dict | None, m: int, path=None) -> list[float]:
+    """The multipliers of a setting: zeros, or the record's procedure (refused when it found none)."""
+    from lara.config import ConfigError
+    from lara.data.tables import DataError
+
+    if setting not in SETTINGS:
+        raise ConfigError(f"--setting {setting}: one of {', '.join(SETTINGS)}")
+    if setting == "zero":
+        return [0.0] * m
+    if record is None:
+        raise ConfigError(f"--setting {setting}: read from the vector record; pass --lambda-json")
+    lam = record["lambda_star"] if setting == "star" else record["procedures"].get(setting, {}).get("lambda")
+    if lam is None:
+        raise DataError(f"--lambda-json {path}: no lambda for {setting} (the procedure did not run or found none)")
+    lam = [float(x) for x in lam]
+    if len(lam) != m or not all(np.isfinite(lam)) or min(lam) < 0:
+        raise DataError(f"--lambda-json {path}: {setting} lambda {lam} is not {m} finite numbers >= 0")
+    return lam
+
+
+def select_vector(reward: np.ndarray, costs: np.ndarray, lam) -> np.ndarray:
+    """(P,) the chosen candidate per prompt: argmax r - lam.c, ties as the calibration orders them."""
+    from lara.calibrate.bestofn import select
+    from lara.calibrate.vector import combined
+
+    if costs.shape[2] == 1:  # the scalar decoder itself
+        return select(reward, costs[..., 0], float(lam[0]))
+    return select(reward, combined(costs, lam), 1.0)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--method", required=True, choices=("bon", "args"))
+    parser.add_argument("--setting", required=True, choices=SETTINGS)
+    parser.add_argument("--constraints", required=True, help="JSON list of the constraints (calibration.constraints)")
+    parser.add_argument("--lambda-json", default=None, help="the vector lambda record (lara calibrate-vector)")
+    parser.add_argument("--candidates", help="bon: the test prompts' scored candidates (lara score-constraints)")
+    parser.add_argument("--prompts", help="args: parquet with prompt_id, prompt")
+    parser.add_argument("--policy", help="args: pi_ref")
+    parser.add_argument("--reward", help="args: the reward scorer")
+    parser.add_argument("--cost", action="append", default=[], metavar="NAME=SPEC",
+                        help="args: one constraint's cost scorer (once per constraint)")
+    parser.add_argument("--settings", default=None, help="args: JSON of decode.rgtg.args")
+    parser.add_argument("--out", required=True, help="output parquet: one response per prompt")
+
+
+def _bon(args, constraints, lam, record):
+    from lara import identity
+    from lara.constraints.calibrate import load_vector_scores
+    from lara.data.tables import DataError
+
+    if args.candidates is None:
+        raise DataError("--method bon needs --candidates")
+    found: list = []
+    scores = load_vector_scores(args.candidates, constraints, "--candidates", found)
+    counts = scores.mask.sum(axis=1)
+    if counts.min() != counts.max():
+        raise DataError(f"--candidates {args.candidates}: prompts have {counts.min()}..{counts.max()} candidates; "
+                        "Best-of-N needs N each")
+    n = int(counts[0])
+    if record is not None and args.setting != "zero" and record["decoder"]["n"] != n:
+        raise DataError(f"--candidates {args.candidates}: Best-of-{n}, but {args.lambda_json} was calibrated for "
+                        f"Best-of-{record['decoder']['n']}")
+    art = identity.table(args.candidates, "--candidates")
+    df = art.df
+    pick = select_vector(scores.reward, scores.costs, lam)
+    # the rows in from_long's layout: prompts sorted by id, samples in file order
+    order = np.argsort(df["prompt_id"].to_numpy(), kind="stable")
+    rows = order.reshape(len(scores.prompt_ids), n)[np.arange(len(pick)), pick]
+    out = df.iloc[rows].reset_index(drop=True)
+    return out, found[0], {"n": n}
+
+
+def _args(args, constraints, lam):
+    from lara import identity
+    from lara.config import require_model
+    from lara.constraints.score import cost_specs
+    from lara.data.tables import DataError, read_table
+    from lara.decode.rgtg import ARGSSettings, decode
+    from lara.settings import read_settings
+
+    for flag in ("prompts", "policy", "reward", "settings"):
+        if getattr(args, flag) is None:
+            raise DataError(f"--method args needs --{flag}")
+    s = read_settings(args, ARGSSettings)
+    specs = cost_specs(args.cost, constraints)
+    df = read_table(args.prompts, required=("prompt_id", "prompt"))
+    prompts = identity.prompt_set(df, f"--prompts {args.prompts}", per_prompt=1)
+    require_model(args.policy, "--policy")
+    tok, pm, rm, cms, steppers = load_vector_models(args.policy, args.reward, [specs[c.name] for c in constraints],
+                                                    [c.name for c in constraints], s.dtype)
+    tokens = decode(pm, rm, cms, tok, df["prompt"].tolist(), lam, s, s.seed, steppers=steppers)
+    out = df[["prompt_id", "prompt"]].copy()
+    out["response"] = [tok.decode(t, skip_special_tokens=True).strip() for t in tokens]
+    out["n_tokens"] = [len(t) for t in tokens]
+    return out, prompts, {"settings": s.__dict__}
+
+
+def load_vector_models(policy: str, reward: str, costs: list[str], roles: list[str], dtype: str):
+    """pi_ref, the reward and cost models, and (when any scorer is not a model directory of the policy's
+    vocabulary, e.g. a named text classifier) a function building text steppers for every scorer of a batch."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+    from lara.scoring import named_scorers
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    td = getattr(torch, dtype)
+    tok = AutoTokenizer.from_pretrained(policy)
+    pm = AutoModelForCausalLM.from_pretrained(policy, dtype=td).to(dev).eval()
+    named = named_scorers()
+    specs = [reward, *costs]
+    if not any(spec.split(":", 1)[0] in named for spec in specs):
+        models = [AutoModelForSequenceClassification.from_pretrained(p, dtype=td).to(dev).eval() for p in specs]
+        for p, m in zip(specs, models, strict=True):
+            if m.config.vocab_size != pm.config.vocab_size:
+                raise ValueError(f"{p}: vocabulary ({m.config.vocab_size}) differs from the policy's "
+                                 f"({pm.config.vocab_size}): token-level decoding needs one tokenizer")
+        return tok, pm, models[0], models[1:], None
+    from lara.decode.textstep import TextScorerStepper
+    from lara.scoring import load_scorer
+
+    scorers = [load_scorer(spec, role=role) for spec, role in zip(specs, ["reward", *roles], strict=True)]
+
+    def steppers(batch):
+        made = [TextScorerStepper(sc, tok, batch) for sc in scorers]
+        return made[0], made[1:]
+
+    return tok, pm, None, [None] * len(costs), steppers
+
+
+def run(args) -> None:
+    from lara import identity
+    from lara.constraints.spec import from_arg
+    from lara.data.tables import write_table
+    from lara.provenance import code_version
+
+    constraints = from_arg(args.constraints)
+    record = None if args.lambda_json is None else read_vector(args.lambda_json, constraints)
+    lam = resolve_vector(args.setting, record, len(constraints), args.lambda_json)
+    out, prompts, extra = _bon(args, constraints, lam, record) if args.method == "bon" else _args(args, constraints,
+                                                                                                     lam)
+    out["method"], out["setting"] = args.method, args.setting
+    out["lambda"] = json.dumps(lam)
+    log.info("%s at %s lambda %s: %d responses", args.method, args.setting, lam, len(out))
+    src = args.candidates if args.method == "bon" else args.prompts
+    rec = {} if record is None or args.setting == "zero" else {"lambda_record": identity.file_digest(args.lambda_json),
+                                                                "tau": record["tau"]}
+    made = identity.stamp("responses_vector", args.out, method=args.method, setting=args.setting, lambdas=lam,
+                          names=[c.name for c in constraints], role=identity.role_of(src), prompts=prompts.record(),
+                          **rec, **({"n": extra["n"]} if "n" in extra else {}),
+                          made_from={"--candidates" if args.method == "bon" else "--prompts": src})
+    write_table(out, args.out, {"method": args.method, "setting": args.setting, "lambda": lam, "code": code_version(),
+                                **extra, identity.KEY: made})

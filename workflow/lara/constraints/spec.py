@@ -1,0 +1,98 @@
+"""The constraint list (``calibration.constraints``): parsing and checking, shared by the config loader and
+every step of the stage (each step receives the list as ``--constraints`` JSON)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass
+
+NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+CATEGORY = "category:"
+KEYS = ("name", "cost", "tau", "evaluation")
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """E[c] <= tau for the cost ``cost``: ``category:<c>`` (a cost model trained on the preference data's
+    per-category labels ``response_{0,1}_harm_category[c]``), ``cost`` (the experiment's trained cost model) or a
+    scorer spec (a named scorer, ``name:argument``, a model directory or hub id). ``evaluation`` scores the
+    audit (null: the experiment's ``evaluation.cost_model``). A named scorer is given the constraint's name as
+    its role (the toy oracle's harm category, hatesonar's class)."""
+
+    name: str
+    cost: str
+    tau: float
+    evaluation: str | None = None
+
+    @property
+    def category(self) -> str | None:
+        return self.cost[len(CATEGORY):] if self.cost.startswith(CATEGORY) else None
+
+    @property
+    def column(self) -> str:
+        return f"cost_{self.name}"
+
+
+def parse(items, where: str = "calibration.constraints") -> list[Constraint]:
+    """The list checked: each entry a mapping of the known keys, a unique lower-case name, a finite tau."""
+    from lara.settings import ConfigError
+
+    if not isinstance(items, list):
+        raise ConfigError(f"{where}: a list of {{name, cost, tau}} mappings, got {type(items).__name__}")
+    out, seen = [], set()
+    for i, item in enumerate(items):
+        at = f"{where}[{i}]"
+        if not isinstance(item, dict):
+            raise ConfigError(f"{at}: a mapping with name, cost and tau, got {item!r}")
+        unknown = sorted(set(item) - set(KEYS))
+        missing = [k for k in ("name", "cost", "tau") if k not in item]
+        if unknown or missing:
+            raise ConfigError(f"{at}: " + "; ".join(
+                ([f"unknown key(s) {unknown} (known: {', '.join(KEYS)})"] if unknown else [])
+                + ([f"missing {missing}"] if missing else [])))
+        name = item["name"]
+        if not isinstance(name, str) or not NAME.match(name):
+            raise ConfigError(f"{at}.name: {name!r} is not a lower-case identifier (it names a column and files)")
+        if name in seen:
+            raise ConfigError(f"{at}.name: {name!r} is given twice (each constraint is its own column and verdict)")
+        seen.add(name)
+        cost = item["cost"]
+        bad_category = isinstance(cost, str) and cost.startswith(CATEGORY) and not NAME.match(cost[len(CATEGORY):])
+        if not isinstance(cost, str) or not cost or bad_category:
+            raise ConfigError(f"{at}.cost: {cost!r} is not `cost`, `category:<name>` or a scorer spec")
+        tau = item["tau"]
+        if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not math.isfinite(tau):
+            raise ConfigError(f"{at}.tau: {tau!r} is not a finite number")
+        ev = item.get("evaluation")
+        if ev is not None and (not isinstance(ev, str) or not ev):
+            raise ConfigError(f"{at}.evaluation: {ev!r} is not a scorer spec")
+        out.append(Constraint(name, cost, float(tau), ev))
+    return out
+
+
+def to_json(constraints: list[Constraint]) -> str:
+    return json.dumps([asdict(c) for c in constraints], sort_keys=True)
+
+
+def from_arg(text: str, flag: str = "--constraints") -> list[Constraint]:
+    """The list a step was given, parsed and checked (at least one)."""
+    from lara.settings import ConfigError
+
+    try:
+        items = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{flag}: not JSON ({exc})") from None
+    out = parse(items, flag)
+    if not out:
+        raise ConfigError(f"{flag}: no constraints")
+    return out
+
+
+def taus(constraints: list[Constraint]) -> list[float]:
+    return [c.tau for c in constraints]
+
+
+def names(constraints: list[Constraint]) -> list[str]:
+    return [c.name for c in constraints]
