@@ -164,3 +164,22 @@ def test_the_tree_mask_scores_alike_under_sdpa_and_eager_attention(models, tiny_
             scorer.start(ids, mask)
             scores.append(scorer.candidates(cand))
     torch.testing.assert_close(scores[0], scores[1], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_several_costs_decode_with_the_sum_of_their_penalties(models, temperature):
+    """ARGS with a cost list: one cost and one lambda decode exactly as the scalar decoder; two costs at (a, b)
+    add their penalties (two copies of one cost at 0.4 each decode as that cost at 0.8)."""
+    tok, policy, seq, _ = models
+    r, c = seq
+    s = RGTGSettings(top_k=8, weight=2.0, temperature=temperature, max_new_tokens=12, batch_size=4)
+    with torch.no_grad():
+        scalar = decode(policy, r, c, tok, PROMPTS, 0.8, s, seed=3)
+        listed = decode(policy, r, [c], tok, PROMPTS, [0.8], s, seed=3)
+        assert listed == scalar
+        both = decode(policy, r, [c, c], tok, PROMPTS, [0.4, 0.4], s, seed=3)
+        assert both == scalar  # 0.4 c + 0.4 c is 0.8 c exactly (doubling is exact in binary)
+        other = decode(policy, r, [c, r], tok, PROMPTS, [0.8, 1.5], s, seed=3)
+    assert other != scalar  # the second cost steers
+    with pytest.raises(ValueError, match="2 cost scorers but 1 multipliers"):
+        decode(policy, r, [c, c], tok, PROMPTS, [0.8], s, seed=3)

