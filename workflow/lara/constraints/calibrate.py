@@ -189,7 +189,8 @@ def vector_calibrate(scores: VectorScores, constraints, s: CalibrationSettings) 
     if "scalar" in found:
         out["scalar"] = found["scalar"]
     if len(constraints) == 2:
-        lams = [p["lambda"] for p in procedures.values() if p.get("lambda") is not None]
+        lams = [procedures[k]["lambda"] for k in ("hat", "bootstrap", "soft")  # the grid resolves these (an
+                if k in procedures and procedures[k].get("lambda") is not None]   # uncertified LTT sits at the cap)
         top = min(s.lambda_search_max, max(0.05, 2.0 * max(max(lam) for lam in lams))) if lams else s.lambda_search_max
         out["brute_force"] = brute_force(scores, tau, n, {k: p.get("lambda") for k, p in procedures.items()}, top)
     out["timing_s"] = time.perf_counter() - t0
