@@ -257,7 +257,7 @@ CASES = [
          ["scores.parquet"]),
     Case("evaluate: an unknown scorer", [responses],
          ["evaluate", "--responses", "{t}/resp.parquet", "--reward-model", "nosuch", "--cost-model", "oracle",
-          "--out", "{t}/scores.parquet"], 2, ["reward scorer 'nosuch'", "named: oracle"], ["scores.parquet"]),
+          "--out", "{t}/scores.parquet"], 2, ["reward scorer 'nosuch'", "named: fluency, hatesonar, oracle"], ["scores.parquet"]),
     Case("judge: no endpoint", [responses], [*JUDGE, "--model", "gpt-x"], 2,
          ["evaluation.judge.base_url is not set"], ["judge.parquet"]),
     Case("judge: the API key is not set", [responses],

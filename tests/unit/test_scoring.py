@@ -99,7 +99,7 @@ def test_named_scorers_come_from_entry_points_and_the_toy_registers_its_oracle()
 def test_an_unknown_scorer_names_itself_and_the_known_kinds():
     from lara.scoring import load_scorer
 
-    with pytest.raises(ValueError, match=r"scorer 'oracel': not a model directory.*named: oracle"):
+    with pytest.raises(ValueError, match=r"scorer 'oracel': not a model directory.*named: fluency, hatesonar, oracle"):
         load_scorer("oracel")
 
 
