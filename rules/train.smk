@@ -30,6 +30,24 @@ rule train_sft:
         " {params.options} --checkpoints results/{wildcards.exp:q}/checkpoints/sft --out {output:q} > {log:q} 2>&1"
 
 
+if config["reference_policy"] == "base":
+
+    ruleorder: reference_base > train_sft
+
+    # reference_policy: base: pi_ref is the base model itself, not fine-tuned; models/sft is its copy, so every
+    # step that reads pi_ref reads it unchanged
+    rule reference_base:
+        input:
+            base=base_model_input(),
+        output:
+            directory("results/{exp}/models/sft"),
+        log:
+            "logs/{exp}/reference_base.log",
+        threads: 1
+        shell:
+            "cp -r {input.base:q} {output:q} > {log:q} 2>&1"
+
+
 rule train_reward_model:
     input:
         data="results/{exp}/data/preferences.parquet",

@@ -528,7 +528,10 @@ def check_references(config: dict, base: Path = Path("."), scorers: tuple[str, .
         if value is not None and (spec in ("toy", *scorers) or local):
             problems.append(f"{key}: {value!r} is set, but {spec!r} is not a hub id (a hub revision, "
                             "configuration or folder would be ignored)")
+    made_here = ("results", config.get("experiment"))  # a data file one of this experiment's rules writes
     for key, value, what in refs:
+        if what == "data" and Path(value).parts[:2] == made_here:
+            continue
         if looks_local(value, base) and not (base / Path(value).expanduser()).exists():
             problems.append(f"{key}: {value!r} looks like a local {what} path, and there is nothing there "
                             f"(relative paths are read from {base.resolve()}); a hub id is written owner/name")

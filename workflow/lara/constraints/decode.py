@@ -164,13 +164,52 @@ def load_vector_models(policy: str, reward: str, costs: list[str], roles: list[s
     from lara.decode.textstep import TextScorerStepper
     from lara.scoring import load_scorer
 
-    scorers = [load_scorer(spec, role=role) for spec, role in zip(specs, ["reward", *roles], strict=True)]
+    own_fluency = _is_policy_fluency(reward, policy)
+    scorers = [None if own_fluency and i == 0 else load_scorer(spec, role=role)
+               for i, (spec, role) in enumerate(zip(specs, ["reward", *roles], strict=True))]
 
     def steppers(batch):
-        made = [TextScorerStepper(sc, tok, batch) for sc in scorers]
+        made = [PolicyFluencyStepper(pm) if sc is None else TextScorerStepper(sc, tok, batch) for sc in scorers]
         return made[0], made[1:]
 
     return tok, pm, None, [None] * len(costs), steppers
+
+
+def _is_policy_fluency(spec: str, policy: str) -> bool:
+    name, sep, arg = spec.partition(":")
+    return name == "fluency" and bool(sep) and Path(arg).resolve() == Path(policy).resolve()
+
+
+class PolicyFluencyStepper:
+    """The fluency reward (:mod:`lara.realtext.fluency`) of a partial response when its scorer is the policy itself:
+    the mean log pi_ref of the generated tokens and the candidate, read off the policy's own next-token
+    log-probabilities (a second incremental state; no re-encoding of the text). A partial response has no EOS yet,
+    so this is the complete-response reward's running part."""
+
+    def __init__(self, model):
+        from lara.decode.rgtg import PolicyStepper
+
+        self.policy = PolicyStepper(model)
+        self.dev = self.policy.dev
+
+    def start(self, ids, mask):
+        import torch
+
+        self.policy.start(ids, mask)
+        self.total = torch.zeros(ids.shape[0], device=self.dev)
+        self.count = 0
+
+    def candidates(self, cand):
+        self.lp = self.policy.logprobs().gather(1, cand.to(self.dev))
+        return (self.total[:, None] + self.lp) / (self.count + 1)
+
+    def commit(self, tokens, choice, alive):
+        import torch
+
+        rows = torch.arange(len(choice), device=self.dev)
+        self.total = torch.where(alive.to(self.dev), self.total + self.lp[rows, choice.to(self.dev)], self.total)
+        self.count += 1
+        self.policy.commit(tokens, choice, alive)
 
 
 def run(args) -> None:
