@@ -183,3 +183,38 @@ def test_several_costs_decode_with_the_sum_of_their_penalties(models, temperatur
     assert other != scalar  # the second cost steers
     with pytest.raises(ValueError, match="2 cost scorers but 1 multipliers"):
         decode(policy, r, [c, c], tok, PROMPTS, [0.8], s, seed=3)
+
+
+def test_policy_fluency_stepper_is_the_mean_log_probability_of_the_prefix(models):
+    """ARGS's fluency reward under pi_ref itself (lara.constraints.decode.PolicyFluencyStepper): each candidate's
+    score is the mean log pi_ref of the generated tokens and the candidate, as full forward passes give it."""
+    from lara.constraints.decode import PolicyFluencyStepper
+    from lara.scoring import encode, pad_batch
+
+    tok, policy, _, _ = models
+    prompts = PROMPTS[:2]
+    seqs = [encode(tok, p, "", False) for p in prompts]
+    ids, mask = pad_batch(seqs, tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id, side="left")
+
+    def full_logprobs(seq):
+        with torch.no_grad():
+            return torch.log_softmax(policy(input_ids=torch.tensor([seq])).logits[0, -1].float(), -1)
+
+    stepper = PolicyFluencyStepper(policy)
+    generated = [[], []]
+    with torch.no_grad():
+        stepper.start(ids, mask)
+        for _ in range(3):
+            cand = torch.tensor([[5, 9, 11], [7, 9, 13]])
+            got = stepper.candidates(cand)
+            for i in range(2):
+                lp = full_logprobs(seqs[i] + generated[i])
+                past = sum(float(full_logprobs(seqs[i] + generated[i][:t])[generated[i][t]])
+                           for t in range(len(generated[i])))
+                want = (past + lp[cand[i]]) / (len(generated[i]) + 1)
+                assert torch.allclose(got[i], want, atol=1e-4), (i, got[i], want)
+            choice = torch.tensor([0, 2])
+            tokens = cand[torch.arange(2), choice]
+            stepper.commit(tokens, choice, torch.tensor([True, True]))
+            for i in range(2):
+                generated[i].append(int(tokens[i]))
