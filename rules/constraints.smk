@@ -141,7 +141,10 @@ rule calibrate_vector:
         **job_resources("calibrate_lambda"),
     params:
         constraints=CONSTRAINTS_JSON,
-        settings=step_settings("calibration", bon_n=config["decode"]["bon_n"], mode="bon"),
+        # the constraints carry their own taus: calibration.tau (the scalar pipeline's) is not this step's
+        settings=step_settings(
+            "calibration", bon_n=config["decode"]["bon_n"], mode="bon", tau=CONSTRAINTS[0].tau if CONSTRAINTS else 0.0
+        ),
         code=step_code("calibrate-vector"),
     shell:
         "lara calibrate-vector --scores {input:q} --constraints {params.constraints:q} --settings {params.settings:q}"
