@@ -184,6 +184,39 @@ rule figure_coverage:
         " > {log:q} 2>&1"
 
 
+# Several constraints at once (rules/constraints.smk): the vector lambda's feasible region in (lambda_1, lambda_2)
+# for two constraints, each constraint's cost along the searched ray otherwise; exact, on the calibration scores
+rule figure_constraints:
+    input:
+        lam="results/{exp}/constraints/lambda.json",
+        scores="results/{exp}/constraints/calibration_scores.parquet",
+        settings="results/{exp}/settings.tsv",
+    output:
+        png=report(
+            "results/{exp}/figures/constraints.png",
+            caption="../report/constraints.rst",
+            category="Figures",
+            labels={"figure": "Several constraints: the vector lambda"},
+        ),
+        pdf="results/{exp}/figures/constraints.pdf",
+        provenance="results/{exp}/figures/constraints.provenance.json",
+    log:
+        "logs/{exp}/figure_constraints.log",
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("figures")
+    resources:
+        **job_resources("figures"),
+    params:
+        **figure_params(),
+        constraints=CONSTRAINTS_JSON,
+    shell:
+        "lara figure --kind constraints --lambda-json {input.lam:q} --scores {input.scores:q}"
+        " --constraints {params.constraints:q} --settings {params.settings:q} --experiment-settings {input.settings:q}"
+        " --rule figure_constraints --png {output.png:q} --pdf {output.pdf:q} --provenance {output.provenance:q}"
+        " > {log:q} 2>&1"
+
+
 # Every resolved config value with its origin (a file, a step default), beside the results; each figure
 # takes it as an input, so its provenance (and `lara trail`) names the settings it was made with.
 rule experiment_settings:
