@@ -48,7 +48,7 @@ def constraint_outputs():
     return [
         f"{RESULTS}/constraints/lambda.json",
         f"{RESULTS}/constraints/audit.json",
-    ]
+    ] + figure_files("constraints")
 
 
 rule category_preferences:
