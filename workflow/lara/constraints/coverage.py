@@ -1,11 +1,371 @@
-"""``lara coverage-vector``: the coverage study of the vector lambda (placeholder being written)."""
+"""``lara coverage-vector``: how often each vector-lambda procedure misses some tau, measured on a scored
+population (the coverage study of :mod:`lara.calibrate.coverage`, for several constraints at once).
+
+    lara coverage-vector --scores constraints/calibration_scores.parquet constraints/bon_scores.parquet \\
+        --constraints '[...]' --calibration-settings '{...}' --settings '{...}' --out coverage.json \\
+        --table coverage.csv
+
+The constraint-score tables (one row per response: prompt_id, reward, cost_<name> per constraint, as ``lara
+score-constraints`` writes them; the prompts of all tables together) are the **population**: each of its
+prompts with its K scored samples, and the Best-of-N decoder drawing N of them at random. Everything about it is
+exact: its mean Best-of-N cost vector and reward at any vector lambda (:func:`lara.calibrate.vector.
+expected_vector`), and lambda_pop, the population's own lambda: the smallest s along the population's soft-dual
+direction whose mean cost meets every tau (:func:`lara.calibrate.vector.bon_along_soft_direction` on the whole
+population), for reference. The study repeats ``coverage.repeats`` times, for each calibration size n (and each K
+of ``coverage.samples_per_prompt``): draw n prompts i.i.d. from the population (K of each one's samples without
+replacement; drawn as the scalar study draws them), calibrate with each procedure of ``lara calibrate-vector``
+(its own code, with ``coverage.bootstrap`` replicates in place of ``calibration.bootstrap``, as the scalar study
+does, and a seed of the draw's own) and evaluate the chosen lambda vector on the whole population. Procedures:
+
+* ``hat``: the smallest s along the draw's soft direction meeting every tau on the draw (no promise);
+* ``bootstrap``: the ``calibration.quantile`` of the prompt bootstrap of that s (no finite-sample promise);
+* ``ltt``: Pareto Testing (direction from half the draw, Learn then Test on the other half): promises that the
+  probability over draws of a certified lambda missing some tau (for the costs clipped to ``cost_bounds``) is
+  <= delta.
+
+With one constraint ``calibrate-vector`` runs the scalar calibration, and so does this study: the scalar
+study's procedures (bootstrap, CRC, LTT; :func:`lara.calibrate.coverage.calibrate_draw`) and lambda-hat, their
+lambdas 1-vectors.
+
+Per procedure and size: the JOINT violation rate (some constraint's population mean cost > its tau) with its
+Clopper-Pearson 95 % interval, each constraint's own violation rate, the mean population cost (and clipped cost)
+per constraint, the mean reward, the reward given up against lambda_pop, the 2.5-97.5 % band of each lambda
+coordinate, and the share of draws whose procedure reported ``feasible: false`` (for LTT: certified nothing).
+Such a draw deploys nothing (``calibrate-vector`` refuses it without ``--allow-infeasible``), so it counts as
+not feasible, never as a violation: LTT's promise bounds the chance of certifying a lambda that misses. The rate
+at the lambda the procedure returns anyway (the end of the search) is reported beside it (``returned_miss_rate``).
+Each procedure's promise is stated with whether the measured interval is consistent with it (LTT: the
+Clopper-Pearson interval reaches delta or below; CRC: the mean clipped cost is within two standard errors of
+tau or below).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, replace
+
+import numpy as np
+import pandas as pd
+
+from lara.calibrate.calibrate import CalibrationSettings
+from lara.calibrate.coverage import CoverageSettings, Curves, calibrate_draw, clopper_pearson, draw
+from lara.settings import SEED_MAX, ConfigError, add_settings_arguments, read_settings
+
+log = logging.getLogger(__name__)
 
 HELP = "coverage study of the vector lambda: joint violation rate of each procedure against delta"
+OUTPUTS = ("out", "table")
+
+VECTOR_PROCEDURES = ("hat", "bootstrap", "ltt")  # several constraints: lara calibrate-vector's
+SCALAR_PROCEDURES = ("hat", "bootstrap", "crc", "ltt")  # one constraint: the scalar calibration's
+STREAM = 27  # the scalar study's random stream ([seed, 27]): one constraint draws exactly what it draws
+
+
+def slack(tau: np.ndarray) -> np.ndarray:
+    """The rounding slack of :func:`lara.calibrate.vector.first_feasible`: a cost at tau + slack meets tau."""
+    return 1e-12 * np.maximum(1.0, np.abs(tau))
+
+
+def check_settings(cal: CalibrationSettings, cov: CoverageSettings) -> None:
+    """The values both settings carry come from the same config keys; refuse two different ones (a hand-given
+    flag on one side), naming the key. Refuse what the study cannot measure."""
+    cal_keys = {CalibrationSettings.key(f): f for f in cal.__dataclass_fields__}
+    for field, key in CoverageSettings.borrowed().items():
+        other = cal_keys.get(key)
+        if other is None:
+            continue
+        mine, theirs = getattr(cov, field), getattr(cal, other)
+        if mine != theirs:
+            raise ConfigError(f"{key}: --settings gives {mine!r} but --calibration-settings {theirs!r}; both are "
+                              "built from the one config key (the study must measure the deployed calibration)")
+    if cal.mode != "bon":
+        raise ConfigError("calibration.mode: soft: the constraints stage calibrates for Best-of-N (mode bon)")
+    if cov.cost_bounds is None:
+        raise ConfigError("calibration.cost_bounds: the coverage study measures LTT's promise against the "
+                          "bootstrap's; LTT needs fixed cost bounds [lo, hi]")
+
+
+def vector_draw(pop, rng: np.random.Generator, n: int, k: int | None):
+    """n prompts i.i.d. from the population, each with k of its samples drawn without replacement (k None: all),
+    as a :class:`lara.constraints.calibrate.VectorScores`; the same random numbers as the scalar study's draw."""
+    from lara.constraints.calibrate import VectorScores
+
+    idx = rng.integers(0, pop.n_prompts, size=n)
+    r, c, m = pop.reward[idx], pop.costs[idx], pop.mask[idx]
+    if k is not None:
+        keys = np.where(m, rng.random(m.shape), np.inf)  # real samples in random order, padding last
+        cols = np.argsort(keys, axis=1)[:, :k]
+        r, m = np.take_along_axis(r, cols, 1), np.take_along_axis(m, cols, 1)
+        c = np.take_along_axis(c, cols[..., None], 1)
+    return VectorScores(r, c, m, pop.prompt_ids[idx])
+
+
+def population_at(pop, lams: np.ndarray, n: int, bounds) -> np.ndarray:
+    """(L, 2m + 1): the population's mean expected Best-of-n cost vector, clipped cost vector and reward at each
+    vector lambda (rows of ``lams``): :func:`lara.calibrate.vector.expected_vector`'s computation (the same
+    ranking cost), with the clipped costs and the reward averaged beside the costs."""
+    from lara.calibrate.bestofn import expected
+    from lara.calibrate.vector import combined
+
+    m = pop.costs.shape[2]
+    clipped = np.clip(pop.costs, bounds[0], bounds[1])
+    values = [pop.costs[..., j] for j in range(m)] + [clipped[..., j] for j in range(m)] + [pop.reward]
+    out = np.empty((len(lams), 2 * m + 1))
+    for i, lam in enumerate(lams):
+        c = combined(pop.costs, lam)
+        out[i] = expected(pop.reward, c, pop.mask, [1.0], n, *values)[:, :, 0].mean(axis=1)
+    return out
+
+
+def _vector_draw(sub, tau, cal: CalibrationSettings, cov: CoverageSettings, seed: int) -> dict:
+    """Each procedure's (lambda, feasible) on one draw: ``lara calibrate-vector``'s own computation
+    (:func:`lara.constraints.calibrate._vector`; its 2-D brute-force check, a diagnostic, is not run) with the
+    study's bootstrap replicates and a seed of the draw's own. A lambda-hat that meets no tau up to the search's
+    end is returned, like LTT's, as the end of the search along its direction, not feasible."""
+    from lara.constraints.calibrate import _vector
+
+    found = _vector(sub, tau, cov.bon_n, replace(cal, bootstrap=cov.bootstrap, seed=seed))["procedures"]
+    end = (cov.lambda_search_max * np.asarray(found["hat"]["direction"])).tolist()
+    return {p: (found[p]["lambda"] if found[p]["lambda"] is not None else end, bool(found[p]["feasible"]))
+            for p in VECTOR_PROCEDURES}
+
+
+def _scalar_draw(curves: Curves, rows: np.ndarray, s1: CoverageSettings, rng: np.random.Generator) -> dict:
+    """One constraint: the scalar study's procedures on the draw, and lambda-hat (the exact root of the draw's
+    mean expected Best-of-N cost, :func:`lara.calibrate.bestofn.roots`), as ``lara calibrate`` computes them."""
+    from lara.calibrate.bestofn import roots
+
+    chosen = calibrate_draw(curves, rows, s1, rng)
+    w = np.bincount(rows, minlength=len(curves.cost.start)) / len(rows)
+    lam, status = roots(curves.cost, w[None, :], s1.tau, s1.lambda_search_max)
+    out = {"hat": ([float(lam[0])], bool(status[0] != 2))}
+    return out | {p: ([float(lam)], bool(ok)) for p, (lam, ok) in chosen.items()}
+
+
+def promises(m: int, cal: CalibrationSettings) -> dict:
+    out = {"hat": {"promise": "none (the plug-in root on the draw)", "bound": None},
+           "bootstrap": {"promise": f"none (nominal: the {cal.quantile:g} quantile of the prompt bootstrap; a "
+                                    "heuristic upper bound)", "bound": None},
+           "ltt": {"promise": f"joint violation rate <= delta = {cal.delta:g} (every constraint at once, for the "
+                              "costs clipped to cost_bounds; an uncertified draw deploys nothing)",
+                   "bound": cal.delta}}
+    if m == 1:
+        out["crc"] = {"promise": "mean over draws of the population's clipped cost <= tau", "bound": None}
+        out["ltt"]["promise"] = f"violation rate <= delta = {cal.delta:g} (for the cost clipped to cost_bounds)"
+    return out
+
+
+def study(pop, constraints, cal: CalibrationSettings, cov: CoverageSettings, progress=None) -> tuple[dict,
+                                                                                                      pd.DataFrame]:
+    """The coverage study of the module docstring on the population ``pop`` (a VectorScores): its record
+    (population, promises, the summary per procedure, size and K) and the per-draw rows."""
+    from lara.calibrate.dual import PromptScores
+    from lara.calibrate.vector import bon_along_soft_direction
+
+    check_settings(cal, cov)
+    names = [c.name for c in constraints]
+    tau = np.array([c.tau for c in constraints], dtype=float)
+    m = len(constraints)
+    if pop.costs.shape[2] != m:
+        raise ValueError(f"the scores hold {pop.costs.shape[2]} costs for {m} constraints")
+    counts = pop.mask.sum(axis=1)
+    k_pop = int(counts.min())
+    if cov.bon_n > k_pop:
+        raise ValueError(f"decode.bon_n = {cov.bon_n} but a population prompt has only K = {k_pop} samples")
+    ks = [None] if cov.samples_per_prompt is None else sorted(set(cov.samples_per_prompt))
+    bad = [k for k in ks if k is not None and not cov.bon_n <= k <= k_pop]
+    if bad:
+        raise ValueError(f"coverage.samples_per_prompt {bad}: each K must lie in [decode.bon_n = {cov.bon_n}, the "
+                         f"population's K = {k_pop}]")
+    small = [n for n in cov.n_prompts if n < 2]
+    if small and m > 1:
+        raise ValueError(f"coverage.n_prompts {small}: LTT splits each draw in two; each n must be >= 2")
+    t0 = time.perf_counter()
+    ref = bon_along_soft_direction(pop.reward, pop.costs, pop.mask, tau, cov.bon_n, cal.beta, cov.lambda_search_max)
+    lam_pop = ref["lambda"]
+    bounds = cov.cost_bounds
+    live = pop.costs[pop.mask]
+    clipped_fraction = {name: {"below": float((live[:, j] < bounds[0]).mean()),
+                               "above": float((live[:, j] > bounds[1]).mean())} for j, name in enumerate(names)}
+    procs = SCALAR_PROCEDURES if m == 1 else VECTOR_PROCEDURES
+    if m == 1:
+        pop1 = PromptScores(pop.reward, pop.costs[..., 0], pop.mask, pop.prompt_ids)
+        s1 = replace(cov, tau=float(tau[0]))
+        whole = Curves.of(pop1, s1)  # every draw of whole prompts is a weighting of these
+    rng = np.random.default_rng([cov.seed, STREAM])
+    rows = []
+    total, done = len(ks) * len(set(cov.n_prompts)) * cov.repeats, 0
+    for k in ks:
+        for n in sorted(set(cov.n_prompts)):
+            for rep in range(cov.repeats):
+                if m == 1:
+                    idx, sub = draw(pop1, rng, n, k)
+                    chosen = (_scalar_draw(whole, idx, s1, rng) if sub is None
+                              else _scalar_draw(Curves.of(sub, s1), np.arange(n), s1, rng))
+                else:
+                    sub = vector_draw(pop, rng, n, k)
+                    chosen = _vector_draw(sub, tau, cal, cov, int(rng.integers(0, SEED_MAX)))
+                rows += [{"k": k or k_pop, "n": n, "repeat": rep, "procedure": p, "lambda": list(chosen[p][0]),
+                          "feasible": chosen[p][1]} for p in procs]
+                done += 1
+                if progress and (done % max(1, total // 20) == 0 or done == total):
+                    progress(done, total, time.perf_counter() - t0)
+    draws = pd.DataFrame(rows)
+    lams = np.array(draws.pop("lambda").tolist(), dtype=float).reshape(len(draws), m)
+    uniq, inv = np.unique(lams, axis=0, return_inverse=True)
+    at = population_at(pop, uniq, cov.bon_n, bounds)[inv.ravel()]  # (rows, 2m + 1)
+    for j, name in enumerate(names):
+        draws[f"lambda_{name}"] = lams[:, j]
+    for j, name in enumerate(names):
+        draws[f"population_cost_{name}"] = at[:, j]
+        draws[f"population_clipped_cost_{name}"] = at[:, m + j]
+    draws["population_reward"] = at[:, 2 * m]
+    misses = at[:, :m] > (tau + slack(tau))[None, :]
+    for j, name in enumerate(names):
+        draws[f"violated_{name}"] = draws["feasible"].to_numpy() & misses[:, j]
+    draws["misses"] = misses.any(axis=1)  # at the returned lambda, deployed or not
+    draws["violated"] = draws["feasible"] & draws["misses"]  # a deployed lambda missing some tau
+
+    at_ref = population_at(pop, np.array([np.zeros(m)] + ([lam_pop] if lam_pop is not None else [])), cov.bon_n,
+                           bounds)
+    reward_pop = float(at_ref[1, 2 * m]) if lam_pop is not None else None
+    promised = promises(m, cal)
+    summary = []
+    for (k, n, proc), g in draws.groupby(["k", "n", "procedure"], sort=True):
+        reps = len(g)
+        v = int(g["violated"].sum())
+        lo, hi = clopper_pearson(v, reps)
+        row = {"procedure": proc, "n": int(n), "k": int(k), "repeats": reps, "violation_rate": v / reps,
+               "violation_lo": lo, "violation_hi": hi}
+        row |= {f"violation_rate_{name}": float(g[f"violated_{name}"].mean()) for name in names}
+        row |= {f"mean_population_cost_{name}": float(g[f"population_cost_{name}"].mean()) for name in names}
+        row |= {f"mean_population_clipped_cost_{name}": float(g[f"population_clipped_cost_{name}"].mean())
+                for name in names}
+        row["mean_reward"] = float(g["population_reward"].mean())
+        row["reward_given_up"] = None if reward_pop is None else reward_pop - row["mean_reward"]
+        for name in names:
+            lam = g[f"lambda_{name}"]
+            row |= {f"lambda_mean_{name}": float(lam.mean()), f"lambda_lo_{name}": float(lam.quantile(0.025)),
+                    f"lambda_hi_{name}": float(lam.quantile(0.975))}
+        row["infeasible_rate"] = float((~g["feasible"]).mean())
+        row["returned_miss_rate"] = float(g["misses"].mean())
+        if proc == "ltt":
+            row["promise_consistent"] = bool(lo <= cal.delta)
+        elif proc == "crc":
+            clipped = g[f"population_clipped_cost_{names[0]}"]
+            se = float(clipped.std(ddof=1) / np.sqrt(reps)) if reps > 1 else 0.0
+            row["promise_consistent"] = bool(clipped.mean() - 2 * se <= tau[0] + slack(tau)[0])
+        else:
+            row["promise_consistent"] = None
+        summary.append(row)
+    order = {p: i for i, p in enumerate(procs)}
+    summary.sort(key=lambda r: (r["k"], order[r["procedure"]], r["n"]))
+    for proc, p in promised.items():  # consistent at every size (None: no promise to check)
+        flags = [r["promise_consistent"] for r in summary if r["procedure"] == proc]
+        p["consistent"] = None if any(f is None for f in flags) else all(flags)
+    status = "infeasible" if lam_pop is None else ("inactive" if ref["s"] == 0 else "interior")
+    population = {
+        "n_prompts": int(pop.n_prompts), "samples_per_prompt": k_pop, "bon_n": cov.bon_n, "lambda_pop": lam_pop,
+        "lambda_pop_status": status, "direction": ref["direction"], "s": ref["s"], "soft": ref["soft"],
+        "soft_converged": bool(ref["solve"]["converged"]), "cost_at_zero": at_ref[0, :m].tolist(),
+        "reward_at_zero": float(at_ref[0, 2 * m]),
+        "cost_at_lambda_pop": None if lam_pop is None else at_ref[1, :m].tolist(), "reward_at_lambda_pop": reward_pop,
+        "clipped_fraction": clipped_fraction}
+    return {"population": population, "names": names, "tau": tau.tolist(), "procedures": list(procs),
+            "deployed": cal.guarantee, "promises": promised, "summary": summary,
+            "wall_s": time.perf_counter() - t0}, draws
+
+
+def load_population(paths, constraints):
+    """The constraint-score tables as one population (each checked by :func:`lara.constraints.calibrate.
+    load_vector_scores`, errors naming the file), refusing a prompt found in two of them."""
+    from lara import identity
+    from lara.constraints.calibrate import VectorScores, load_vector_scores
+    from lara.data.tables import DataError
+
+    identity.distinct_files(paths, "--scores")
+    found: list = []
+    parts = [load_vector_scores(p, constraints, "--scores", found) for p in paths]
+    ids = np.concatenate([p.prompt_ids for p in parts])
+    if len(np.unique(ids)) != len(ids):
+        raise DataError(f"--scores {', '.join(map(str, paths))}: a prompt_id appears in two tables; the "
+                        "population's prompts must be distinct")
+    for i in range(len(paths)):
+        for j in range(i):
+            if found[i].keys & found[j].keys:
+                raise DataError(f"--scores {paths[j]} and {paths[i]}: share {len(found[i].keys & found[j].keys)} "
+                                "prompt text(s) under different ids; the population's prompts must be distinct")
+    kmax = max(p.reward.shape[1] for p in parts)
+
+    def pad(a, fill):
+        return np.pad(a, [(0, 0), (0, kmax - a.shape[1])] + [(0, 0)] * (a.ndim - 2), constant_values=fill)
+
+    return VectorScores(np.concatenate([pad(p.reward, 0.0) for p in parts]),
+                        np.concatenate([pad(p.costs, 0.0) for p in parts]),
+                        np.concatenate([pad(p.mask, False) for p in parts]), ids)
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI: lara coverage-vector
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--scores", nargs="+", required=True,
+                        help="constraint-score tables (prompt_id, reward, cost_<name>; lara score-constraints); "
+                             "their prompts together are the population")
+    parser.add_argument("--constraints", required=True, help="JSON list of the constraints (calibration.constraints)")
+    parser.add_argument("--calibration-settings", required=True,
+                        help="JSON of the calibration's settings (the calibration section, as `lara calibrate-vector "
+                             "--settings` takes it)")
+    add_settings_arguments(parser, CoverageSettings, section_help="JSON of the study's settings (the coverage "
+                                                                  "section, as `lara coverage --settings` takes it)")
+    parser.add_argument("--out", required=True, help="the study's record (JSON): population, promises, summary")
+    parser.add_argument("--table", required=True, help="the summary as CSV, one row per procedure, K and n")
 
 
 def run(args) -> None:
-    raise NotImplementedError("lara coverage-vector is being written")
+    from lara.constraints.spec import from_arg
+    from lara.data.tables import DataError, write_table
+    from lara.io import sha256_file, write_json
+    from lara.provenance import code_version
+    from lara.settings import nonfinite
+
+    cov = read_settings(args, CoverageSettings)
+    cal = CalibrationSettings.from_json(args.calibration_settings, origin="--calibration-settings")
+    constraints = from_arg(args.constraints)
+    check_settings(cal, cov)
+    pop = load_population(args.scores, constraints)
+    counts = pop.mask.sum(axis=1)
+    log.info("population: %d prompts (K %d to %d), %d constraints %s, tau %s, from %s; settings %s; calibration %s",
+             pop.n_prompts, int(counts.min()), int(counts.max()), len(constraints), [c.name for c in constraints],
+             [c.tau for c in constraints], ", ".join(args.scores), cov, cal)
+
+    def progress(done, total, elapsed):
+        log.info("draw %d/%d (%.1f s, ETA %.0f s)", done, total, elapsed, elapsed / done * (total - done))
+
+    try:
+        result, _ = study(pop, constraints, cal, cov, progress)
+    except ValueError as exc:
+        raise DataError(f"--scores {', '.join(map(str, args.scores))}: {exc}") from None
+    p = result["population"]
+    log.info("population lambda_pop %s (%s, direction %s): cost %s -> %s, reward %.4f -> %s (lambda 0 -> lambda_pop)",
+             p["lambda_pop"], p["lambda_pop_status"], p["direction"], p["cost_at_zero"], p["cost_at_lambda_pop"],
+             p["reward_at_zero"], p["reward_at_lambda_pop"])
+    for r in result["summary"]:
+        per = ", ".join(f"{n} {r[f'violation_rate_{n}']:.3f}" for n in result["names"])
+        log.info("%-9s n %4d K %3d: joint violation %.3f [%.3f, %.3f] (%s), not feasible %.3f, mean cost %s, "
+                 "reward %.4f, consistent with its promise: %s", r["procedure"], r["n"], r["k"], r["violation_rate"],
+                 r["violation_lo"], r["violation_hi"], per, r["infeasible_rate"],
+                 [round(r[f"mean_population_cost_{n}"], 4) for n in result["names"]], r["mean_reward"],
+                 r["promise_consistent"])
+    for proc, promise in result["promises"].items():
+        log.info("%s: promise %s; consistent: %s", proc, promise["promise"], promise["consistent"])
+    result |= {"constraints": [asdict(c) for c in constraints], "settings": asdict(cov),
+               "calibration_settings": asdict(cal),
+               "scores": [{"path": str(x), "sha256": sha256_file(x)} for x in args.scores], "code": code_version()}
+    bad = nonfinite({k: v for k, v in result.items() if k not in ("settings", "calibration_settings")})
+    if bad:
+        raise DataError(f"{args.out}: refusing to write a record whose {', '.join(bad)} is not finite")
+    write_table(pd.DataFrame(result["summary"]), args.table)
+    write_json(args.out, result)
