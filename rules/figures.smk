@@ -217,6 +217,40 @@ rule figure_constraints:
         " > {log:q} 2>&1"
 
 
+# Several constraints at once, held out: Fig. 1 per constraint for the vector lambda, each constraint's mean cost (and
+# the mean reward) of the Best-of-N pick on the test candidates along the searched ray, with the audited outputs
+rule figure_constraints_sweep:
+    input:
+        lam="results/{exp}/constraints/lambda.json",
+        scores="results/{exp}/constraints/bon_scores.parquet",
+        audit="results/{exp}/constraints/audit.json",
+        settings="results/{exp}/settings.tsv",
+    output:
+        png=report(
+            "results/{exp}/figures/constraints_sweep.png",
+            caption="../report/constraints_sweep.rst",
+            category="Figures",
+            labels={"figure": "Several constraints: Fig. 1 per constraint"},
+        ),
+        pdf="results/{exp}/figures/constraints_sweep.pdf",
+        provenance="results/{exp}/figures/constraints_sweep.provenance.json",
+    log:
+        "logs/{exp}/figure_constraints_sweep.log",
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("figures")
+    resources:
+        **job_resources("figures"),
+    params:
+        **figure_params(),
+        constraints=CONSTRAINTS_JSON,
+    shell:
+        "lara figure --kind constraints_sweep --lambda-json {input.lam:q} --scores {input.scores:q}"
+        " --audit {input.audit:q} --constraints {params.constraints:q} --settings {params.settings:q}"
+        " --experiment-settings {input.settings:q} --rule figure_constraints_sweep --png {output.png:q}"
+        " --pdf {output.pdf:q} --provenance {output.provenance:q} > {log:q} 2>&1"
+
+
 # Every resolved config value with its origin (a file, a step default), beside the results; each figure
 # takes it as an input, so its provenance (and `lara trail`) names the settings it was made with.
 rule experiment_settings:

@@ -14,6 +14,10 @@
   of the vector lambda in (lambda_1, lambda_2), every grid point's exact mean expected Best-of-N cost of each
   constraint on the calibration prompts, each constraint's boundary at its tau, the mean reward faint, the ray
   searched and every procedure's lambda; any other number: each constraint's cost (and the reward) along that ray.
+* ``constraints_sweep``: Fig. 1 per constraint for the vector lambda, on the held-out test prompts: each
+  constraint's mean Best-of-N decoder cost along the ray lambda = s d (the candidate ``lara decode-vector`` picks),
+  its tau, and the mean reward; lambda-hat and lambda* marked, every audited output (``lara audit-constraints``:
+  Best-of-N and ARGS at each setting) at the s of its lambda with its 95 % interval.
 
 Plot options (size, dpi, font scale, palette) are their own config slice, so changing one
 redraws the figures and nothing else.
@@ -34,10 +38,11 @@ from lara.settings import Settings, add_settings_arguments, read_settings, setti
 
 log = logging.getLogger(__name__)
 
-HELP = ("draw a figure (lambda_sweep, tradeoff, calibration, decoders, taus, coverage, deployment, constraints) as "
-        "PDF + PNG with a provenance sidecar")
+HELP = ("draw a figure (lambda_sweep, tradeoff, calibration, decoders, taus, coverage, deployment, constraints, "
+        "constraints_sweep) as PDF + PNG with a provenance sidecar")
 
-KINDS = ("lambda_sweep", "tradeoff", "calibration", "decoders", "taus", "coverage", "deployment", "constraints")
+KINDS = ("lambda_sweep", "tradeoff", "calibration", "decoders", "taus", "coverage", "deployment", "constraints",
+         "constraints_sweep")
 MARKERS = {"zero": "o", "hat": "v", "star": "*", "max": "s", "policy": "D"}
 
 
@@ -726,6 +731,14 @@ def read_vector_inputs(lambda_json: str, scores_path: str, constraints_json: str
     if not isinstance(n, int) or not 1 <= n <= k_min:
         raise DataError(f"--lambda-json {lambda_json}: decoder n {n!r}, but --scores {scores_path} has K = {k_min} "
                         "samples per prompt (Best-of-N needs 1 <= N <= K)")
+    _check_vectors(record, m, lambda_json)
+    return record, scores
+
+
+def _check_vectors(record: dict, m: int, lambda_json: str) -> None:
+    """The record's direction and every procedure's lambda are m finite numbers >= 0, the direction not zero."""
+    from lara.data.tables import DataError
+
     direction = record.get("direction")
     vectors = {"direction": direction} | {f"procedures.{k}.lambda": p.get("lambda")
                                           for k, p in (record.get("procedures") or {}).items()
@@ -737,7 +750,347 @@ def read_vector_inputs(lambda_json: str, scores_path: str, constraints_json: str
             raise DataError(f"--lambda-json {lambda_json}: {key} {v!r} is not {m} finite numbers >= 0")
     if max(direction) <= 0:
         raise DataError(f"--lambda-json {lambda_json}: direction {direction} is zero")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# constraints_sweep: Fig. 1 per constraint, the vector lambda's Best-of-N decoder on the held-out test prompts
+
+SWEEP_MARKERS = MARKERS | {"soft": "X", "bootstrap": "P", "ltt": "s"}  # an audited setting's marker
+METHOD_NAMES = {"bon": "Best-of-N", "args": "ARGS"}
+
+
+def read_sweep_inputs(lambda_json: str, scores_path: str, constraints_json: str):
+    """The vector record (``lara calibrate-vector``) for ``--constraints`` and the held-out test prompts' scored
+    Best-of-N candidates (``lara score-constraints`` on the bon pool, what ``lara decode-vector --method bon``
+    decodes from), checked where the identities allow: the candidates are the test pool (role test; not the file
+    the record was calibrated on), none of their prompts is a calibration prompt of the record, and every prompt
+    has exactly the record's N candidates."""
+    from lara import identity
+    from lara.constraints.calibrate import load_vector_scores
+    from lara.constraints.decode import read_vector
+    from lara.constraints.spec import from_arg
+    from lara.data.tables import DataError
+
+    cons = from_arg(constraints_json)
+    record = read_vector(lambda_json, cons)
+    made = record.get("identity") or {}
+    role = identity.read_identity(scores_path).get("role")
+    if role not in (None, "test"):
+        raise DataError(f"--scores {scores_path}: role {role}, expected test (the figure draws the decoder on the "
+                        "held-out test prompts' candidates, constraints/bon_scores.parquet)")
+    if (made.get("made_from") or {}).get("--scores") == identity.file_digest(scores_path):
+        raise DataError(f"--scores {scores_path}: the scores --lambda-json {lambda_json} was calibrated on, not the "
+                        "held-out test prompts' candidates")
+    found: list = []
+    scores = load_vector_scores(scores_path, cons, found=found)
+    counts = scores.mask.sum(axis=1)
+    n = (record.get("decoder") or {}).get("n")
+    if counts.min() != counts.max() or not isinstance(n, int) or int(counts[0]) != n:
+        raise DataError(f"--scores {scores_path}: prompts have {counts.min()}..{counts.max()} candidates, but "
+                        f"--lambda-json {lambda_json} was calibrated for Best-of-{n!r} (the decoder picks from exactly "
+                        "N candidates per prompt)")
+    overlap = identity.disjoint(made.get("prompts"), found[0], f"--scores {scores_path}")
+    if overlap:
+        raise DataError(f"--scores {scores_path}: {overlap} of its prompts are calibration prompts of --lambda-json "
+                        f"{lambda_json}: the figure would be in-sample")
+    _check_vectors(record, len(cons), lambda_json)
     return record, scores
+
+
+def _close(a, b) -> bool:
+    try:
+        return len(a) == len(b) and bool(np.allclose(np.asarray(a, dtype=float), np.asarray(b, dtype=float),
+                                                     rtol=1e-9, atol=1e-12))
+    except (TypeError, ValueError):
+        return False
+
+
+def read_sweep_audit(path: str, lambda_json: str, record: dict, n_prompts: int) -> dict:
+    """audit.json (``lara audit-constraints``) for the vector record: made with ``lambda_json`` (its identity's
+    ``lambda_record``, :func:`lara.identity.file_digest`), for the record's constraints (identity, ``constraints``
+    and rows) and taus, its lambda* the record's; every output one row per constraint with a finite mean and 95 %
+    interval of cost and reward, audited on as many test prompts as the candidates cover, at the record's own
+    lambda of its setting. The outputs in the audit's order, their rows in the constraints' order, and the joint
+    verdicts."""
+    import json
+
+    from lara import identity
+    from lara.constraints.decode import SETTINGS, resolve_vector
+    from lara.data.tables import DataError
+
+    where = f"--audit {path}"
+    try:
+        audit = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{where}: not a readable constraint audit ({exc})") from None
+    if not isinstance(audit, dict):
+        raise DataError(f"{where}: not a constraint audit (a JSON object of lara audit-constraints)")
+    names, m = list(record["names"]), len(record["names"])
+    made = audit.get(identity.KEY) or {}
+    rows = [r for r in audit.get("rows") or [] if isinstance(r, dict)]
+    problems = []
+    if made.get("kind") not in (None, "audit_constraints"):
+        problems.append(f"kind {made['kind']!r}, expected audit_constraints")
+    digest = identity.file_digest(lambda_json)
+    if made.get("lambda_record") not in (None, digest):
+        problems.append(f"it was made with another lambda record (digest {made['lambda_record']}, {lambda_json}: "
+                        f"{digest})")
+    listed = [c.get("name") for c in audit.get("constraints") or [] if isinstance(c, dict)] or None
+    in_rows = sorted({str(r.get("constraint")) for r in rows}) or None
+    for what, got, want in (("identity names", made.get("names"), names), ("constraints", listed, names),
+                            ("rows", in_rows, sorted(names))):
+        if got is not None and list(got) != want:
+            problems.append(f"its {what} name the constraints {list(got)}, the record's are {names}")
+    for what, got, want in (("tau", made.get("tau"), record["tau"]),
+                            ("lambda_star", audit.get("lambda_star"), record["lambda_star"])):
+        if got is not None and want is not None and not _close(got, want):
+            problems.append(f"its {what} is {got}, the record's {want}")
+    if problems:
+        raise DataError(f"{where}: does not belong to --lambda-json {lambda_json}: {'; '.join(problems)}")
+    outputs: dict[tuple[str, str], dict] = {}
+    for r in rows:
+        key = (str(r.get("method")), str(r.get("setting")))
+        at = f"{where}: row {key[0]}/{key[1]}/{r.get('constraint')}"
+        values = [r.get("mean_cost"), *(r.get("ci95") or []), r.get("mean_reward"), *(r.get("reward_ci95") or [])]
+        if len(values) != 6 or not all(isinstance(v, int | float) and np.isfinite(v) for v in values):
+            raise DataError(f"{at} lacks a finite mean cost, mean reward or 95% interval")
+        try:
+            lam = r.get("lambda")
+            lam = [float(x) for x in (json.loads(lam) if isinstance(lam, str) else lam)]
+        except (TypeError, ValueError):
+            lam = None
+        if lam is None or len(lam) != m or not all(np.isfinite(x) and x >= 0 for x in lam):
+            raise DataError(f"{at}: lambda {r.get('lambda')!r} is not {m} finite numbers >= 0")
+        out = outputs.setdefault(key, {"method": key[0], "setting": key[1], "lambda": lam, "rows": {}})
+        if not _close(out["lambda"], lam) or r["constraint"] in out["rows"]:
+            raise DataError(f"{at}: the output is given twice (another row for this constraint or another lambda)")
+        if r.get("n_prompts") is not None and int(r["n_prompts"]) != n_prompts:
+            raise DataError(f"{at}: audited on {int(r['n_prompts'])} test prompts, but --scores covers {n_prompts} "
+                            "(another test pool)")
+        out["rows"][r["constraint"]] = r
+    if not outputs:
+        raise DataError(f"{where}: no audited output (rows); nothing to draw")
+    for (method, which), out in outputs.items():
+        if which in SETTINGS:
+            want = resolve_vector(which, record, m, lambda_json)
+            if not _close(out["lambda"], want):
+                raise DataError(f"{where}: {method}/{which} was audited at lambda {out['lambda']}, the record's "
+                                f"{which} is {want}: decoded with another record")
+        out["rows"] = [out["rows"][name] for name in names]
+    joint = {(str(j.get("method")), str(j.get("setting"))): j for j in audit.get("joint") or [] if isinstance(j, dict)}
+    return {"outputs": list(outputs.values()), "joint": joint, "procedure": audit.get("procedure"),
+            "lambda_record": made.get("lambda_record")}
+
+
+def held_out(scores, lams) -> tuple[np.ndarray, np.ndarray]:
+    """The Best-of-N decoder on the test candidates at each vector lambda of ``lams`` (L, m): the mean over the
+    prompts of the reward (L,) and cost vector (L, m) of the candidate ``lara decode-vector --method bon`` picks
+    (:func:`lara.constraints.decode.select_vector`)."""
+    from lara.constraints.decode import select_vector
+
+    rows = np.arange(scores.n_prompts)
+    reward, costs = [], []
+    for lam in np.atleast_2d(np.asarray(lams, dtype=float)):
+        pick = select_vector(scores.reward, scores.costs, lam)
+        reward.append(scores.reward[rows, pick].mean())
+        costs.append(scores.costs[rows, pick].mean(axis=0))
+    return np.asarray(reward), np.asarray(costs).reshape(-1, scores.costs.shape[2])
+
+
+def _along(lam, d: np.ndarray) -> tuple[float, bool]:
+    """A lambda's place along the ray s d: s = max(lambda) / max(d), and whether lambda is s d."""
+    lam = np.asarray(lam, dtype=float)
+    s = float(lam.max() / d.max())
+    return s, bool(np.linalg.norm(lam - s * d) <= 1e-9 * max(1.0, float(np.abs(lam).max())))
+
+
+@dataclass(frozen=True)
+class SweepView:
+    """What the constraints_sweep figure draws, computed once: the held-out Best-of-N decoder along the ray (the
+    curve: s, mean reward, mean cost vector), lambda-hat and lambda* (s, on the ray or not, the decoder there), the
+    audited outputs at their s, and the checks that tie them together."""
+
+    names: list[str]
+    tau: np.ndarray
+    n: int
+    n_prompts: int
+    direction: np.ndarray
+    deployed: str | None
+    curve: dict
+    marks: dict[str, dict]
+    audited: list[dict]
+    checks: dict
+
+
+def sweep_view(record: dict, scores, audit: dict) -> SweepView:
+    """The record's ray on the test candidates. The curve is the decoder's own pick (:func:`held_out`) at every s
+    of a grid of RAY_POINTS on [0, s_max], every breakpoint of the exact path (:func:`lara.calibrate.vector.
+    ray_path`: the expected Best-of-N cost with n = N, which with exactly N candidates per prompt is the pick's)
+    and every marked s on the ray, so the step curve is exact between them; s_max is twice the larger s of
+    lambda-hat and a feasible lambda*, capped at calibration.lambda_search_max (an uncertified LTT sits at the cap).
+    Checks: the pick against the exact path at its breakpoints, and each audited Best-of-N output's mean cost
+    against the pick at its lambda (equal when the audit's cost scorers are the candidates')."""
+    from lara.calibrate.vector import ray_path
+
+    names = list(record["names"])
+    tau = np.asarray(record["tau"], dtype=float)
+    n = int(record["decoder"]["n"])
+    d = np.asarray(record["direction"], dtype=float)
+    deployed = (record.get("guarantee") or {}).get("procedure")
+    marks = {}
+    for key, field in (("hat", "lambda_hat"), ("star", "lambda_star")):
+        if record.get(field) is not None:
+            s, on = _along(record[field], d)
+            marks[key] = {"lambda": np.asarray(record[field], dtype=float), "s": s, "on_ray": on}
+    audited = []
+    for out in audit["outputs"]:
+        s, on = _along(out["lambda"], d)
+        rows = out["rows"]
+        audited.append({"method": out["method"], "setting": out["setting"], "lambda": np.asarray(out["lambda"]),
+                        "s": s, "on_ray": on, "cost": np.array([r["mean_cost"] for r in rows]),
+                        "ci95": np.array([r["ci95"] for r in rows], dtype=float),
+                        "verdicts": [r["verdict"] for r in rows], "reward": float(rows[0]["mean_reward"]),
+                        "reward_ci95": [float(x) for x in rows[0]["reward_ci95"]],
+                        "joint": audit["joint"].get((out["method"], out["setting"])) or {}})
+    cap = _search_max(record, [p["lambda"] for p in (record.get("procedures") or {}).values()
+                               if p.get("lambda") is not None]) / float(d.max())
+    feasible_star = bool(((record.get("procedures") or {}).get(deployed) or {}).get("feasible", True))
+    wanted = [marks[k]["s"] for k in marks if k == "hat" or feasible_star]
+    s_top = min(cap, max(0.05, 2.0 * max(wanted))) if wanted else cap
+    path = ray_path(scores.reward, scores.costs, scores.mask, d, n, s_top)
+    on_ray = [p["s"] for p in (*marks.values(), *audited) if p["on_ray"] and p["s"] <= s_top]
+    s = np.union1d(np.union1d(np.linspace(0.0, s_top, RAY_POINTS), path.s), on_ray)
+    reward, costs = held_out(scores, s[:, None] * d[None, :])
+    exact_gap = float(np.abs(costs[np.searchsorted(s, path.s)] - path.mean).max())
+    for p in marks.values():
+        r, c = held_out(scores, p["lambda"])
+        p |= {"reward": float(r[0]), "cost": c[0], "meets_tau": bool(meets(c[0], tau))}
+    gaps = [float(np.abs(a["cost"] - held_out(scores, a["lambda"])[1][0]).max())
+            for a in audited if a["method"] == "bon"]
+    checks = {"pick_vs_exact_path": exact_gap, "bon_audit_vs_pick": max(gaps) if gaps else None}
+    if exact_gap > 1e-9:
+        log.warning("the decoder's pick differs from the exact expected Best-of-%d path by %.3g (ties?)", n, exact_gap)
+    return SweepView(names, tau, n, scores.n_prompts, d, deployed,
+                     {"s": s, "reward": reward, "costs": costs, "s_max": s_top, "breakpoints": len(path.s) - 1},
+                     marks, audited, checks)
+
+
+def _named(names, v) -> str:
+    return "(" + ", ".join(f"{name} {x:.3g}" for name, x in zip(names, np.atleast_1d(v), strict=True)) + ")"
+
+
+def _short(verdict: str | None) -> str:
+    return str(verdict).split(" (", 1)[0] if verdict else "not audited"
+
+
+def constraints_sweep(view: SweepView, opts: FigureSettings):
+    """Fig. 1 per constraint for the vector lambda, on the held-out test prompts: one panel per constraint of the
+    Best-of-N decoder's mean cost along the ray lambda = s d (the candidate it picks at each s, exact between the
+    drawn points), its tau dashed, and one of its mean reward; lambda-hat and the deployed lambda* as vertical
+    lines; every audited output (Best-of-N and ARGS at each setting) at the s of its lambda with its bootstrap
+    95 % interval, filled where the audit's verdict is met (the reward panel: the joint verdict), marked off the
+    ray where its lambda is not s d."""
+    import textwrap
+
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.transforms import ScaledTranslation
+
+    pal = _style(opts)
+    m = len(view.names)
+    c = view.curve
+    s, s_top = c["s"], c["s_max"]
+    methods = list(dict.fromkeys(a["method"] for a in view.audited))
+    colour = {meth: pal[(m + 1 + i) % len(pal)] for i, meth in enumerate(methods)}
+    fig, axes = plt.subplots(1, m + 1, figsize=(max(opts.width, 2.8 * (m + 1)), opts.height + 1.8), sharex=True,
+                             layout="constrained")
+    # methods side by side at one s (a few points apart on the page; the data positions stay exact)
+    shift = {meth: ScaledTranslation((i - (len(methods) - 1) / 2) * 4 / 72, 0, fig.dpi_scale_trans)
+             for i, meth in enumerate(methods)}
+    panels = [(axes[j], c["costs"][:, j], f"{name}: $\\tau$ = {tau:g}", "held-out mean cost", name)
+              for j, (name, tau) in enumerate(zip(view.names, view.tau, strict=True))]
+    panels.append((axes[m], c["reward"], "reward", "held-out mean reward", "reward"))
+    lines = {"hat": {"color": "grey", "lw": 1.2, "ls": "-"}, "star": {"color": "black", "lw": 1.5, "ls": "-."}}
+    # the direction in every panel's label, wrapped to the panel's width (about half a font size per character)
+    room = int(0.8 * fig.get_figwidth() / (m + 1) * 72 / (0.5 * plt.rcParams["font.size"]))
+    xlabel = "$\\lambda$" if m == 1 else textwrap.fill(
+        f"s ($\\lambda$ = s d), d = {_named(view.names, view.direction)}", max(room, 16))
+    for j, (ax, y, title, ylabel, gid) in enumerate(panels):
+        ax.plot(s, y, drawstyle="steps-post", color=pal[j] if j < m else "0.3", lw=1.6, zorder=3, gid=f"curve:{gid}")
+        if j < m:
+            ax.axhline(view.tau[j], color="black", ls="--", lw=1.0)
+        for key, style in lines.items():
+            if key in view.marks:
+                ax.axvline(min(view.marks[key]["s"], s_top), zorder=2, **style)
+        span = [float(np.min(y)), float(np.max(y)), *([view.tau[j]] if j < m else [])]
+        for a in view.audited:
+            if j < m:
+                y0, (lo, hi), met = a["cost"][j], a["ci95"][j], a["verdicts"][j] == VERDICTS[0]
+            else:
+                y0, (lo, hi), met = a["reward"], a["reward_ci95"], a["joint"].get("verdict") == VERDICTS[0]
+            beyond = a["s"] > s_top * (1 + 1e-9)
+            x = min(a["s"], s_top)
+            col = colour[a["method"]]
+            ax.errorbar(x, y0, yerr=[[y0 - lo], [hi - y0]], fmt=SWEEP_MARKERS.get(a["setting"], "o"), color=col,
+                        ms=9 if a["setting"] == "star" else 6, capsize=2, lw=0.8, mew=1.4, zorder=5, clip_on=False,
+                        mfc=col if met else "white", transform=ax.transData + shift[a["method"]],
+                        gid=f"audit:{a['method']}/{a['setting']}")
+            if beyond or not a["on_ray"]:
+                note = ("off the ray" if not a["on_ray"] else "") + (f" s = {a['s']:.3g} →" if beyond else "")
+                ax.annotate(note.strip(), (x, y0), textcoords="offset points", xytext=(-4, 6), ha="right",
+                            fontsize="x-small", color=col)
+            span += [lo, hi]
+        # the range by hand: the shifted error bars are not in data coordinates, so autoscaling leaves them out
+        pad = 0.06 * (max(span) - min(span) or 1.0)
+        ax.set_ylim(min(span) - pad, max(span) + pad)
+        ax.set_title(title)
+        ax.set_ylabel(ylabel)
+        ax.set_xlim(0.0, s_top)
+        ax.set_xlabel(xlabel)
+    handles = [Line2D([], [], color="0.3", lw=1.6, label=f"Best-of-{view.n} on the test candidates: the pick at "
+                                                         "each s (exact)"),
+               Line2D([], [], color="black", ls="--", lw=1.0, label="$\\tau$")]
+    for key, title in (("hat", "$\\hat\\lambda$"), ("star", "$\\lambda^*$")):
+        if key in view.marks:
+            p = view.marks[key]
+            extra = f", {view.deployed}: deployed" if key == "star" and view.deployed else ""
+            where = "off the ray, " if not p["on_ray"] else ""
+            at = f"{where}s = {p['s']:.3g}{extra}" if m > 1 else extra[2:]
+            value = _vec(p["lambda"]) if m > 1 else f"{p['lambda'][0]:.3g}"
+            handles.append(Line2D([], [], **lines[key], label=f"{title} = {value}" + (f" ({at})" if at else "")))
+    for a in view.audited:
+        where = "" if a["on_ray"] else ", off the ray"
+        where += f", s = {a['s']:.3g} beyond the plot" if a["s"] > s_top * (1 + 1e-9) else ""
+        handles.append(Line2D([], [], color=colour[a["method"]], marker=SWEEP_MARKERS.get(a["setting"], "o"), ls="",
+                              label=f"{METHOD_NAMES.get(a['method'], a['method'])} {a['setting']}: $\\lambda$ = "
+                                    f"{_vec(a['lambda'])}{where}; joint {_short(a['joint'].get('verdict'))}"))
+    handles += [Line2D([], [], color="0.3", marker="o", ls="", label="audited: meets $\\tau$ (one-sided 95%; "
+                                                                     "reward panel: every $\\tau$ at once)"),
+                Line2D([], [], color="0.3", marker="o", ls="", mfc="white", label="audited: not shown to meet")]
+    along = "against $\\lambda$" if m == 1 else "along the ray"
+    fig.suptitle(f"Best-of-{view.n} {along}, held out ({view.n_prompts} test prompts; audit: bootstrap 95%)")
+    fig.legend(handles=handles, loc="outside lower center", ncol=2, frameon=False, fontsize="small")
+    return fig
+
+
+def sweep_shows(view: SweepView, audit: dict) -> dict:
+    """What the constraints_sweep figure shows, for its provenance sidecar and report caption."""
+    def r4(v):
+        return [round(float(x), 4) for x in np.atleast_1d(v)]
+
+    marks = {k: {"lambda": r4(p["lambda"]), "s": round(p["s"], 4), "on_ray": p["on_ray"], "cost": r4(p["cost"]),
+                 "reward": round(p["reward"], 4), "meets_tau": p["meets_tau"]} for k, p in view.marks.items()}
+    audited = [{"method": a["method"], "setting": a["setting"], "lambda": r4(a["lambda"]), "s": round(a["s"], 4),
+                "on_ray": a["on_ray"], "cost": r4(a["cost"]), "ci95": [r4(ci) for ci in a["ci95"]],
+                "verdicts": [_short(v) for v in a["verdicts"]], "reward": round(a["reward"], 4),
+                "joint": _short(a["joint"].get("verdict"))} for a in view.audited]
+    return {"constraints": [{"name": n, "tau": float(t)} for n, t in zip(view.names, view.tau, strict=True)],
+            "n": view.n, "test_prompts": view.n_prompts, "direction": r4(view.direction),
+            "deployed": view.deployed, "marks": marks, "audited": audited,
+            "ray": {"s_max": round(float(view.curve["s_max"]), 4), "points": len(view.curve["s"]),
+                    "breakpoints": int(view.curve["breakpoints"])},
+            "checks": view.checks, "audit": {"procedure": audit.get("procedure"),
+                                             "lambda_record": audit.get("lambda_record")}}
 
 
 def _records(trail: list[dict]) -> dict[str, dict]:
@@ -767,8 +1120,9 @@ def describe(kind: str, trail: list[dict], lam: dict | None = None, summary: pd.
         shows["calibrated_on"] = _sampled_and_scored(records, "/calibration/scores.parquet")
     if kind == "lambda_sweep":
         shows["best_of_n"] = _sampled_and_scored(records, "/bon/scores.parquet")
-    if kind == "constraints":
-        scored = next((rec for path, rec in records.items() if path.endswith("calibration_scores.parquet")), {})
+    if kind in ("constraints", "constraints_sweep"):
+        pool = "calibration_scores.parquet" if kind == "constraints" else "bon_scores.parquet"
+        scored = next((rec for path, rec in records.items() if path.endswith(pool)), {})
         sampled = records.get(scored.get("input"), {})
         shows["constraint_scores"] = {"policy": sampled.get("model", "unknown"), "n": sampled.get("n"),
                                       "reward_model": scored.get("reward", "unknown"),
@@ -791,7 +1145,18 @@ def summary_line(shows: dict) -> str:
             d = shows[key]
             parts.append(f"{key.replace('_', ' ')}: policy {d['policy']} (N = {d['n']}), "
                          f"scorers {d['reward_model']} / {d['cost_model']}")
-    if "constraints" in shows:
+    if "constraints" in shows and shows["kind"] == "constraints_sweep":
+        cons = ", ".join(f"{c['name']} (tau = {c['tau']:g})" for c in shows["constraints"])
+        marks = ", ".join(f"{k} {p['lambda']} (s = {p['s']}): held-out cost {p['cost']}"
+                          for k, p in shows["marks"].items())
+        audited = ", ".join(f"{a['method']}/{a['setting']} joint {a['joint']}" for a in shows["audited"])
+        parts.append(f"Best-of-{shows['n']} along the ray d = {shows['direction']} for {cons} on "
+                     f"{shows['test_prompts']} test prompts: {marks}; audited {audited}; deployed {shows['deployed']}")
+        d = shows.get("constraint_scores")
+        if d:
+            costs = ", ".join(f"{k} {v}" for k, v in d["cost_models"].items())
+            parts.append(f"candidates: policy {d['policy']} (N = {d['n']}), reward {d['reward_model']}, costs {costs}")
+    elif "constraints" in shows:
         cons = ", ".join(f"{c['name']} (tau = {c['tau']:g})" for c in shows["constraints"])
         procs = ", ".join(f"{k} {p['lambda']}" for k, p in shows["procedures"].items())
         parts.append(f"Best-of-{shows['n']} with a vector lambda for {cons} on {shows['calibration_prompts']} "
@@ -865,19 +1230,22 @@ def add_arguments(parser) -> None:
     parser.add_argument("--kind", required=True, choices=KINDS)
     parser.add_argument("--sweep", default=None, help="Best-of-N sweep.csv (lambda_sweep)")
     parser.add_argument("--lambda-json", default=None,
-                        help="lambda.json (lambda_sweep, calibration; tradeoff: optional; constraints: the vector "
-                        "record, constraints/lambda.json)")
+                        help="lambda.json (lambda_sweep, calibration; tradeoff: optional; constraints, "
+                        "constraints_sweep: the vector record, constraints/lambda.json)")
     parser.add_argument("--summary", default=None, help="eval summary.csv (tradeoff)")
-    parser.add_argument("--audit", default=None, help="eval constraint_audit.json (decoders)")
+    parser.add_argument("--audit", default=None, help="eval constraint_audit.json (decoders, taus); the constraints "
+                        "stage's constraints/audit.json (constraints_sweep)")
     parser.add_argument("--coverage", default=None, help="calibration coverage.json (coverage)")
     parser.add_argument("--report", default=None, help="deployment report.csv (deployment)")
     parser.add_argument("--traces", nargs="+", default=None,
                         help="deployment {scenario}/trace.parquet files, one per scenario (deployment)")
     parser.add_argument("--scores", default=None,
                         help="the constraints' calibration scores (constraints/calibration_scores.parquet: reward, "
-                        "cost_<name>) the vector --lambda-json was calibrated on (constraints)")
+                        "cost_<name>) the vector --lambda-json was calibrated on (constraints); the test prompts' "
+                        "scored Best-of-N candidates, constraints/bon_scores.parquet (constraints_sweep)")
     parser.add_argument("--constraints", default=None,
-                        help="JSON list of the constraints (calibration.constraints) (constraints)")
+                        help="JSON list of the constraints (calibration.constraints) (constraints, "
+                        "constraints_sweep)")
     add_settings_arguments(parser, FigureSettings)
     parser.add_argument("--rule", default="figure", help="the rule name recorded in the provenance sidecar")
     parser.add_argument("--experiment-settings", default=None,
@@ -900,14 +1268,16 @@ def run(args) -> None:
     opts = read_settings(args, FigureSettings)
     need = {"lambda_sweep": ("sweep", "lambda_json"), "tradeoff": ("summary",), "calibration": ("lambda_json",),
             "decoders": ("audit", "lambda_json"), "taus": ("audit", "lambda_json"), "coverage": ("coverage",),
-            "deployment": ("report", "traces"), "constraints": ("lambda_json", "scores", "constraints")}
+            "deployment": ("report", "traces"), "constraints": ("lambda_json", "scores", "constraints"),
+            "constraints_sweep": ("lambda_json", "scores", "audit", "constraints")}
     missing = [f"--{n.replace('_', '-')}" for n in need[args.kind] if getattr(args, n) is None]
     if missing:
         raise DataError(f"figure {args.kind} needs {', '.join(missing)}")
     inputs = [getattr(args, n) for n in ("sweep", "summary", "audit", "coverage", "report", "scores", "lambda_json",
                                          "experiment_settings") if getattr(args, n) is not None] + (args.traces or [])
-    # the constraints figure's record is a vector lambda (read_vector_inputs), not a scalar lambda.json
-    lam = read_lambda(args.lambda_json).data if args.lambda_json and args.kind != "constraints" else None
+    # the constraints figures' record is a vector lambda (read_vector_inputs), not a scalar lambda.json
+    vector = args.kind in ("constraints", "constraints_sweep")
+    lam = read_lambda(args.lambda_json).data if args.lambda_json and not vector else None
     summary, sizes, extra = None, None, {}
     if args.kind == "lambda_sweep":
         sweep = require_finite(require_rows(read_table(args.sweep, required=(
@@ -942,6 +1312,12 @@ def run(args) -> None:
         view = constraint_view(record, scores)
         fig = constraints(view, record, opts)
         extra = constraint_shows(view)
+    elif args.kind == "constraints_sweep":
+        record, scores = read_sweep_inputs(args.lambda_json, args.scores, args.constraints)
+        audit = read_sweep_audit(args.audit, args.lambda_json, record, scores.n_prompts)
+        view = sweep_view(record, scores, audit)
+        fig = constraints_sweep(view, opts)
+        extra = sweep_shows(view, audit)
     else:
         fig = calibration(lam, opts)
     figure_dir = Path(args.png)
