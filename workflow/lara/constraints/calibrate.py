@@ -87,7 +87,8 @@ def _scalar(scores: VectorScores, tau: float, s: CalibrationSettings) -> dict:
                                                                       "bootstrap": one["bootstrap"]}}
 
 
-def _vector(scores: VectorScores, tau, n, s: CalibrationSettings) -> dict:
+def _vector(scores: VectorScores, tau, n, s: CalibrationSettings, bounds=None) -> dict:
+    """The procedures for several constraints; ``bounds``: each constraint's [lo, hi] for LTT (None: no LTT)."""
     from lara.calibrate import vector
 
     r, c, mask = scores.reward, scores.costs, scores.mask
@@ -105,10 +106,9 @@ def _vector(scores: VectorScores, tau, n, s: CalibrationSettings) -> dict:
         "statement": (f"the {s.quantile:g} quantile of {s.bootstrap:,} prompt-bootstrap replicates of the smallest s "
                       "along the soft dual's direction whose expected Best-of-N cost meets every tau: a heuristic "
                       "upper bound, no finite-sample guarantee")}
-    if s.cost_bounds is not None:
+    if bounds is not None:
         grid = np.linspace(0.0, s.lambda_search_max, LTT_GRID)
-        lt = vector.pareto_ltt(r, c, mask, tau, n, s.beta, s.lambda_search_max, grid, s.delta, s.cost_bounds,
-                               s.seed)
+        lt = vector.pareto_ltt(r, c, mask, tau, n, s.beta, s.lambda_search_max, grid, s.delta, bounds, s.seed)
         certified = lt["lambda"] is not None
         if not certified:  # as the scalar LTT: the end of the search, marked not certified
             lt = lt | {"s": s.lambda_search_max,
@@ -116,13 +116,17 @@ def _vector(scores: VectorScores, tau, n, s: CalibrationSettings) -> dict:
         procedures["ltt"] = lt | {
             "feasible": certified,
             "statement": (f"with probability >= {1 - s.delta:g} over the {lt['n_test']} test-half prompts, every "
-                          "constraint's expected Best-of-N cost (clipped to cost_bounds) is <= its tau at this "
+                          "constraint's expected Best-of-N cost (clipped to its bounds) is <= its tau at this "
                           f"lambda (Pareto Testing: direction from the other {lt['n_choose']} prompts, "
                           "intersection-union Hoeffding-Bentkus p-values, fixed sequence down the grid)"
                           if certified else
                           f"not certified: no s on the grid along the direction from {lt['n_choose']} prompts "
                           f"rejects 'some constraint is missed' at delta {s.delta:g} with {lt['n_test']} prompts and "
-                          "cost_bounds as fixed; lambda is the end of the search (lambda_search_max along it)")}
+                          "the cost bounds as fixed; lambda is the end of the search (lambda_search_max along it)")}
+        live = c[mask]
+        procedures["ltt"]["bounds"] = bounds
+        procedures["ltt"]["clipped_fraction"] = [float(np.mean((live[:, j] < lo) | (live[:, j] > hi)))
+                                                 for j, (lo, hi) in enumerate(bounds)]
     return {"procedures": procedures, "direction": hat["direction"]}
 
 
@@ -170,11 +174,16 @@ def vector_calibrate(scores: VectorScores, constraints, s: CalibrationSettings) 
     if n is not None and n > k_min:
         raise ValueError(f"Best-of-N with N = {n} needs N <= K; the scores have K = {k_min} samples per prompt")
     t0 = time.perf_counter()
-    found = _scalar(scores, tau[0], s) if len(constraints) == 1 else _vector(scores, tau, n, s)
+    from lara.constraints.spec import bounds as cost_bounds
+
+    limits = cost_bounds(constraints, s.cost_bounds)
+    found = (_scalar(scores, tau[0], s if limits is None else replace(s, cost_bounds=limits[0]))
+             if len(constraints) == 1 else _vector(scores, tau, n, s, limits))
     procedures = found["procedures"]
     deployed = procedures.get(s.guarantee)
     if deployed is None:
-        raise ConfigError(f"calibration.guarantee: {s.guarantee} needs calibration.cost_bounds")
+        raise ConfigError(f"calibration.guarantee: {s.guarantee} needs cost bounds (calibration.cost_bounds or "
+                          "each constraint's bounds)")
     out = {"constraints": [asdict(c) for c in constraints], "names": [c.name for c in constraints], "tau": tau,
            "lambda_hat": procedures["hat"]["lambda"], "lambda_star": deployed["lambda"],
            "guarantee": {"procedure": s.guarantee, "delta": s.delta if s.guarantee == "ltt" else None,

@@ -20,7 +20,7 @@ does, and a seed of the draw's own) and evaluate the chosen lambda vector on the
 * ``hat``: the smallest s along the draw's soft direction meeting every tau on the draw (no promise);
 * ``bootstrap``: the ``calibration.quantile`` of the prompt bootstrap of that s (no finite-sample promise);
 * ``ltt``: Pareto Testing (direction from half the draw, Learn then Test on the other half): promises that the
-  probability over draws of a certified lambda missing some tau (for the costs clipped to ``cost_bounds``) is
+  probability over draws of a certified lambda missing some tau (for the costs clipped to their bounds) is
   <= delta.
 
 With one constraint ``calibrate-vector`` runs the scalar calibration, and so does this study: the scalar
@@ -81,9 +81,7 @@ def check_settings(cal: CalibrationSettings, cov: CoverageSettings) -> None:
                               "built from the one config key (the study must measure the deployed calibration)")
     if cal.mode != "bon":
         raise ConfigError("calibration.mode: soft: the constraints stage calibrates for Best-of-N (mode bon)")
-    if cov.cost_bounds is None:
-        raise ConfigError("calibration.cost_bounds: the coverage study measures LTT's promise against the "
-                          "bootstrap's; LTT needs fixed cost bounds [lo, hi]")
+
 
 
 def vector_draw(pop, rng: np.random.Generator, n: int, k: int | None):
@@ -104,12 +102,14 @@ def vector_draw(pop, rng: np.random.Generator, n: int, k: int | None):
 def population_at(pop, lams: np.ndarray, n: int, bounds) -> np.ndarray:
     """(L, 2m + 1): the population's mean expected Best-of-n cost vector, clipped cost vector and reward at each
     vector lambda (rows of ``lams``): :func:`lara.calibrate.vector.expected_vector`'s computation (the same
-    ranking cost), with the clipped costs and the reward averaged beside the costs."""
+    ranking cost), with the clipped costs and the reward averaged beside the costs; ``bounds``: one [lo, hi] for
+    every cost, or one per cost."""
     from lara.calibrate.bestofn import expected
     from lara.calibrate.vector import combined
 
     m = pop.costs.shape[2]
-    clipped = np.clip(pop.costs, bounds[0], bounds[1])
+    b = np.broadcast_to(np.asarray(bounds, dtype=float), (m, 2))
+    clipped = np.stack([np.clip(pop.costs[..., j], b[j, 0], b[j, 1]) for j in range(m)], axis=2)
     values = [pop.costs[..., j] for j in range(m)] + [clipped[..., j] for j in range(m)] + [pop.reward]
     out = np.empty((len(lams), 2 * m + 1))
     for i, lam in enumerate(lams):
@@ -118,14 +118,15 @@ def population_at(pop, lams: np.ndarray, n: int, bounds) -> np.ndarray:
     return out
 
 
-def _vector_draw(sub, tau, cal: CalibrationSettings, cov: CoverageSettings, seed: int) -> dict:
+def _vector_draw(sub, tau, cal: CalibrationSettings, cov: CoverageSettings, seed: int, bounds=None) -> dict:
     """Each procedure's (lambda, feasible) on one draw: ``lara calibrate-vector``'s own computation
     (:func:`lara.constraints.calibrate._vector`; its 2-D brute-force check, a diagnostic, is not run) with the
     study's bootstrap replicates and a seed of the draw's own. A lambda-hat that meets no tau up to the search's
     end is returned, like LTT's, as the end of the search along its direction, not feasible."""
     from lara.constraints.calibrate import _vector
 
-    found = _vector(sub, tau, cov.bon_n, replace(cal, bootstrap=cov.bootstrap, seed=seed))["procedures"]
+    found = _vector(sub, tau, cov.bon_n, replace(cal, bootstrap=cov.bootstrap, seed=seed),
+                    bounds if bounds is not None else [cov.cost_bounds] * len(tau))["procedures"]
     end = (cov.lambda_search_max * np.asarray(found["hat"]["direction"])).tolist()
     return {p: (found[p]["lambda"] if found[p]["lambda"] is not None else end, bool(found[p]["feasible"]))
             for p in VECTOR_PROCEDURES}
@@ -148,11 +149,11 @@ def promises(m: int, cal: CalibrationSettings) -> dict:
            "bootstrap": {"promise": f"none (nominal: the {cal.quantile:g} quantile of the prompt bootstrap; a "
                                     "heuristic upper bound)", "bound": None},
            "ltt": {"promise": f"joint violation rate <= delta = {cal.delta:g} (every constraint at once, for the "
-                              "costs clipped to cost_bounds; an uncertified draw deploys nothing)",
+                              "costs clipped to their bounds; an uncertified draw deploys nothing)",
                    "bound": cal.delta}}
     if m == 1:
         out["crc"] = {"promise": "mean over draws of the population's clipped cost <= tau", "bound": None}
-        out["ltt"]["promise"] = f"violation rate <= delta = {cal.delta:g} (for the cost clipped to cost_bounds)"
+        out["ltt"]["promise"] = f"violation rate <= delta = {cal.delta:g} (for the costs clipped to their bounds)"
     return out
 
 
@@ -184,14 +185,21 @@ def study(pop, constraints, cal: CalibrationSettings, cov: CoverageSettings, pro
     t0 = time.perf_counter()
     ref = bon_along_soft_direction(pop.reward, pop.costs, pop.mask, tau, cov.bon_n, cal.beta, cov.lambda_search_max)
     lam_pop = ref["lambda"]
-    bounds = cov.cost_bounds
+    from lara.constraints.spec import bounds as cost_bounds
+
+    limits = cost_bounds(constraints, cov.cost_bounds)  # each constraint's own, else calibration.cost_bounds
+    if limits is None:
+        raise ConfigError("calibration.cost_bounds: the coverage study measures LTT's promise against the "
+                          "bootstrap's; LTT needs fixed cost bounds [lo, hi] (calibration.cost_bounds or each "
+                          "constraint's bounds)")
     live = pop.costs[pop.mask]
-    clipped_fraction = {name: {"below": float((live[:, j] < bounds[0]).mean()),
-                               "above": float((live[:, j] > bounds[1]).mean())} for j, name in enumerate(names)}
+    clipped_fraction = {name: {"below": float((live[:, j] < limits[j][0]).mean()),
+                               "above": float((live[:, j] > limits[j][1]).mean()), "bounds": limits[j]}
+                        for j, name in enumerate(names)}
     procs = SCALAR_PROCEDURES if m == 1 else VECTOR_PROCEDURES
     if m == 1:
         pop1 = PromptScores(pop.reward, pop.costs[..., 0], pop.mask, pop.prompt_ids)
-        s1 = replace(cov, tau=float(tau[0]))
+        s1 = replace(cov, tau=float(tau[0]), cost_bounds=limits[0])
         whole = Curves.of(pop1, s1)  # every draw of whole prompts is a weighting of these
     rng = np.random.default_rng([cov.seed, STREAM])
     rows = []
@@ -205,7 +213,7 @@ def study(pop, constraints, cal: CalibrationSettings, cov: CoverageSettings, pro
                               else _scalar_draw(Curves.of(sub, s1), np.arange(n), s1, rng))
                 else:
                     sub = vector_draw(pop, rng, n, k)
-                    chosen = _vector_draw(sub, tau, cal, cov, int(rng.integers(0, SEED_MAX)))
+                    chosen = _vector_draw(sub, tau, cal, cov, int(rng.integers(0, SEED_MAX)), limits)
                 rows += [{"k": k or k_pop, "n": n, "repeat": rep, "procedure": p, "lambda": list(chosen[p][0]),
                           "feasible": chosen[p][1]} for p in procs]
                 done += 1
@@ -214,7 +222,7 @@ def study(pop, constraints, cal: CalibrationSettings, cov: CoverageSettings, pro
     draws = pd.DataFrame(rows)
     lams = np.array(draws.pop("lambda").tolist(), dtype=float).reshape(len(draws), m)
     uniq, inv = np.unique(lams, axis=0, return_inverse=True)
-    at = population_at(pop, uniq, cov.bon_n, bounds)[inv.ravel()]  # (rows, 2m + 1)
+    at = population_at(pop, uniq, cov.bon_n, limits)[inv.ravel()]  # (rows, 2m + 1)
     for j, name in enumerate(names):
         draws[f"lambda_{name}"] = lams[:, j]
     for j, name in enumerate(names):
@@ -228,7 +236,7 @@ def study(pop, constraints, cal: CalibrationSettings, cov: CoverageSettings, pro
     draws["violated"] = draws["feasible"] & draws["misses"]  # a deployed lambda missing some tau
 
     at_ref = population_at(pop, np.array([np.zeros(m)] + ([lam_pop] if lam_pop is not None else [])), cov.bon_n,
-                           bounds)
+                           limits)
     reward_pop = float(at_ref[1, 2 * m]) if lam_pop is not None else None
     promised = promises(m, cal)
     summary = []

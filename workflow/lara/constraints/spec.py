@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 CATEGORY = "category:"
-KEYS = ("name", "cost", "tau", "evaluation")
+KEYS = ("name", "cost", "tau", "evaluation", "bounds")
 
 
 @dataclass(frozen=True)
@@ -19,12 +19,14 @@ class Constraint:
     per-category labels ``response_{0,1}_harm_category[c]``), ``cost`` (the experiment's trained cost model) or a
     scorer spec (a named scorer, ``name:argument``, a model directory or hub id). ``evaluation`` scores the
     audit (null: the experiment's ``evaluation.cost_model``). A named scorer is given the constraint's name as
-    its role (the toy oracle's harm category, hatesonar's class)."""
+    its role (the toy oracle's harm category, hatesonar's class). ``bounds`` ([lo, hi], fixed before the
+    calibration samples are seen; null: ``calibration.cost_bounds``) bound this cost for LTT."""
 
     name: str
     cost: str
     tau: float
     evaluation: str | None = None
+    bounds: tuple[float, float] | None = None
 
     @property
     def category(self) -> str | None:
@@ -68,7 +70,15 @@ def parse(items, where: str = "calibration.constraints") -> list[Constraint]:
         ev = item.get("evaluation")
         if ev is not None and (not isinstance(ev, str) or not ev):
             raise ConfigError(f"{at}.evaluation: {ev!r} is not a scorer spec")
-        out.append(Constraint(name, cost, float(tau), ev))
+        bounds = item.get("bounds")
+        if bounds is not None:
+            ok = (isinstance(bounds, list) and len(bounds) == 2
+                  and all(not isinstance(b, bool) and isinstance(b, (int, float)) and math.isfinite(b) for b in bounds)
+                  and bounds[0] < bounds[1])
+            if not ok:
+                raise ConfigError(f"{at}.bounds: {bounds!r} is not [lo, hi] with finite lo < hi")
+            bounds = (float(bounds[0]), float(bounds[1]))
+        out.append(Constraint(name, cost, float(tau), ev, bounds))
     return out
 
 
@@ -88,6 +98,12 @@ def from_arg(text: str, flag: str = "--constraints") -> list[Constraint]:
     if not out:
         raise ConfigError(f"{flag}: no constraints")
     return out
+
+
+def bounds(constraints: list[Constraint], default) -> list | None:
+    """Each constraint's cost bounds (its own, else ``default``: calibration.cost_bounds); None when one has none."""
+    out = [c.bounds if c.bounds is not None else (None if default is None else tuple(default)) for c in constraints]
+    return None if any(b is None for b in out) else [list(b) for b in out]
 
 
 def taus(constraints: list[Constraint]) -> list[float]:
