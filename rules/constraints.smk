@@ -4,7 +4,7 @@
 
 CONSTRAINTS = lara_config.constraints(config)
 CONSTRAINTS_JSON = lara_constraints.to_json(CONSTRAINTS)
-CATEGORIES = sorted({c.category for c in CONSTRAINTS if c.category})
+CATEGORIES = {c.slug: c.category for c in CONSTRAINTS if c.category}  # file name part -> the label's key
 
 
 def constraint_scorer(spec):
@@ -13,7 +13,7 @@ def constraint_scorer(spec):
     if spec in ("reward", "cost"):
         return f"{RESULTS}/models/{spec}"
     if spec.startswith(lara_constraints.CATEGORY):
-        return f"{RESULTS}/models/cost_{spec[len(lara_constraints.CATEGORY):]}"
+        return f"{RESULTS}/models/cost_{lara_constraints.category_slug(spec[len(lara_constraints.CATEGORY):])}"
     return spec
 
 
@@ -69,17 +69,18 @@ rule category_preferences:
     log:
         "logs/{exp}/category_preferences_{category}.log",
     wildcard_constraints:
-        category=_alternatives(CATEGORIES or ["none"]),
+        category=_alternatives(sorted(CATEGORIES) or ["none"]),
     conda:
         "../envs/analysis.yaml"
     threads: job_threads("category_preferences")
     resources:
         **job_resources("category_preferences"),
     params:
+        category=lambda w: CATEGORIES[w.category],
         settings=step_settings("category-pairs"),
         code=step_code("category-pairs"),
     shell:
-        "lara category-pairs --input {input:q} --category {wildcards.category:q} --settings {params.settings:q}"
+        "lara category-pairs --input {input:q} --category {params.category:q} --settings {params.settings:q}"
         " --out {output:q} > {log:q} 2>&1"
 
 
@@ -94,7 +95,7 @@ rule train_cost_category:
     benchmark:
         "benchmarks/{exp}/train_cost_{category}.tsv"
     wildcard_constraints:
-        category=_alternatives(CATEGORIES or ["none"]),
+        category=_alternatives(sorted(CATEGORIES) or ["none"]),
     conda:
         "../envs/train.yaml"
     threads: job_threads("train_cost_model")

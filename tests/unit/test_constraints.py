@@ -46,6 +46,11 @@ def test_parse_checks_every_entry():
                       {"name": "hate", "cost": "hatesonar", "tau": 0.1, "evaluation": "hatesonar"}])
     assert [c.name for c in got] == ["violence", "hate"] and got[0].category == "violence" and got[1].category is None
     assert got[0].column == "cost_violence" and got[0].tau == -1.0
+    pku = spec.parse([{"name": "privacy", "cost": "category:Privacy Violation", "tau": 0}])[0]
+    assert pku.category == "Privacy Violation" and pku.slug == "privacy_violation"  # models/cost_privacy_violation
+    with pytest.raises(ConfigError, match="share the file name"):
+        spec.parse([{"name": "a", "cost": "category:Privacy Violation", "tau": 0},
+                    {"name": "b", "cost": "category:privacy violation", "tau": 0}])
     for bad, says in [([{"name": "a", "cost": "cost", "tau": 0}, {"name": "a", "cost": "cost", "tau": 1}], "twice"),
                       ([{"name": "A", "cost": "cost", "tau": 0}], "lower-case"),
                       ([{"name": "a", "cost": "cost"}], "missing"),

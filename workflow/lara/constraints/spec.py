@@ -9,6 +9,7 @@ import re
 from dataclasses import asdict, dataclass
 
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+CATEGORY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _/&,'-]*$")  # PKU-SafeRLHF's: "Privacy Violation", ...
 CATEGORY = "category:"
 KEYS = ("name", "cost", "tau", "evaluation", "bounds")
 
@@ -33,8 +34,17 @@ class Constraint:
         return self.cost[len(CATEGORY):] if self.cost.startswith(CATEGORY) else None
 
     @property
+    def slug(self) -> str | None:
+        """The category as a file name part (models/cost_<slug>): lower case, runs of other characters to _."""
+        return None if self.category is None else category_slug(self.category)
+
+    @property
     def column(self) -> str:
         return f"cost_{self.name}"
+
+
+def category_slug(category: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", category.lower()).strip("_")
 
 
 def parse(items, where: str = "calibration.constraints") -> list[Constraint]:
@@ -61,7 +71,8 @@ def parse(items, where: str = "calibration.constraints") -> list[Constraint]:
             raise ConfigError(f"{at}.name: {name!r} is given twice (each constraint is its own column and verdict)")
         seen.add(name)
         cost = item["cost"]
-        bad_category = isinstance(cost, str) and cost.startswith(CATEGORY) and not NAME.match(cost[len(CATEGORY):])
+        bad_category = (isinstance(cost, str) and cost.startswith(CATEGORY)
+                        and not CATEGORY_NAME.match(cost[len(CATEGORY):]))
         if not isinstance(cost, str) or not cost or bad_category:
             raise ConfigError(f"{at}.cost: {cost!r} is not `cost`, `category:<name>` or a scorer spec")
         tau = item["tau"]
@@ -78,7 +89,13 @@ def parse(items, where: str = "calibration.constraints") -> list[Constraint]:
             if not ok:
                 raise ConfigError(f"{at}.bounds: {bounds!r} is not [lo, hi] with finite lo < hi")
             bounds = (float(bounds[0]), float(bounds[1]))
-        out.append(Constraint(name, cost, float(tau), ev, bounds))
+        made = Constraint(name, cost, float(tau), ev, bounds)
+        other = next((c for c in out if c.slug is not None and c.slug == made.slug and c.category != made.category),
+                     None)
+        if other is not None:
+            raise ConfigError(f"{at}.cost: the categories {other.category!r} and {made.category!r} share the file "
+                              f"name cost_{made.slug}")
+        out.append(made)
     return out
 
 
