@@ -128,14 +128,12 @@ rule score_constraints:
         **job_resources("score"),
     params:
         reward=CONSTRAINT_REWARD,
-        constraints=CONSTRAINTS_JSON,
-        options=cost_options(CONSTRAINT_COSTS),
+        options=cost_options(CONSTRAINT_COSTS),  # the scorers, not the budgets: a new tau rescores nothing
         settings=step_settings("score"),
         code=step_code("score-constraints"),
     shell:
-        "lara score-constraints --input {input.samples:q} --reward {params.reward:q}"
-        " --constraints {params.constraints:q} {params.options} --settings {params.settings:q} --out {output:q}"
-        " > {log:q} 2>&1"
+        "lara score-constraints --input {input.samples:q} --reward {params.reward:q} {params.options}"
+        " --settings {params.settings:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule calibrate_vector:

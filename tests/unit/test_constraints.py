@@ -243,3 +243,34 @@ def test_joint_verdict_needs_every_constraint_at_once():
     own = np.quantile(bootstrap_means(edge, 2000, 0), 0.95, axis=0)
     assert j["max_excess_upper95"] >= own.max() - 1e-12
     assert j["max_excess_upper95"] > j["max_excess"]
+
+
+def test_score_constraints_adds_one_cost_column_per_constraint_in_order(tmp_path):
+    import subprocess
+    import sys
+
+    from lara import identity
+    from lara.data.tables import write_table
+    from lara.toy.world import all_requests, make_response, oracle_score
+
+    rng = np.random.default_rng(0)
+    reqs = [r for r in all_requests() if r.topic.name in ("poison", "lock")][:4]
+    rows = [{"prompt_id": f"p{i}", "sample_id": k, "prompt": r.text, "response": make_response(rng, r, style)}
+            for i, r in enumerate(reqs) for k, style in enumerate(("comply", "refuse"))]
+    src = tmp_path / "samples.parquet"
+    write_table(pd.DataFrame(rows), src, {identity.KEY: identity.stamp("samples", src, role="calibration")})
+    out = tmp_path / "scores.parquet"
+    cmd = [sys.executable, "-m", "lara", "score-constraints", "--input", str(src), "--reward", "oracle",
+           "--cost", "crime=oracle", "--cost", "violence=oracle", "--settings", "{}", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    df = pd.read_parquet(out)
+    assert list(df.columns[-3:]) == ["reward", "cost_crime", "cost_violence"]
+    for row in df.itertuples():
+        s = oracle_score(row.prompt, row.response)
+        assert row.cost_crime == s.category("crime") and row.cost_violence == s.category("violence")
+    assert identity.read_identity(out)["constraints"] == ["crime", "violence"]
+    assert identity.read_identity(out)["role"] == "calibration"
+    bad = subprocess.run(cmd[:-6] + ["--cost", "crime=oracle", "--cost", "crime=oracle", "--settings", "{}",
+                                     "--out", str(tmp_path / "x.parquet")], capture_output=True, text=True)
+    assert bad.returncode != 0 and "given twice" in bad.stderr and not (tmp_path / "x.parquet").exists()

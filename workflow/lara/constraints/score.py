@@ -1,8 +1,8 @@
 """``lara score-constraints``: one reward and one cost per constraint for a table of sampled responses.
 
-The output keeps the input's columns and adds ``reward`` and ``cost_<name>`` for every constraint of
-``--constraints`` (in its order); ``--cost name=SPEC`` gives each constraint's scorer as the rule resolved it
-(a model directory for ``cost`` and ``category:<c>``, else the constraint's own spec), exactly one per name.
+The output keeps the input's columns and adds ``reward`` and ``cost_<name>`` for every ``--cost name=SPEC``
+(in the constraints' order): each constraint's scorer as the rule resolved it (a model directory for ``cost`` and
+``category:<c>``, else the constraint's own spec). The budgets are not this step's: a new tau rescores nothing.
 """
 
 from __future__ import annotations
@@ -19,30 +19,35 @@ log = logging.getLogger(__name__)
 HELP = "score sampled responses with a reward and one cost per constraint (calibration.constraints)"
 
 
-def cost_specs(pairs: list[str], constraints, flag: str = "--cost") -> dict[str, str]:
-    """``name=SPEC`` pairs as a mapping, exactly one per constraint."""
+def cost_specs(pairs: list[str], constraints=None, flag: str = "--cost") -> dict[str, str]:
+    """``name=SPEC`` pairs as an ordered mapping; with ``constraints``, exactly one per constraint."""
     from lara.config import ConfigError
+    from lara.constraints.spec import NAME
 
     out: dict[str, str] = {}
     for pair in pairs:
         name, sep, spec = pair.partition("=")
         if not sep or not name or not spec:
             raise ConfigError(f"{flag} {pair!r}: expected NAME=SPEC")
+        if not NAME.match(name):
+            raise ConfigError(f"{flag} {pair!r}: {name!r} is not a constraint name (lower-case identifier)")
         if name in out:
             raise ConfigError(f"{flag}: the constraint {name!r} is given twice")
         out[name] = spec
-    want = [c.name for c in constraints]
-    if sorted(out) != sorted(want):
-        raise ConfigError(f"{flag}: scorers for {sorted(out)}, but --constraints names {want}")
+    if not out:
+        raise ConfigError(f"{flag}: no constraint")
+    if constraints is not None:
+        want = [c.name for c in constraints]
+        if sorted(out) != sorted(want):
+            raise ConfigError(f"{flag}: scorers for {sorted(out)}, but --constraints names {want}")
     return out
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--input", required=True, help="parquet with prompt and response columns (the samples)")
     parser.add_argument("--reward", required=True, help="reward scorer: model directory or scorer spec")
-    parser.add_argument("--constraints", required=True, help="JSON list of the constraints (calibration.constraints)")
     parser.add_argument("--cost", action="append", default=[], metavar="NAME=SPEC",
-                        help="the cost scorer of one constraint (once per constraint)")
+                        help="the cost scorer of one constraint (once per constraint, in their order)")
     parser.add_argument("--batch-size", type=int, default=32)
     add_settings_arguments(parser, ScoreSettings)
     parser.add_argument("--out", required=True, help="output parquet (input columns + reward, cost_<name>...)")
@@ -50,16 +55,14 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.constraints.spec import from_arg, to_json
     from lara.data.tables import DataError, read_table, write_table
     from lara.provenance import code_version
     from lara.scoring import load_scorer, score_table
 
     s = read_settings(args, ScoreSettings)
-    constraints = from_arg(args.constraints)
-    specs = cost_specs(args.cost, constraints)
+    specs = cost_specs(args.cost)
     df = read_table(args.input, required=("prompt", "response"))
-    jobs = [("reward", args.reward, "reward")] + [(c.column, specs[c.name], c.name) for c in constraints]
+    jobs = [("reward", args.reward, "reward")] + [(f"cost_{name}", spec, name) for name, spec in specs.items()]
     for col, spec, role in jobs:
         scorer = load_scorer(spec, role="reward" if col == "reward" else role, batch_size=args.batch_size,
                              dtype=s.dtype)
@@ -70,6 +73,6 @@ def run(args) -> None:
         log.info("%s: mean %.4f, std %.4f", col, df[col].mean(), df[col].std())
     made = identity.stamp("constraint_scores", args.out,
                           **identity.inherit(identity.read_identity(args.input), "role", "per_prompt", "prompts"),
-                          constraints=[c.name for c in constraints], made_from={"--input": args.input})
-    write_table(df, args.out, {"input": args.input, "reward": args.reward, "costs": specs,
-                               "constraints": to_json(constraints), "code": code_version(), identity.KEY: made})
+                          constraints=list(specs), made_from={"--input": args.input})
+    write_table(df, args.out, {"input": args.input, "reward": args.reward, "costs": specs, "code": code_version(),
+                               identity.KEY: made})
