@@ -540,3 +540,60 @@ def coverage_population():
     when Best-of-N is decoded (the same policy, scorers and K)."""
     pools = ["calibration"] + (["bon"] if "bon" in config["decode"]["methods"] else [])
     return [f"{RESULTS}/{pool}/scores.parquet" for pool in pools]
+
+
+# several constraints at once (rules/constraints.smk; docs/constraints.md)
+CONSTRAINTS = lara_config.constraints(config)
+CONSTRAINTS_JSON = lara_constraints.to_json(CONSTRAINTS)
+CATEGORIES = {c.slug: c.category for c in CONSTRAINTS if c.category}  # file name part -> the label's key
+
+
+def constraint_scorer(spec):
+    """A scorer spec as a step reads it: `reward`/`cost` are the trained models, `category:<c>` its cost model,
+    anything else is passed on (a named scorer, name:argument, a model directory)."""
+    if spec in ("reward", "cost"):
+        return f"{RESULTS}/models/{spec}"
+    if spec.startswith(lara_constraints.CATEGORY):
+        return f"{RESULTS}/models/cost_{lara_constraints.category_slug(spec[len(lara_constraints.CATEGORY):])}"
+    return spec
+
+
+def scorer_inputs(specs):
+    """The files the workflow builds that scorer specs read (model directories under results/)."""
+    out = []
+    for spec in specs:
+        path = constraint_scorer(spec)
+        path = path.split(":", 1)[1] if ":" in path and not path.startswith(RESULTS) else path
+        if path.startswith(RESULTS):
+            out.append(path)
+    return sorted(set(out))
+
+
+CONSTRAINT_REWARD = constraint_scorer(config["calibration"]["constraint_reward"])
+CONSTRAINT_COSTS = {c.name: constraint_scorer(c.cost) for c in CONSTRAINTS}
+CONSTRAINT_EVALS = {c.name: c.evaluation or config["evaluation"]["cost_model"] for c in CONSTRAINTS}
+CONSTRAINT_MODELS = scorer_inputs([config["calibration"]["constraint_reward"], *[c.cost for c in CONSTRAINTS]])
+# LTT (and the vector coverage study) run when every constraint has cost bounds, as in the scalar calibration
+CONSTRAINT_BOUNDS = lara_constraints.bounds(CONSTRAINTS, config["calibration"]["cost_bounds"])
+VECTOR_SETTINGS = {"bon": ["zero", "hat", "star", *(["ltt"] if CONSTRAINT_BOUNDS else [])], "args": ["zero", "star"]}
+
+
+def cost_options(specs, flag="--cost"):
+    """`--cost name=spec` per constraint, in their order (a shell-quoted string)."""
+    return shlex.join([part for name, spec in specs.items() for part in (flag, f"{name}={spec}")])
+
+
+def audit_options():
+    """The audit's decoding cost and evaluation scorer of every constraint."""
+    pairs = [("--cost", CONSTRAINT_COSTS), ("--evaluation", CONSTRAINT_EVALS)]
+    return shlex.join(
+        [part for flag, specs in pairs for name, spec in specs.items() for part in (flag, f"{name}={spec}")]
+    )
+
+
+def constraint_outputs():
+    if not CONSTRAINTS:
+        return []
+    coverage = [f"{RESULTS}/constraints/coverage.json"] if CONSTRAINT_BOUNDS and len(CONSTRAINTS) > 1 else []
+    figures = [*figure_files("constraints"), *figure_files("constraints_sweep")]
+    return [f"{RESULTS}/constraints/lambda.json", f"{RESULTS}/constraints/audit.json", *coverage, *figures]

@@ -2,64 +2,6 @@
 # lambda calibrated for Best-of-N, Best-of-N and ARGS decoding r - sum_j lambda_j c_j, and the held-out audit of
 # every constraint and of all of them at once. Runs when the list names any; the scalar pipeline is unchanged.
 
-CONSTRAINTS = lara_config.constraints(config)
-CONSTRAINTS_JSON = lara_constraints.to_json(CONSTRAINTS)
-CATEGORIES = {c.slug: c.category for c in CONSTRAINTS if c.category}  # file name part -> the label's key
-
-
-def constraint_scorer(spec):
-    """A scorer spec as a step reads it: `reward`/`cost` are the trained models, `category:<c>` its cost model,
-    anything else is passed on (a named scorer, name:argument, a model directory)."""
-    if spec in ("reward", "cost"):
-        return f"{RESULTS}/models/{spec}"
-    if spec.startswith(lara_constraints.CATEGORY):
-        return f"{RESULTS}/models/cost_{lara_constraints.category_slug(spec[len(lara_constraints.CATEGORY):])}"
-    return spec
-
-
-def scorer_inputs(specs):
-    """The files the workflow builds that scorer specs read (model directories under results/)."""
-    out = []
-    for spec in specs:
-        path = constraint_scorer(spec)
-        path = path.split(":", 1)[1] if ":" in path and not path.startswith(RESULTS) else path
-        if path.startswith(RESULTS):
-            out.append(path)
-    return sorted(set(out))
-
-
-CONSTRAINT_REWARD = constraint_scorer(config["calibration"]["constraint_reward"])
-CONSTRAINT_COSTS = {c.name: constraint_scorer(c.cost) for c in CONSTRAINTS}
-CONSTRAINT_EVALS = {c.name: c.evaluation or config["evaluation"]["cost_model"] for c in CONSTRAINTS}
-CONSTRAINT_MODELS = scorer_inputs([config["calibration"]["constraint_reward"], *[c.cost for c in CONSTRAINTS]])
-VECTOR_SETTINGS = {
-    "bon": ["zero", "hat", "star"] + (["ltt"] if config["calibration"]["cost_bounds"] else []),
-    "args": ["zero", "star"],
-}
-
-
-def cost_options(specs, flag="--cost"):
-    return shlex.join([part for name, spec in specs.items() for part in (flag, f"{name}={spec}")])
-
-
-# the vector coverage study runs when every constraint has cost bounds (LTT's), as the scalar study does
-CONSTRAINT_BOUNDS = lara_constraints.bounds(CONSTRAINTS, config["calibration"]["cost_bounds"])
-
-
-def constraint_outputs():
-    if not CONSTRAINTS:
-        return []
-    coverage = [f"{RESULTS}/constraints/coverage.json"] if CONSTRAINT_BOUNDS and len(CONSTRAINTS) > 1 else []
-    return (
-        [
-            f"{RESULTS}/constraints/lambda.json",
-            f"{RESULTS}/constraints/audit.json",
-            *coverage,
-        ]
-        + figure_files("constraints")
-        + figure_files("constraints_sweep")
-    )
-
 
 rule category_preferences:
     input:
@@ -127,7 +69,7 @@ rule score_constraints:
     resources:
         **job_resources("score"),
     params:
-        reward=CONSTRAINT_REWARD,
+        reward=lambda w: CONSTRAINT_REWARD,
         options=cost_options(CONSTRAINT_COSTS),  # the scorers, not the budgets: a new tau rescores nothing
         settings=step_settings("score"),
         code=step_code("score-constraints"),
@@ -201,7 +143,7 @@ rule decode_vector_args:
     resources:
         **job_resources("decode_rgtg"),
     params:
-        reward=CONSTRAINT_REWARD,
+        reward=lambda w: CONSTRAINT_REWARD,
         constraints=CONSTRAINTS_JSON,
         options=cost_options(CONSTRAINT_COSTS),
         settings=step_settings("decode.rgtg.args"),
@@ -232,9 +174,9 @@ rule audit_constraints:
     resources:
         **job_resources("evaluate"),
     params:
-        reward=CONSTRAINT_REWARD,
+        reward=lambda w: CONSTRAINT_REWARD,
         constraints=CONSTRAINTS_JSON,
-        options=cost_options(CONSTRAINT_COSTS) + " " + cost_options(CONSTRAINT_EVALS, "--evaluation"),
+        options=audit_options(),
         settings=step_settings("aggregate"),
         code=step_code("audit-constraints"),
     shell:
