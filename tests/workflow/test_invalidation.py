@@ -153,9 +153,14 @@ def test_a_module_of_later_steps_reruns_exactly_those_steps_and_their_downstream
                       "decode_rgtg": 6, "evaluate_decoded": 12, "judge_decoded": 12, "aggregate": 1,
                       "figure_lambda_sweep": 1, "figure_tradeoff": 1, "figure_calibration": 1,
                       "figure_decoders": 1, "make_stream": 4, "online": 12, "shift_check": 4, "calibrate_weighted": 4,
-                      "deploy_arms": 4, "deployment_report": 1, "figure_deployment": 1}, counts
+                      "deploy_arms": 4, "deployment_report": 1, "figure_deployment": 1,
+                      # the constraints stage computes with it too: its calibration, both decoders' module, the
+                      # audit, the coverage study and the two figures (never its training or scoring)
+                      "calibrate_vector": 1, "decode_vector_bon": 4, "decode_vector_args": 2, "audit_constraints": 1,
+                      "coverage_vector": 1, "figure_constraints": 1, "figure_constraints_sweep": 1}, counts
     assert own_code_changed(toy_run, env) == {"calibrate_lambda", "calibrate_lambda_for_n", "calibrate_soft",
-                                              "select_bon", "coverage", "make_stream"}
+                                              "select_bon", "coverage", "make_stream", "calibrate_vector",
+                                              "coverage_vector"}
 
 
 def test_execution_settings_rerun_nothing_and_a_plot_option_only_the_settings_table_and_figures(toy_run, tmp_path):
@@ -165,7 +170,7 @@ def test_execution_settings_rerun_nothing_and_a_plot_option_only_the_settings_ta
     counts, _ = dry_run(toy_run, *override(tmp_path, "figures: {dpi: 100}\n"))
     assert counts == {"experiment_settings": 1, "figure_lambda_sweep": 1, "figure_tradeoff": 1,
                       "figure_calibration": 1, "figure_decoders": 1, "figure_coverage": 1,
-                      "figure_deployment": 1}, counts
+                      "figure_deployment": 1, "figure_constraints": 1, "figure_constraints_sweep": 1}, counts
 
 
 def test_a_step_size_reruns_only_the_online_arms_and_what_reads_them(toy_run, tmp_path):

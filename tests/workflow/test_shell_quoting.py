@@ -5,6 +5,7 @@ spells, and each value arrives byte for byte."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -54,8 +55,11 @@ def _nested(flat):
 
 
 def _strings(token):
-    """The strings an argument carries: itself, or every string inside a JSON object or list (a step's
-    settings; the config layers the settings table is made from), keys and values."""
+    """The strings an argument carries: itself, the spec of a NAME=SPEC pair, or every string inside a JSON object
+    or list (a step's settings; the config layers the settings table is made from), keys and values."""
+    named = re.match(r"^[a-z][a-z0-9_]*=(.*)$", token, flags=re.S)  # a constraint's NAME=SPEC (--cost, --evaluation)
+    if named:
+        return [named.group(1)]
     try:
         data = json.loads(token)
     except ValueError:
