@@ -157,21 +157,11 @@ def promises(m: int, cal: CalibrationSettings) -> dict:
     return out
 
 
-def study(pop, constraints, cal: CalibrationSettings, cov: CoverageSettings, progress=None) -> tuple[dict,
-                                                                                                      pd.DataFrame]:
-    """The coverage study of the module docstring on the population ``pop`` (a VectorScores): its record
-    (population, promises, the summary per procedure, size and K) and the per-draw rows."""
-    from lara.calibrate.dual import PromptScores
-    from lara.calibrate.vector import bon_along_soft_direction
-
-    check_settings(cal, cov)
-    names = [c.name for c in constraints]
-    tau = np.array([c.tau for c in constraints], dtype=float)
-    m = len(constraints)
+def _sample_sizes(pop, m: int, cov: CoverageSettings) -> tuple[int, list]:
+    """The population's K and the K of each draw (None: all of a prompt's samples), checked against N and n."""
     if pop.costs.shape[2] != m:
         raise ValueError(f"the scores hold {pop.costs.shape[2]} costs for {m} constraints")
-    counts = pop.mask.sum(axis=1)
-    k_pop = int(counts.min())
+    k_pop = int(pop.mask.sum(axis=1).min())
     if cov.bon_n > k_pop:
         raise ValueError(f"decode.bon_n = {cov.bon_n} but a population prompt has only K = {k_pop} samples")
     ks = [None] if cov.samples_per_prompt is None else sorted(set(cov.samples_per_prompt))
@@ -182,21 +172,15 @@ def study(pop, constraints, cal: CalibrationSettings, cov: CoverageSettings, pro
     small = [n for n in cov.n_prompts if n < 2]
     if small and m > 1:
         raise ValueError(f"coverage.n_prompts {small}: LTT splits each draw in two; each n must be >= 2")
-    t0 = time.perf_counter()
-    ref = bon_along_soft_direction(pop.reward, pop.costs, pop.mask, tau, cov.bon_n, cal.beta, cov.lambda_search_max)
-    lam_pop = ref["lambda"]
-    from lara.constraints.spec import bounds as cost_bounds
+    return k_pop, ks
 
-    limits = cost_bounds(constraints, cov.cost_bounds)  # each constraint's own, else calibration.cost_bounds
-    if limits is None:
-        raise ConfigError("calibration.cost_bounds: the coverage study measures LTT's promise against the "
-                          "bootstrap's; LTT needs fixed cost bounds [lo, hi] (calibration.cost_bounds or each "
-                          "constraint's bounds)")
-    live = pop.costs[pop.mask]
-    clipped_fraction = {name: {"below": float((live[:, j] < limits[j][0]).mean()),
-                               "above": float((live[:, j] > limits[j][1]).mean()), "bounds": limits[j]}
-                        for j, name in enumerate(names)}
-    procs = SCALAR_PROCEDURES if m == 1 else VECTOR_PROCEDURES
+
+def _run_draws(pop, ks: list, k_pop: int, tau, cal: CalibrationSettings, cov: CoverageSettings, limits, procs,
+               progress=None) -> list[dict]:
+    """Every draw (K, n, repeat) calibrated: each procedure's lambda and whether it deploys one."""
+    from lara.calibrate.dual import PromptScores
+
+    m, t0 = len(tau), time.perf_counter()
     if m == 1:
         pop1 = PromptScores(pop.reward, pop.costs[..., 0], pop.mask, pop.prompt_ids)
         s1 = replace(cov, tau=float(tau[0]), cost_bounds=limits[0])
@@ -219,10 +203,16 @@ def study(pop, constraints, cal: CalibrationSettings, cov: CoverageSettings, pro
                 done += 1
                 if progress and (done % max(1, total // 20) == 0 or done == total):
                     progress(done, total, time.perf_counter() - t0)
+    return rows
+
+
+def _at_population(pop, rows: list[dict], names, tau, bon_n: int, limits) -> pd.DataFrame:
+    """The draws with each lambda's exact population costs, clipped costs and reward, and its misses."""
+    m = len(names)
     draws = pd.DataFrame(rows)
     lams = np.array(draws.pop("lambda").tolist(), dtype=float).reshape(len(draws), m)
     uniq, inv = np.unique(lams, axis=0, return_inverse=True)
-    at = population_at(pop, uniq, cov.bon_n, limits)[inv.ravel()]  # (rows, 2m + 1)
+    at = population_at(pop, uniq, bon_n, limits)[inv.ravel()]  # (rows, 2m + 1)
     for j, name in enumerate(names):
         draws[f"lambda_{name}"] = lams[:, j]
     for j, name in enumerate(names):
@@ -234,39 +224,73 @@ def study(pop, constraints, cal: CalibrationSettings, cov: CoverageSettings, pro
         draws[f"violated_{name}"] = draws["feasible"].to_numpy() & misses[:, j]
     draws["misses"] = misses.any(axis=1)  # at the returned lambda, deployed or not
     draws["violated"] = draws["feasible"] & draws["misses"]  # a deployed lambda missing some tau
+    return draws
 
+
+def _summary_row(g: pd.DataFrame, proc: str, names, tau, cal: CalibrationSettings, reward_pop) -> dict:
+    """One (K, n, procedure) group of draws: the joint and per-constraint violation rates, the population costs,
+    reward and lambdas, and whether the rate is consistent with the procedure's promise."""
+    reps = len(g)
+    v = int(g["violated"].sum())
+    lo, hi = clopper_pearson(v, reps)
+    row = {"procedure": proc, "n": int(g["n"].iloc[0]), "k": int(g["k"].iloc[0]), "repeats": reps,
+           "violation_rate": v / reps, "violation_lo": lo, "violation_hi": hi}
+    row |= {f"violation_rate_{name}": float(g[f"violated_{name}"].mean()) for name in names}
+    row |= {f"mean_population_cost_{name}": float(g[f"population_cost_{name}"].mean()) for name in names}
+    row |= {f"mean_population_clipped_cost_{name}": float(g[f"population_clipped_cost_{name}"].mean())
+            for name in names}
+    row["mean_reward"] = float(g["population_reward"].mean())
+    row["reward_given_up"] = None if reward_pop is None else reward_pop - row["mean_reward"]
+    for name in names:
+        lam = g[f"lambda_{name}"]
+        row |= {f"lambda_mean_{name}": float(lam.mean()), f"lambda_lo_{name}": float(lam.quantile(0.025)),
+                f"lambda_hi_{name}": float(lam.quantile(0.975))}
+    row["infeasible_rate"] = float((~g["feasible"]).mean())
+    row["returned_miss_rate"] = float(g["misses"].mean())
+    if proc == "ltt":
+        row["promise_consistent"] = bool(lo <= cal.delta)
+    elif proc == "crc":
+        clipped = g[f"population_clipped_cost_{names[0]}"]
+        se = float(clipped.std(ddof=1) / np.sqrt(reps)) if reps > 1 else 0.0
+        row["promise_consistent"] = bool(clipped.mean() - 2 * se <= tau[0] + slack(tau)[0])
+    else:
+        row["promise_consistent"] = None
+    return row
+
+
+def study(pop, constraints, cal: CalibrationSettings, cov: CoverageSettings, progress=None) -> tuple[dict,
+                                                                                                      pd.DataFrame]:
+    """The coverage study of the module docstring on the population ``pop`` (a VectorScores): its record
+    (population, promises, the summary per procedure, size and K) and the per-draw rows."""
+    from lara.calibrate.vector import bon_along_soft_direction
+    from lara.constraints.spec import bounds as cost_bounds
+
+    check_settings(cal, cov)
+    names = [c.name for c in constraints]
+    tau = np.array([c.tau for c in constraints], dtype=float)
+    m = len(constraints)
+    k_pop, ks = _sample_sizes(pop, m, cov)
+    t0 = time.perf_counter()
+    ref = bon_along_soft_direction(pop.reward, pop.costs, pop.mask, tau, cov.bon_n, cal.beta, cov.lambda_search_max)
+    lam_pop = ref["lambda"]
+    limits = cost_bounds(constraints, cov.cost_bounds)  # each constraint's own, else calibration.cost_bounds
+    if limits is None:
+        raise ConfigError("calibration.cost_bounds: the coverage study measures LTT's promise against the "
+                          "bootstrap's; LTT needs fixed cost bounds [lo, hi] (calibration.cost_bounds or each "
+                          "constraint's bounds)")
+    live = pop.costs[pop.mask]
+    clipped_fraction = {name: {"below": float((live[:, j] < limits[j][0]).mean()),
+                               "above": float((live[:, j] > limits[j][1]).mean()), "bounds": limits[j]}
+                        for j, name in enumerate(names)}
+    procs = SCALAR_PROCEDURES if m == 1 else VECTOR_PROCEDURES
+    rows = _run_draws(pop, ks, k_pop, tau, cal, cov, limits, procs, progress)
+    draws = _at_population(pop, rows, names, tau, cov.bon_n, limits)
     at_ref = population_at(pop, np.array([np.zeros(m)] + ([lam_pop] if lam_pop is not None else [])), cov.bon_n,
                            limits)
     reward_pop = float(at_ref[1, 2 * m]) if lam_pop is not None else None
     promised = promises(m, cal)
-    summary = []
-    for (k, n, proc), g in draws.groupby(["k", "n", "procedure"], sort=True):
-        reps = len(g)
-        v = int(g["violated"].sum())
-        lo, hi = clopper_pearson(v, reps)
-        row = {"procedure": proc, "n": int(n), "k": int(k), "repeats": reps, "violation_rate": v / reps,
-               "violation_lo": lo, "violation_hi": hi}
-        row |= {f"violation_rate_{name}": float(g[f"violated_{name}"].mean()) for name in names}
-        row |= {f"mean_population_cost_{name}": float(g[f"population_cost_{name}"].mean()) for name in names}
-        row |= {f"mean_population_clipped_cost_{name}": float(g[f"population_clipped_cost_{name}"].mean())
-                for name in names}
-        row["mean_reward"] = float(g["population_reward"].mean())
-        row["reward_given_up"] = None if reward_pop is None else reward_pop - row["mean_reward"]
-        for name in names:
-            lam = g[f"lambda_{name}"]
-            row |= {f"lambda_mean_{name}": float(lam.mean()), f"lambda_lo_{name}": float(lam.quantile(0.025)),
-                    f"lambda_hi_{name}": float(lam.quantile(0.975))}
-        row["infeasible_rate"] = float((~g["feasible"]).mean())
-        row["returned_miss_rate"] = float(g["misses"].mean())
-        if proc == "ltt":
-            row["promise_consistent"] = bool(lo <= cal.delta)
-        elif proc == "crc":
-            clipped = g[f"population_clipped_cost_{names[0]}"]
-            se = float(clipped.std(ddof=1) / np.sqrt(reps)) if reps > 1 else 0.0
-            row["promise_consistent"] = bool(clipped.mean() - 2 * se <= tau[0] + slack(tau)[0])
-        else:
-            row["promise_consistent"] = None
-        summary.append(row)
+    summary = [_summary_row(g, proc, names, tau, cal, reward_pop)
+               for (_, _, proc), g in draws.groupby(["k", "n", "procedure"], sort=True)]
     order = {p: i for i, p in enumerate(procs)}
     summary.sort(key=lambda r: (r["k"], order[r["procedure"]], r["n"]))
     for proc, p in promised.items():  # consistent at every size (None: no promise to check)
@@ -293,8 +317,8 @@ def load_population(paths, constraints):
     from lara.data.tables import DataError
 
     identity.distinct_files(paths, "--scores")
-    found: list = []
-    parts = [load_vector_scores(p, constraints, "--scores", found) for p in paths]
+    parts = [load_vector_scores(p, constraints, "--scores") for p in paths]
+    found = [part.prompts for part in parts]
     ids = np.concatenate([p.prompt_ids for p in parts])
     if len(np.unique(ids)) != len(ids):
         raise DataError(f"--scores {', '.join(map(str, paths))}: a prompt_id appears in two tables; the "
