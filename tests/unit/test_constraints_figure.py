@@ -225,7 +225,9 @@ def write_audit(path, outputs: list[pd.DataFrame], cons, record: dict, lam_path,
         0.0, 0.1, len(df)) for c in cons}) for df in outputs]
     table, joint = audit(scored, cons, 200, 0)
     made = identity.stamp("audit_constraints", path, names=[c.name for c in cons], tau=record["tau"],
-                          lambda_record=identity.file_digest(lam_path), made_from={"--lambda-json": lam_path})
+                          lambda_record=identity.file_digest(lam_path),
+                          prompts=identity.prompt_set(outputs[0], str(path), per_prompt=1).record(),
+                          made_from={"--lambda-json": lam_path})
     write_json(path, {"constraints": record["constraints"], "lambda_hat": record["lambda_hat"],
                       "lambda_star": record["lambda_star"], "procedure": record["guarantee"]["procedure"],
                       "rows": json.loads(table.to_json(orient="records")), "joint": joint,
@@ -244,13 +246,13 @@ def sweep(tmp_path_factory):
     cons = [spec.Constraint(f"c{j}", f"category:c{j}", float(t)) for j, t in enumerate(SWEEP_TAUS)]
     cal = root / "constraints" / "calibration_scores.parquet"
     write_scores(scores_frame(rng, "p", PROMPTS, K, m), cal, cons, "calibration")
-    found: list = []
     s = settings(SWEEP_TAUS)
-    result = vector_calibrate(load_vector_scores(cal, cons, found=found), cons, s)
+    cal_scores = load_vector_scores(cal, cons)
+    result = vector_calibrate(cal_scores, cons, s)
     lam_path = root / "constraints" / "lambda.json"
     made = identity.stamp("lambda_vector", lam_path, role="calibration", tau=result["tau"], names=result["names"],
-                          procedure=s.guarantee, decoder=result["decoder"], prompts=found[0].record(with_keys=True),
-                          made_from={"--scores": cal})
+                          procedure=s.guarantee, decoder=result["decoder"],
+                          prompts=cal_scores.prompts.record(with_keys=True), made_from={"--scores": cal})
     record = result | {"settings": asdict(s), identity.KEY: made}
     write_json(lam_path, record)
     record = json.loads(lam_path.read_text())
@@ -328,7 +330,7 @@ def test_the_curve_is_the_picked_candidates_mean_cost(sweep):
     matplotlib.use("Agg")
     record, test = sweep["record"], sweep["test"]
     _, scores = figures.read_sweep_inputs(str(sweep["lam"]), str(sweep["bon"]), sweep["cons"])
-    audit = figures.read_sweep_audit(str(sweep["audit"]), str(sweep["lam"]), record, scores.n_prompts)
+    audit = figures.read_sweep_audit(str(sweep["audit"]), str(sweep["lam"]), record, scores.prompts)
     view = figures.sweep_view(record, scores, audit)
     fig = figures.constraints_sweep(view, figures.FigureSettings())
     d = np.asarray(record["direction"])
@@ -382,11 +384,19 @@ def test_a_mismatched_audit_or_pool_is_refused(tmp_path, sweep, capsys):
     write_audit(bad, moved, cons, record, sweep["lam"])
     assert draw_sweep(tmp_path, sweep, audit=bad) == 2
     assert "bon/star was audited at lambda" in capsys.readouterr().err
-    # on another test pool
+    # on another test pool: smaller (its identity names the prompts; a hand-written one still has its counts)
     fewer = [df.iloc[:-2] for df in sweep["outputs"]]
     write_audit(bad, fewer, cons, record, sweep["lam"])
     assert draw_sweep(tmp_path, sweep, audit=bad) == 2
+    assert f"audited on other test prompts ({TEST_PROMPTS - 2} prompts" in capsys.readouterr().err
+    write_audit(bad, fewer, cons, record, sweep["lam"], prompts=None)
+    assert draw_sweep(tmp_path, sweep, audit=bad) == 2
     assert f"audited on {TEST_PROMPTS - 2} test prompts, but --scores covers {TEST_PROMPTS}" in capsys.readouterr().err
+    # as large, other prompts
+    swapped = [df.assign(prompt="another " + df["prompt"].astype(str)) for df in sweep["outputs"]]
+    write_audit(bad, swapped, cons, record, sweep["lam"])
+    assert draw_sweep(tmp_path, sweep, audit=bad) == 2
+    assert f"audited on other test prompts ({TEST_PROMPTS} prompts" in capsys.readouterr().err
     # the calibration scores, and test candidates that are calibration prompts
     assert draw_sweep(tmp_path, sweep, scores=sweep["cal"]) == 2
     assert "role calibration, expected test" in capsys.readouterr().err

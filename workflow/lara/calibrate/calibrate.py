@@ -370,10 +370,8 @@ def load_weights(path, scores: PromptScores, scores_path) -> tuple[np.ndarray, d
     return w, info
 
 
-def check_inputs(args, s: CalibrationSettings) -> tuple[PromptScores, dict]:
-    """The settings' floor, and the scores: calibration prompts (their identity's role), each counted once;
-    the identity the record will carry."""
-    from lara import identity
+def check_floor(s: CalibrationSettings) -> None:
+    """Enough bootstrap replicates to resolve the deployed quantile (refused before anything is computed)."""
     from lara.config import ConfigError
     from lara.evaluate.intervals import MIN_TAIL, min_replicates
 
@@ -381,6 +379,15 @@ def check_inputs(args, s: CalibrationSettings) -> tuple[PromptScores, dict]:
     if s.bootstrap < floor:
         raise ConfigError(f"calibration.bootstrap: {s.bootstrap} replicates put fewer than {MIN_TAIL} beyond the "
                           f"deployed {s.quantile:g} quantile; use at least {floor} (nothing was computed)")
+
+
+def check_inputs(args, s: CalibrationSettings) -> tuple[PromptScores, dict]:
+    """The settings' floor, and the scores: calibration prompts (their identity's role), each counted once;
+    the identity the record will carry."""
+    from lara import identity
+    from lara.config import ConfigError
+
+    check_floor(s)
     role = identity.read_identity(args.scores).get("role")
     if role not in (None, "calibration"):
         raise DataError(f"--scores {args.scores}: role {role}, expected calibration (the samples of the calibration "

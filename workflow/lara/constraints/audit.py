@@ -79,6 +79,38 @@ def add_arguments(parser) -> None:
     parser.add_argument("--table", required=True, help="audit CSV (one row per output and constraint)")
 
 
+def check_output(art, record: dict, digest: str, constraints, scorers: dict, path) -> None:
+    """A decoded output is what the audit is told it is: decode-vector's, for these constraints, on test prompts,
+    decoded at the lambda its setting takes from this record (the record's digest, tau and Best-of-N size), and
+    scored with the scorers the audit uses (the decoding costs are tau's units)."""
+    from lara.constraints.decode import resolve_vector
+    from lara.data.tables import DataError
+
+    art.expect("kind", "responses_vector", "a decoded output of lara decode-vector")
+    art.expect("names", [c.name for c in constraints], "decoded for other constraints")
+    setting = art.field("setting")
+    if setting != "zero":
+        art.expect("lambda_record", digest, f"decoded with another record than {path}")
+        art.expect("tau", record["tau"], f"the taus {path} was calibrated for")
+    want = resolve_vector(str(setting), record, len(constraints), path)
+    try:
+        got = [float(x) for x in json.loads(str(art.field("lambda")))]
+    except (TypeError, ValueError):
+        raise DataError(f"--responses {art.path}: column 'lambda' {art.field('lambda')!r} is not a JSON list of "
+                        "multipliers") from None
+    if len(got) != len(want) or not np.allclose(got, want, rtol=1e-9, atol=1e-12):
+        raise DataError(f"--responses {art.path}: {art.field('method')} at {setting} decoded at lambda {got}, "
+                        f"expected {want} (the {setting} lambda of {path})")
+    if art.field("method") == "bon":
+        art.expect("n", record["decoder"]["n"], f"the Best-of-N size {path} was calibrated for")
+    art.expect("reward_scorer", scorers["reward"], "decoded with another reward scorer than --reward")
+    art.expect("cost_scorers", scorers["costs"], "decoded with other cost scorers than --cost: the audit's costs "
+                                                 "must be the decoding costs, in tau's units")
+    role = art.identity.get("role")
+    if role not in (None, "test"):
+        raise DataError(f"--responses {art.path}: role {role}, expected test (the audit holds the test prompts out)")
+
+
 def run(args) -> None:
     from lara import identity
     from lara.constraints.decode import read_vector
@@ -110,15 +142,9 @@ def run(args) -> None:
     outputs, test = [], None
     digest = identity.file_digest(args.lambda_json)
     for path in args.responses:
-        art = identity.table(path, "--responses", required=("prompt_id", "prompt", "response", "method", "setting"))
-        art.expect("kind", "responses_vector", "a decoded output of lara decode-vector")
-        art.expect("names", [c.name for c in constraints], "decoded for other constraints")
-        setting = art.field("setting")
-        if setting != "zero":
-            art.expect("lambda_record", digest, f"decoded with another record than {args.lambda_json}")
-        role = art.identity.get("role")
-        if role not in (None, "test"):
-            raise DataError(f"--responses {path}: role {role}, expected test (the audit holds the test prompts out)")
+        art = identity.table(path, "--responses",
+                             required=("prompt_id", "prompt", "response", "method", "setting", "lambda"))
+        check_output(art, record, digest, constraints, {"reward": args.reward, "costs": costs}, args.lambda_json)
         prompts = art.prompts(per_prompt=1)
         if test is None:
             test = prompts
@@ -145,7 +171,8 @@ def run(args) -> None:
         log.info("  %s: mean cost %.4f [%.4f, %.4f] vs tau %g: %s; evaluation %.4f", r["constraint"], r["mean_cost"],
                  *r["ci95"], r["tau"], r["verdict"], r["eval_mean"])
     made = identity.stamp("audit_constraints", args.out, names=[c.name for c in constraints], tau=record["tau"],
-                          lambda_record=digest, made_from={"--lambda-json": args.lambda_json})
+                          lambda_record=digest, prompts=None if test is None else test.record(),
+                          made_from={"--lambda-json": args.lambda_json})
     write_json(args.out, {"constraints": record["constraints"], "lambda_hat": record["lambda_hat"],
                           "lambda_star": record["lambda_star"], "procedure": record["guarantee"]["procedure"],
                           "rows": json.loads(table.to_json(orient="records")), "joint": joint,

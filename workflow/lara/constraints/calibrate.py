@@ -39,28 +39,30 @@ BRUTE_GRID = 81  # points per axis of the 2-D brute-force check
 
 
 class VectorScores:
-    """Per-prompt rectangles: reward (P, K), costs (P, K, m), mask (P, K), prompt ids."""
+    """Per-prompt rectangles: reward (P, K), costs (P, K, m), mask (P, K), prompt ids; ``prompts``: the file's
+    prompt set (:class:`lara.identity.PromptSet`, None for arrays made in memory)."""
 
-    def __init__(self, reward, costs, mask, prompt_ids):
+    def __init__(self, reward, costs, mask, prompt_ids, prompts=None):
         self.reward, self.costs, self.mask, self.prompt_ids = reward, costs, mask, prompt_ids
+        self.prompts = prompts
 
     @property
     def n_prompts(self) -> int:
         return len(self.reward)
 
 
-def load_vector_scores(path, constraints, flag: str = "--scores", found: list | None = None) -> VectorScores:
+def load_vector_scores(path, constraints, flag: str = "--scores") -> VectorScores:
     """The constraint scores, checked: one row per (prompt, sample), finite reward and cost_<name> columns, the
     constraints the file was scored for equal to ``constraints``."""
     from lara import identity
     from lara.calibrate.dual import InputError, PromptScores
-    from lara.data.tables import DataError
+    from lara.data.tables import DataError, require_in_range
 
     columns = [c.column for c in constraints]
     art = identity.table(path, flag, required=("prompt_id", "reward", *columns), finite=("reward", *columns))
+    require_in_range(art.df, ("reward", *columns), f"{flag} {path}")
     art.expect("constraints", [c.name for c in constraints], "scored for other constraints")
-    if found is not None:
-        found.append(art.prompts())
+    prompts = art.prompts()
     df = art.df
     if "sample_id" in df.columns and df.duplicated(["prompt_id", "sample_id"]).any():
         raise DataError(f"{flag} {path}: a (prompt_id, sample_id) pair is repeated; it would be counted twice")
@@ -69,7 +71,8 @@ def load_vector_scores(path, constraints, flag: str = "--scores", found: list | 
         per = [PromptScores.from_long(pid, df["reward"].to_numpy(float), df[col].to_numpy(float)) for col in columns]
     except InputError as exc:
         raise DataError(f"{flag} {path}: {exc}") from None
-    return VectorScores(per[0].reward, np.stack([p.cost for p in per], axis=2), per[0].mask, per[0].prompt_ids)
+    return VectorScores(per[0].reward, np.stack([p.cost for p in per], axis=2), per[0].mask, per[0].prompt_ids,
+                        prompts)
 
 
 def _scalar(scores: VectorScores, tau: float, s: CalibrationSettings) -> dict:
@@ -123,11 +126,40 @@ def _vector(scores: VectorScores, tau, n, s: CalibrationSettings, bounds=None) -
                           f"not certified: no s on the grid along the direction from {lt['n_choose']} prompts "
                           f"rejects 'some constraint is missed' at delta {s.delta:g} with {lt['n_test']} prompts and "
                           "the cost bounds as fixed; lambda is the end of the search (lambda_search_max along it)")}
-        live = c[mask]
         procedures["ltt"]["bounds"] = bounds
-        procedures["ltt"]["clipped_fraction"] = [float(np.mean((live[:, j] < lo) | (live[:, j] > hi)))
-                                                 for j, (lo, hi) in enumerate(bounds)]
+        procedures["ltt"]["clipped_fraction"] = clipped_fractions(scores, bounds)
     return {"procedures": procedures, "direction": hat["direction"]}
+
+
+def clipped_fractions(scores: VectorScores, bounds) -> list[float]:
+    """Each constraint's share of calibration costs outside its bounds (what a certificate's clipping changes)."""
+    live = scores.costs[scores.mask]
+    return [float(np.mean((live[:, j] < lo) | (live[:, j] > hi))) for j, (lo, hi) in enumerate(bounds)]
+
+
+def check_clipping(result: dict, constraints, s: CalibrationSettings, allow: bool, path) -> None:
+    """As the scalar calibration (:func:`lara.calibrate.calibrate.check_clipping`): bounds that clip more than
+    MAX_CLIPPED of some constraint's calibration costs make the certificate one about a cost the model rarely
+    gives; a deployed certified lambda is then refused unless allowed, and every certified statement says it."""
+    from lara.calibrate.calibrate import MAX_CLIPPED
+    from lara.calibrate.certify import CERTIFIED
+    from lara.data.tables import DataError
+
+    frac = result["guarantee"].get("clipped_fraction") or []
+    over = [f"{c.name} {f:.1%}" for c, f in zip(constraints, frac, strict=False) if f > MAX_CLIPPED]
+    if not over:
+        return
+    note = (f"the cost bounds {result['guarantee']['bounds']} clip {', '.join(over)} of the calibration costs (more "
+            f"than {MAX_CLIPPED:.0%}): the certificate is about the clipped costs")
+    for name in CERTIFIED:
+        if name in result["procedures"] and result["procedures"][name].get("statement"):
+            result["procedures"][name]["statement"] += f"; {note}"
+    if s.guarantee in CERTIFIED:
+        if not allow:
+            raise DataError(f"{path}: calibration.guarantee {s.guarantee}: {note}; widen the bounds (fixed before "
+                            "seeing these costs) or pass --allow-clipping")
+        result["guarantee"]["statement"] += f"; {note}"
+    log.warning("%s", note)
 
 
 def brute_force(scores: VectorScores, tau, n, points, top: float, grid: int = BRUTE_GRID) -> dict:
@@ -187,7 +219,8 @@ def vector_calibrate(scores: VectorScores, constraints, s: CalibrationSettings) 
     out = {"constraints": [asdict(c) for c in constraints], "names": [c.name for c in constraints], "tau": tau,
            "lambda_hat": procedures["hat"]["lambda"], "lambda_star": deployed["lambda"],
            "guarantee": {"procedure": s.guarantee, "delta": s.delta if s.guarantee == "ltt" else None,
-                         "cost_bounds": s.cost_bounds, "statement": deployed.get("statement")},
+                         "cost_bounds": s.cost_bounds, "bounds": limits, "statement": deployed.get("statement"),
+                         "clipped_fraction": None if limits is None else clipped_fractions(scores, limits)},
            "feasible": bool(procedures["hat"]["feasible"] and deployed["feasible"]),
            "direction": found["direction"], "procedures": procedures,
            "decoder": {"kind": "best_of_n", "n": n or k_min, "k": k_min}, "n_prompts": scores.n_prompts}
@@ -211,6 +244,9 @@ def add_arguments(parser) -> None:
                                                         "(reward, cost_<name> per constraint)")
     parser.add_argument("--constraints", required=True, help="JSON list of the constraints (calibration.constraints)")
     add_settings_arguments(parser, CalibrationSettings)
+    parser.add_argument("--allow-clipping", action="store_true",
+                        help="deploy a certified lambda although the cost bounds clip more than 1%% of some "
+                             "constraint's calibration costs (said in its statement)")
     parser.add_argument("--allow-infeasible", action="store_true",
                         help="write the record when no lambda meets every tau (feasible: false) instead of failing")
     parser.add_argument("--out", required=True, help="the vector lambda record (JSON)")
@@ -218,6 +254,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
+    from lara.calibrate.calibrate import check_floor
     from lara.constraints.spec import from_arg
     from lara.data.tables import DataError
     from lara.io import sha256_file, write_json
@@ -225,19 +262,20 @@ def run(args) -> None:
     from lara.settings import nonfinite
 
     s = read_settings(args, CalibrationSettings)
+    check_floor(s)
     constraints = from_arg(args.constraints)
     role = identity.read_identity(args.scores).get("role")
     if role not in (None, "calibration"):
         raise DataError(f"--scores {args.scores}: role {role}, expected calibration (calibrating on the prompts the "
                         "audit holds out makes the audit in-sample)")
-    found: list = []
-    scores = load_vector_scores(args.scores, constraints, found=found)
+    scores = load_vector_scores(args.scores, constraints)
     log.info("%d prompts, %d constraints %s, tau %s", scores.n_prompts, len(constraints),
              [c.name for c in constraints], [c.tau for c in constraints])
     try:
         result = vector_calibrate(scores, constraints, s)
     except ValueError as exc:
         raise DataError(f"--scores {args.scores}: {exc}") from None
+    check_clipping(result, constraints, s, args.allow_clipping, f"--scores {args.scores}")
     if not result["feasible"]:
         msg = (f"no lambda in [0, {s.lambda_search_max}]^{len(constraints)} along the searched ray meets every tau "
                f"{result['tau']} ({s.guarantee})")
@@ -247,7 +285,7 @@ def run(args) -> None:
         log.warning("%s; writing feasible=false", msg)
     made = identity.stamp("lambda_vector", args.out, role=role, tau=result["tau"], names=result["names"],
                           procedure=s.guarantee, decoder=result["decoder"],
-                          prompts=found[0].record(with_keys=True), made_from={"--scores": args.scores})
+                          prompts=scores.prompts.record(with_keys=True), made_from={"--scores": args.scores})
     result |= {"settings": asdict(s), "scores": {"path": str(args.scores), "sha256": sha256_file(args.scores)},
                "code": code_version(), identity.KEY: made}
     bad = nonfinite({k: v for k, v in result.items() if k != "settings"})

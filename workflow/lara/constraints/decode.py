@@ -40,6 +40,14 @@ def read_vector(path, constraints) -> dict:
     if data.get("tau") != [c.tau for c in constraints]:
         raise DataError(f"--lambda-json {path}: calibrated for tau {data.get('tau')}, expected "
                         f"{[c.tau for c in constraints]}")
+    for c, got in zip(constraints, data.get("constraints") or [{}] * len(constraints), strict=False):
+        for key in ("cost", "bounds"):
+            want = getattr(c, key)
+            have = got.get(key, want)
+            if (list(have) if isinstance(have, (list, tuple)) else have) != (
+                    list(want) if isinstance(want, (list, tuple)) else want):
+                raise DataError(f"--lambda-json {path}: constraint {c.name} was calibrated with {key} {have!r}, "
+                                f"expected {want!r} (the constraint as configured)")
     return data
 
 
@@ -95,14 +103,13 @@ def _bon(args, constraints, lam, record):
 
     if args.candidates is None:
         raise DataError("--method bon needs --candidates")
-    found: list = []
-    scores = load_vector_scores(args.candidates, constraints, "--candidates", found)
+    scores = load_vector_scores(args.candidates, constraints, "--candidates")
     counts = scores.mask.sum(axis=1)
     if counts.min() != counts.max():
         raise DataError(f"--candidates {args.candidates}: prompts have {counts.min()}..{counts.max()} candidates; "
                         "Best-of-N needs N each")
     n = int(counts[0])
-    if record is not None and args.setting != "zero" and record["decoder"]["n"] != n:
+    if record is not None and record["decoder"]["n"] != n:
         raise DataError(f"--candidates {args.candidates}: Best-of-{n}, but {args.lambda_json} was calibrated for "
                         f"Best-of-{record['decoder']['n']}")
     art = identity.table(args.candidates, "--candidates")
@@ -112,7 +119,8 @@ def _bon(args, constraints, lam, record):
     order = np.argsort(df["prompt_id"].to_numpy(), kind="stable")
     rows = order.reshape(len(scores.prompt_ids), n)[np.arange(len(pick)), pick]
     out = df.iloc[rows].reset_index(drop=True)
-    return out, found[0], {"n": n}
+    scorers = identity.inherit(art.identity, "reward_scorer", "cost_scorers")
+    return out, scores.prompts, {"n": n}, scorers
 
 
 def _args(args, constraints, lam):
@@ -137,7 +145,7 @@ def _args(args, constraints, lam):
     out = df[["prompt_id", "prompt"]].copy()
     out["response"] = [tok.decode(t, skip_special_tokens=True).strip() for t in tokens]
     out["n_tokens"] = [len(t) for t in tokens]
-    return out, prompts, {"settings": s.__dict__}
+    return out, prompts, {"settings": s.__dict__}, {"reward_scorer": args.reward, "cost_scorers": specs}
 
 
 def load_vector_models(policy: str, reward: str, costs: list[str], roles: list[str], dtype: str):
@@ -221,8 +229,8 @@ def run(args) -> None:
     constraints = from_arg(args.constraints)
     record = None if args.lambda_json is None else read_vector(args.lambda_json, constraints)
     lam = resolve_vector(args.setting, record, len(constraints), args.lambda_json)
-    out, prompts, extra = _bon(args, constraints, lam, record) if args.method == "bon" else _args(args, constraints,
-                                                                                                     lam)
+    out, prompts, extra, scorers = (_bon(args, constraints, lam, record) if args.method == "bon"
+                                    else _args(args, constraints, lam))
     out["method"], out["setting"] = args.method, args.setting
     out["lambda"] = json.dumps(lam)
     log.info("%s at %s lambda %s: %d responses", args.method, args.setting, lam, len(out))
@@ -231,7 +239,7 @@ def run(args) -> None:
                                                                 "tau": record["tau"]}
     made = identity.stamp("responses_vector", args.out, method=args.method, setting=args.setting, lambdas=lam,
                           names=[c.name for c in constraints], role=identity.role_of(src), prompts=prompts.record(),
-                          **rec, **({"n": extra["n"]} if "n" in extra else {}),
+                          **rec, **({"n": extra["n"]} if "n" in extra else {}), **scorers,
                           made_from={"--candidates" if args.method == "bon" else "--prompts": src})
     write_table(out, args.out, {"method": args.method, "setting": args.setting, "lambda": lam, "code": code_version(),
                                 **extra, identity.KEY: made})

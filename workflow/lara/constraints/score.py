@@ -73,6 +73,7 @@ def run(args) -> None:
         log.info("%s: mean %.4f, std %.4f", col, df[col].mean(), df[col].std())
     made = identity.stamp("constraint_scores", args.out,
                           **identity.inherit(identity.read_identity(args.input), "role", "per_prompt", "prompts"),
-                          constraints=list(specs), made_from={"--input": args.input})
+                          constraints=list(specs), reward_scorer=args.reward, cost_scorers=specs,
+                          made_from={"--input": args.input})
     write_table(df, args.out, {"input": args.input, "reward": args.reward, "costs": specs, "code": code_version(),
                                identity.KEY: made})

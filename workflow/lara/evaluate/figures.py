@@ -431,6 +431,7 @@ def deployment(report: pd.DataFrame, traces: dict[str, pd.DataFrame], opts: Figu
 
 GRID_POINTS = 61  # points per axis of the feasible-region grid (two constraints)
 RAY_POINTS = 401  # points of s along the ray (any other number of constraints), plus every procedure's own s
+SHADE = "green"  # where every constraint is met
 # marker and name of each procedure of the vector record, in legend order (then any other, then the brute force)
 PROCEDURES = {"hat": ("v", "$\\hat\\lambda$"), "bootstrap": ("*", "bootstrap $\\lambda^*$"), "crc": ("D", "CRC"),
               "ltt": ("s", "LTT"), "soft": ("X", "soft dual"), "brute_force": ("P", "brute-force best")}
@@ -587,6 +588,102 @@ def _procedure_label(name: str, p: dict, view: ConstraintView, record: dict, sho
     return f"{title}: {where}, reward {p['reward']:.3g}{off}"
 
 
+def _feasible_plane(view: ConstraintView, record: dict, opts: FigureSettings, pal, colour: dict, handles: list):
+    """Two constraints: the (lambda_1, lambda_2) plane of :func:`constraints`; its legend entries go to
+    ``handles``."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    shade = SHADE
+    g = view.grid
+    top = float(g.axis[-1])
+    side = max(opts.width * 0.75, 4.0)  # a square panel, the legend to its right
+    fig, ax = plt.subplots(figsize=(side + max(opts.width * 0.75, 4.0), side), layout="constrained")
+    l1, l2 = g.lambdas
+    marks = np.array([np.minimum(p["lambda"], top) for p in view.procedures.values()]).reshape(-1, 2)
+    ax.pcolormesh(l1, l2, np.ma.masked_where(~g.feasible, np.ones_like(l1)), shading="nearest",
+                  cmap=ListedColormap([shade]), alpha=0.18, lw=0, zorder=1)
+    handles.append(Patch(color=shade, alpha=0.25, label=f"every constraint met ({int(g.feasible.sum())} of "
+                                                       f"{g.feasible.size} grid points)"))
+    rs = ax.contour(l1, l2, g.reward, levels=6, colors="0.55", linewidths=0.7, linestyles=":", zorder=2)
+    ax.clabel(rs, fmt="%.3g", fontsize="x-small")
+    handles.append(Line2D([], [], color="0.55", lw=0.7, ls=":", label="mean reward"))
+    for j, (name, tau) in enumerate(zip(view.names, view.tau, strict=True)):
+        z = g.costs[..., j]
+        label = f"{name}: mean cost = $\\tau$ = {tau:g}"
+        if z.min() <= tau <= z.max() and z.min() < z.max():
+            cs = ax.contour(l1, l2, z, levels=[tau], colors=[pal[j]], linewidths=1.8, linestyles="solid",
+                            zorder=3)
+            ax.clabel(cs, fmt={cs.levels[0]: name}, fontsize="small", manual=[_label_spot(cs, marks, top)])
+        else:
+            label += " (met on the whole grid)" if z.max() <= tau else " (missed on the whole grid)"
+        handles.append(Line2D([], [], color=pal[j], lw=1.8, label=label))
+    d = view.direction
+    end = top / float(d.max()) * d
+    ax.plot([0.0, end[0]], [0.0, end[1]], color="0.25", ls="--", lw=1.0, zorder=3)
+    handles.append(Line2D([], [], color="0.25", ls="--", lw=1.0, label=f"ray searched: s d, d = {_vec(d)}"))
+    for name, p in view.procedures.items():
+        x, y = p["lambda"]
+        off = max(x, y) > top * (1 + 1e-9)
+        marker = PROCEDURES.get(name, ("o", name))[0]
+        size, z = LAYER.get(name, (9, 5))
+        ax.plot(min(x, top), min(y, top), marker=marker, ms=size, ls="none", color=colour[name],
+                mfc=colour[name] if p["feasible"] else "none", mew=1.4, mec="black" if p["feasible"] else
+                colour[name], clip_on=False, zorder=z, label=_procedure_label(name, p, view, record, off))
+    ax.set_xlim(0.0, top)
+    ax.set_ylim(0.0, top)
+    ax.set_aspect("equal")
+    ax.set_xlabel(f"$\\lambda_1$ ({view.names[0]})")
+    ax.set_ylabel(f"$\\lambda_2$ ({view.names[1]})")
+    ax.set_title(f"Best-of-{view.n}: the feasible region ({view.n_prompts} calibration prompts)")
+    axes = [ax]
+    return fig, axes
+
+
+def _costs_along_ray(view: ConstraintView, record: dict, opts: FigureSettings, pal, colour: dict, handles: list):
+    """Any number of constraints but two: each mean cost and the reward along the ray of :func:`constraints`;
+    its legend entries go to ``handles``."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    shade, m = SHADE, len(view.names)
+    ray = view.ray
+    s, s_top = ray["s"], ray["s_max"]
+    fig, axes = plt.subplots(1, m + 1, figsize=(max(opts.width, 2.8 * (m + 1)), opts.height + 1.4), sharex=True,
+                             layout="constrained")
+    panels = [(axes[j], ray["costs"][:, j], f"{name}: $\\tau$ = {tau:g}", "mean expected cost")
+              for j, (name, tau) in enumerate(zip(view.names, view.tau, strict=True))]
+    panels.append((axes[m], ray["reward"], "reward", "mean expected reward"))
+    for j, (ax, y, title, ylabel) in enumerate(panels):
+        ax.plot(s, y, drawstyle="steps-post", color=pal[j] if j < m else "0.3", lw=1.5)
+        ax.fill_between(s, 0, 1, where=ray["feasible"], step="post", color=shade, alpha=0.1, lw=0,
+                        transform=ax.get_xaxis_transform())
+        if j < m:
+            ax.axhline(view.tau[j], color="black", ls="--", lw=1.0)
+        for name, p in view.procedures.items():
+            off = p["s"] > s_top * (1 + 1e-9)
+            size, z = LAYER.get(name, (9, 5))
+            ax.plot(min(p["s"], s_top), p["cost"][j] if j < m else p["reward"], ls="none", clip_on=False,
+                    marker=PROCEDURES.get(name, ("o", name))[0], ms=size, color=colour[name],
+                    mfc=colour[name] if p["feasible"] else "none", mew=1.4, zorder=z,
+                    mec="black" if p["feasible"] else colour[name],
+                    label=_procedure_label(name, p, view, record, off))
+        ax.set_title(title)
+        ax.set_ylabel(ylabel)
+        ax.set_xlim(0.0, s_top)
+        ax.set_xlabel("$\\lambda$" if m == 1 else "s ($\\lambda$ = s d)")
+    handles.append(Patch(color=shade, alpha=0.2, label="every constraint met"))
+    handles.append(Line2D([], [], color="black", ls="--", lw=1.0, label="$\\tau$"))
+    if m > 1:
+        handles.append(Line2D([], [], color="0.3", lw=0, label=f"d = {_vec(view.direction)}"))
+    along = "against $\\lambda$" if m == 1 else "along the ray searched"
+    fig.suptitle(f"Best-of-{view.n} {along} ({view.n_prompts} calibration prompts)")
+    return fig, axes
+
+
 def constraints(view: ConstraintView, record: dict, opts: FigureSettings):
     """Several constraints at once (the vector lambda of ``lara calibrate-vector``), on the calibration prompts, every
     number exact (the expected Best-of-N choice over all N-subsets of each prompt's K samples). Two constraints: the
@@ -594,91 +691,12 @@ def constraints(view: ConstraintView, record: dict, opts: FigureSettings):
     constraint's boundary (its mean cost at tau), the mean reward faint, the ray searched and every procedure's
     lambda (hollow where it is not certified / feasible). Any other number: each constraint's mean cost along that
     ray with its tau (shaded where all are met) and the mean reward, every procedure at its s."""
-    import matplotlib.pyplot as plt
-    from matplotlib.colors import ListedColormap
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
     pal = _style(opts)
     m = len(view.names)
-    shade = "green"
     colour = {name: pal[(m + i) % len(pal)] for i, name in enumerate(view.procedures)}
-    handles = []
-    if view.grid is not None:
-        g = view.grid
-        top = float(g.axis[-1])
-        side = max(opts.width * 0.75, 4.0)  # a square panel, the legend to its right
-        fig, ax = plt.subplots(figsize=(side + max(opts.width * 0.75, 4.0), side), layout="constrained")
-        l1, l2 = g.lambdas
-        marks = np.array([np.minimum(p["lambda"], top) for p in view.procedures.values()]).reshape(-1, 2)
-        ax.pcolormesh(l1, l2, np.ma.masked_where(~g.feasible, np.ones_like(l1)), shading="nearest",
-                      cmap=ListedColormap([shade]), alpha=0.18, lw=0, zorder=1)
-        handles.append(Patch(color=shade, alpha=0.25, label=f"every constraint met ({int(g.feasible.sum())} of "
-                                                           f"{g.feasible.size} grid points)"))
-        rs = ax.contour(l1, l2, g.reward, levels=6, colors="0.55", linewidths=0.7, linestyles=":", zorder=2)
-        ax.clabel(rs, fmt="%.3g", fontsize="x-small")
-        handles.append(Line2D([], [], color="0.55", lw=0.7, ls=":", label="mean reward"))
-        for j, (name, tau) in enumerate(zip(view.names, view.tau, strict=True)):
-            z = g.costs[..., j]
-            label = f"{name}: mean cost = $\\tau$ = {tau:g}"
-            if z.min() <= tau <= z.max() and z.min() < z.max():
-                cs = ax.contour(l1, l2, z, levels=[tau], colors=[pal[j]], linewidths=1.8, linestyles="solid",
-                                zorder=3)
-                ax.clabel(cs, fmt={cs.levels[0]: name}, fontsize="small", manual=[_label_spot(cs, marks, top)])
-            else:
-                label += " (met on the whole grid)" if z.max() <= tau else " (missed on the whole grid)"
-            handles.append(Line2D([], [], color=pal[j], lw=1.8, label=label))
-        d = view.direction
-        end = top / float(d.max()) * d
-        ax.plot([0.0, end[0]], [0.0, end[1]], color="0.25", ls="--", lw=1.0, zorder=3)
-        handles.append(Line2D([], [], color="0.25", ls="--", lw=1.0, label=f"ray searched: s d, d = {_vec(d)}"))
-        for name, p in view.procedures.items():
-            x, y = p["lambda"]
-            off = max(x, y) > top * (1 + 1e-9)
-            marker = PROCEDURES.get(name, ("o", name))[0]
-            size, z = LAYER.get(name, (9, 5))
-            ax.plot(min(x, top), min(y, top), marker=marker, ms=size, ls="none", color=colour[name],
-                    mfc=colour[name] if p["feasible"] else "none", mew=1.4, mec="black" if p["feasible"] else
-                    colour[name], clip_on=False, zorder=z, label=_procedure_label(name, p, view, record, off))
-        ax.set_xlim(0.0, top)
-        ax.set_ylim(0.0, top)
-        ax.set_aspect("equal")
-        ax.set_xlabel(f"$\\lambda_1$ ({view.names[0]})")
-        ax.set_ylabel(f"$\\lambda_2$ ({view.names[1]})")
-        ax.set_title(f"Best-of-{view.n}: the feasible region ({view.n_prompts} calibration prompts)")
-        axes = [ax]
-    else:
-        ray = view.ray
-        s, s_top = ray["s"], ray["s_max"]
-        fig, axes = plt.subplots(1, m + 1, figsize=(max(opts.width, 2.8 * (m + 1)), opts.height + 1.4), sharex=True,
-                                 layout="constrained")
-        panels = [(axes[j], ray["costs"][:, j], f"{name}: $\\tau$ = {tau:g}", "mean expected cost")
-                  for j, (name, tau) in enumerate(zip(view.names, view.tau, strict=True))]
-        panels.append((axes[m], ray["reward"], "reward", "mean expected reward"))
-        for j, (ax, y, title, ylabel) in enumerate(panels):
-            ax.plot(s, y, drawstyle="steps-post", color=pal[j] if j < m else "0.3", lw=1.5)
-            ax.fill_between(s, 0, 1, where=ray["feasible"], step="post", color=shade, alpha=0.1, lw=0,
-                            transform=ax.get_xaxis_transform())
-            if j < m:
-                ax.axhline(view.tau[j], color="black", ls="--", lw=1.0)
-            for name, p in view.procedures.items():
-                off = p["s"] > s_top * (1 + 1e-9)
-                size, z = LAYER.get(name, (9, 5))
-                ax.plot(min(p["s"], s_top), p["cost"][j] if j < m else p["reward"], ls="none", clip_on=False,
-                        marker=PROCEDURES.get(name, ("o", name))[0], ms=size, color=colour[name],
-                        mfc=colour[name] if p["feasible"] else "none", mew=1.4, zorder=z,
-                        mec="black" if p["feasible"] else colour[name],
-                        label=_procedure_label(name, p, view, record, off))
-            ax.set_title(title)
-            ax.set_ylabel(ylabel)
-            ax.set_xlim(0.0, s_top)
-            ax.set_xlabel("$\\lambda$" if m == 1 else "s ($\\lambda$ = s d)")
-        handles.append(Patch(color=shade, alpha=0.2, label="every constraint met"))
-        handles.append(Line2D([], [], color="black", ls="--", lw=1.0, label="$\\tau$"))
-        if m > 1:
-            handles.append(Line2D([], [], color="0.3", lw=0, label=f"d = {_vec(view.direction)}"))
-        along = "against $\\lambda$" if m == 1 else "along the ray searched"
-        fig.suptitle(f"Best-of-{view.n} {along} ({view.n_prompts} calibration prompts)")
+    handles: list = []
+    draw = _feasible_plane if view.grid is not None else _costs_along_ray
+    fig, axes = draw(view, record, opts, pal, colour, handles)
     proc_handles, _ = axes[0].get_legend_handles_labels()
     if view.grid is not None:
         fig.legend(handles=handles + proc_handles, loc="outside right center", frameon=False, fontsize="small")
@@ -781,15 +799,14 @@ def read_sweep_inputs(lambda_json: str, scores_path: str, constraints_json: str)
     if (made.get("made_from") or {}).get("--scores") == identity.file_digest(scores_path):
         raise DataError(f"--scores {scores_path}: the scores --lambda-json {lambda_json} was calibrated on, not the "
                         "held-out test prompts' candidates")
-    found: list = []
-    scores = load_vector_scores(scores_path, cons, found=found)
+    scores = load_vector_scores(scores_path, cons)
     counts = scores.mask.sum(axis=1)
     n = (record.get("decoder") or {}).get("n")
     if counts.min() != counts.max() or not isinstance(n, int) or int(counts[0]) != n:
         raise DataError(f"--scores {scores_path}: prompts have {counts.min()}..{counts.max()} candidates, but "
                         f"--lambda-json {lambda_json} was calibrated for Best-of-{n!r} (the decoder picks from exactly "
                         "N candidates per prompt)")
-    overlap = identity.disjoint(made.get("prompts"), found[0], f"--scores {scores_path}")
+    overlap = identity.disjoint(made.get("prompts"), scores.prompts, f"--scores {scores_path}")
     if overlap:
         raise DataError(f"--scores {scores_path}: {overlap} of its prompts are calibration prompts of --lambda-json "
                         f"{lambda_json}: the figure would be in-sample")
@@ -805,27 +822,13 @@ def _close(a, b) -> bool:
         return False
 
 
-def read_sweep_audit(path: str, lambda_json: str, record: dict, n_prompts: int) -> dict:
-    """audit.json (``lara audit-constraints``) for the vector record: made with ``lambda_json`` (its identity's
-    ``lambda_record``, :func:`lara.identity.file_digest`), for the record's constraints (identity, ``constraints``
-    and rows) and taus, its lambda* the record's; every output one row per constraint with a finite mean and 95 %
-    interval of cost and reward, audited on as many test prompts as the candidates cover, at the record's own
-    lambda of its setting. The outputs in the audit's order, their rows in the constraints' order, and the joint
-    verdicts."""
-    import json
-
+def _audit_belongs(audit: dict, where: str, lambda_json: str, record: dict, prompts) -> dict:
+    """The audit's identity against the record (its digest, constraints, taus, lambda*) and the candidates'
+    prompts; its rows (the dict ones)."""
     from lara import identity
-    from lara.constraints.decode import SETTINGS, resolve_vector
     from lara.data.tables import DataError
 
-    where = f"--audit {path}"
-    try:
-        audit = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{where}: not a readable constraint audit ({exc})") from None
-    if not isinstance(audit, dict):
-        raise DataError(f"{where}: not a constraint audit (a JSON object of lara audit-constraints)")
-    names, m = list(record["names"]), len(record["names"])
+    names = list(record["names"])
     made = audit.get(identity.KEY) or {}
     rows = [r for r in audit.get("rows") or [] if isinstance(r, dict)]
     problems = []
@@ -847,6 +850,21 @@ def read_sweep_audit(path: str, lambda_json: str, record: dict, n_prompts: int) 
             problems.append(f"its {what} is {got}, the record's {want}")
     if problems:
         raise DataError(f"{where}: does not belong to --lambda-json {lambda_json}: {'; '.join(problems)}")
+    audited = (made.get("prompts") or {}).get("digest")
+    if audited is not None and audited != prompts.digest:
+        raise DataError(f"{where}: audited on other test prompts ({(made.get('prompts') or {}).get('n')} prompts, "
+                        f"digest {audited}) than --scores covers ({prompts.n}, digest {prompts.digest}): the figure "
+                        "would set one pool's audit beside another pool's candidates")
+    return rows
+
+
+def _audited_outputs(rows: list[dict], where: str, m: int, n_prompts: int) -> dict:
+    """The audit's rows grouped by output (method, setting): each row's finite numbers and lambda checked, one row
+    per constraint, on ``n_prompts`` test prompts."""
+    import json
+
+    from lara.data.tables import DataError
+
     outputs: dict[tuple[str, str], dict] = {}
     for r in rows:
         key = (str(r.get("method")), str(r.get("setting")))
@@ -870,6 +888,33 @@ def read_sweep_audit(path: str, lambda_json: str, record: dict, n_prompts: int) 
         out["rows"][r["constraint"]] = r
     if not outputs:
         raise DataError(f"{where}: no audited output (rows); nothing to draw")
+    return outputs
+
+
+def read_sweep_audit(path: str, lambda_json: str, record: dict, prompts) -> dict:
+    """audit.json (``lara audit-constraints``) for the vector record: made with ``lambda_json`` (its identity's
+    ``lambda_record``, :func:`lara.identity.file_digest`), for the record's constraints (identity, ``constraints``
+    and rows) and taus, its lambda* the record's, on the candidates' prompts (``prompts``, a
+    :class:`lara.identity.PromptSet`, against the digest its identity names); every output one row per constraint
+    with a finite mean and 95 % interval of cost and reward, audited on as many test prompts as the candidates
+    cover, at the record's own lambda of its setting. The outputs in the audit's order, their rows in the
+    constraints' order, and the joint verdicts."""
+    import json
+
+    from lara import identity
+    from lara.constraints.decode import SETTINGS, resolve_vector
+    from lara.data.tables import DataError
+
+    where = f"--audit {path}"
+    try:
+        audit = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{where}: not a readable constraint audit ({exc})") from None
+    if not isinstance(audit, dict):
+        raise DataError(f"{where}: not a constraint audit (a JSON object of lara audit-constraints)")
+    names, m = list(record["names"]), len(record["names"])
+    rows = _audit_belongs(audit, where, lambda_json, record, prompts)
+    outputs = _audited_outputs(rows, where, m, prompts.n)
     for (method, which), out in outputs.items():
         if which in SETTINGS:
             want = resolve_vector(which, record, m, lambda_json)
@@ -878,6 +923,7 @@ def read_sweep_audit(path: str, lambda_json: str, record: dict, n_prompts: int) 
                                 f"{which} is {want}: decoded with another record")
         out["rows"] = [out["rows"][name] for name in names]
     joint = {(str(j.get("method")), str(j.get("setting"))): j for j in audit.get("joint") or [] if isinstance(j, dict)}
+    made = audit.get(identity.KEY) or {}
     return {"outputs": list(outputs.values()), "joint": joint, "procedure": audit.get("procedure"),
             "lambda_record": made.get("lambda_record")}
 
@@ -983,6 +1029,34 @@ def _short(verdict: str | None) -> str:
     return str(verdict).split(" (", 1)[0] if verdict else "not audited"
 
 
+def _sweep_handles(view: SweepView, colour: dict, lines: dict) -> list:
+    """The legend of :func:`constraints_sweep`: the curve, tau, lambda-hat and lambda*, every audited output."""
+    from matplotlib.lines import Line2D
+
+    m, s_top = len(view.names), view.curve["s_max"]
+    handles = [Line2D([], [], color="0.3", lw=1.6, label=f"Best-of-{view.n} on the test candidates: the pick at "
+                                                         "each s (exact)"),
+               Line2D([], [], color="black", ls="--", lw=1.0, label="$\\tau$")]
+    for key, title in (("hat", "$\\hat\\lambda$"), ("star", "$\\lambda^*$")):
+        if key in view.marks:
+            p = view.marks[key]
+            extra = f", {view.deployed}: deployed" if key == "star" and view.deployed else ""
+            where = "off the ray, " if not p["on_ray"] else ""
+            at = f"{where}s = {p['s']:.3g}{extra}" if m > 1 else extra[2:]
+            value = _vec(p["lambda"]) if m > 1 else f"{p['lambda'][0]:.3g}"
+            handles.append(Line2D([], [], **lines[key], label=f"{title} = {value}" + (f" ({at})" if at else "")))
+    for a in view.audited:
+        where = "" if a["on_ray"] else ", off the ray"
+        where += f", s = {a['s']:.3g} beyond the plot" if a["s"] > s_top * (1 + 1e-9) else ""
+        handles.append(Line2D([], [], color=colour[a["method"]], marker=SWEEP_MARKERS.get(a["setting"], "o"), ls="",
+                              label=f"{METHOD_NAMES.get(a['method'], a['method'])} {a['setting']}: $\\lambda$ = "
+                                    f"{_vec(a['lambda'])}{where}; joint {_short(a['joint'].get('verdict'))}"))
+    handles += [Line2D([], [], color="0.3", marker="o", ls="", label="audited: meets $\\tau$ (one-sided 95%; "
+                                                                     "reward panel: every $\\tau$ at once)"),
+                Line2D([], [], color="0.3", marker="o", ls="", mfc="white", label="audited: not shown to meet")]
+    return handles
+
+
 def constraints_sweep(view: SweepView, opts: FigureSettings):
     """Fig. 1 per constraint for the vector lambda, on the held-out test prompts: one panel per constraint of the
     Best-of-N decoder's mean cost along the ray lambda = s d (the candidate it picks at each s, exact between the
@@ -993,7 +1067,6 @@ def constraints_sweep(view: SweepView, opts: FigureSettings):
     import textwrap
 
     import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
     from matplotlib.transforms import ScaledTranslation
 
     pal = _style(opts)
@@ -1047,26 +1120,7 @@ def constraints_sweep(view: SweepView, opts: FigureSettings):
         ax.set_ylabel(ylabel)
         ax.set_xlim(0.0, s_top)
         ax.set_xlabel(xlabel)
-    handles = [Line2D([], [], color="0.3", lw=1.6, label=f"Best-of-{view.n} on the test candidates: the pick at "
-                                                         "each s (exact)"),
-               Line2D([], [], color="black", ls="--", lw=1.0, label="$\\tau$")]
-    for key, title in (("hat", "$\\hat\\lambda$"), ("star", "$\\lambda^*$")):
-        if key in view.marks:
-            p = view.marks[key]
-            extra = f", {view.deployed}: deployed" if key == "star" and view.deployed else ""
-            where = "off the ray, " if not p["on_ray"] else ""
-            at = f"{where}s = {p['s']:.3g}{extra}" if m > 1 else extra[2:]
-            value = _vec(p["lambda"]) if m > 1 else f"{p['lambda'][0]:.3g}"
-            handles.append(Line2D([], [], **lines[key], label=f"{title} = {value}" + (f" ({at})" if at else "")))
-    for a in view.audited:
-        where = "" if a["on_ray"] else ", off the ray"
-        where += f", s = {a['s']:.3g} beyond the plot" if a["s"] > s_top * (1 + 1e-9) else ""
-        handles.append(Line2D([], [], color=colour[a["method"]], marker=SWEEP_MARKERS.get(a["setting"], "o"), ls="",
-                              label=f"{METHOD_NAMES.get(a['method'], a['method'])} {a['setting']}: $\\lambda$ = "
-                                    f"{_vec(a['lambda'])}{where}; joint {_short(a['joint'].get('verdict'))}"))
-    handles += [Line2D([], [], color="0.3", marker="o", ls="", label="audited: meets $\\tau$ (one-sided 95%; "
-                                                                     "reward panel: every $\\tau$ at once)"),
-                Line2D([], [], color="0.3", marker="o", ls="", mfc="white", label="audited: not shown to meet")]
+    handles = _sweep_handles(view, colour, lines)
     along = "against $\\lambda$" if m == 1 else "along the ray"
     fig.suptitle(f"Best-of-{view.n} {along}, held out ({view.n_prompts} test prompts; audit: bootstrap 95%)")
     fig.legend(handles=handles, loc="outside lower center", ncol=2, frameon=False, fontsize="small")
@@ -1256,6 +1310,18 @@ def add_arguments(parser) -> None:
     parser.add_argument("--provenance", required=True, help="the sidecar .provenance.json")
 
 
+def vector_figure(args, opts: FigureSettings):
+    """The constraints figures (kinds constraints, constraints_sweep): the figure and what it shows."""
+    if args.kind == "constraints":
+        record, scores = read_vector_inputs(args.lambda_json, args.scores, args.constraints)
+        view = constraint_view(record, scores)
+        return constraints(view, record, opts), constraint_shows(view)
+    record, scores = read_sweep_inputs(args.lambda_json, args.scores, args.constraints)
+    audit = read_sweep_audit(args.audit, args.lambda_json, record, scores.prompts)
+    view = sweep_view(record, scores, audit)
+    return constraints_sweep(view, opts), sweep_shows(view, audit)
+
+
 def run(args) -> None:
     import matplotlib.pyplot as plt
 
@@ -1307,17 +1373,8 @@ def run(args) -> None:
         report = dr.read_report(args.report, read_lambda(args.lambda_json) if args.lambda_json else None)
         fig = deployment(report, dr.read_traces(args.traces, report, args.report), opts)
         extra = dr.shows(report)
-    elif args.kind == "constraints":
-        record, scores = read_vector_inputs(args.lambda_json, args.scores, args.constraints)
-        view = constraint_view(record, scores)
-        fig = constraints(view, record, opts)
-        extra = constraint_shows(view)
-    elif args.kind == "constraints_sweep":
-        record, scores = read_sweep_inputs(args.lambda_json, args.scores, args.constraints)
-        audit = read_sweep_audit(args.audit, args.lambda_json, record, scores.n_prompts)
-        view = sweep_view(record, scores, audit)
-        fig = constraints_sweep(view, opts)
-        extra = sweep_shows(view, audit)
+    elif vector:
+        fig, extra = vector_figure(args, opts)
     else:
         fig = calibration(lam, opts)
     figure_dir = Path(args.png)
