@@ -585,10 +585,7 @@ def cost_options(specs, flag="--cost"):
 
 def audit_options():
     """The audit's decoding cost and evaluation scorer of every constraint."""
-    pairs = [("--cost", CONSTRAINT_COSTS), ("--evaluation", CONSTRAINT_EVALS)]
-    return shlex.join(
-        [part for flag, specs in pairs for name, spec in specs.items() for part in (flag, f"{name}={spec}")]
-    )
+    return cost_options(CONSTRAINT_COSTS) + " " + cost_options(CONSTRAINT_EVALS, "--evaluation")
 
 
 def constraint_outputs():

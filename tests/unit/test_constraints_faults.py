@@ -146,6 +146,21 @@ def test_an_audit_with_other_scorers_than_the_decode_is_refused(chain, capsys):
             "reward_scorer", "decoded with another reward scorer than --reward")
 
 
+def test_the_audit_keeps_the_picks_scores_and_refuses_them_non_finite(chain, tmp_path, capsys):
+    d, cons = chain
+    assert audit(d, [d / "bon_star.parquet"], cons, d / "lambda.json") == 0
+    rows = pd.read_csv(d / "audit.csv")
+    star = pd.read_parquet(d / "bon_star.parquet")
+    for c in cons:  # the audit's decoding cost is the pick's own (the oracle's evaluation too: the same scorer)
+        row = rows[rows["constraint"] == c.name].iloc[0]
+        assert row["mean_cost"] == pytest.approx(star[c.column].mean(), abs=1e-12)
+        assert row["eval_mean"] == pytest.approx(star[c.column].mean(), abs=1e-12)
+    bad = star.copy()
+    bad.loc[3, "cost_crime"] = np.nan
+    write_table(bad, tmp_path / "star.parquet", read_metadata(d / "bon_star.parquet"))
+    refused(capsys, audit(d, [tmp_path / "star.parquet"], cons, d / "lambda.json"), "cost_crime")
+
+
 def test_a_zero_decode_from_another_n_is_refused(chain, tmp_path, capsys):
     d, cons = chain
     df = pd.read_parquet(d / "test_scores.parquet")

@@ -313,6 +313,15 @@ def decoded_identity(kind: str, out, method: str, setting: str, lam: float, reco
     return stamp(kind, out, method=method, setting=setting, **{"lambda": float(lam)}, **extra, **fields)
 
 
+def expect_role(path: str | Path, flag: str, want: str, why: str) -> str | None:
+    """The prompt pool a table's identity names (None where it names none): ``want``, else refused saying ``why``
+    (calibrating on the test prompts, or auditing on the calibration prompts, answers another question)."""
+    role = read_identity(path).get("role")
+    if role not in (None, want):
+        raise _error(f"{flag} {path}: role {role}, expected {want} ({why})")
+    return role
+
+
 def role_of(path: str | Path) -> str | None:
     """The prompt pool a table belongs to: its identity's role, or the split it was written as (split_role)."""
     found = read_identity(path).get("role")

@@ -388,10 +388,8 @@ def check_inputs(args, s: CalibrationSettings) -> tuple[PromptScores, dict]:
     from lara.config import ConfigError
 
     check_floor(s)
-    role = identity.read_identity(args.scores).get("role")
-    if role not in (None, "calibration"):
-        raise DataError(f"--scores {args.scores}: role {role}, expected calibration (the samples of the calibration "
-                        "prompts); calibrating on the prompts the audit holds out makes the audit in-sample")
+    role = identity.expect_role(args.scores, "--scores", "calibration", "the samples of the calibration prompts: "
+                                "calibrating on the prompts the audit holds out makes the audit in-sample")
     found: list = []
     scores = load_scores(args.scores, found)
     weighted = getattr(args, "weights", None)
@@ -414,13 +412,21 @@ def check_clipping(result: dict, s: CalibrationSettings, allow: bool, path) -> N
         return
     note = (f"cost_bounds {s.cost_bounds} clip {total:.1%} of the calibration costs (more than {MAX_CLIPPED:.0%}): "
             "the certificate is about the clipped cost")
+    flag_clipping(result, note, s.guarantee, allow, path)
+
+
+def flag_clipping(result: dict, note: str, guarantee: str, allow: bool, where, bounds: str = "calibration.cost_bounds"
+                  ) -> None:
+    """Bounds that clip too much (``note`` says how much): every certified procedure's statement says so, and a
+    certified guarantee deployed with them is refused unless allowed (then its statement says so too)."""
     for name in CERTIFIED:
-        if name in result["procedures"]:
-            result["procedures"][name]["statement"] += f"; {note}"
-    if s.guarantee != "bootstrap" and not allow:
-        raise DataError(f"{path}: calibration.guarantee {s.guarantee}: {note}; widen calibration.cost_bounds (fixed "
-                        "before seeing these costs) or pass --allow-clipping")
-    if s.guarantee != "bootstrap":
+        p = result["procedures"].get(name)
+        if p and p.get("statement"):
+            p["statement"] += f"; {note}"
+    if guarantee in CERTIFIED:
+        if not allow:
+            raise DataError(f"{where}: calibration.guarantee {guarantee}: {note}; widen {bounds} (fixed before seeing "
+                            "these costs) or pass --allow-clipping")
         result["guarantee"]["statement"] += f"; {note}"
     log.warning("%s", note)
 

@@ -83,6 +83,7 @@ def check_output(art, record: dict, digest: str, constraints, scorers: dict, pat
     """A decoded output is what the audit is told it is: decode-vector's, for these constraints, on test prompts,
     decoded at the lambda its setting takes from this record (the record's digest, tau and Best-of-N size), and
     scored with the scorers the audit uses (the decoding costs are tau's units)."""
+    from lara import identity
     from lara.constraints.decode import resolve_vector
     from lara.data.tables import DataError
 
@@ -106,9 +107,7 @@ def check_output(art, record: dict, digest: str, constraints, scorers: dict, pat
     art.expect("reward_scorer", scorers["reward"], "decoded with another reward scorer than --reward")
     art.expect("cost_scorers", scorers["costs"], "decoded with other cost scorers than --cost: the audit's costs "
                                                  "must be the decoding costs, in tau's units")
-    role = art.identity.get("role")
-    if role not in (None, "test"):
-        raise DataError(f"--responses {art.path}: role {role}, expected test (the audit holds the test prompts out)")
+    identity.expect_role(art.path, "--responses", "test", "the audit holds the test prompts out")
 
 
 def run(args) -> None:
@@ -116,7 +115,7 @@ def run(args) -> None:
     from lara.constraints.decode import read_vector
     from lara.constraints.score import cost_specs
     from lara.constraints.spec import from_arg
-    from lara.data.tables import DataError, write_table
+    from lara.data.tables import DataError, require_finite, write_table
     from lara.evaluate.intervals import check_replicates
     from lara.io import write_json
     from lara.provenance import code_version
@@ -152,10 +151,18 @@ def run(args) -> None:
             raise DataError(f"--responses {path}: other prompts than {args.responses[0]} (every output is audited on "
                             "the same test prompts)")
         df = art.df.copy()
-        df["reward"] = scored(args.reward, "reward", df)
+        # a Best-of-N pick carries its candidate's reward and costs, scored by the scorers its identity names (just
+        # checked against --reward and --cost): kept; anything else (ARGS, a file without them) is scored here
+        kept = "reward_scorer" in art.identity and "cost_scorers" in art.identity
+        own = [col for col in ("reward", *(c.column for c in constraints)) if kept and col in df]
+        require_finite(df, own, path)
+        if "reward" not in own:
+            df["reward"] = scored(args.reward, "reward", df)
         for c in constraints:
-            df[c.column] = scored(costs[c.name], c.name, df)
-            df[f"eval_{c.name}"] = scored(evals[c.name], c.name, df)
+            if c.column not in own:
+                df[c.column] = scored(costs[c.name], c.name, df)
+            same = evals[c.name] == costs[c.name]  # the evaluation is the decoding cost: its scores, not again
+            df[f"eval_{c.name}"] = df[c.column] if same else scored(evals[c.name], c.name, df)
         outputs.append(df)
     if test is not None:
         cal = (record.get("identity") or {}).get("prompts")

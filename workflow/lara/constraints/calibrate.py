@@ -141,25 +141,14 @@ def check_clipping(result: dict, constraints, s: CalibrationSettings, allow: boo
     """As the scalar calibration (:func:`lara.calibrate.calibrate.check_clipping`): bounds that clip more than
     MAX_CLIPPED of some constraint's calibration costs make the certificate one about a cost the model rarely
     gives; a deployed certified lambda is then refused unless allowed, and every certified statement says it."""
-    from lara.calibrate.calibrate import MAX_CLIPPED
-    from lara.calibrate.certify import CERTIFIED
-    from lara.data.tables import DataError
+    from lara.calibrate.calibrate import MAX_CLIPPED, flag_clipping
 
     frac = result["guarantee"].get("clipped_fraction") or []
     over = [f"{c.name} {f:.1%}" for c, f in zip(constraints, frac, strict=False) if f > MAX_CLIPPED]
-    if not over:
-        return
-    note = (f"the cost bounds {result['guarantee']['bounds']} clip {', '.join(over)} of the calibration costs (more "
-            f"than {MAX_CLIPPED:.0%}): the certificate is about the clipped costs")
-    for name in CERTIFIED:
-        if name in result["procedures"] and result["procedures"][name].get("statement"):
-            result["procedures"][name]["statement"] += f"; {note}"
-    if s.guarantee in CERTIFIED:
-        if not allow:
-            raise DataError(f"{path}: calibration.guarantee {s.guarantee}: {note}; widen the bounds (fixed before "
-                            "seeing these costs) or pass --allow-clipping")
-        result["guarantee"]["statement"] += f"; {note}"
-    log.warning("%s", note)
+    if over:
+        note = (f"the cost bounds {result['guarantee']['bounds']} clip {', '.join(over)} of the calibration costs "
+                f"(more than {MAX_CLIPPED:.0%}): the certificate is about the clipped costs")
+        flag_clipping(result, note, s.guarantee, allow, path, "each constraint's bounds or calibration.cost_bounds")
 
 
 def brute_force(scores: VectorScores, tau, n, points, top: float, grid: int = BRUTE_GRID) -> dict:
@@ -264,10 +253,8 @@ def run(args) -> None:
     s = read_settings(args, CalibrationSettings)
     check_floor(s)
     constraints = from_arg(args.constraints)
-    role = identity.read_identity(args.scores).get("role")
-    if role not in (None, "calibration"):
-        raise DataError(f"--scores {args.scores}: role {role}, expected calibration (calibrating on the prompts the "
-                        "audit holds out makes the audit in-sample)")
+    role = identity.expect_role(args.scores, "--scores", "calibration", "calibrating on the prompts the audit holds "
+                                "out makes the audit in-sample")
     scores = load_vector_scores(args.scores, constraints)
     log.info("%d prompts, %d constraints %s, tau %s", scores.n_prompts, len(constraints),
              [c.name for c in constraints], [c.tau for c in constraints])

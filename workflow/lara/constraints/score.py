@@ -64,8 +64,7 @@ def run(args) -> None:
     df = read_table(args.input, required=("prompt", "response"))
     jobs = [("reward", args.reward, "reward")] + [(f"cost_{name}", spec, name) for name, spec in specs.items()]
     for col, spec, role in jobs:
-        scorer = load_scorer(spec, role="reward" if col == "reward" else role, batch_size=args.batch_size,
-                             dtype=s.dtype)
+        scorer = load_scorer(spec, role=role, batch_size=args.batch_size, dtype=s.dtype)
         log.info("scoring %d responses for %s with %s", len(df), col, spec)
         df[col] = score_table(scorer, df["prompt"].tolist(), df["response"].tolist(), f"scoring {col}")
         if not np.all(np.isfinite(df[col])):

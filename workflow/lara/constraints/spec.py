@@ -121,11 +121,3 @@ def bounds(constraints: list[Constraint], default) -> list | None:
     """Each constraint's cost bounds (its own, else ``default``: calibration.cost_bounds); None when one has none."""
     out = [c.bounds if c.bounds is not None else (None if default is None else tuple(default)) for c in constraints]
     return None if any(b is None for b in out) else [list(b) for b in out]
-
-
-def taus(constraints: list[Constraint]) -> list[float]:
-    return [c.tau for c in constraints]
-
-
-def names(constraints: list[Constraint]) -> list[str]:
-    return [c.name for c in constraints]

@@ -792,10 +792,8 @@ def read_sweep_inputs(lambda_json: str, scores_path: str, constraints_json: str)
     cons = from_arg(constraints_json)
     record = read_vector(lambda_json, cons)
     made = record.get("identity") or {}
-    role = identity.read_identity(scores_path).get("role")
-    if role not in (None, "test"):
-        raise DataError(f"--scores {scores_path}: role {role}, expected test (the figure draws the decoder on the "
-                        "held-out test prompts' candidates, constraints/bon_scores.parquet)")
+    identity.expect_role(scores_path, "--scores", "test", "the figure draws the decoder on the held-out test "
+                         "prompts' candidates, constraints/bon_scores.parquet")
     if (made.get("made_from") or {}).get("--scores") == identity.file_digest(scores_path):
         raise DataError(f"--scores {scores_path}: the scores --lambda-json {lambda_json} was calibrated on, not the "
                         "held-out test prompts' candidates")
