@@ -585,7 +585,7 @@ def cost_options(specs, flag="--cost"):
 
 def audit_options():
     """The audit's decoding cost and evaluation scorer of every constraint."""
-    return cost_options(CONSTRAINT_COSTS) + " " + cost_options(CONSTRAINT_EVALS, "--evaluation")
+    return f"{cost_options(CONSTRAINT_COSTS)} {cost_options(CONSTRAINT_EVALS, '--evaluation')}"
 
 
 def constraint_outputs():
