@@ -313,10 +313,11 @@ def decoded_identity(kind: str, out, method: str, setting: str, lam: float, reco
     return stamp(kind, out, method=method, setting=setting, **{"lambda": float(lam)}, **extra, **fields)
 
 
-def expect_role(path: str | Path, flag: str, want: str, why: str) -> str | None:
-    """The prompt pool a table's identity names (None where it names none): ``want``, else refused saying ``why``
-    (calibrating on the test prompts, or auditing on the calibration prompts, answers another question)."""
-    role = read_identity(path).get("role")
+def expect_role(path: str | Path, flag: str, want: str, why: str, found: dict | None = None) -> str | None:
+    """The prompt pool a table's identity (``found``, where already read) names (None where it names none):
+    ``want``, else refused saying ``why`` (calibrating on the test prompts, or auditing on the calibration prompts,
+    answers another question)."""
+    role = (read_identity(path) if found is None else found).get("role")
     if role not in (None, want):
         raise _error(f"{flag} {path}: role {role}, expected {want} ({why})")
     return role

@@ -107,7 +107,7 @@ def check_output(art, record: dict, digest: str, constraints, scorers: dict, pat
     art.expect("reward_scorer", scorers["reward"], "decoded with another reward scorer than --reward")
     art.expect("cost_scorers", scorers["costs"], "decoded with other cost scorers than --cost: the audit's costs "
                                                  "must be the decoding costs, in tau's units")
-    identity.expect_role(art.path, "--responses", "test", "the audit holds the test prompts out")
+    identity.expect_role(art.path, "--responses", "test", "the audit holds the test prompts out", art.identity)
 
 
 def run(args) -> None:

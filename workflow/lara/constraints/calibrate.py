@@ -39,12 +39,13 @@ BRUTE_GRID = 81  # points per axis of the 2-D brute-force check
 
 
 class VectorScores:
-    """Per-prompt rectangles: reward (P, K), costs (P, K, m), mask (P, K), prompt ids; ``prompts``: the file's
-    prompt set (:class:`lara.identity.PromptSet`, None for arrays made in memory)."""
+    """Per-prompt rectangles: reward (P, K), costs (P, K, m), mask (P, K), prompt ids; ``source``: the file they
+    were read from (:class:`lara.identity.Artifact`, its table and identity; None for arrays made in memory)."""
 
-    def __init__(self, reward, costs, mask, prompt_ids, prompts=None):
+    def __init__(self, reward, costs, mask, prompt_ids, source=None):
         self.reward, self.costs, self.mask, self.prompt_ids = reward, costs, mask, prompt_ids
-        self.prompts = prompts
+        self.source = source
+        self.prompts = None if source is None else source.prompts()
 
     @property
     def n_prompts(self) -> int:
@@ -62,7 +63,6 @@ def load_vector_scores(path, constraints, flag: str = "--scores") -> VectorScore
     art = identity.table(path, flag, required=("prompt_id", "reward", *columns), finite=("reward", *columns))
     require_in_range(art.df, ("reward", *columns), f"{flag} {path}")
     art.expect("constraints", [c.name for c in constraints], "scored for other constraints")
-    prompts = art.prompts()
     df = art.df
     if "sample_id" in df.columns and df.duplicated(["prompt_id", "sample_id"]).any():
         raise DataError(f"{flag} {path}: a (prompt_id, sample_id) pair is repeated; it would be counted twice")
@@ -72,7 +72,7 @@ def load_vector_scores(path, constraints, flag: str = "--scores") -> VectorScore
     except InputError as exc:
         raise DataError(f"{flag} {path}: {exc}") from None
     return VectorScores(per[0].reward, np.stack([p.cost for p in per], axis=2), per[0].mask, per[0].prompt_ids,
-                        prompts)
+                        art)
 
 
 def _scalar(scores: VectorScores, tau: float, s: CalibrationSettings) -> dict:

@@ -40,12 +40,14 @@ def read_vector(path, constraints) -> dict:
     if data.get("tau") != [c.tau for c in constraints]:
         raise DataError(f"--lambda-json {path}: calibrated for tau {data.get('tau')}, expected "
                         f"{[c.tau for c in constraints]}")
+    def plain(v):  # bounds: a tuple in the spec, a list in JSON
+        return list(v) if isinstance(v, tuple | list) else v
+
     for c, got in zip(constraints, data.get("constraints") or [{}] * len(constraints), strict=False):
         for key in ("cost", "bounds"):
             want = getattr(c, key)
             have = got.get(key, want)
-            if (list(have) if isinstance(have, (list, tuple)) else have) != (
-                    list(want) if isinstance(want, (list, tuple)) else want):
+            if plain(have) != plain(want):
                 raise DataError(f"--lambda-json {path}: constraint {c.name} was calibrated with {key} {have!r}, "
                                 f"expected {want!r} (the constraint as configured)")
     return data
@@ -112,7 +114,7 @@ def _bon(args, constraints, lam, record):
     if record is not None and record["decoder"]["n"] != n:
         raise DataError(f"--candidates {args.candidates}: Best-of-{n}, but {args.lambda_json} was calibrated for "
                         f"Best-of-{record['decoder']['n']}")
-    art = identity.table(args.candidates, "--candidates")
+    art = scores.source
     df = art.df
     pick = select_vector(scores.reward, scores.costs, lam)
     # the rows in from_long's layout: prompts sorted by id, samples in file order

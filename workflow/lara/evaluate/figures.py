@@ -596,7 +596,6 @@ def _feasible_plane(view: ConstraintView, record: dict, opts: FigureSettings, pa
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    shade = SHADE
     g = view.grid
     top = float(g.axis[-1])
     side = max(opts.width * 0.75, 4.0)  # a square panel, the legend to its right
@@ -604,8 +603,8 @@ def _feasible_plane(view: ConstraintView, record: dict, opts: FigureSettings, pa
     l1, l2 = g.lambdas
     marks = np.array([np.minimum(p["lambda"], top) for p in view.procedures.values()]).reshape(-1, 2)
     ax.pcolormesh(l1, l2, np.ma.masked_where(~g.feasible, np.ones_like(l1)), shading="nearest",
-                  cmap=ListedColormap([shade]), alpha=0.18, lw=0, zorder=1)
-    handles.append(Patch(color=shade, alpha=0.25, label=f"every constraint met ({int(g.feasible.sum())} of "
+                  cmap=ListedColormap([SHADE]), alpha=0.18, lw=0, zorder=1)
+    handles.append(Patch(color=SHADE, alpha=0.25, label=f"every constraint met ({int(g.feasible.sum())} of "
                                                        f"{g.feasible.size} grid points)"))
     rs = ax.contour(l1, l2, g.reward, levels=6, colors="0.55", linewidths=0.7, linestyles=":", zorder=2)
     ax.clabel(rs, fmt="%.3g", fontsize="x-small")
@@ -638,8 +637,7 @@ def _feasible_plane(view: ConstraintView, record: dict, opts: FigureSettings, pa
     ax.set_xlabel(f"$\\lambda_1$ ({view.names[0]})")
     ax.set_ylabel(f"$\\lambda_2$ ({view.names[1]})")
     ax.set_title(f"Best-of-{view.n}: the feasible region ({view.n_prompts} calibration prompts)")
-    axes = [ax]
-    return fig, axes
+    return fig, [ax]
 
 
 def _costs_along_ray(view: ConstraintView, record: dict, opts: FigureSettings, pal, colour: dict, handles: list):
@@ -649,7 +647,7 @@ def _costs_along_ray(view: ConstraintView, record: dict, opts: FigureSettings, p
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    shade, m = SHADE, len(view.names)
+    m = len(view.names)
     ray = view.ray
     s, s_top = ray["s"], ray["s_max"]
     fig, axes = plt.subplots(1, m + 1, figsize=(max(opts.width, 2.8 * (m + 1)), opts.height + 1.4), sharex=True,
@@ -659,7 +657,7 @@ def _costs_along_ray(view: ConstraintView, record: dict, opts: FigureSettings, p
     panels.append((axes[m], ray["reward"], "reward", "mean expected reward"))
     for j, (ax, y, title, ylabel) in enumerate(panels):
         ax.plot(s, y, drawstyle="steps-post", color=pal[j] if j < m else "0.3", lw=1.5)
-        ax.fill_between(s, 0, 1, where=ray["feasible"], step="post", color=shade, alpha=0.1, lw=0,
+        ax.fill_between(s, 0, 1, where=ray["feasible"], step="post", color=SHADE, alpha=0.1, lw=0,
                         transform=ax.get_xaxis_transform())
         if j < m:
             ax.axhline(view.tau[j], color="black", ls="--", lw=1.0)
@@ -675,7 +673,7 @@ def _costs_along_ray(view: ConstraintView, record: dict, opts: FigureSettings, p
         ax.set_ylabel(ylabel)
         ax.set_xlim(0.0, s_top)
         ax.set_xlabel("$\\lambda$" if m == 1 else "s ($\\lambda$ = s d)")
-    handles.append(Patch(color=shade, alpha=0.2, label="every constraint met"))
+    handles.append(Patch(color=SHADE, alpha=0.2, label="every constraint met"))
     handles.append(Line2D([], [], color="black", ls="--", lw=1.0, label="$\\tau$"))
     if m > 1:
         handles.append(Line2D([], [], color="0.3", lw=0, label=f"d = {_vec(view.direction)}"))
