@@ -123,7 +123,7 @@ def test_settings_refuse_a_guarantee_without_bounds_or_outside_bon_mode():
 
 def test_the_deployed_procedure_is_lambda_star_and_its_promise_is_recorded(tmp_path):
     from lara.calibrate.record import read_lambda, resolve_lambda, write_lambda
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     s = scores(3, 400, 8)
     common = dict(tau=-0.4, cost_bounds=[-4.0, 4.0], bon_n=4, delta=0.1, bootstrap=300)

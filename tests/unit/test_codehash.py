@@ -82,7 +82,7 @@ def test_comment_docstring_and_formatting_edits_change_no_hash(package_copy):
 
 @pytest.mark.parametrize("module, rel, old, new", [
     ("lara.template", "template.py", "def ", "SHARED_EDIT = 1\n\n\ndef "),
-    ("lara.data.tables", "data/tables.py", "def ", "SHARED_EDIT = 1\n\n\ndef "),
+    ("lara.read.files", "read/files.py", "def ", "SHARED_EDIT = 1\n\n\ndef "),
 ])
 def test_a_code_edit_to_a_shared_module_changes_exactly_its_importers(package_copy, module, rel, old, new):
     before = hashes_of(package_copy)

@@ -103,7 +103,7 @@ def test_category_view_relabels_by_the_category_alone():
 
 
 def test_category_view_refuses_what_is_not_labelled():
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     with pytest.raises(DataError, match="not labelled"):
         category_view(pairs(), "privacy", seed=0)
@@ -113,7 +113,7 @@ def test_category_view_refuses_what_is_not_labelled():
 
 def test_ingest_keeps_and_checks_the_category_labels():
     from lara.data.ingest import normalise_preferences
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     df, _ = normalise_preferences(pairs(), "src")
     assert df["response_0_harm_category"].iloc[0] == {"crime": False, "violence": True}
@@ -205,7 +205,7 @@ def test_vector_select_maximises_the_combined_score():
 
 
 def test_the_decoder_reads_only_a_vector_record_for_its_constraints(tmp_path):
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     cs = constraints(-0.2, -0.1)
     rec = {"identity": {"kind": "lambda_vector"}, "names": ["c0", "c1"], "tau": [-0.2, -0.1],
@@ -250,7 +250,7 @@ def test_score_constraints_adds_one_cost_column_per_constraint_in_order(tmp_path
     import sys
 
     from lara import identity
-    from lara.data.tables import write_table
+    from lara.read.files import write_table
     from lara.toy.world import all_requests, make_response, oracle_score
 
     rng = np.random.default_rng(0)

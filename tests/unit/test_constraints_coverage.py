@@ -22,7 +22,7 @@ from lara.config import ConfigError
 from lara.constraints.calibrate import VectorScores
 from lara.constraints.coverage import load_population, population_at, study
 from lara.constraints.spec import Constraint, to_json
-from lara.data.tables import DataError
+from lara.read.files import DataError
 
 DELTA = 0.2
 
@@ -147,7 +147,7 @@ def test_settings_given_twice_must_agree():
 def write_scores(path, pop: VectorScores, names, first: int = 0, role: str = "calibration", scored_for=None):
     """A constraint-score table as lara score-constraints writes it (its identity included)."""
     from lara import identity
-    from lara.data.tables import write_table
+    from lara.read.files import write_table
 
     p, k, m = pop.costs.shape
     df = pd.DataFrame({"prompt_id": np.repeat([f"p{first + i}" for i in range(p)], k),

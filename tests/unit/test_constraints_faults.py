@@ -16,7 +16,7 @@ import pytest
 from lara import identity
 from lara.cli import main
 from lara.constraints.spec import Constraint, to_json
-from lara.data.tables import read_metadata, write_table
+from lara.read.files import read_metadata, write_table
 from lara.toy.world import CATEGORY_OF, STYLES, all_requests, make_response
 
 K = 4

@@ -21,7 +21,7 @@ from lara.calibrate.vector import combined, expected_vector
 from lara.cli import main
 from lara.constraints import spec
 from lara.constraints.calibrate import load_vector_scores, vector_calibrate
-from lara.data.tables import write_table
+from lara.read.files import write_table
 from lara.evaluate import figures
 from lara.io import write_json
 

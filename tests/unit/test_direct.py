@@ -65,7 +65,7 @@ def test_zero_that_meets_tau_is_deployed_after_one_decode_and_no_grid_lambda_is_
 
 
 def test_a_record_of_another_kind_or_with_a_bad_lambda_is_refused(tmp_path):
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     (tmp_path / "a.json").write_text(json.dumps({"kind": "token_level_direct", "lambda_star": float("nan"),
                                                  "tau": -0.5}))

@@ -195,7 +195,7 @@ def test_paired_differences_are_tighter_than_unpaired_intervals():
 
 
 def test_every_decoder_is_audited_and_a_partly_scored_output_refused():
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     df = pd.DataFrame({"prompt_id": list(range(20)) * 3, "method": ["args"] * 40 + ["sft"] * 20,
                        "setting": ["zero"] * 20 + ["star"] * 20 + ["policy"] * 20,
@@ -222,7 +222,7 @@ def test_the_audit_says_when_lambda_star_reaches_the_overpenalised_setting():
 
 def test_a_record_is_audited_only_against_its_own_tau_and_n():
     from lara.calibrate.record import check_budget
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     check_budget(_record(-0.5, n=20), -0.5, 20)
     with pytest.raises(DataError, match=r"calibrated for tau = -0.5, but calibration.tau is -1: rerun"):

@@ -358,8 +358,8 @@ def test_the_import_graph_finder_sees_every_kind_of_import():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
 
 
-# a cycle that landed while this test was written (cafd204: lara.data.tables imports lara.data.ids in read_table,
-# lara.data.ids imports DataError from lara.data.tables in _error); remove it from here when DataError moves out
+# a cycle that landed while this test was written (cafd204: lara.read.files imports lara.data.ids in read_table,
+# lara.data.ids imports DataError from lara.read.files in _error); remove it from here when DataError moves out
 KNOWN_CYCLES: list[set] = []
 
 

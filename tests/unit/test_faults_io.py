@@ -632,7 +632,7 @@ def test_a_read_only_file_system_in_a_real_process(tmp_path):
                                         (["p1", "p1 "], "'p1' and 'p1 '"), ([1.0, "1"], "1.0 and '1' (float and str)")])
 def test_ids_that_collapse_once_read_again_are_refused(ids, shown):
     from lara.data.ids import check_id_types
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     with pytest.raises(DataError, match="^" + re.escape(f"x.jsonl: column 'prompt_id' holds the ids {shown}, ")):
         check_id_types(pd.DataFrame({"prompt_id": pd.Series(ids, dtype=object)}), "x.jsonl")
@@ -648,7 +648,7 @@ def test_distinct_ids_pass():
 
 def test_a_stored_pandas_index_is_undone(tmp_path):
     from lara.data.ids import plain_index
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     df = candidates(3, 2)
     df.set_index("prompt_id").to_parquet(tmp_path / "named.parquet")

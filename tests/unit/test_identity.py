@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from lara import identity
-from lara.data.tables import read_metadata, write_table
+from lara.read.files import read_metadata, write_table
 from lara.evaluate.intervals import MIN_PROMPTS, TOO_FEW, VERDICTS
 
 from ..conftest import lara_in_process

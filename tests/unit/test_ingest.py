@@ -11,7 +11,7 @@ import pytest
 
 from lara.data.ingest import IngestSettings, PreferenceIngestSettings, ingest, load_source
 from lara.data.splits import split_prompts
-from lara.data.tables import DataError, read_metadata
+from lara.read.files import DataError, read_metadata
 from lara.hub import HubError
 from lara.toy.world import ToyWorldSettings, generate
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from lara.calibrate.record import REQUIRED, read_lambda, resolve_lambda, write_lambda
-from lara.data.tables import DataError
+from lara.read.files import DataError
 
 
 @pytest.fixture()

@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from lara.config import ConfigError
-from lara.data.tables import DataError
+from lara.read.files import DataError
 from lara.realtext.pins import PINS_FILE, Pin, pins, wheel_pin
 
 from ..conftest import CACHE, REPO, lara_in_process

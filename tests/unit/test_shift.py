@@ -127,7 +127,7 @@ def test_distinct_prompts_counts_a_prompt_once_and_refuses_one_id_with_two_texts
 def write_inputs(tmp_path, shift: float, n_cal: int = 120, n_pool: int = 80, d: int = 6):
     """Features of calibration and pool prompts, the calibration prompts, a stream over the pool with repeats (and
     its scenario in its identity), and calibration scores whose cost rises with feature f0."""
-    from lara.data.tables import write_table
+    from lara.read.files import write_table
 
     rng = np.random.default_rng(5)
     cal_ids = [f"c{i:03d}" for i in range(n_cal)]
@@ -161,7 +161,7 @@ def shift_check(tmp_path, *extra):
 
 def test_shift_check_then_the_weighted_calibration_end_to_end(tmp_path):
     from lara import identity
-    from lara.data.tables import read_table
+    from lara.read.files import read_table
 
     write_inputs(tmp_path, shift=1.0)
     rc, _, err = shift_check(tmp_path)
@@ -207,7 +207,7 @@ def test_no_shift_is_not_called_a_shift_and_says_it_proves_nothing(tmp_path):
 
 
 def test_shift_check_refuses_prompts_without_features_and_shared_prompts(tmp_path):
-    from lara.data.tables import read_table, write_table
+    from lara.read.files import read_table, write_table
 
     write_inputs(tmp_path, shift=0.5)
     feats = read_table(tmp_path / "features.parquet")
@@ -228,7 +228,7 @@ def test_shift_check_refuses_prompts_without_features_and_shared_prompts(tmp_pat
 def test_prompt_features_end_to_end(tiny_world, tmp_path):
     """Mean-pooled last hidden states of a tiny Llama: one float32 row per distinct prompt, the same in any batch
     size (to float rounding) and run to run."""
-    from lara.data.tables import read_table, write_table
+    from lara.read.files import read_table, write_table
 
     a = pd.DataFrame({"prompt_id": ["p1", "p2", "p3"], "prompt": ["how do I bake bread", "hello", "a b c d e f"]})
     b = pd.DataFrame({"t": [0, 0, 1], "prompt_id": ["p2", "p2", "p4"], "prompt": ["hello", "hello", "tell me more"]})

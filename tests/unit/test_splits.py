@@ -78,7 +78,7 @@ def test_value_prompts_mix_safety_and_instruction_prompts_and_avoid_the_splits()
 
 
 def test_value_prompts_refuse_to_come_up_short():
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
     from lara.data.value_prompts import ValuePromptSettings, draw
 
     safety = pd.Series([f"q{i}" for i in range(10)])
@@ -94,7 +94,7 @@ def test_unicode_equivalent_prompts_are_one_prompt():
     import unicodedata
 
     from lara.data.splits import prompt_key, split_prompts
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     base = [f"Où est le café numéro {i} ?" for i in range(30)]
     variants = ([unicodedata.normalize("NFD", t) for t in base] + [t.replace("est", "e\u200bst") for t in base]

@@ -148,7 +148,7 @@ def write_case(tmp_path, prompts: int = 120, seed: int = 6):
 
 
 def write_weights(path, ids, w, min_ess=20, kind="shift_weights"):
-    from lara.data.tables import write_table
+    from lara.read.files import write_table
 
     meta = {"identity": {"kind": kind, "min_ess": min_ess, "scenario": "drift", "ess": 1.0}} if kind else {}
     write_table(pd.DataFrame({"prompt_id": ids, "weight": w}), path, meta)

@@ -7,7 +7,7 @@ import re
 import pandas as pd
 import pytest
 
-from lara.data.tables import read_metadata
+from lara.read.files import read_metadata
 from lara.toy.world import find_topic
 
 from ..conftest import run_snakemake

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from lara.data.tables import read_metadata
+from lara.read.files import read_metadata
 
 from ..conftest import copy_workflow, run_snakemake
 

@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from lara.data.tables import read_metadata
+from lara.read.files import read_metadata
 from lara.io import sha256_path
 
 from ..conftest import copy_workflow, hub_cache_put, run_snakemake

@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     args = make_parser(command).parse_args(argv)
     _configure_logging(args.log_level)
     from lara.config import ConfigError
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
     from lara.hub import HubError
     from lara.io import DISK_ERRNOS, WriteError
     from lara.provenance import code_version

@@ -75,7 +75,7 @@ def _read(name: str) -> tuple[frozenset[str], str]:
         elif isinstance(node, ast.ImportFrom):
             target = _absolute(name, node)
             found.add(target)
-            # `from lara.data import tables` imports the submodule lara.data.tables
+            # `from lara.read import files` imports the submodule lara.read.files
             found.update(f"{target}.{alias.name}" for alias in node.names
                          if module_file(f"{target}.{alias.name}") is not None)
         elif isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):

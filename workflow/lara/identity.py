@@ -37,7 +37,7 @@ MISSING = object()
 
 
 def _error(message: str):
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     return DataError(message)
 
@@ -169,7 +169,7 @@ def read_identity(path: str | Path) -> dict:
     path = Path(path)
     try:
         if path.suffix == ".parquet":
-            from lara.data.tables import read_metadata
+            from lara.read.files import read_metadata
 
             found = read_metadata(path).get(KEY)
         elif path.suffix == ".json":
@@ -239,8 +239,8 @@ class Artifact:
 
 
 def table(path: str | Path, flag: str, required=(), finite=()) -> Artifact:
-    """Read a table with its identity (lara.data.tables.read_table's checks, and ``finite`` columns finite)."""
-    from lara.data.tables import read_table, require_finite, require_rows
+    """Read a table with its identity (lara.read.files.read_table's checks, and ``finite`` columns finite)."""
+    from lara.read.files import read_table, require_finite, require_rows
 
     df = require_rows(read_table(path, required=required), path)
     if finite:
@@ -327,7 +327,7 @@ def role_of(path: str | Path) -> str | None:
     """The prompt pool a table belongs to: its identity's role, or the split it was written as (split_role)."""
     found = read_identity(path).get("role")
     if found is None and Path(path).suffix == ".parquet":
-        from lara.data.tables import read_metadata
+        from lara.read.files import read_metadata
 
         try:
             found = read_metadata(path).get("split_role")

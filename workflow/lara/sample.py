@@ -154,7 +154,7 @@ def run(args) -> None:
     from lara import identity
     from lara.config import require_model
     from lara.data.splits import prompt_id
-    from lara.data.tables import read_table, write_table
+    from lara.read.files import read_table, write_table
     from lara.provenance import code_version
 
     s = read_settings(args, GenerationSettings)

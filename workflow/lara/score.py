@@ -37,7 +37,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.data.tables import DataError, read_table, write_table
+    from lara.read.files import DataError, read_table, write_table
     from lara.provenance import code_version
     from lara.scoring import load_scorer, score_table
 

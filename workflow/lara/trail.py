@@ -60,7 +60,7 @@ def _lara_record(path: Path) -> dict | None:
         rec = json.loads((path / "provenance.json").read_text())
         return {k: rec.get(k) for k in ("settings", "seed", "code", "host", "device", "created")}
     if path.suffix == ".parquet" and path.is_file():
-        from lara.data.tables import read_metadata
+        from lara.read.files import read_metadata
 
         meta = read_metadata(path)
         return meta or None
@@ -185,7 +185,7 @@ REQUIRED = ("figure", "inputs", "trail")
 
 def read_sidecar(path: Path) -> dict:
     """A sidecar's record; a file that is not one is a :class:`DataError` naming it."""
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
@@ -344,7 +344,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     fig = Path(args.figure)
     given = None if fig.name.endswith(SUFFIX) else fig

@@ -228,7 +228,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara.calibrate.calibrate import load_scores
-    from lara.data.tables import DataError, write_table
+    from lara.read.files import DataError, write_table
     from lara.io import sha256_file, write_json
     from lara.provenance import code_version
 

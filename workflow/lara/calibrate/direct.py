@@ -117,7 +117,7 @@ def run(args) -> None:
 
     from lara.calibrate.record import read_lambda
     from lara.config import require_model
-    from lara.data.tables import DataError, read_table
+    from lara.read.files import DataError, read_table
     from lara.decode.rgtg import METHOD_SETTINGS, decode, load_models
     from lara.evaluate.intervals import cost_audit
     from lara.io import atomic_output, write_json

@@ -67,7 +67,7 @@ class LambdaRecord:
 
     def procedure_lambda(self, procedure: str) -> float:
         """The lambda a calibration procedure chose (bootstrap, crc, ltt), as recorded beside lambda*."""
-        from lara.data.tables import DataError
+        from lara.read.files import DataError
 
         entry = (self.data.get("procedures") or {}).get(procedure)
         if not isinstance(entry, dict) or not isinstance(entry.get("lambda"), (int, float)):
@@ -79,7 +79,7 @@ class LambdaRecord:
 def read_lambda(path: str | Path, allow_uncertified: bool = False) -> LambdaRecord:
     """Read and check a ``lambda.json``; a missing file, bad JSON or a missing key names the file and key. A
     weighted record that is not certified is refused unless ``allow_uncertified`` (a report, never a decoder)."""
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     try:
         data = json.loads(Path(path).read_text())
@@ -129,7 +129,7 @@ def _check_values(data: dict, path) -> None:
     """What a writer guarantees and an edit can break: the deployed lambda* is the lambda of the record's own
     deploying procedure: its bootstrap quantile (bootstrap.quantiles holds the deployed quantile's value) or its
     certified lambda (procedures.<crc|ltt>.lambda)."""
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     procedure = (data.get("guarantee") or {}).get("procedure", "bootstrap")
     if procedure != "bootstrap":
@@ -153,7 +153,7 @@ def _check_values(data: dict, path) -> None:
 def check_budget(record: LambdaRecord, tau: float | None, n: int | None = None, key: str = "calibration.tau") -> None:
     """Refuse to audit ``record`` against another budget or another Best-of-N size than it was
     calibrated for: a lambda* means something only for its own tau (and, in bon mode, its own N)."""
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     if tau is not None and float(tau) != record.tau:
         raise DataError(f"{record.path}: calibrated for tau = {record.tau:g}, but {key} is {float(tau):g}: rerun "
@@ -175,7 +175,7 @@ def overpenalised_note(lambda_star: float, overpenalised: float | None) -> str |
 
 def write_lambda(record: dict, path: str | Path) -> None:
     """Write a calibration result as ``lambda.json`` (atomically; checked like the reader checks it)."""
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
     from lara.io import write_json
 
     missing = [k for k in REQUIRED if k not in record]
@@ -294,7 +294,7 @@ DIRECT_KIND = "token_level_direct"  # the record `lara calibrate-decoder` writes
 def read_direct(path: str | Path) -> dict:
     """A ``direct_<method>.json`` (lara.calibrate.direct), checked: its kind, a finite lambda_star >= 0, a tau.
     Read here, not in lara.calibrate.direct, so a decoder's code closure stays the reader's alone."""
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     try:
         data = json.loads(Path(path).read_text())

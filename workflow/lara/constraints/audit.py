@@ -85,7 +85,7 @@ def check_output(art, record: dict, digest: str, constraints, scorers: dict, pat
     scored with the scorers the audit uses (the decoding costs are tau's units)."""
     from lara import identity
     from lara.constraints.decode import resolve_vector
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     art.expect("kind", "responses_vector", "a decoded output of lara decode-vector")
     art.expect("names", [c.name for c in constraints], "decoded for other constraints")
@@ -115,7 +115,7 @@ def run(args) -> None:
     from lara.constraints.decode import read_vector
     from lara.constraints.score import cost_specs
     from lara.constraints.spec import from_arg
-    from lara.data.tables import DataError, require_finite, write_table
+    from lara.read.files import DataError, require_finite, write_table
     from lara.evaluate.intervals import check_replicates
     from lara.io import write_json
     from lara.provenance import code_version

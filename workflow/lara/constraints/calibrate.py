@@ -57,7 +57,7 @@ def load_vector_scores(path, constraints, flag: str = "--scores") -> VectorScore
     constraints the file was scored for equal to ``constraints``."""
     from lara import identity
     from lara.calibrate.dual import InputError, PromptScores
-    from lara.data.tables import DataError, require_in_range
+    from lara.read.files import DataError, require_in_range
 
     columns = [c.column for c in constraints]
     art = identity.table(path, flag, required=("prompt_id", "reward", *columns), finite=("reward", *columns))
@@ -245,7 +245,7 @@ def run(args) -> None:
     from lara import identity
     from lara.calibrate.calibrate import check_floor
     from lara.constraints.spec import from_arg
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
     from lara.io import sha256_file, write_json
     from lara.provenance import code_version
     from lara.settings import nonfinite

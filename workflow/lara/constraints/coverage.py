@@ -314,7 +314,7 @@ def load_population(paths, constraints):
     load_vector_scores`, errors naming the file), refusing a prompt found in two of them."""
     from lara import identity
     from lara.constraints.calibrate import VectorScores, load_vector_scores
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     identity.distinct_files(paths, "--scores")
     parts = [load_vector_scores(p, constraints, "--scores") for p in paths]
@@ -358,7 +358,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara.constraints.spec import from_arg
-    from lara.data.tables import DataError, write_table
+    from lara.read.files import DataError, write_table
     from lara.io import sha256_file, write_json
     from lara.provenance import code_version
     from lara.settings import nonfinite

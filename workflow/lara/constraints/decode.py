@@ -24,7 +24,7 @@ SETTINGS = ("zero", "hat", "star", "soft", "bootstrap", "ltt")
 
 def read_vector(path, constraints) -> dict:
     """A vector lambda record, checked against the constraints the step was given (names and taus)."""
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     try:
         data = json.loads(Path(path).read_text())
@@ -56,7 +56,7 @@ def read_vector(path, constraints) -> dict:
 def resolve_vector(setting: str, record: dict | None, m: int, path=None) -> list[float]:
     """The multipliers of a setting: zeros, or the record's procedure (refused when it found none)."""
     from lara.config import ConfigError
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     if setting not in SETTINGS:
         raise ConfigError(f"--setting {setting}: one of {', '.join(SETTINGS)}")
@@ -101,7 +101,7 @@ def add_arguments(parser) -> None:
 def _bon(args, constraints, lam, record):
     from lara import identity
     from lara.constraints.calibrate import load_vector_scores
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     if args.candidates is None:
         raise DataError("--method bon needs --candidates")
@@ -129,7 +129,7 @@ def _args(args, constraints, lam):
     from lara import identity
     from lara.config import require_model
     from lara.constraints.score import cost_specs
-    from lara.data.tables import DataError, read_table
+    from lara.read.files import DataError, read_table
     from lara.decode.rgtg import ARGSSettings, decode
     from lara.settings import read_settings
 
@@ -225,7 +225,7 @@ class PolicyFluencyStepper:
 def run(args) -> None:
     from lara import identity
     from lara.constraints.spec import from_arg
-    from lara.data.tables import write_table
+    from lara.read.files import write_table
     from lara.provenance import code_version
 
     constraints = from_arg(args.constraints)

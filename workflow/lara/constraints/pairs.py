@@ -33,7 +33,7 @@ HELP = "the preference pairs relabelled by one harm category (for that category'
 
 def category_view(df, category: str, seed: int, where: str = "--input"):
     """The PKU-schema table with is_response_{0,1}_safe and safer_response_id for ``category`` alone."""
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     missing = [c for c in HARM_CATEGORY_COLUMNS if c not in df.columns]
     if missing:
@@ -64,7 +64,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.data.tables import read_table, write_table
+    from lara.read.files import read_table, write_table
     from lara.provenance import code_version
 
     s = read_settings(args, CategoryPairsSettings)

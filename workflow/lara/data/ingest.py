@@ -20,7 +20,7 @@ from typing import ClassVar, Literal
 import numpy as np
 import pandas as pd
 
-from lara.data.tables import DataError, check_text_file, write_table
+from lara.read.files import DataError, check_text_file, write_table
 from lara.hub import (
     HubRef,
     commit_of,

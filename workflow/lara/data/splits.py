@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from lara.data.ingest import SourceSettings, _require, _text, load_source
-from lara.data.tables import DataError, write_table
+from lara.read.files import DataError, write_table
 from lara.provenance import code_version
 from lara.settings import add_settings_arguments, new_default, read_settings, seed_setting, setting
 
@@ -155,7 +155,7 @@ def run(args) -> None:
     pool = _text(raw, s.column, s.source)
     meta = {"settings": asdict(s), "origin": origin, "rows_in": len(raw), "code": code_version()}
     if args.calibration_preferences:
-        from lara.data.tables import read_table
+        from lara.read.files import read_table
 
         prefs = read_table(args.calibration_preferences, required=("prompt",))
         try:

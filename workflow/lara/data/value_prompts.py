@@ -44,7 +44,7 @@ def draw(sft: pd.Series, safety: pd.Series, exclude: set[str], s: ValuePromptSet
     the rest instruction prompts, none of them in ``exclude`` (prompt keys, lara.data.splits.prompt_key), none
     twice."""
     from lara.data.splits import distinct_prompts, prompt_id
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     n_safety = int(round(s.n_prompts * s.safety_fraction))
     wanted = {"safety": n_safety, "instruction": s.n_prompts - n_safety}
@@ -75,7 +75,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara.data.splits import prompt_key
-    from lara.data.tables import read_table, write_table
+    from lara.read.files import read_table, write_table
     from lara.provenance import code_version
 
     s = read_settings(args, ValuePromptSettings)

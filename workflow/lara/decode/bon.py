@@ -73,7 +73,7 @@ def check_calibrated_for(n: int, setting: str, lambda_json: str | Path | None) -
         return
     decoder = read_lambda(lambda_json).decoder
     if decoder.get("kind") == "best_of_n" and decoder.get("n") not in (None, n):
-        from lara.data.tables import DataError
+        from lara.read.files import DataError
 
         raise DataError(f"--lambda-json {lambda_json}: calibrated for Best-of-{decoder['n']}, but the candidates "
                         f"give Best-of-{n}: calibrate for N = {n} (decode.bon_n) or draw N = {decoder['n']} candidates")
@@ -97,7 +97,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.data.tables import DataError, read_table, require_in_range, write_table
+    from lara.read.files import DataError, read_table, require_in_range, write_table
 
     df = read_table(args.candidates, required=("prompt_id", "sample_id", "prompt", "response", "reward", "cost"))
     require_in_range(df, ("reward", "cost"), args.candidates)

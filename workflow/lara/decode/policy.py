@@ -31,7 +31,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.data.tables import read_table, write_table
+    from lara.read.files import read_table, write_table
     from lara.sample import make_generator
 
     s = read_settings(args, GenerationSettings)

@@ -424,7 +424,7 @@ def run(args) -> None:
     from lara import identity
     from lara.calibrate.record import resolve_lambda
     from lara.config import require_model
-    from lara.data.tables import read_table, write_table
+    from lara.read.files import read_table, write_table
 
     s = read_settings(args, METHOD_SETTINGS[args.method])
     lam = resolve_lambda(args.setting, args.overpenalised_lambda, args.lambda_json)

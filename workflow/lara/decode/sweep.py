@@ -75,7 +75,7 @@ def read_records(args, tau: float | None, sizes: list[int], m: int) -> tuple[dic
     """The lambda records of the sweep, each checked: bon-mode records one per swept N (--lambda-json), soft-mode
     records (--soft-lambda-json), and the other taus' records at a swept N (--tau-lambda-json)."""
     from lara.calibrate.record import check_budget, read_lambda
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     calibrated = {}
     for path in args.lambda_json:
@@ -140,7 +140,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.data.tables import DataError, read_table, require_in_range, write_table
+    from lara.read.files import DataError, read_table, require_in_range, write_table
     from lara.evaluate.intervals import check_replicates
 
     s = read_settings(args, SweepSettings)

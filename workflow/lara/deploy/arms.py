@@ -84,7 +84,7 @@ def fixed_arms(record, weighted: float | None) -> list[tuple[str, float]]:
 def online_arm(path, stream, s: DeploymentSettings, record_path) -> tuple[str, pd.DataFrame, dict]:
     """An online arm's per-visit table, checked against the stream it claims to have run on."""
     from lara import identity
-    from lara.data.tables import read_metadata, read_table
+    from lara.read.files import read_metadata, read_table
 
     made = identity.read_identity(path)
     if made.get("kind") != "online":
@@ -173,7 +173,7 @@ def add_arguments(parser) -> None:
 def run(args) -> None:
     from lara import identity
     from lara.calibrate.record import read_lambda
-    from lara.data.tables import write_table
+    from lara.read.files import write_table
 
     s = read_settings(args, DeploymentSettings)
     identity.distinct_files(args.online, "--online")

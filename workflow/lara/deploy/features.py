@@ -142,7 +142,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.data.tables import read_table, write_table
+    from lara.read.files import read_table, write_table
     from lara.provenance import code_version
 
     s = read_settings(args, FeatureSettings)

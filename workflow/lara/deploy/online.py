@@ -55,7 +55,7 @@ class Stream:
 def read_stream(path) -> Stream:
     """A candidates table (t, prompt_id, sample_id, reward, cost), checked: visits 0..T-1 in order, each with the
     same number N of distinct candidates of one prompt, finite numbers."""
-    from lara.data.tables import read_table, require_finite, require_in_range
+    from lara.read.files import read_table, require_finite, require_in_range
 
     df = read_table(path, required=("t", "prompt_id", "sample_id", "reward", "cost"))
     for col in ("t", "sample_id", "reward", "cost"):
@@ -243,7 +243,7 @@ def check_record(record, s: DeploymentSettings, n: int, path) -> None:
 def run(args) -> None:
     from lara import identity
     from lara.calibrate.record import read_lambda
-    from lara.data.tables import write_table
+    from lara.read.files import write_table
     from lara.io import write_json
     from lara.provenance import code_version
 

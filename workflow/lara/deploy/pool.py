@@ -59,7 +59,7 @@ def run(args) -> None:
     from lara import identity
     from lara.data.ingest import load_source
     from lara.data.splits import prompt_key
-    from lara.data.tables import read_table, write_table
+    from lara.read.files import read_table, write_table
     from lara.provenance import code_version
 
     s = read_settings(args, PoolSettings, source=args.source)

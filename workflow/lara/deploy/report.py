@@ -80,7 +80,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.data.tables import read_table, write_table
+    from lara.read.files import read_table, write_table
 
     identity.distinct_files(args.arms, "--arms")
     arms = [read_table(p, required=("scenario", "arm", "tau", "mean_cost", "met")) for p in args.arms]

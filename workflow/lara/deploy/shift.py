@@ -224,7 +224,7 @@ def add_arguments(parser) -> None:
 def read_features(path) -> tuple[dict, np.ndarray]:
     """id key -> row, and the (P, d) float64 features (columns f0 .. f{d-1}, finite)."""
     from lara import identity
-    from lara.data.tables import read_table
+    from lara.read.files import read_table
 
     df = read_table(path, required=("prompt_id",))
     cols = sorted((c for c in df.columns if FEATURE.fullmatch(str(c))), key=lambda c: int(c[1:]))
@@ -264,7 +264,7 @@ def _rows(prompts: pd.DataFrame, index: dict, flag: str, path, features) -> np.n
 
 def run(args) -> None:
     from lara import identity
-    from lara.data.tables import read_table, write_table
+    from lara.read.files import read_table, write_table
     from lara.io import write_json
     from lara.provenance import code_version
 

@@ -81,7 +81,7 @@ class Pool:
 def read_pool(pool_path, scores_path, n: int) -> Pool:
     """The pool's prompts with their scored candidates; every prompt needs at least ``n`` of them."""
     from lara.calibrate.calibrate import load_scores
-    from lara.data.tables import read_table
+    from lara.read.files import read_table
 
     pool = read_table(pool_path, required=("prompt_id", "prompt", "stratum"))
     scores = read_table(scores_path, required=("prompt_id", "sample_id", "reward", "cost"))
@@ -163,7 +163,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.data.tables import write_table
+    from lara.read.files import write_table
     from lara.provenance import code_version
     from lara.settings import strict_json
 

@@ -102,7 +102,7 @@ def decoder_audit(scores: pd.DataFrame, tau: float, n_boot: int, seed: int) -> l
         if not finite.any():  # an output never scored by the decoding models
             continue
         if not finite.all():
-            from lara.data.tables import DataError
+            from lara.read.files import DataError
 
             raise DataError(f"{method} at {named}: decoder_cost is missing or not finite for "
                             f"{int((~finite).sum())} of {len(g)} prompts; rescore that output")
@@ -232,7 +232,7 @@ def check_settings_lambdas(scores: pd.DataFrame, main: LambdaRecord | None, othe
     """Each output decoded at a setting that reads a lambda record (star, hat, crc, ltt, star_tau_<tau>) was decoded
     at that record's lambda: a file labelled star but decoded at another lambda is refused."""
     from lara import identity
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     by_tau = {tau_name(r.tau): r for r in others}
     for (method, named), g in scores.groupby(["method", "setting"], sort=False):
@@ -251,7 +251,7 @@ def audit_star(args, s: AuditSettings, test_prompts) -> tuple[dict, LambdaRecord
     """The held-out audit of Best-of-N at lambda*, after checking --bon-star is that output (method, setting,
     lambda, record, tau, N) on prompts the calibration did not see."""
     from lara import identity
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     star = identity.table(args.bon_star, "--bon-star", required=("prompt_id", "decoder_cost"), finite=("decoder_cost",))
     lam = read_lambda(args.lambda_json)
@@ -278,7 +278,7 @@ def audit_star(args, s: AuditSettings, test_prompts) -> tuple[dict, LambdaRecord
 def read_sweep(path: str, lam: LambdaRecord, prompts) -> pd.DataFrame:
     """The sweep, checked against the record the audit is for (lara.identity.check_sweep)."""
     from lara import identity
-    from lara.data.tables import read_table
+    from lara.read.files import read_table
 
     sweep = read_table(path, required=("n", "lambda", "label", "mean_cost", "mean_cost_lower", "mean_cost_upper",
                                        "verdict"))
@@ -287,7 +287,7 @@ def read_sweep(path: str, lam: LambdaRecord, prompts) -> pd.DataFrame:
 
 
 def audit_taus(args, s: AuditSettings, audit: dict) -> None:
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     others = [read_lambda(p) for p in args.tau_lambda_json]
     if not others:
@@ -325,7 +325,7 @@ def log_audit(audit: dict, summary: pd.DataFrame) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.data.tables import read_table, write_table
+    from lara.read.files import read_table, write_table
     from lara.io import write_json
 
     s = read_settings(args, AuditSettings)

@@ -39,7 +39,7 @@ NAMES = {"fixed_star": ("fixed lambda*", "fixed $\\lambda^*$"),
 
 
 def _error(message: str):
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     return DataError(message)
 
@@ -94,7 +94,7 @@ def read_report(path: str | Path, lambda_record=None) -> pd.DataFrame:
     """report.csv: every column of :data:`REPORT_COLUMNS`, one row per (scenario, arm), one tau, finite means,
     ``met`` as the report's own mean cost against tau says; made for ``lambda_record`` (its tau and, on the
     ``fixed_star`` arm, its lambda*) when one is given."""
-    from lara.data.tables import read_table, require_finite, require_rows
+    from lara.read.files import read_table, require_finite, require_rows
 
     report = require_rows(read_table(path, required=REPORT_COLUMNS), path)
     require_finite(report, FINITE_REPORT_COLUMNS, path)
@@ -148,7 +148,7 @@ def trace_scenario(path: str | Path) -> str:
 def read_traces(paths: list[str], report: pd.DataFrame, report_path) -> dict[str, pd.DataFrame]:
     """The traces by scenario, in the report's scenario order: each of a scenario of the report, once, with arms
     the report lists for that scenario and finite lambda and running mean cost."""
-    from lara.data.tables import read_table, require_finite, require_rows
+    from lara.read.files import read_table, require_finite, require_rows
     from lara.identity import read_identity
 
     tau = float(report["tau"].iloc[0])

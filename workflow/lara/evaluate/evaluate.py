@@ -49,7 +49,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.data.tables import DataError, read_table, write_table
+    from lara.read.files import DataError, read_table, write_table
     from lara.hub import HubRef, commit_of, is_hub_id, snapshot
     from lara.provenance import code_version
     from lara.scoring import load_scorer, named_scorers, score_table

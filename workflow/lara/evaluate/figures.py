@@ -732,7 +732,7 @@ def read_vector_inputs(lambda_json: str, scores_path: str, constraints_json: str
     from lara.constraints.calibrate import load_vector_scores
     from lara.constraints.decode import read_vector
     from lara.constraints.spec import from_arg
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     cons = from_arg(constraints_json)
     record = read_vector(lambda_json, cons)
@@ -753,7 +753,7 @@ def read_vector_inputs(lambda_json: str, scores_path: str, constraints_json: str
 
 def _check_vectors(record: dict, m: int, lambda_json: str) -> None:
     """The record's direction and every procedure's lambda are m finite numbers >= 0, the direction not zero."""
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     direction = record.get("direction")
     vectors = {"direction": direction} | {f"procedures.{k}.lambda": p.get("lambda")
@@ -785,7 +785,7 @@ def read_sweep_inputs(lambda_json: str, scores_path: str, constraints_json: str)
     from lara.constraints.calibrate import load_vector_scores
     from lara.constraints.decode import read_vector
     from lara.constraints.spec import from_arg
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     cons = from_arg(constraints_json)
     record = read_vector(lambda_json, cons)
@@ -822,7 +822,7 @@ def _audit_belongs(audit: dict, where: str, lambda_json: str, record: dict, prom
     """The audit's identity against the record (its digest, constraints, taus, lambda*) and the candidates'
     prompts; its rows (the dict ones)."""
     from lara import identity
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     names = list(record["names"])
     made = audit.get(identity.KEY) or {}
@@ -859,7 +859,7 @@ def _audited_outputs(rows: list[dict], where: str, m: int, n_prompts: int) -> di
     per constraint, on ``n_prompts`` test prompts."""
     import json
 
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     outputs: dict[tuple[str, str], dict] = {}
     for r in rows:
@@ -899,7 +899,7 @@ def read_sweep_audit(path: str, lambda_json: str, record: dict, prompts) -> dict
 
     from lara import identity
     from lara.constraints.decode import SETTINGS, resolve_vector
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     where = f"--audit {path}"
     try:
@@ -1233,7 +1233,7 @@ def read_audit(path: str, lambda_json: str | None = None) -> dict:
     import math
 
     from lara.calibrate.record import read_lambda
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
     from lara.identity import audit_disagreements
 
     try:
@@ -1260,7 +1260,7 @@ def read_coverage(path: str) -> dict:
     import json
     import math
 
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     try:
         cov = json.loads(Path(path).read_text())
@@ -1322,7 +1322,7 @@ def run(args) -> None:
     import matplotlib.pyplot as plt
 
     from lara.calibrate.record import read_lambda
-    from lara.data.tables import DataError, read_table, require_finite, require_rows
+    from lara.read.files import DataError, read_table, require_finite, require_rows
     from lara.identity import check_sweep
     from lara.io import atomic_output
     from lara.trail import build_trail, write_sidecar

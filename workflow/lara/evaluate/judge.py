@@ -259,7 +259,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
-    from lara.data.tables import read_table, write_table
+    from lara.read.files import read_table, write_table
 
     s = read_settings(args, JudgeSettings)
     if s.model is None:

@@ -63,7 +63,7 @@ def check_agreement(root: Path, lam, audit: dict, summary_path: Path) -> None:
     """The run's files tell one story: the audit was made with this lambda.json (its digest, tau and lambda*) and
     wrote this summary.csv. A recalibration, or a file copied in from another run, is reported, never printed
     beside verdicts that were reached for something else."""
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
     from lara.identity import audit_disagreements
 
     problems = audit_disagreements(audit, lam, summary_path)
@@ -173,7 +173,7 @@ def summarise_run(root: Path) -> str:
     """The summary of the run whose outputs are in ``root`` (``results/{experiment}``), after checking its files
     agree (:func:`check_agreement`)."""
     from lara.calibrate.record import read_lambda
-    from lara.data.tables import DataError, read_table
+    from lara.read.files import DataError, read_table
     from lara.evaluate.deployment_report import deployment_lines
 
     lam = read_lambda(root / "calibration" / "lambda.json")

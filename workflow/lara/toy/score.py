@@ -54,7 +54,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
-    from lara.data.tables import read_table, write_table
+    from lara.read.files import read_table, write_table
 
     df = read_table(args.input, required=[args.prompt_column, args.response_column])
     df["helpfulness"], df["harmfulness"] = oracle_scores(df[args.prompt_column], df[args.response_column])

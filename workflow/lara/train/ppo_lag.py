@@ -294,7 +294,7 @@ def _setup(sft_path: str, reward_path: str, cost_path: str, prompts_path: str, s
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, get_scheduler
     from trl.trainer.utils import disable_dropout_in_model
 
-    from lara.data.tables import read_table
+    from lara.read.files import read_table
     from lara.scoring import SequenceScorer, encode
     from lara.template import format_prompt
     from lara.train.common import torch_dtype

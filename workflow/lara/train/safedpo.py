@@ -178,7 +178,7 @@ def train_safedpo(model_path: str, data_path: str, checkpoints: str, out: str, s
     from trl import DPOConfig
 
     from lara.config import require_model
-    from lara.data.tables import read_table
+    from lara.read.files import read_table
     from lara.train.checkpoints import fingerprint
     from lara.train.common import (
         progress_callback,

@@ -159,7 +159,7 @@ def train_value(kind: str, model_path: str, data_path: str, checkpoints: str, ou
     seed_everything(s.seed)
     df = pd.read_parquet(data_path)
     if kind not in df.columns:
-        from lara.data.tables import DataError
+        from lara.read.files import DataError
 
         raise DataError(f"{data_path}: missing column {kind!r} (the {kind} scores of the samples)")
     train_df, eval_df = split_eval(df, s.eval_fraction, s.seed)

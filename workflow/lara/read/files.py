@@ -1,4 +1,5 @@
-"""Reading and writing the workflow's own tables (parquet, jsonl, csv) with clear errors."""
+"""The file formats of the one reader (:mod:`lara.read`): tables (parquet, CSV, JSON Lines), JSON records and
+their one-line errors, and the atomic table writer."""
 
 from __future__ import annotations
 
@@ -176,3 +177,54 @@ def require_in_range(df: pd.DataFrame, columns, path) -> pd.DataFrame:
             raise DataError(f"{path}: column {col!r} holds {values[first]:g} at {_rows(bad)}, beyond +-{SCORE_LIMIT:g} "
                             "where r - lambda c and its exponentials overflow; rescale the scores")
     return df
+
+
+def _no_duplicate_keys(where: str):
+    def hook(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DataError(f"{where}: the key {key!r} is given twice in one JSON object; the second would "
+                                "silently replace the first")
+            seen.add(key)
+        return dict(pairs)
+
+    return hook
+
+
+def _no_constant(where: str):
+    def hook(name):
+        raise DataError(f"{where}: holds {name}, not a number JSON allows (NaN and infinities are never a result)")
+
+    return hook
+
+
+def parse_json(text: str, where: str):
+    """JSON text (a record, a sidecar, a command-line value): duplicate keys and NaN/Infinity refused, naming
+    ``where``."""
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys(where), parse_constant=_no_constant(where))
+    except RecursionError:
+        raise DataError(f"{where}: nested too deeply to read") from None
+    except ValueError as exc:
+        if isinstance(exc, DataError):
+            raise
+        raise DataError(f"{where}: not valid JSON ({exc})") from None
+
+
+def json_file(path: str | Path, where: str | None = None, mapping: bool = True):
+    """A JSON file's content (a mapping unless ``mapping`` is False), or one :class:`DataError` line naming it."""
+    path = Path(path)
+    where = where or str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DataError(f"{where}: file not found") from None
+    except IsADirectoryError:
+        raise DataError(f"{where}: is a folder, expected a JSON file") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{where}: not UTF-8 (byte {exc.start}); re-encode the file as UTF-8") from None
+    data = parse_json(text, where)
+    if mapping and not isinstance(data, dict):
+        raise DataError(f"{where}: the top level must be a JSON object, got {type(data).__name__}")
+    return data
