@@ -378,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
 
         configure_torch()
     start = time.perf_counter()
+    from lara.read import files
+
+    files.forget()  # every input of this command is read afresh, once
     try:
         check_outputs(args)
         args._run(args)

@@ -211,6 +211,7 @@ class Artifact:
     path: str
     identity: dict
     df: pd.DataFrame | None = None
+    data: dict | None = None  # a JSON record's content
 
     @property
     def where(self) -> str:

@@ -10,8 +10,13 @@ import pandas as pd
 
 from lara.io import atomic_output
 
-READERS = {".parquet": pd.read_parquet, ".csv": pd.read_csv,
-           ".jsonl": lambda p: pd.read_json(p, lines=True), ".json": pd.read_json}
+# ids are text in every format: a CSV or JSON reader guessing types would make "01" the number 1 (and one prompt of
+# "01" and "1"); JSON keeps the types it wrote (1 and "1" are then refused as one id spelt two ways)
+_TEXT_IDS, _RAW_IDS = {"prompt_id": str}, {"prompt_id": object}
+READERS = {".parquet": pd.read_parquet, ".csv": lambda p: pd.read_csv(p, dtype=_TEXT_IDS, keep_default_na=False,
+                                                                       na_values=[""]),
+           ".jsonl": lambda p: pd.read_json(p, lines=True, dtype=_RAW_IDS),
+           ".json": lambda p: pd.read_json(p, dtype=_RAW_IDS)}
 
 
 from lara.data.errors import DataError  # noqa: E402  (re-exported: steps import it from here)
@@ -44,28 +49,69 @@ def check_text_file(path: str | Path, name: str | None = None) -> None:
                     raise DataError(f"{name}: line {number} is not a JSON object (one record per line)")
 
 
-def read_table(path: str | Path, required: list[str] | tuple[str, ...] = ()) -> pd.DataFrame:
-    path = Path(path)
+_READ: dict[tuple, pd.DataFrame] = {}  # this command's tables, read once (lara.cli.main empties it per command)
+
+
+def forget() -> None:
+    """Forget the tables read so far (a new command starts reading afresh)."""
+    _READ.clear()
+
+
+def _stat_key(path: Path) -> tuple | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _load(path: Path, where: str) -> pd.DataFrame:
+    key = _stat_key(path)
+    if key is not None and key in _READ:
+        return _READ[key].copy()
     reader = READERS.get(path.suffix.lower())
     if reader is None:
-        raise DataError(f"{path}: unsupported file type {path.suffix!r} "
+        raise DataError(f"{where}: unsupported file type {path.suffix!r} "
                         f"(expected one of {', '.join(sorted(READERS))})")
     if not path.is_file():
-        raise DataError(f"{path}: file not found")
-    check_text_file(path)
+        raise DataError(f"{where}: file not found")
+    check_text_file(path, where)
     try:
         df = reader(path)
-    except ValueError as exc:
-        raise DataError(f"{path}: could not be read: {exc}") from None
+    except (ValueError, OSError) as exc:
+        text = " ".join(str(exc).split())[:200]
+        raise DataError(f"{where}: could not be read: {text}") from None
     from lara.data.ids import check_id_types, plain_index
 
-    df = plain_index(df, path)  # a pandas index stored by the writer is a column again (or dropped), never the rows
+    df = plain_index(df, where)  # a pandas index stored by the writer is a column again (or dropped), never the rows
+    check_ids(df, where)
+    check_id_types(df, where)
+    df = text_ids(df)
+    if key is not None:
+        _READ[key] = df
+    return df.copy()
+
+
+def text_ids(df: pd.DataFrame) -> pd.DataFrame:
+    """``prompt_id`` as text in every format (a parquet file of integer ids reads as "1", "2", ...)."""
+    if "prompt_id" in df.columns and df["prompt_id"].map(lambda v: not isinstance(v, str)).any():
+        from lara.data.ids import id_key
+
+        df = df.assign(prompt_id=df["prompt_id"].map(lambda v: v if isinstance(v, str) else id_key(v)))
+    return df
+
+
+def read_table(path: str | Path, required: list[str] | tuple[str, ...] = (), where: str | None = None
+               ) -> pd.DataFrame:
+    """A table, read once per command (a second read of the same unchanged file is a copy of the first): its
+    format's errors, stored index, ids (present, text, one spelling) checked, ``required`` columns present."""
+    path = Path(path)
+    where = where or str(path)
+    df = _load(path, where)
     missing = [c for c in required if c not in df.columns]
     if missing:
-        raise DataError(f"{path}: missing column(s) {', '.join(missing)} "
+        raise DataError(f"{where}: missing column(s) {', '.join(missing)} "
                         f"(found: {', '.join(map(str, df.columns))})")
-    check_ids(df, path)
-    check_id_types(df, path)
     return df
 
 

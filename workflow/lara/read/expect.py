@@ -1,0 +1,175 @@
+"""Reading an input against a declared expectation: :func:`read` returns a typed :class:`~lara.identity.Artifact` or
+refuses in one line naming the flag and the file.
+
+What an :class:`Expect` declares is checked the same way for every command (the contract table,
+:mod:`lara.read.contracts`, holds every command's): the identity kinds and prompt pools (roles) the input may be,
+the columns it must have, which of them hold numbers (finite, within the range scores can be computed with, never
+text or booleans), which hold booleans (a boolean, or the literals ``true``/``false``; never the text "True", never
+null), and which column makes a row a *unit* (one response text, normalised, is one candidate within its prompt: the
+same response under two sample ids is refused). Ids are text in every format (:mod:`lara.read.files`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from lara.data.errors import DataError
+
+TABLE, JSON = "table", "json"
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What one input of one command must be (a row of the contract table)."""
+
+    what: str  # what the input is, in words (said in refusals and printed in docs/architecture.md)
+    fmt: str = TABLE
+    kinds: tuple[str, ...] = ()  # identity kinds it may carry (empty: any); one written by hand carries none
+    roles: tuple[str, ...] = ()  # prompt pools it may cover (empty: any)
+    columns: tuple[str, ...] = ()  # required columns
+    numbers: tuple[str, ...] = ()  # numeric, finite and within +-SCORE_LIMIT
+    booleans: tuple[str, ...] = ()  # booleans or the literals true/false, never null
+    unit: str | None = None  # the column whose normalised text is one candidate within a prompt
+    per_prompt: int | None = None  # rows per prompt (1: one response per prompt); None: any
+    many: bool = False  # the flag takes several files
+    agree: tuple[str, ...] = ()  # identity fields that must agree with the command's other inputs naming them
+    keys: tuple[str, ...] = field(default=())  # JSON records: top-level keys it must have
+
+    def describe(self) -> str:
+        parts = [self.fmt]
+        if self.kinds:
+            parts.append("kind " + "|".join(self.kinds))
+        if self.roles:
+            parts.append("role " + "|".join(self.roles))
+        if self.columns or self.keys:
+            parts.append("has " + ", ".join(self.columns or self.keys))
+        if self.numbers:
+            parts.append("numbers " + ", ".join(self.numbers))
+        if self.booleans:
+            parts.append("booleans " + ", ".join(self.booleans))
+        if self.unit:
+            parts.append(f"one {self.unit} per candidate")
+        if self.per_prompt:
+            parts.append(f"{self.per_prompt} row(s) per prompt")
+        return "; ".join(parts)
+
+
+def _rows(mask, limit: int = 5) -> str:
+    rows = np.flatnonzero(np.asarray(mask))
+    more = f" and {len(rows) - limit} more" if len(rows) > limit else ""
+    return f"row{'s' if len(rows) > 1 else ''} {', '.join(map(str, rows[:limit]))}{more}"
+
+
+def check_numbers(df: pd.DataFrame, columns, where: str) -> None:
+    """Numeric columns: numbers (not text, not booleans), finite, within +-SCORE_LIMIT."""
+    from lara.read.files import SCORE_LIMIT
+
+    for col in columns:
+        values = df[col]
+        if pd.api.types.is_bool_dtype(values) or values.map(lambda v: isinstance(v, (bool, np.bool_))).any():
+            raise DataError(f"{where}: column {col!r} holds booleans, expected numbers")
+        numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
+        text = values.map(lambda v: isinstance(v, str)).to_numpy()
+        bad = ~np.isfinite(numbers) | text
+        if bad.any():
+            first = int(np.flatnonzero(bad)[0])
+            shown = values.iloc[first]
+            prompt = f" (prompt {df['prompt_id'].iloc[first]!r})" if "prompt_id" in df.columns else ""
+            raise DataError(f"{where}: column {col!r} holds {shown!r}, not a finite number, at {_rows(bad)}{prompt}")
+        beyond = np.abs(numbers) > SCORE_LIMIT
+        if beyond.any():
+            raise DataError(f"{where}: column {col!r} holds {numbers[beyond][0]:g} at {_rows(beyond)}, beyond "
+                            f"+-{SCORE_LIMIT:g} where r - lambda c and its exponentials overflow; rescale the scores")
+
+
+BOOLEAN_TEXT = {"true": True, "false": False}
+
+
+def strict_bool(value, where: str):
+    """A boolean: a bool, or the literal text true/false (what JSON and YAML 1.2 write). Anything else (the text
+    "True", "yes", 1, null) is refused: ``bool("False")`` is True, and a null is not "safe"."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, str) and value in BOOLEAN_TEXT:
+        return BOOLEAN_TEXT[value]
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        raise DataError(f"{where}: no value (null), expected a boolean; a missing label is not a label")
+    raise DataError(f"{where}: {value!r} is not a boolean (write true or false)")
+
+
+def check_booleans(df: pd.DataFrame, columns, where: str) -> pd.DataFrame:
+    """Boolean columns, made booleans: the first row that is not one is named."""
+    for col in columns:
+        values = df[col]
+        if pd.api.types.is_bool_dtype(values) and not values.isna().any():
+            continue
+        out = []
+        for i, v in enumerate(values):
+            out.append(strict_bool(v, f"{where}: column {col!r} row {i}"))
+        df = df.assign(**{col: np.array(out, dtype=bool)})
+    return df
+
+
+def check_units(df: pd.DataFrame, column: str, where: str) -> None:
+    """Within a prompt, one response text (normalised as prompts are: Unicode form, invisible characters, spacing)
+    is one candidate: the same text under two sample ids would be counted, and offered, twice."""
+    from lara.data.splits import prompt_key
+
+    keys = df[column].map(lambda t: prompt_key(t) if isinstance(t, str) else t)
+    frame = pd.DataFrame({"p": df["prompt_id"].map(str), "k": keys})
+    twice = frame.duplicated(["p", "k"], keep=False).to_numpy()
+    if twice.any():
+        rows = np.flatnonzero(twice)
+        first = frame.iloc[rows[0]]
+        same = rows[(frame["p"].to_numpy()[rows] == first["p"]) & (frame["k"].to_numpy()[rows] == first["k"])]
+        ids = df["sample_id"].to_numpy()[same].tolist() if "sample_id" in df.columns else same.tolist()
+        raise DataError(f"{where}: prompt {first['p']!r} has one {column} under {len(same)} sample ids ({ids[:4]}): "
+                        f"one {column} is one candidate; drop the copies ({int(twice.sum())} rows repeat one)")
+
+
+def identity_checks(found: dict, expect: Expect, where: str) -> None:
+    kind = found.get("kind")
+    if expect.kinds and kind is not None and kind not in expect.kinds:
+        raise DataError(f"{where}: kind {kind!r}, expected {' or '.join(map(repr, expect.kinds))} ({expect.what})")
+    role = found.get("role", found.get("split_role"))
+    if expect.roles and role is not None and role not in expect.roles:
+        raise DataError(f"{where}: role {role!r}, expected {' or '.join(map(repr, expect.roles))} ({expect.what})")
+
+
+def read(path: str | Path, flag: str, expect: Expect):
+    """``path`` given to ``flag``, read once and checked against ``expect``: an Artifact (``df`` for a table,
+    ``data`` for a JSON record; ``identity``), or a DataError naming ``flag`` and ``path``."""
+    from lara import identity
+    from lara.read import files
+
+    where = f"{flag} {path}"
+    if expect.fmt == JSON:
+        data = files.json_file(path, where)
+        missing = [k for k in expect.keys if k not in data]
+        if missing:
+            raise DataError(f"{where}: missing key(s) {', '.join(missing)} ({expect.what})")
+        found = data.get(identity.KEY) if isinstance(data.get(identity.KEY), dict) else {}
+        identity_checks(found, expect, where)
+        return identity.Artifact(flag, str(path), found, None, data)
+    df = files.read_table(path, required=expect.columns, where=where)
+    files.require_rows(df, where)
+    found = identity.read_identity(path)
+    if Path(path).suffix == ".parquet" and "role" not in found:
+        role = files.read_metadata(path).get("split_role")
+        found = found | ({"role": role} if role else {})
+    identity_checks(found, expect, where)
+    if expect.numbers:
+        check_numbers(df, [c for c in expect.numbers if c in df.columns], where)
+    if expect.booleans:
+        df = check_booleans(df, [c for c in expect.booleans if c in df.columns], where)
+    if expect.unit and expect.unit in df.columns and "prompt_id" in df.columns:
+        check_units(df, expect.unit, where)
+    art = identity.Artifact(flag, str(path), found, df)
+    if "prompt_id" in df.columns:
+        art.prompts(expect.per_prompt)
+    return art
