@@ -21,9 +21,18 @@ from lara.calibrate.vector import combined, expected_vector
 from lara.cli import main
 from lara.constraints import spec
 from lara.constraints.calibrate import load_vector_scores, vector_calibrate
-from lara.read.files import write_table
-from lara.evaluate import figures
+from lara.evaluate.figures import FigureSettings
+from lara.evaluate.figures.constraints import (
+    GRID_POINTS,
+    constraint_grid,
+    constraint_view,
+    constraints,
+    read_vector_inputs,
+)
+from lara.evaluate.figures.constraints_sweep import constraints_sweep, sweep_view
+from lara.evaluate.figures.constraints_sweep_inputs import read_sweep_audit, read_sweep_inputs
 from lara.io import write_json
+from lara.read.files import write_table
 
 PROMPTS, K, N = 40, 6, 4
 
@@ -84,9 +93,9 @@ def test_two_constraints_draw_the_feasible_region(tmp_path):
     assert shows["kind"] == "constraints" and shows["view"] == "region"
     assert shows["constraints"] == [{"name": "c0", "tau": 0.0}, {"name": "c1", "tau": 0.05}]
     assert shows["n"] == N and shows["calibration_prompts"] == PROMPTS and shows["deployed"] == "bootstrap"
-    assert shows["grid"]["points"] == figures.GRID_POINTS
+    assert shows["grid"]["points"] == GRID_POINTS
     assert shows["grid"]["top"] == pytest.approx(record["brute_force"]["top"], abs=1e-4)
-    assert 0 < shows["grid"]["feasible_points"] < shows["grid"]["total"] == figures.GRID_POINTS ** 2
+    assert 0 < shows["grid"]["feasible_points"] < shows["grid"]["total"] == GRID_POINTS ** 2
     assert {"hat", "bootstrap", "soft", "ltt", "brute_force"} <= set(shows["procedures"])
     # each procedure's exact reward and costs: the record's brute-force check computed the same numbers
     for name in ("hat", "bootstrap", "soft"):
@@ -105,9 +114,9 @@ def test_the_shaded_grid_points_are_where_expected_vector_meets_every_tau(tmp_pa
 
     taus = (0.0, 0.05)
     lam, scores_path, _, cons = write_inputs(tmp_path, taus)
-    record, scores = figures.read_vector_inputs(str(lam), str(scores_path), cons)
+    record, scores = read_vector_inputs(str(lam), str(scores_path), cons)
     top = 1.5
-    grid = figures.constraint_grid(scores, taus, N, top, points=13)
+    grid = constraint_grid(scores, taus, N, top, points=13)
     axis = np.linspace(0.0, top, 13)
     slack = 1e-12 * np.maximum(1.0, np.abs(taus))
     for i2, b in enumerate(axis):
@@ -120,8 +129,8 @@ def test_the_shaded_grid_points_are_where_expected_vector_meets_every_tau(tmp_pa
             assert grid.reward[i2, i1] == pytest.approx(reward, abs=1e-12)
     assert grid.feasible.any() and not grid.feasible.all()
     # the figure shades exactly those points: one cell per grid point, masked where a constraint is missed
-    view = figures.constraint_view(record, scores)
-    fig = figures.constraints(view, record, figures.FigureSettings())
+    view = constraint_view(record, scores)
+    fig = constraints(view, record, FigureSettings())
     mesh = [c for c in fig.axes[0].collections if isinstance(c, QuadMesh)]
     assert len(mesh) == 1
     shaded = ~np.ma.getmaskarray(mesh[0].get_array()).reshape(view.grid.feasible.shape)
@@ -150,8 +159,8 @@ def test_three_constraints_draw_their_costs_along_the_ray(tmp_path):
     shows = drawn(tmp_path, (lam, scores_path, table))
     assert shows["view"] == "ray" and [c["name"] for c in shows["constraints"]] == ["c0", "c1", "c2"]
     # the path drawn is the exact expected cost vector at s d, and every procedure on the ray sits at its own s
-    record, scores = figures.read_vector_inputs(str(lam), str(scores_path), cons)
-    view = figures.constraint_view(record, scores)
+    record, scores = read_vector_inputs(str(lam), str(scores_path), cons)
+    view = constraint_view(record, scores)
     d = np.asarray(record["direction"])
     for t in range(0, len(view.ray["s"]), 50):
         s = view.ray["s"][t]
@@ -329,10 +338,10 @@ def test_the_curve_is_the_picked_candidates_mean_cost(sweep):
 
     matplotlib.use("Agg")
     record, test = sweep["record"], sweep["test"]
-    _, scores = figures.read_sweep_inputs(str(sweep["lam"]), str(sweep["bon"]), sweep["cons"])
-    audit = figures.read_sweep_audit(str(sweep["audit"]), str(sweep["lam"]), record, scores.prompts)
-    view = figures.sweep_view(record, scores, audit)
-    fig = figures.constraints_sweep(view, figures.FigureSettings())
+    _, scores = read_sweep_inputs(str(sweep["lam"]), str(sweep["bon"]), sweep["cons"])
+    audit = read_sweep_audit(str(sweep["audit"]), str(sweep["lam"]), record, scores.prompts)
+    view = sweep_view(record, scores, audit)
+    fig = constraints_sweep(view, FigureSettings())
     d = np.asarray(record["direction"])
     curves = {line.get_gid(): line for ax in fig.axes for line in ax.get_lines()
               if str(line.get_gid()).startswith("curve:")}

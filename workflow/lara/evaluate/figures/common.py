@@ -1,0 +1,50 @@
+"""What every figure of ``lara figure`` shares: the plot options (:class:`FigureSettings`, the config section
+``figures``), the seaborn theme, the markers of the decoded lambda settings, the command's logger and what a kind's
+``figure`` returns (:class:`Drawn`)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
+
+from lara.settings import Settings, setting
+
+# every figure module logs as the command, lara.evaluate.figures (the name the log lines show)
+log = logging.getLogger(__package__)
+
+MARKERS = {"zero": "o", "hat": "v", "star": "*", "max": "s", "policy": "D"}
+
+
+@dataclass(frozen=True)
+class FigureSettings(Settings):
+    """figures: plot options of every figure (changing one redraws the figures and nothing else)."""
+
+    SECTION: ClassVar[str] = "figures"
+
+    width: float = setting(7.0, "Figure width in inches.", exclusive_minimum=0)
+    height: float = setting(3.2, "Panel height in inches.", exclusive_minimum=0)
+    dpi: int = setting(150, "PNG resolution.", minimum=1)
+    font_scale: float = setting(1.2, "Seaborn font scale.", exclusive_minimum=0)
+    palette: str = setting("colorblind", "Seaborn palette (colour-blind safe by default).")
+
+
+def theme(opts: FigureSettings):
+    """The seaborn theme of every figure (off-screen backend, whitegrid, the font scale); its colour palette."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid", context="paper", font_scale=opts.font_scale)
+    return sns.color_palette(opts.palette)
+
+
+class Drawn(NamedTuple):
+    """A kind's figure, drawn from the inputs it read: the matplotlib figure, what it shows beyond what the
+    command reads off the trail (:func:`lara.evaluate.figures.provenance.describe`), and the evaluation summary it
+    drew (kind tradeoff), whose rows the sidecar names."""
+
+    fig: Any
+    extra: dict | None = None
+    summary: Any = None

@@ -1,0 +1,247 @@
+"""``lara figure --kind constraints_sweep``: Fig. 1 per constraint for the vector lambda, on the held-out test
+prompts: each constraint's mean Best-of-N decoder cost along the ray lambda = s d (the candidate ``lara
+decode-vector`` picks), its tau, and the mean reward; lambda-hat and lambda* marked, every audited output (``lara
+audit-constraints``: Best-of-N and ARGS at each setting) at the s of its lambda with its 95 % interval."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lara.evaluate.figures.common import MARKERS, Drawn, FigureSettings, log, theme
+from lara.evaluate.figures.vector import RAY_POINTS, meets, search_max, vec
+from lara.evaluate.intervals import VERDICTS
+
+SWEEP_MARKERS = MARKERS | {"soft": "X", "bootstrap": "P", "ltt": "s"}  # an audited setting's marker
+METHOD_NAMES = {"bon": "Best-of-N", "args": "ARGS"}
+
+
+def held_out(scores, lams) -> tuple[np.ndarray, np.ndarray]:
+    """The Best-of-N decoder on the test candidates at each vector lambda of ``lams`` (L, m): the mean over the
+    prompts of the reward (L,) and cost vector (L, m) of the candidate ``lara decode-vector --method bon`` picks
+    (:func:`lara.constraints.decode.select_vector`)."""
+    from lara.constraints.decode import select_vector
+
+    rows = np.arange(scores.n_prompts)
+    reward, costs = [], []
+    for lam in np.atleast_2d(np.asarray(lams, dtype=float)):
+        pick = select_vector(scores.reward, scores.costs, lam)
+        reward.append(scores.reward[rows, pick].mean())
+        costs.append(scores.costs[rows, pick].mean(axis=0))
+    return np.asarray(reward), np.asarray(costs).reshape(-1, scores.costs.shape[2])
+
+
+def _along(lam, d: np.ndarray) -> tuple[float, bool]:
+    """A lambda's place along the ray s d: s = max(lambda) / max(d), and whether lambda is s d."""
+    lam = np.asarray(lam, dtype=float)
+    s = float(lam.max() / d.max())
+    return s, bool(np.linalg.norm(lam - s * d) <= 1e-9 * max(1.0, float(np.abs(lam).max())))
+
+
+@dataclass(frozen=True)
+class SweepView:
+    """What the constraints_sweep figure draws, computed once: the held-out Best-of-N decoder along the ray (the
+    curve: s, mean reward, mean cost vector), lambda-hat and lambda* (s, on the ray or not, the decoder there), the
+    audited outputs at their s, and the checks that tie them together."""
+
+    names: list[str]
+    tau: np.ndarray
+    n: int
+    n_prompts: int
+    direction: np.ndarray
+    deployed: str | None
+    curve: dict
+    marks: dict[str, dict]
+    audited: list[dict]
+    checks: dict
+
+
+def sweep_view(record: dict, scores, audit: dict) -> SweepView:
+    """The record's ray on the test candidates. The curve is the decoder's own pick (:func:`held_out`) at every s
+    of a grid of RAY_POINTS on [0, s_max], every breakpoint of the exact path (:func:`lara.calibrate.vector.
+    ray_path`: the expected Best-of-N cost with n = N, which with exactly N candidates per prompt is the pick's)
+    and every marked s on the ray, so the step curve is exact between them; s_max is twice the larger s of
+    lambda-hat and a feasible lambda*, capped at calibration.lambda_search_max (an uncertified LTT sits at the cap).
+    Checks: the pick against the exact path at its breakpoints, and each audited Best-of-N output's mean cost
+    against the pick at its lambda (equal when the audit's cost scorers are the candidates')."""
+    from lara.calibrate.vector import ray_path
+
+    names = list(record["names"])
+    tau = np.asarray(record["tau"], dtype=float)
+    n = int(record["decoder"]["n"])
+    d = np.asarray(record["direction"], dtype=float)
+    deployed = (record.get("guarantee") or {}).get("procedure")
+    marks = {}
+    for key, field in (("hat", "lambda_hat"), ("star", "lambda_star")):
+        if record.get(field) is not None:
+            s, on = _along(record[field], d)
+            marks[key] = {"lambda": np.asarray(record[field], dtype=float), "s": s, "on_ray": on}
+    audited = []
+    for out in audit["outputs"]:
+        s, on = _along(out["lambda"], d)
+        rows = out["rows"]
+        audited.append({"method": out["method"], "setting": out["setting"], "lambda": np.asarray(out["lambda"]),
+                        "s": s, "on_ray": on, "cost": np.array([r["mean_cost"] for r in rows]),
+                        "ci95": np.array([r["ci95"] for r in rows], dtype=float),
+                        "verdicts": [r["verdict"] for r in rows], "reward": float(rows[0]["mean_reward"]),
+                        "reward_ci95": [float(x) for x in rows[0]["reward_ci95"]],
+                        "joint": audit["joint"].get((out["method"], out["setting"])) or {}})
+    cap = search_max(record, [p["lambda"] for p in (record.get("procedures") or {}).values()
+                               if p.get("lambda") is not None]) / float(d.max())
+    feasible_star = bool(((record.get("procedures") or {}).get(deployed) or {}).get("feasible", True))
+    wanted = [marks[k]["s"] for k in marks if k == "hat" or feasible_star]
+    s_top = min(cap, max(0.05, 2.0 * max(wanted))) if wanted else cap
+    path = ray_path(scores.reward, scores.costs, scores.mask, d, n, s_top)
+    on_ray = [p["s"] for p in (*marks.values(), *audited) if p["on_ray"] and p["s"] <= s_top]
+    s = np.union1d(np.union1d(np.linspace(0.0, s_top, RAY_POINTS), path.s), on_ray)
+    reward, costs = held_out(scores, s[:, None] * d[None, :])
+    exact_gap = float(np.abs(costs[np.searchsorted(s, path.s)] - path.mean).max())
+    for p in marks.values():
+        r, c = held_out(scores, p["lambda"])
+        p |= {"reward": float(r[0]), "cost": c[0], "meets_tau": bool(meets(c[0], tau))}
+    gaps = [float(np.abs(a["cost"] - held_out(scores, a["lambda"])[1][0]).max())
+            for a in audited if a["method"] == "bon"]
+    checks = {"pick_vs_exact_path": exact_gap, "bon_audit_vs_pick": max(gaps) if gaps else None}
+    if exact_gap > 1e-9:
+        log.warning("the decoder's pick differs from the exact expected Best-of-%d path by %.3g (ties?)", n, exact_gap)
+    return SweepView(names, tau, n, scores.n_prompts, d, deployed,
+                     {"s": s, "reward": reward, "costs": costs, "s_max": s_top, "breakpoints": len(path.s) - 1},
+                     marks, audited, checks)
+
+
+def _named(names, v) -> str:
+    return "(" + ", ".join(f"{name} {x:.3g}" for name, x in zip(names, np.atleast_1d(v), strict=True)) + ")"
+
+
+def _short(verdict: str | None) -> str:
+    return str(verdict).split(" (", 1)[0] if verdict else "not audited"
+
+
+def _sweep_handles(view: SweepView, colour: dict, lines: dict) -> list:
+    """The legend of :func:`constraints_sweep`: the curve, tau, lambda-hat and lambda*, every audited output."""
+    from matplotlib.lines import Line2D
+
+    m, s_top = len(view.names), view.curve["s_max"]
+    handles = [Line2D([], [], color="0.3", lw=1.6, label=f"Best-of-{view.n} on the test candidates: the pick at "
+                                                         "each s (exact)"),
+               Line2D([], [], color="black", ls="--", lw=1.0, label="$\\tau$")]
+    for key, title in (("hat", "$\\hat\\lambda$"), ("star", "$\\lambda^*$")):
+        if key in view.marks:
+            p = view.marks[key]
+            extra = f", {view.deployed}: deployed" if key == "star" and view.deployed else ""
+            where = "off the ray, " if not p["on_ray"] else ""
+            at = f"{where}s = {p['s']:.3g}{extra}" if m > 1 else extra[2:]
+            value = vec(p["lambda"]) if m > 1 else f"{p['lambda'][0]:.3g}"
+            handles.append(Line2D([], [], **lines[key], label=f"{title} = {value}" + (f" ({at})" if at else "")))
+    for a in view.audited:
+        where = "" if a["on_ray"] else ", off the ray"
+        where += f", s = {a['s']:.3g} beyond the plot" if a["s"] > s_top * (1 + 1e-9) else ""
+        handles.append(Line2D([], [], color=colour[a["method"]], marker=SWEEP_MARKERS.get(a["setting"], "o"), ls="",
+                              label=f"{METHOD_NAMES.get(a['method'], a['method'])} {a['setting']}: $\\lambda$ = "
+                                    f"{vec(a['lambda'])}{where}; joint {_short(a['joint'].get('verdict'))}"))
+    handles += [Line2D([], [], color="0.3", marker="o", ls="", label="audited: meets $\\tau$ (one-sided 95%; "
+                                                                     "reward panel: every $\\tau$ at once)"),
+                Line2D([], [], color="0.3", marker="o", ls="", mfc="white", label="audited: not shown to meet")]
+    return handles
+
+
+def constraints_sweep(view: SweepView, opts: FigureSettings):
+    """Fig. 1 per constraint for the vector lambda, on the held-out test prompts: one panel per constraint of the
+    Best-of-N decoder's mean cost along the ray lambda = s d (the candidate it picks at each s, exact between the
+    drawn points), its tau dashed, and one of its mean reward; lambda-hat and the deployed lambda* as vertical
+    lines; every audited output (Best-of-N and ARGS at each setting) at the s of its lambda with its bootstrap
+    95 % interval, filled where the audit's verdict is met (the reward panel: the joint verdict), marked off the
+    ray where its lambda is not s d."""
+    import textwrap
+
+    import matplotlib.pyplot as plt
+    from matplotlib.transforms import ScaledTranslation
+
+    pal = theme(opts)
+    m = len(view.names)
+    c = view.curve
+    s, s_top = c["s"], c["s_max"]
+    methods = list(dict.fromkeys(a["method"] for a in view.audited))
+    colour = {meth: pal[(m + 1 + i) % len(pal)] for i, meth in enumerate(methods)}
+    fig, axes = plt.subplots(1, m + 1, figsize=(max(opts.width, 2.8 * (m + 1)), opts.height + 1.8), sharex=True,
+                             layout="constrained")
+    # methods side by side at one s (a few points apart on the page; the data positions stay exact)
+    shift = {meth: ScaledTranslation((i - (len(methods) - 1) / 2) * 4 / 72, 0, fig.dpi_scale_trans)
+             for i, meth in enumerate(methods)}
+    panels = [(axes[j], c["costs"][:, j], f"{name}: $\\tau$ = {tau:g}", "held-out mean cost", name)
+              for j, (name, tau) in enumerate(zip(view.names, view.tau, strict=True))]
+    panels.append((axes[m], c["reward"], "reward", "held-out mean reward", "reward"))
+    lines = {"hat": {"color": "grey", "lw": 1.2, "ls": "-"}, "star": {"color": "black", "lw": 1.5, "ls": "-."}}
+    # the direction in every panel's label, wrapped to the panel's width (about half a font size per character)
+    room = int(0.8 * fig.get_figwidth() / (m + 1) * 72 / (0.5 * plt.rcParams["font.size"]))
+    xlabel = "$\\lambda$" if m == 1 else textwrap.fill(
+        f"s ($\\lambda$ = s d), d = {_named(view.names, view.direction)}", max(room, 16))
+    for j, (ax, y, title, ylabel, gid) in enumerate(panels):
+        ax.plot(s, y, drawstyle="steps-post", color=pal[j] if j < m else "0.3", lw=1.6, zorder=3, gid=f"curve:{gid}")
+        if j < m:
+            ax.axhline(view.tau[j], color="black", ls="--", lw=1.0)
+        for key, style in lines.items():
+            if key in view.marks:
+                ax.axvline(min(view.marks[key]["s"], s_top), zorder=2, **style)
+        span = [float(np.min(y)), float(np.max(y)), *([view.tau[j]] if j < m else [])]
+        for a in view.audited:
+            if j < m:
+                y0, (lo, hi), met = a["cost"][j], a["ci95"][j], a["verdicts"][j] == VERDICTS[0]
+            else:
+                y0, (lo, hi), met = a["reward"], a["reward_ci95"], a["joint"].get("verdict") == VERDICTS[0]
+            beyond = a["s"] > s_top * (1 + 1e-9)
+            x = min(a["s"], s_top)
+            col = colour[a["method"]]
+            ax.errorbar(x, y0, yerr=[[y0 - lo], [hi - y0]], fmt=SWEEP_MARKERS.get(a["setting"], "o"), color=col,
+                        ms=9 if a["setting"] == "star" else 6, capsize=2, lw=0.8, mew=1.4, zorder=5, clip_on=False,
+                        mfc=col if met else "white", transform=ax.transData + shift[a["method"]],
+                        gid=f"audit:{a['method']}/{a['setting']}")
+            if beyond or not a["on_ray"]:
+                note = ("off the ray" if not a["on_ray"] else "") + (f" s = {a['s']:.3g} →" if beyond else "")
+                ax.annotate(note.strip(), (x, y0), textcoords="offset points", xytext=(-4, 6), ha="right",
+                            fontsize="x-small", color=col)
+            span += [lo, hi]
+        # the range by hand: the shifted error bars are not in data coordinates, so autoscaling leaves them out
+        pad = 0.06 * (max(span) - min(span) or 1.0)
+        ax.set_ylim(min(span) - pad, max(span) + pad)
+        ax.set_title(title)
+        ax.set_ylabel(ylabel)
+        ax.set_xlim(0.0, s_top)
+        ax.set_xlabel(xlabel)
+    handles = _sweep_handles(view, colour, lines)
+    along = "against $\\lambda$" if m == 1 else "along the ray"
+    fig.suptitle(f"Best-of-{view.n} {along}, held out ({view.n_prompts} test prompts; audit: bootstrap 95%)")
+    fig.legend(handles=handles, loc="outside lower center", ncol=2, frameon=False, fontsize="small")
+    return fig
+
+
+def sweep_shows(view: SweepView, audit: dict) -> dict:
+    """What the constraints_sweep figure shows, for its provenance sidecar and report caption."""
+    def r4(v):
+        return [round(float(x), 4) for x in np.atleast_1d(v)]
+
+    marks = {k: {"lambda": r4(p["lambda"]), "s": round(p["s"], 4), "on_ray": p["on_ray"], "cost": r4(p["cost"]),
+                 "reward": round(p["reward"], 4), "meets_tau": p["meets_tau"]} for k, p in view.marks.items()}
+    audited = [{"method": a["method"], "setting": a["setting"], "lambda": r4(a["lambda"]), "s": round(a["s"], 4),
+                "on_ray": a["on_ray"], "cost": r4(a["cost"]), "ci95": [r4(ci) for ci in a["ci95"]],
+                "verdicts": [_short(v) for v in a["verdicts"]], "reward": round(a["reward"], 4),
+                "joint": _short(a["joint"].get("verdict"))} for a in view.audited]
+    return {"constraints": [{"name": n, "tau": float(t)} for n, t in zip(view.names, view.tau, strict=True)],
+            "n": view.n, "test_prompts": view.n_prompts, "direction": r4(view.direction),
+            "deployed": view.deployed, "marks": marks, "audited": audited,
+            "ray": {"s_max": round(float(view.curve["s_max"]), 4), "points": len(view.curve["s"]),
+                    "breakpoints": int(view.curve["breakpoints"])},
+            "checks": view.checks, "audit": {"procedure": audit.get("procedure"),
+                                             "lambda_record": audit.get("lambda_record")}}
+
+
+def figure(args, opts: FigureSettings, lam: dict | None) -> Drawn:
+    """The vector --lambda-json for --constraints, the test prompts' --scores and the --audit of the decoded outputs
+    (:mod:`lara.evaluate.figures.constraints_sweep_inputs`), drawn; what the figure shows (:func:`sweep_shows`)."""
+    from lara.evaluate.figures.constraints_sweep_inputs import read_sweep_audit, read_sweep_inputs
+
+    record, scores = read_sweep_inputs(args.lambda_json, args.scores, args.constraints)
+    audit = read_sweep_audit(args.audit, args.lambda_json, record, scores.prompts)
+    view = sweep_view(record, scores, audit)
+    return Drawn(constraints_sweep(view, opts), sweep_shows(view, audit))

@@ -1,0 +1,68 @@
+"""``lara figure --kind decoders``: every decoder's held-out mean reward and cost by the decoding models (tau's
+units) against lambda, at each decoded lambda setting, with tau and the audit's verdicts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from lara.evaluate.figures.common import MARKERS, Drawn, FigureSettings, theme
+
+
+def decoders(audit: dict, lam: dict, opts: FigureSettings):
+    """Every decoder held to tau: its held-out mean reward and cost by the decoding models (tau's
+    units) at each decoded lambda setting, with bootstrap 95 % intervals over the test prompts; a
+    filled marker where the audit's verdict is met (one-sided 95 %), hollow where it is not."""
+    import matplotlib.pyplot as plt
+
+    from lara.evaluate.intervals import VERDICTS
+
+    pal = theme(opts)
+    rows = pd.DataFrame(audit["decoders"])
+    rows = rows[rows["setting"] != "policy"]
+    if "tau" in rows.columns:  # the main tau's settings; another listed tau's lambda* is in the taus figure
+        rows = rows[rows["tau"] == lam["tau"]]
+    methods = list(dict.fromkeys(rows["method"]))
+    colour = {m: pal[i % len(pal)] for i, m in enumerate(methods)}
+    w, h = opts.width, opts.height
+    fig, axes = plt.subplots(1, 2, figsize=(w, h + 0.6), sharex=True, layout="constrained")
+    for ax, col, ci, label in ((axes[0], "mean_reward", "reward_ci95", "mean decoder reward r"),
+                               (axes[1], "mean_cost", "ci95", "mean decoder cost c")):
+        for m in methods:
+            g = rows[rows["method"] == m].sort_values("lambda")
+            ax.plot(g["lambda"], g[col], color=colour[m], lw=1, alpha=0.6)
+            for r in g.to_dict("records"):
+                y, (lo, hi) = r[col], r[ci]
+                met = r["verdict"] == VERDICTS[0]
+                ax.errorbar(r["lambda"], y, yerr=[[y - lo], [hi - y]], fmt=MARKERS.get(r["setting"], "o"),
+                            color=colour[m], ms=9 if r["setting"] == "star" else 6, capsize=2, lw=0.8,
+                            mfc=colour[m] if met else "white", mew=1.4)
+        ax.set_ylabel(label)
+        ax.set_xlabel("$\\lambda$ (symlog)")
+        positive = np.sort(rows.loc[rows["lambda"] > 0, "lambda"].unique())
+        if len(positive):
+            linthresh = positive[0] / 2
+            ax.set_xscale("symlog", linthresh=linthresh, linscale=0.5)
+            decades = range(int(np.ceil(np.log10(linthresh))), int(np.floor(np.log10(positive[-1]))) + 1)
+            ax.set_xticks([0.0, *(10.0 ** k for k in decades)])  # 0, then the decades above the linear part
+    axes[1].axhline(lam["tau"], color="black", ls="--", lw=1.2)
+    axes[0].set_title("helpfulness (test prompts)")
+    axes[1].set_title("harmfulness, $\\tau$ dashed")
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=colour[m], marker="o", ls="-", label=m) for m in methods]
+    handles += [Line2D([], [], color="0.3", marker=MARKERS[s], ls="", label=f"$\\lambda$ {s}")
+                for s in MARKERS if s in set(rows["setting"])]
+    handles += [Line2D([], [], color="0.3", marker="o", ls="", label="meets $\\tau$ (one-sided 95%)"),
+                Line2D([], [], color="0.3", marker="o", ls="", mfc="white", label="not shown to meet $\\tau$"),
+                Line2D([], [], color="black", ls="--", label=f"$\\tau$ = {lam['tau']:g}")]
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 5), frameon=False)
+    return fig
+
+
+def figure(args, opts: FigureSettings, lam: dict) -> Drawn:
+    """--audit (constraint_audit.json, made with --lambda-json: :func:`~lara.evaluate.figures.audit.read_audit`)
+    drawn."""
+    from lara.evaluate.figures.audit import read_audit
+
+    return Drawn(decoders(read_audit(args.audit, args.lambda_json), lam, opts))

@@ -1,0 +1,102 @@
+"""``lara figure --kind lambda_sweep`` (Fig. 1): mean reward and mean cost of Best-of-N against lambda, tau as a
+dashed line, lambda-hat and lambda* marked with the bootstrap interval."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from lara.evaluate.figures.common import Drawn, FigureSettings, theme
+from lara.evaluate.intervals import VERDICTS
+
+
+def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: FigureSettings):
+    """Fig. 1: Best-of-N mean reward and cost on the test prompts against lambda, one curve (with its
+    bootstrap 95 % band) per N; tau, the decoder's lambda-hat (with its bootstrap band) and lambda*,
+    each other N's lambda* as a marker, and shading where the audit says the decoder's N meets tau."""
+    import matplotlib.pyplot as plt
+
+    pal = theme(opts)
+    if "n" not in sweep.columns:
+        sweep = sweep.assign(n=0)
+    main_n = (lam.get("decoder") or {}).get("n") or int(sweep["n"].max())
+    sizes = sorted(sweep["n"].unique())
+    colour = {n: pal[i % len(pal)] for i, n in enumerate(sizes)}
+    w, h = opts.width, opts.height
+    fig, axes = plt.subplots(1, 2, figsize=(w, h + 1.2), sharex=True, layout="constrained")
+    for ax, col, label in ((axes[0], "mean_reward", "mean reward r"), (axes[1], "mean_cost", "mean cost c")):
+        for n in sizes:
+            g = sweep[(sweep["n"] == n) & (sweep["label"] == "grid")].sort_values("lambda")
+            ax.plot(g["lambda"], g[col], marker="o", ms=3, color=colour[n], lw=2 if n == main_n else 1.2,
+                    label=f"Best-of-{n}" if n else "Best-of-N")
+            if f"{col}_lo" in g.columns:
+                ax.fill_between(g["lambda"], g[f"{col}_lo"], g[f"{col}_hi"], color=colour[n], alpha=0.12, lw=0)
+            star = sweep[(sweep["n"] == n) & (sweep["label"] == "lambda_star")]
+            if n != main_n and len(star):
+                ax.plot(star["lambda"], star[col], marker="*", ms=10, ls="none", color=colour[n],
+                        label=f"$\\lambda^*$ for N = {n}")
+        soft = sweep[(sweep["n"] == main_n) & sweep["label"].str.startswith("soft_beta=")]
+        for i, r in enumerate(soft.sort_values("lambda").to_dict("records")):
+            ax.plot(r["lambda"], r[col], marker="X", ms=8, ls="none", color=str(0.15 + 0.25 * (i % 3)),
+                    label=f"soft mode $\\beta$ = {r['label'].split('=', 1)[1]}: $\\lambda^*$ = {r['lambda']:.3g}")
+        certified = {"crc": ("D", "CRC"), "ltt": ("s", "LTT")}
+        for i, (name, (marker, title)) in enumerate(certified.items()):
+            r = sweep[(sweep["n"] == main_n) & (sweep["label"] == name)]
+            if len(r):
+                extra = f" ($\\delta$ = {lam['procedures']['ltt']['delta']:g})" if name == "ltt" else ""
+                ax.plot(r["lambda"], r[col], marker=marker, ms=7, ls="none", mfc="none", mew=1.6,
+                        color=str(0.1 + 0.3 * i), label=f"{title}{extra}: certified $\\lambda$ = "
+                                                        f"{float(r['lambda'].iloc[0]):.3g}")
+        other = sweep[(sweep["n"] == main_n) & sweep["label"].str.startswith("tau=")]
+        for i, r in enumerate(other.sort_values("lambda").to_dict("records")):
+            ax.plot(r["lambda"], r[col], marker="P", ms=8, ls="none", color=pal[(len(sizes) + i) % len(pal)],
+                    label=f"$\\lambda^*$ for $\\tau$ = {r['label'].split('=', 1)[1]}: {r['lambda']:.3g}")
+            if col == "mean_cost":
+                ax.axhline(r["tau"], color=pal[(len(sizes) + i) % len(pal)], ls=":", lw=1.0)
+        q = lam.get("bootstrap", {}).get("quantiles", {})
+        lo, hi = q.get("0.025"), q.get("0.975")
+        if lo is not None and hi is not None:
+            ax.axvspan(lo, hi, color="grey", alpha=0.12, label="bootstrap 95% of $\\hat\\lambda$")
+        ax.axvline(lam["lambda_hat"], color="grey", lw=1.2, label=f"$\\hat\\lambda$ = {lam['lambda_hat']:.3g}")
+        deployed = (lam.get("guarantee") or {}).get("procedure", "bootstrap")
+        ax.axvline(lam["lambda_star"], color="black", lw=1.5, ls="-.",
+                   label=f"$\\lambda^*$ = {lam['lambda_star']:.3g} (N = {main_n}, {deployed}: deployed)")
+        ax.set_xlabel("$\\lambda$")
+        ax.set_ylabel(label)
+        positive = np.sort(sweep.loc[sweep["lambda"] > 0, "lambda"].unique())
+        if len(positive) and positive[-1] / positive[0] > 20:  # a small lambda* next to a wide grid
+            ax.set_xscale("symlog", linthresh=positive[0])
+    tau = lam["tau"]
+    axes[1].axhline(tau, color="black", ls="--", lw=1.2, label=f"$\\tau$ = {tau:g}")
+    if "verdict" in sweep.columns:
+        g = sweep[(sweep["n"] == main_n) & (sweep["label"] == "grid")].sort_values("lambda")
+        met = g[g["verdict"] == VERDICTS[0]]  # the sweep's own verdict (lara.evaluate.intervals)
+        if len(met):
+            axes[1].axvspan(met["lambda"].min(), g["lambda"].max(), color="green", alpha=0.08,
+                            label=f"audit: N = {main_n} meets $\\tau$ (95%)")
+    axes[0].set_title("helpfulness")
+    axes[1].set_title("harmfulness (test prompts)")
+    handles, labels = [], []
+    for ax in axes:
+        for hd, lb in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lb not in labels:
+                handles.append(hd)
+                labels.append(lb)
+    # below the panels, in exactly the room it needs (constrained layout: never over the axis labels)
+    fig.legend(handles, labels, loc="outside lower center", ncol=3, frameon=False)
+    return fig
+
+
+def figure(args, opts: FigureSettings, lam: dict) -> Drawn:
+    """--sweep (sweep.csv of ``lara bon-sweep``, every number finite, made with --lambda-json) drawn; the sizes N
+    it holds are part of what the figure shows."""
+    from lara.calibrate.record import read_lambda
+    from lara.identity import check_sweep
+    from lara.read.files import read_table, require_finite, require_rows
+
+    sweep = require_finite(require_rows(read_table(args.sweep, required=(
+        "n", "lambda", "label", "mean_reward", "mean_cost")), args.sweep), ("lambda", "mean_reward", "mean_cost"),
+        args.sweep)
+    check_sweep(sweep, read_lambda(args.lambda_json), f"--sweep {args.sweep}")
+    sizes = sorted(int(n) for n in sweep["n"].unique())
+    return Drawn(lambda_sweep(sweep, lam, opts), {"sizes": sizes} if sizes else {})

@@ -1,0 +1,64 @@
+"""``lara figure --kind tradeoff`` (Fig. 2): helpfulness against harmlessness for every method and setting, one
+panel for the model evaluation and one for the LLM judge (a note when no judge ran)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from lara.evaluate.figures.common import MARKERS, Drawn, FigureSettings, log, theme
+
+
+def tradeoff(summary: pd.DataFrame, opts: FigureSettings):
+    import matplotlib.pyplot as plt
+
+    pal = theme(opts)
+    methods = list(dict.fromkeys(summary["method"]))
+    colour = {m: pal[i % len(pal)] for i, m in enumerate(methods)}
+    has_judge = "judge_helpfulness" in summary.columns and summary["judge_helpfulness"].notna().any()
+    w, h = opts.width, opts.height
+    fig, axes = plt.subplots(1, 2, figsize=(w, h + 0.6), layout="constrained")
+    panels = ((axes[0], "helpfulness", "harmfulness", "model evaluation", True),
+              (axes[1], "judge_helpfulness", "judge_harmlessness", "LLM judge", False))
+    for ax, xcol, ycol, title, negate in panels:
+        ax.set_title(title)
+        if xcol not in summary.columns or summary[xcol].isna().all():
+            ax.text(0.5, 0.5, "no judge configured\n(evaluation.judge)", ha="center", va="center",
+                    transform=ax.transAxes, color="0.4")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            continue
+        for r in summary.itertuples(index=False):
+            x = getattr(r, xcol)
+            y = -getattr(r, ycol) if negate else getattr(r, ycol)
+            xerr = [[x - getattr(r, f"{xcol}_lo")], [getattr(r, f"{xcol}_hi") - x]]
+            ylo, yhi = getattr(r, f"{ycol}_lo"), getattr(r, f"{ycol}_hi")
+            yerr = [[y - (-yhi if negate else ylo)], [(-ylo if negate else yhi) - y]]
+            # lambda = 0 hollow and behind, lambda* filled, larger and in front: coinciding points stay apart
+            ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=MARKERS.get(r.setting, "o"), color=colour[r.method],
+                        ms=9 if r.setting == "star" else 6, capsize=2, lw=0.8, alpha=0.9,
+                        mfc="white" if r.setting == "zero" else colour[r.method], mew=1.4,
+                        zorder={"zero": 2, "star": 4}.get(r.setting, 3))
+        ax.set_xlabel("helpfulness (mean score)" if negate else "judge helpfulness (1-10)")
+        ax.set_ylabel("harmlessness (- mean cost)" if negate else "judge harmlessness (1-10)")
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=colour[m], marker="o", ls="", label=m) for m in methods]
+    handles += [Line2D([], [], color="0.3", marker=MARKERS[s], ls="", mfc="white" if s == "zero" else "0.3",
+                       label=f"$\\lambda$ {s}" if s != "policy" else "fine-tuned policy")
+                for s in MARKERS if s in set(summary["setting"])]
+    # below the panels, in exactly the room it needs (constrained layout: no empty band)
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 6), frameon=False)
+    if not has_judge:
+        log.info("no judge ratings: the judge panel says so")
+    return fig
+
+
+def figure(args, opts: FigureSettings, lam: dict | None) -> Drawn:
+    """--summary (the evaluation's summary.csv, its helpfulness and harmfulness finite) drawn; its rows are part of
+    what the figure shows."""
+    from lara.read.files import read_table, require_finite, require_rows
+
+    summary = require_finite(require_rows(read_table(args.summary, required=(
+        "method", "setting", "helpfulness", "harmfulness")), args.summary), ("helpfulness", "harmfulness"),
+        args.summary)
+    return Drawn(tradeoff(summary, opts), summary=summary)
