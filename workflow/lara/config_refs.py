@@ -1,0 +1,112 @@
+"""The models and data sets an experiment names, checked before any job is planned: a local path that holds
+nothing, a hub setting that a local path or the toy world would ignore, a ``top_k`` beyond the vocabulary.
+:mod:`lara.config` re-exports these names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lara.config_schema import section
+from lara.settings import ConfigError
+
+
+def looks_local(value: str, base: Path = Path(".")) -> bool:
+    """Whether a model or data reference names a local path rather than a hub id (``owner/name``):
+    an absolute or ``./``/``../``/``~`` path, a file name with a data extension, more than one
+    ``/``, or an ``x/y`` whose ``x`` is a local folder."""
+    if value.startswith(("/", "./", "../", "~")) or value in (".", ".."):
+        return True
+    if Path(value).suffix in (".json", ".jsonl", ".parquet", ".csv", ".tsv", ".safetensors", ".bin"):
+        return True
+    parts = value.split("/")
+    return len(parts) > 2 or (len(parts) == 2 and (base / parts[0]).is_dir())
+
+
+def require_model(spec: str | Path, flag: str) -> None:
+    """Refuse a local model reference that is not a model directory before anything is loaded: a
+    path that does not exist, a file, or a folder without config.json. Hub ids (owner/name) pass."""
+    spec = str(spec)
+    path = Path(spec).expanduser()
+    if path.exists() or looks_local(spec):
+        if not path.exists():
+            raise ConfigError(f"{flag} {spec}: no such model directory")
+        if not path.is_dir():
+            raise ConfigError(f"{flag} {spec}: a model is a directory (config.json, weights, tokenizer), "
+                              "this is a file")
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"{flag} {spec}: not a model directory (no config.json); an unfinished or "
+                              "foreign folder?")
+
+
+def model_vocab_size(path: Path) -> int | None:
+    """``vocab_size`` from a local model directory's config.json (text_config for multimodal ones)."""
+    from lara.read.files import DataError, json_file  # pandas, which the table readers need: only here
+
+    try:
+        cfg = json_file(path / "config.json")
+    except (OSError, DataError):
+        return None
+    return cfg.get("vocab_size") or (cfg.get("text_config") or {}).get("vocab_size")
+
+
+def named_scorer_names() -> tuple[str, ...]:
+    """The named scorers installed (entry points of ``lara.scorers``, e.g. the toy ``oracle``)."""
+    from importlib.metadata import entry_points
+
+    return tuple(sorted(ep.name for ep in entry_points(group="lara.scorers")))
+
+
+def references(config: dict) -> list[tuple[str, str, str, str]]:
+    """Every model and data set an experiment names, as ``(key, value, kind, key of its revision)``: the base
+    model, the evaluation scorers and the three data sources (``toy`` and named scorers too; callers skip them)."""
+    out = [("base_model.name_or_path", config["base_model"]["name_or_path"], "model", "base_model.revision")]
+    out += [(f"evaluation.{role}", config["evaluation"][role], "model", f"evaluation.{role}_revision")
+            for role in ("reward_model", "cost_model")]
+    out += [(f"data.{part}.source", config["data"][part]["source"], "data", f"data.{part}.revision")
+            for part in ("sft", "preferences", "prompts")]
+    return out
+
+
+def check_references(config: dict, base: Path = Path("."), scorers: tuple[str, ...] = ()) -> list[str]:
+    """What the workflow would otherwise find out only when a job reaches it: local model and data
+    paths that do not exist, and a ``decode.rgtg.METHOD.top_k`` larger than the policy's vocabulary (the
+    toy tokenizer's size, or a local base model's config.json). ``scorers``: named scorers."""
+    problems = []
+    name = config["base_model"]["name_or_path"]
+    named = [r for r in references(config) if r[1] not in ("toy", *scorers)]
+    refs = [(key, value, kind) for key, value, kind, _ in named]
+    for rule, override in config.get("resources", {}).get("rules", {}).items():
+        if override.get("accelerate_config"):
+            refs.append((f"resources.rules.{rule}.accelerate_config", override["accelerate_config"], "file"))
+    # a hub setting (revision, configuration, folder) on the toy world, a named scorer or a local path would be
+    # ignored: refused instead
+    pinned = []
+    for _, value, kind, revision in references(config):
+        pinned.append((revision, value))
+        if kind == "data" and (value == "toy" or (base / Path(value).expanduser()).is_file()):  # a folder has both
+            pinned += [(revision.replace(".revision", f".{k}"), value) for k in ("name", "data_dir")]
+    for key, spec in pinned:
+        parent, _, field = key.rpartition(".")
+        value = section(config, parent).get(field)
+        local = looks_local(spec, base) or (base / Path(spec).expanduser()).exists()
+        if value is not None and (spec in ("toy", *scorers) or local):
+            problems.append(f"{key}: {value!r} is set, but {spec!r} is not a hub id (a hub revision, "
+                            "configuration or folder would be ignored)")
+    made_here = ("results", config.get("experiment"))  # a data file one of this experiment's rules writes
+    for key, value, what in refs:
+        if what == "data" and Path(value).parts[:2] == made_here:
+            continue
+        if looks_local(value, base) and not (base / Path(value).expanduser()).exists():
+            problems.append(f"{key}: {value!r} looks like a local {what} path, and there is nothing there "
+                            f"(relative paths are read from {base.resolve()}); a hub id is written owner/name")
+    vocab, origin = None, ""
+    if name == "toy":
+        vocab, origin = config["toy"]["tokenizer"]["vocab_size"], "toy.tokenizer.vocab_size"
+    elif looks_local(name, base):
+        vocab, origin = model_vocab_size(base / Path(name).expanduser()), f"{name}/config.json"
+    for method, rgtg in config.get("decode", {}).get("rgtg", {}).items():
+        top_k = rgtg.get("top_k") if isinstance(rgtg, dict) else None
+        if top_k is not None and vocab is not None and top_k > vocab:
+            problems.append(f"decode.rgtg.{method}.top_k: {top_k} candidate tokens per step exceed the vocabulary "
+                            f"of {vocab} ({origin})")
+    return problems
