@@ -196,8 +196,8 @@ def test_summary_reads_the_verdicts_and_numbers_off_the_report(tmp_path):
 
 
 def test_summary_refuses_a_report_for_another_calibration(tmp_path, capsys):
-    from lara.read.files import DataError
     from lara.evaluate.summary import summarise_run
+    from lara.read.files import DataError
 
     root = tmp_path / "results" / "x"
     _run_files(root)
@@ -215,8 +215,8 @@ def test_summary_refuses_a_report_for_another_calibration(tmp_path, capsys):
 
 
 def test_summary_refuses_a_met_column_that_contradicts_the_mean_cost(tmp_path):
-    from lara.read.files import DataError
     from lara.evaluate.summary import summarise_run
+    from lara.read.files import DataError
 
     root = tmp_path / "results" / "x"
     _run_files(root)

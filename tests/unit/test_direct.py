@@ -69,7 +69,7 @@ def test_a_record_of_another_kind_or_with_a_bad_lambda_is_refused(tmp_path):
 
     (tmp_path / "a.json").write_text(json.dumps({"kind": "token_level_direct", "lambda_star": float("nan"),
                                                  "tau": -0.5}))
-    with pytest.raises(DataError, match="lambda_star nan is not a finite number"):
+    with pytest.raises(DataError, match="lambda_star: not a finite number"):
         read_direct(tmp_path / "a.json")
     (tmp_path / "b.json").write_text(json.dumps({"lambda_star": 0.1, "tau": -0.5, "mode": "bon"}))
     with pytest.raises(DataError, match="not a `lara calibrate-decoder` record"):

@@ -174,7 +174,7 @@ CASES = [
          ["repeat a (prompt_id, sample_id)", "('p0', 2)"], ["out.parquet"]),
     Case("select-bon: a corrupt lambda.json", [_cand, _write("lambda.json", "{broken")],
          [*SEL, "--setting", "star", "--lambda-json", "{t}/lambda.json"], 2,
-         ["lambda.json: not a readable lambda.json"], ["out.parquet"]),
+         ["lambda.json: not a readable JSON file"], ["out.parquet"]),
     Case("select-bon: lambda.json without lambda_star", [_cand, _write("lambda.json", '{"lambda_hat": 1}')],
          [*SEL, "--setting", "star", "--lambda-json", "{t}/lambda.json"], 2,
          ["lambda.json: missing key(s)", "lambda_star"], ["out.parquet"]),

@@ -11,8 +11,8 @@ import pytest
 
 from lara.data.ingest import IngestSettings, PreferenceIngestSettings, ingest, load_source
 from lara.data.splits import split_prompts
-from lara.read.files import DataError, read_metadata
 from lara.hub import HubError
+from lara.read.files import DataError, read_metadata
 from lara.toy.world import ToyWorldSettings, generate
 
 WORLD = generate(ToyWorldSettings(seed=1, n_sft=60, n_pairs=60, n_eval_prompts=100))

@@ -78,8 +78,8 @@ def test_value_prompts_mix_safety_and_instruction_prompts_and_avoid_the_splits()
 
 
 def test_value_prompts_refuse_to_come_up_short():
-    from lara.read.files import DataError
     from lara.data.value_prompts import ValuePromptSettings, draw
+    from lara.read.files import DataError
 
     safety = pd.Series([f"q{i}" for i in range(10)])
     with pytest.raises(DataError, match=r"prefs.parquet: 5 distinct prompts outside the calibration and test splits, "

@@ -8,8 +8,8 @@ import json
 import pytest
 import yaml
 
-from lara.read.files import read_metadata
 from lara.io import sha256_path
+from lara.read.files import read_metadata
 
 from ..conftest import copy_workflow, hub_cache_put, run_snakemake
 

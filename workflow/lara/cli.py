@@ -351,6 +351,15 @@ def _write_failed(args, exc) -> str:
     return f"{_shown(str(exc.path))}: {exc.explain()}"
 
 
+def reads_settings(module_name: str) -> bool:
+    """Whether a step reads its settings (lara.settings.read_settings, which then checks its inputs: a bad setting is
+    named before a bad input), read off its source."""
+    from lara.codehash import module_file
+
+    text = module_file(module_name).read_text()
+    return "read_settings(" in text or "read_train_settings(" in text
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = _command_in(argv)
@@ -362,10 +371,10 @@ def main(argv: list[str] | None = None) -> int:
     args = make_parser(command).parse_args(argv)
     _configure_logging(args.log_level)
     from lara.config import ConfigError
-    from lara.read.files import DataError
     from lara.hub import HubError
     from lara.io import DISK_ERRNOS, WriteError
     from lara.provenance import code_version
+    from lara.read.files import DataError
 
     settings = {k: v for k, v in vars(args).items() if not k.startswith("_")}
     log.info("lara %s %s", args.command, settings)
@@ -383,7 +392,12 @@ def main(argv: list[str] | None = None) -> int:
     files.forget()  # every input of this command is read afresh, once
     try:
         check_outputs(args)
-        args._run(args)
+        from lara.read.contracts import ensure
+
+        args._after_settings = ensure
+        if not reads_settings(COMMANDS[args.command]):
+            ensure(args)  # a step without settings: its inputs through the one reader, against its contract row
+        args._run(args)  # a step with settings: read_settings checks them, then its inputs (ensure), before it computes
     except (ConfigError, DataError, HubError) as exc:
         log.error("lara %s failed: %s", args.command, exc)
         return 2

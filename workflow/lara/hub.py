@@ -173,7 +173,8 @@ def check(ref: HubRef, path: Path) -> dict:
     if not cfg.is_file():
         raise HubError(f"{ref.key}: {ref.label} has no config.json: not a transformers model")
     try:
-        archs = json.loads(cfg.read_text()).get("architectures") or []
+        from lara.read.files import json_file
+        archs = json_file(cfg, mapping=False).get("architectures") or []
     except ValueError as exc:
         raise HubError(f"{ref.key}: {ref.label}: config.json does not parse ({exc})") from None
     return {"architectures": archs}

@@ -25,7 +25,6 @@ refused, naming them; n is never a row count.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,7 +172,8 @@ def read_identity(path: str | Path) -> dict:
 
             found = read_metadata(path).get(KEY)
         elif path.suffix == ".json":
-            data = json.loads(path.read_text())
+            from lara.read.files import json_file
+            data = json_file(path, mapping=False)
             found = data.get(KEY) if isinstance(data, dict) else None
         else:
             found = None
@@ -308,7 +308,8 @@ def decoded_identity(kind: str, out, method: str, setting: str, lam: float, reco
     extra = {}
     if record_path is not None and Path(record_path).exists() and setting not in ("zero", "max"):
         rec_id = read_identity(record_path)
-        data = json.loads(Path(record_path).read_text())
+        from lara.read.files import json_file
+        data = json_file(Path(record_path), mapping=False)
         extra = {"lambda_record": file_digest(record_path), "tau": data.get("tau"),
                  "calibration_prompts": (rec_id.get("prompts") or {}).get("digest")}
     return stamp(kind, out, method=method, setting=setting, **{"lambda": float(lam)}, **extra, **fields)

@@ -154,8 +154,8 @@ def run(args) -> None:
     from lara import identity
     from lara.config import require_model
     from lara.data.splits import prompt_id
-    from lara.read.files import read_table, write_table
     from lara.provenance import code_version
+    from lara.read.files import read_table, write_table
 
     s = read_settings(args, GenerationSettings)
     df = read_table(args.prompts, required=("prompt",))

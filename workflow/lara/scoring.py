@@ -107,7 +107,8 @@ class SequenceScorer:
 
         self.path = Path(path)
         meta_file = self.path / SCORER_FILE
-        self.meta = json.loads(meta_file.read_text()) if meta_file.exists() else {"append_eos": True}
+        from lara.read.files import json_file
+        self.meta = json_file(meta_file, mapping=False) if meta_file.exists() else {"append_eos": True}
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(self.path)
         self.model = AutoModelForSequenceClassification.from_pretrained(
@@ -151,7 +152,8 @@ class ValueScorer:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.path = Path(path)
-        self.meta = json.loads((self.path / SCORER_FILE).read_text())
+        from lara.read.files import json_file
+        self.meta = json_file((self.path / SCORER_FILE), mapping=False)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(self.path)
         self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=getattr(torch, dtype)).to(self.device).eval()
@@ -419,7 +421,8 @@ def load_scorer(spec: str, role: str = "reward", **kwargs) -> Scorer:
                          f"scorer (named: {', '.join(sorted(named)) or 'none installed'})")
     meta_file = path / SCORER_FILE
     if meta_file.is_file():
-        if json.loads(meta_file.read_text()).get("kind", "").startswith("value_"):
+        from lara.read.files import json_file
+        if json_file(meta_file, mapping=False).get("kind", "").startswith("value_"):
             kwargs.pop("padding_side", None)
             return ValueScorer(spec, **kwargs)
         return SequenceScorer(spec, **kwargs)

@@ -49,15 +49,17 @@ def metadata_record(path: str, root: Path = Path(".")) -> dict | None:
     parts = ["@" + p for p in parts[:-1]] + [parts[-1]]
     f = root / ".snakemake" / "metadata" / Path(*parts)
     try:
-        return json.loads(f.read_text())
-    except (OSError, json.JSONDecodeError):
+        from lara.read.files import json_file
+        return json_file(f, mapping=False)
+    except (OSError, ValueError):
         return None
 
 
 def _lara_record(path: Path) -> dict | None:
     """A step's own provenance: provenance.json of a model directory, or a parquet's metadata."""
     if path.is_dir() and (path / "provenance.json").is_file():
-        rec = json.loads((path / "provenance.json").read_text())
+        from lara.read.files import json_file
+        rec = json_file((path / "provenance.json"), mapping=False)
         return {k: rec.get(k) for k in ("settings", "seed", "code", "host", "device", "created")}
     if path.suffix == ".parquet" and path.is_file():
         from lara.read.files import read_metadata
@@ -188,8 +190,9 @@ def read_sidecar(path: Path) -> dict:
     from lara.read.files import DataError
 
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        from lara.read.files import json_file
+        record = json_file(path, mapping=False)
+    except ValueError as exc:
         raise DataError(f"{path}: not a provenance sidecar, it does not parse as JSON ({exc})") from None
     if not isinstance(record, dict) or any(k not in record for k in REQUIRED):
         missing = [k for k in REQUIRED if not isinstance(record, dict) or k not in record]

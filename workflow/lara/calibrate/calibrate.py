@@ -42,9 +42,9 @@ from lara.calibrate.certify import (
 )
 from lara.calibrate.dual import InputError, PromptScores, bootstrap, dual, dual_grad, mean_cost, solve
 from lara.calibrate.record import write_lambda
-from lara.read.files import DataError, read_table, require_in_range
 from lara.io import sha256_file
 from lara.provenance import code_version
+from lara.read.files import DataError, read_table, require_in_range
 from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
 
 log = logging.getLogger(__name__)

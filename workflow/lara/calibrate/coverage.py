@@ -228,9 +228,9 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara.calibrate.calibrate import load_scores
-    from lara.read.files import DataError, write_table
     from lara.io import sha256_file, write_json
     from lara.provenance import code_version
+    from lara.read.files import DataError, write_table
 
     s = read_settings(args, CoverageSettings)
     if s.cost_bounds is None:

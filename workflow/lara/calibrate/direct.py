@@ -117,10 +117,10 @@ def run(args) -> None:
 
     from lara.calibrate.record import read_lambda
     from lara.config import require_model
-    from lara.read.files import DataError, read_table
     from lara.decode.rgtg import METHOD_SETTINGS, decode, load_models
     from lara.evaluate.intervals import cost_audit
     from lara.io import atomic_output, write_json
+    from lara.read.files import DataError, read_table
     from lara.scoring import load_scorer
 
     s = read_settings(args, DirectSettings)

@@ -14,7 +14,6 @@ a report that shows its estimates reads it with ``allow_uncertified=True``.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -79,12 +78,12 @@ class LambdaRecord:
 def read_lambda(path: str | Path, allow_uncertified: bool = False) -> LambdaRecord:
     """Read and check a ``lambda.json``; a missing file, bad JSON or a missing key names the file and key. A
     weighted record that is not certified is refused unless ``allow_uncertified`` (a report, never a decoder)."""
-    from lara.read.files import DataError
+    from lara.read.files import DataError, json_file
 
+    if not Path(path).is_file():
+        raise DataError(f"{path}: no such lambda.json")
     try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise DataError(f"{path}: no such lambda.json") from None
+        data = json_file(Path(path), mapping=False)
     except (OSError, ValueError) as exc:
         raise DataError(f"{path}: not a readable lambda.json ({exc})") from None
     if not isinstance(data, dict):
@@ -175,8 +174,8 @@ def overpenalised_note(lambda_star: float, overpenalised: float | None) -> str |
 
 def write_lambda(record: dict, path: str | Path) -> None:
     """Write a calibration result as ``lambda.json`` (atomically; checked like the reader checks it)."""
-    from lara.read.files import DataError
     from lara.io import write_json
+    from lara.read.files import DataError
 
     missing = [k for k in REQUIRED if k not in record]
     if missing:
@@ -294,12 +293,9 @@ DIRECT_KIND = "token_level_direct"  # the record `lara calibrate-decoder` writes
 def read_direct(path: str | Path) -> dict:
     """A ``direct_<method>.json`` (lara.calibrate.direct), checked: its kind, a finite lambda_star >= 0, a tau.
     Read here, not in lara.calibrate.direct, so a decoder's code closure stays the reader's alone."""
-    from lara.read.files import DataError
+    from lara.read.files import DataError, json_file
 
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: not a readable decoder calibration ({exc})") from None
+    data = json_file(Path(path), f"{path} (a decoder calibration)", mapping=False)
     lam = data.get("lambda_star") if isinstance(data, dict) else None
     if not isinstance(data, dict) or data.get("kind") != DIRECT_KIND:
         raise DataError(f"{path}: not a `lara calibrate-decoder` record (kind {DIRECT_KIND!r})")

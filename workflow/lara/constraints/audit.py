@@ -115,10 +115,10 @@ def run(args) -> None:
     from lara.constraints.decode import read_vector
     from lara.constraints.score import cost_specs
     from lara.constraints.spec import from_arg
-    from lara.read.files import DataError, require_finite, write_table
     from lara.evaluate.intervals import check_replicates
     from lara.io import write_json
     from lara.provenance import code_version
+    from lara.read.files import DataError, require_finite, write_table
     from lara.scoring import load_scorer, score_table
 
     s = read_settings(args, AuditSettings)

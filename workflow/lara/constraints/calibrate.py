@@ -245,9 +245,9 @@ def run(args) -> None:
     from lara import identity
     from lara.calibrate.calibrate import check_floor
     from lara.constraints.spec import from_arg
-    from lara.read.files import DataError
     from lara.io import sha256_file, write_json
     from lara.provenance import code_version
+    from lara.read.files import DataError
     from lara.settings import nonfinite
 
     s = read_settings(args, CalibrationSettings)

@@ -358,9 +358,9 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara.constraints.spec import from_arg
-    from lara.read.files import DataError, write_table
     from lara.io import sha256_file, write_json
     from lara.provenance import code_version
+    from lara.read.files import DataError, write_table
     from lara.settings import nonfinite
 
     cov = read_settings(args, CoverageSettings)

@@ -27,8 +27,9 @@ def read_vector(path, constraints) -> dict:
     from lara.read.files import DataError
 
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        from lara.read.files import json_file
+        data = json_file(Path(path), mapping=False)
+    except (OSError, ValueError) as exc:
         raise DataError(f"--lambda-json {path}: not a readable JSON record ({exc})") from None
     kind = (data.get("identity") or {}).get("kind")
     if kind != "lambda_vector":
@@ -129,8 +130,8 @@ def _args(args, constraints, lam):
     from lara import identity
     from lara.config import require_model
     from lara.constraints.score import cost_specs
-    from lara.read.files import DataError, read_table
     from lara.decode.rgtg import ARGSSettings, decode
+    from lara.read.files import DataError, read_table
     from lara.settings import read_settings
 
     for flag in ("prompts", "policy", "reward", "settings"):
@@ -225,8 +226,8 @@ class PolicyFluencyStepper:
 def run(args) -> None:
     from lara import identity
     from lara.constraints.spec import from_arg
-    from lara.read.files import write_table
     from lara.provenance import code_version
+    from lara.read.files import write_table
 
     constraints = from_arg(args.constraints)
     record = None if args.lambda_json is None else read_vector(args.lambda_json, constraints)

@@ -64,8 +64,8 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.read.files import read_table, write_table
     from lara.provenance import code_version
+    from lara.read.files import read_table, write_table
 
     s = read_settings(args, CategoryPairsSettings)
     df = read_table(args.input, required=("prompt", "response_0", "response_1", "safer_response_id"))

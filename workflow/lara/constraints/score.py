@@ -55,8 +55,8 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.read.files import DataError, read_table, write_table
     from lara.provenance import code_version
+    from lara.read.files import DataError, read_table, write_table
     from lara.scoring import load_scorer, score_table
 
     s = read_settings(args, ScoreSettings)

@@ -20,7 +20,6 @@ from typing import ClassVar, Literal
 import numpy as np
 import pandas as pd
 
-from lara.read.files import DataError, check_text_file, write_table
 from lara.hub import (
     HubRef,
     commit_of,
@@ -33,6 +32,7 @@ from lara.hub import (
 )
 from lara.io import copy_hashed, sha256_path
 from lara.provenance import code_version
+from lara.read.files import DataError, check_text_file, write_table
 from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
 from lara.template import alpaca_user_text
 

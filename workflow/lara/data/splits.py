@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 
 from lara.data.ingest import SourceSettings, _require, _text, load_source
-from lara.read.files import DataError, write_table
 from lara.provenance import code_version
+from lara.read.files import DataError, write_table
 from lara.settings import add_settings_arguments, new_default, read_settings, seed_setting, setting
 
 log = logging.getLogger(__name__)

@@ -75,8 +75,8 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara.data.splits import prompt_key
-    from lara.read.files import read_table, write_table
     from lara.provenance import code_version
+    from lara.read.files import read_table, write_table
 
     s = read_settings(args, ValuePromptSettings)
     sft = read_table(args.sft, required=("prompt",))["prompt"]

@@ -140,8 +140,8 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.read.files import DataError, read_table, require_in_range, write_table
     from lara.evaluate.intervals import check_replicates
+    from lara.read.files import DataError, read_table, require_in_range, write_table
 
     s = read_settings(args, SweepSettings)
     check_replicates(s.bootstrap)

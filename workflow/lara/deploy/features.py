@@ -94,7 +94,6 @@ def mean_pooled(model, tokenizer, seqs: list[list[int]], batch_size: int, progre
 
 def load_backbone(path, dtype: str):
     """The model's backbone (its last hidden states; no head), tokenizer and the scorer's max_length."""
-    import json
     from pathlib import Path
 
     import torch
@@ -103,7 +102,8 @@ def load_backbone(path, dtype: str):
     from lara.scoring import SCORER_FILE
 
     meta_file = Path(path) / SCORER_FILE
-    meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
+    from lara.read.files import json_file
+    meta = json_file(meta_file, mapping=False) if meta_file.exists() else {}
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModel.from_pretrained(path, dtype=getattr(torch, dtype)).to(device).eval()
@@ -142,8 +142,8 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.read.files import read_table, write_table
     from lara.provenance import code_version
+    from lara.read.files import read_table, write_table
 
     s = read_settings(args, FeatureSettings)
     identity.distinct_files(args.prompts, "--prompts")

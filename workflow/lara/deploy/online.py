@@ -243,9 +243,9 @@ def check_record(record, s: DeploymentSettings, n: int, path) -> None:
 def run(args) -> None:
     from lara import identity
     from lara.calibrate.record import read_lambda
-    from lara.read.files import write_table
     from lara.io import write_json
     from lara.provenance import code_version
+    from lara.read.files import write_table
 
     s = read_settings(args, DeploymentSettings)
     stream = read_stream(args.candidates)

@@ -59,8 +59,8 @@ def run(args) -> None:
     from lara import identity
     from lara.data.ingest import load_source
     from lara.data.splits import prompt_key
-    from lara.read.files import read_table, write_table
     from lara.provenance import code_version
+    from lara.read.files import read_table, write_table
 
     s = read_settings(args, PoolSettings, source=args.source)
     raw, origin = load_source(s.source, s.split, hub=s)

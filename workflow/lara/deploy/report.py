@@ -8,7 +8,6 @@ certified). ``lara summary`` and the deployment figure read it.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -27,7 +26,8 @@ def read_shift(path) -> dict:
     from lara import identity
 
     try:
-        data = json.loads(Path(path).read_text())
+        from lara.read.files import json_file
+        data = json_file(Path(path), mapping=False)
     except (OSError, ValueError) as exc:
         raise DataError(f"--shift {path}: not a readable shift check ({exc})") from None
     if not isinstance(data, dict) or (identity.read_identity(path).get("kind") not in (None, "shift_check")):

@@ -264,9 +264,9 @@ def _rows(prompts: pd.DataFrame, index: dict, flag: str, path, features) -> np.n
 
 def run(args) -> None:
     from lara import identity
-    from lara.read.files import read_table, write_table
     from lara.io import write_json
     from lara.provenance import code_version
+    from lara.read.files import read_table, write_table
 
     s = read_settings(args, ShiftSettings)
     log.info("settings %s", s)

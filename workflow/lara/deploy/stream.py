@@ -163,8 +163,8 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.read.files import write_table
     from lara.provenance import code_version
+    from lara.read.files import write_table
     from lara.settings import strict_json
 
     s = read_settings(args, DeploymentSettings)

@@ -325,8 +325,8 @@ def log_audit(audit: dict, summary: pd.DataFrame) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.read.files import read_table, write_table
     from lara.io import write_json
+    from lara.read.files import read_table, write_table
 
     s = read_settings(args, AuditSettings)
     check_replicates(s.bootstrap)

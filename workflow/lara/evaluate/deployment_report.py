@@ -16,7 +16,6 @@ table say the same thing:
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -148,8 +147,8 @@ def trace_scenario(path: str | Path) -> str:
 def read_traces(paths: list[str], report: pd.DataFrame, report_path) -> dict[str, pd.DataFrame]:
     """The traces by scenario, in the report's scenario order: each of a scenario of the report, once, with arms
     the report lists for that scenario and finite lambda and running mean cost."""
-    from lara.read.files import read_table, require_finite, require_rows
     from lara.identity import read_identity
+    from lara.read.files import read_table, require_finite, require_rows
 
     tau = float(report["tau"].iloc[0])
     found: dict[str, tuple[str, pd.DataFrame]] = {}
@@ -214,7 +213,8 @@ def read_shift(path: Path, rows: pd.DataFrame, report_path) -> dict:
     if not path.exists():
         return from_report | {"statement": None, "path": None}
     try:
-        shift = json.loads(path.read_text())
+        from lara.read.files import json_file
+        shift = json_file(path, mapping=False)
     except (OSError, ValueError) as exc:
         raise _error(f"{path}: not a readable shift check ({exc})") from None
     for key in ("auc", "p_value", "ess"):

@@ -49,9 +49,9 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.read.files import DataError, read_table, write_table
     from lara.hub import HubRef, commit_of, is_hub_id, snapshot
     from lara.provenance import code_version
+    from lara.read.files import DataError, read_table, write_table
     from lara.scoring import load_scorer, named_scorers, score_table
 
     s = read_settings(args, EvaluationSettings)

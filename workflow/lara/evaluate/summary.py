@@ -4,7 +4,6 @@ with every number taken from the run, none written by hand anywhere."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 HELP = "print what a finished run found: lambda-hat and lambda*, the constraint audit's verdicts, every method"
@@ -63,8 +62,8 @@ def check_agreement(root: Path, lam, audit: dict, summary_path: Path) -> None:
     """The run's files tell one story: the audit was made with this lambda.json (its digest, tau and lambda*) and
     wrote this summary.csv. A recalibration, or a file copied in from another run, is reported, never printed
     beside verdicts that were reached for something else."""
-    from lara.read.files import DataError
     from lara.identity import audit_disagreements
+    from lara.read.files import DataError
 
     problems = audit_disagreements(audit, lam, summary_path)
     if problems:
@@ -97,7 +96,8 @@ def coverage_lines(root: Path) -> list[str]:
     coverage = root / "calibration" / "coverage.json"
     if not coverage.exists():
         return []
-    cov = json.loads(coverage.read_text())
+    from lara.read.files import json_file
+    cov = json_file(coverage, mapping=False)
     pop = cov["population"]
     lines = [f"coverage study ({coverage}): {pop['n_prompts']} prompts x K = {pop['samples_per_prompt']} as the "
              f"population, lambda_pop = {pop['lambda_pop']:.4g}; per procedure and calibration size n, over "
@@ -173,13 +173,14 @@ def summarise_run(root: Path) -> str:
     """The summary of the run whose outputs are in ``root`` (``results/{experiment}``), after checking its files
     agree (:func:`check_agreement`)."""
     from lara.calibrate.record import read_lambda
-    from lara.read.files import DataError, read_table
     from lara.evaluate.deployment_report import deployment_lines
+    from lara.read.files import DataError, read_table
 
     lam = read_lambda(root / "calibration" / "lambda.json")
     audit_path = root / "eval" / "constraint_audit.json"
     try:
-        audit = json.loads(audit_path.read_text())
+        from lara.read.files import json_file
+        audit = json_file(audit_path, mapping=False)
     except (OSError, ValueError) as exc:
         raise DataError(f"{audit_path}: no readable constraint audit ({exc}); is the run finished?") from None
     summary_path = root / "eval" / "summary.csv"

@@ -35,6 +35,7 @@ class Expect:
     numbers: tuple[str, ...] = ()  # numeric, finite and within +-SCORE_LIMIT
     booleans: tuple[str, ...] = ()  # booleans or the literals true/false, never null
     unit: str | None = None  # the column whose normalised text is one candidate within a prompt
+    row: tuple[str, ...] = ("prompt_id", "sample_id")  # the columns that name one row of a table with units
     per_prompt: int | None = None  # rows per prompt (1: one response per prompt); None: any
     many: bool = False  # the flag takes several files
     agree: tuple[str, ...] = ()  # identity fields that must agree with the command's other inputs naming them
@@ -78,9 +79,11 @@ def check_numbers(df: pd.DataFrame, columns, where: str) -> None:
         bad = ~np.isfinite(numbers) | text
         if bad.any():
             first = int(np.flatnonzero(bad)[0])
-            shown = values.iloc[first]
+            value = values.iloc[first]
+            shown = repr(value) if isinstance(value, str) else str(value)
             prompt = f" (prompt {df['prompt_id'].iloc[first]!r})" if "prompt_id" in df.columns else ""
-            raise DataError(f"{where}: column {col!r} holds {shown!r}, not a finite number, at {_rows(bad)}{prompt}")
+            what = f"text {shown}, not a number," if isinstance(value, str) else f"a non-finite value ({shown})"
+            raise DataError(f"{where}: column {col!r} holds {what} at {_rows(bad)}{prompt}")
         beyond = np.abs(numbers) > SCORE_LIMIT
         if beyond.any():
             raise DataError(f"{where}: column {col!r} holds {numbers[beyond][0]:g} at {_rows(beyond)}, beyond "
@@ -132,13 +135,31 @@ def check_units(df: pd.DataFrame, column: str, where: str) -> None:
                         f"one {column} is one candidate; drop the copies ({int(twice.sum())} rows repeat one)")
 
 
+# tables of candidates drawn from pi_ref by lara sample (and scored, or streamed): a policy draws the same response
+# twice as often as it likes, and K i.i.d. draws are what Best-of-N's exact expected cost averages over; the rows of
+# such a table are the rows as written (the identity's digest of them, lara.read.files), so a copy is refused there
+SAMPLED = ("samples", "scores", "constraint_scores", "stream")
+
+
+def check_pairs(df: pd.DataFrame, row: list[str], where: str) -> None:
+    """The columns that name one row (a prompt's sample: prompt_id, sample_id) name it once: a repeated pair would
+    count one sample twice."""
+    dup = df.duplicated(row, keep=False).to_numpy()
+    if dup.any():
+        rows = np.flatnonzero(dup)
+        pid, sid = (df[c].iloc[rows[0]] for c in row)
+        pid = repr(str(pid)) if row[0] == "prompt_id" else pid
+        raise DataError(f"{where}: {len(rows)} rows repeat a ({', '.join(row)}) pair, e.g. rows "
+                        f"{rows[:4].tolist()} ({pid}, {sid}); a duplicated sample would be counted twice")
+
+
 def identity_checks(found: dict, expect: Expect, where: str) -> None:
     kind = found.get("kind")
     if expect.kinds and kind is not None and kind not in expect.kinds:
-        raise DataError(f"{where}: kind {kind!r}, expected {' or '.join(map(repr, expect.kinds))} ({expect.what})")
+        raise DataError(f"{where}: kind {kind}, expected {' or '.join(expect.kinds)} ({expect.what})")
     role = found.get("role", found.get("split_role"))
     if expect.roles and role is not None and role not in expect.roles:
-        raise DataError(f"{where}: role {role!r}, expected {' or '.join(map(repr, expect.roles))} ({expect.what})")
+        raise DataError(f"{where}: role {role}, expected {' or '.join(expect.roles)} ({expect.what})")
 
 
 def read(path: str | Path, flag: str, expect: Expect):
@@ -167,7 +188,9 @@ def read(path: str | Path, flag: str, expect: Expect):
         check_numbers(df, [c for c in expect.numbers if c in df.columns], where)
     if expect.booleans:
         df = check_booleans(df, [c for c in expect.booleans if c in df.columns], where)
-    if expect.unit and expect.unit in df.columns and "prompt_id" in df.columns:
+    if expect.unit and all(c in df.columns for c in expect.row):
+        check_pairs(df, list(expect.row), where)
+    if expect.unit and expect.unit in df.columns and "prompt_id" in df.columns and found.get("kind") not in SAMPLED:
         check_units(df, expect.unit, where)
     art = identity.Artifact(flag, str(path), found, df)
     if "prompt_id" in df.columns:

@@ -83,6 +83,8 @@ def _load(path: Path, where: str) -> pd.DataFrame:
         raise DataError(f"{where}: could not be read: {text}") from None
     from lara.data.ids import check_id_types, plain_index
 
+    if path.suffix.lower() == ".parquet":
+        check_rows(df, path, where)
     df = plain_index(df, where)  # a pandas index stored by the writer is a column again (or dropped), never the rows
     check_ids(df, where)
     check_id_types(df, where)
@@ -161,6 +163,8 @@ def write_table(df: pd.DataFrame, path: str | Path, metadata: dict | None = None
         if suffix == ".parquet":
             table = pa.Table.from_pandas(df, preserve_index=False)
             if metadata is not None:
+                if isinstance(metadata.get("identity"), dict):  # the rows as they read back: an edit is refused
+                    metadata = metadata | {"identity": metadata["identity"] | {"rows": rows_digest(table.to_pandas())}}
                 meta = dict(table.schema.metadata or {})
                 meta[b"lara"] = json.dumps(metadata, default=str).encode()
                 table = table.replace_schema_metadata(meta)
@@ -238,27 +242,39 @@ def _no_duplicate_keys(where: str):
     return hook
 
 
-def _no_constant(where: str):
-    def hook(name):
-        raise DataError(f"{where}: holds {name}, not a number JSON allows (NaN and infinities are never a result)")
+def nonfinite_path(data, prefix: str = "") -> str | None:
+    """The first key path (``a.b[2]``) of a value that is NaN or infinite, or None."""
+    import math
 
-    return hook
+    if isinstance(data, float) and not math.isfinite(data):
+        return prefix or "(the document)"
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for key, value in items:
+        found = nonfinite_path(value, f"{prefix}.{key}" if isinstance(key, str) and prefix else
+                               key if isinstance(key, str) else f"{prefix}[{key}]")
+        if found:
+            return found
+    return None
 
 
-def parse_json(text: str, where: str):
+def parse_json(text: str, where: str, finite: bool = True):
     """JSON text (a record, a sidecar, a command-line value): duplicate keys and NaN/Infinity refused, naming
     ``where``."""
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicate_keys(where), parse_constant=_no_constant(where))
+        data = json.loads(text, object_pairs_hook=_no_duplicate_keys(where))
     except RecursionError:
         raise DataError(f"{where}: nested too deeply to read") from None
     except ValueError as exc:
         if isinstance(exc, DataError):
             raise
-        raise DataError(f"{where}: not valid JSON ({exc})") from None
+        raise DataError(f"{where}: not a readable JSON file ({exc})") from None
+    bad = nonfinite_path(data) if finite else None
+    if bad:
+        raise DataError(f"{where}: {bad}: not a finite number (NaN or infinite: never a result)")
+    return data
 
 
-def json_file(path: str | Path, where: str | None = None, mapping: bool = True):
+def json_file(path: str | Path, where: str | None = None, mapping: bool = True, finite: bool = True):
     """A JSON file's content (a mapping unless ``mapping`` is False), or one :class:`DataError` line naming it."""
     path = Path(path)
     where = where or str(path)
@@ -270,7 +286,39 @@ def json_file(path: str | Path, where: str | None = None, mapping: bool = True):
         raise DataError(f"{where}: is a folder, expected a JSON file") from None
     except UnicodeDecodeError as exc:
         raise DataError(f"{where}: not UTF-8 (byte {exc.start}); re-encode the file as UTF-8") from None
-    data = parse_json(text, where)
+    data = parse_json(text, where, finite)
     if mapping and not isinstance(data, dict):
         raise DataError(f"{where}: the top level must be a JSON object, got {type(data).__name__}")
     return data
+
+
+def _cell(value) -> str:
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def rows_digest(df: pd.DataFrame) -> str:
+    """A digest of a table's rows (columns, order and values) as they read back from parquet."""
+    import hashlib
+
+    h = hashlib.sha256("\0".join(map(str, df.columns)).encode())
+    for col in df.columns:
+        values = df[col]
+        try:
+            hashed = pd.util.hash_pandas_object(values, index=False).to_numpy()
+        except TypeError:  # lists, dicts: their JSON text
+            hashed = pd.util.hash_pandas_object(values.map(_cell), index=False).to_numpy()
+        h.update(hashed.tobytes())
+    return h.hexdigest()[:16]
+
+
+def check_rows(df: pd.DataFrame, path: Path, where: str) -> None:
+    """A table whose identity states the digest of its rows holds those rows: a row added, copied under a new id,
+    removed or changed after its step wrote it (metadata kept) is refused."""
+    found = (read_metadata(path).get("identity") or {}).get("rows")
+    if found is not None and found != rows_digest(df):
+        kind = (read_metadata(path).get("identity") or {}).get("kind", "table")
+        raise DataError(f"{where}: its rows are not the rows its writer wrote (the {kind} was edited after it was "
+                        "written: a row added, copied under a new id, removed or changed); rerun the step that makes "
+                        "it, or strip its identity to hand it in as your own table")

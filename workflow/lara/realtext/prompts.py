@@ -159,9 +159,9 @@ def add_arguments(parser) -> None:
 def run(args) -> None:
     import pandas as pd
 
-    from lara.read.files import write_table
     from lara.io import write_json
     from lara.provenance import code_version
+    from lara.read.files import write_table
 
     if args.fetch and not Path(args.wheel).is_file():
         fetch_wheel(args.wheel)

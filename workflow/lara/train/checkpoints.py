@@ -95,7 +95,8 @@ def set_aside_stale_checkpoints(checkpoint_dir: Path, fp: dict) -> None:
         return hashlib.sha256(json.dumps(f, sort_keys=True).encode()).hexdigest()[:12]
 
     stamp = checkpoint_dir / "fingerprint.json"
-    old = json.loads(stamp.read_text()) if stamp.is_file() else None
+    from lara.read.files import json_file
+    old = json_file(stamp, mapping=False) if stamp.is_file() else None
     new = json.loads(json.dumps(fp))
     ours = [p for p in checkpoint_dir.glob("checkpoint-*") if p.is_dir()] if checkpoint_dir.is_dir() else []
     if old is not None and old != new:

@@ -8,7 +8,6 @@ it, and a killed job must resume from its last checkpoint when rerun.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import warnings
@@ -200,7 +199,8 @@ def _missing_state(candidate: Path) -> list[str]:
     missing = [name for name in REQUIRED_STATE if not (candidate / name).is_file()]
     if "trainer_state.json" not in missing:
         try:
-            json.loads((candidate / "trainer_state.json").read_text())
+            from lara.read.files import json_file
+            json_file((candidate / "trainer_state.json"), mapping=False, finite=False)
         except (OSError, ValueError):
             missing.insert(0, "trainer_state.json (unreadable)")
     if not any(candidate.glob("*.safetensors")) and not any(candidate.glob("*.bin")):

@@ -374,7 +374,8 @@ def _resume(run: Run, checkpoint_dir: Path) -> LoopState:
         return LoopState(step=0, log_lambda=math.log(run.s.lambda_init), window=[], history=[])
     run.accelerator.load_state(str(resume))
     log.info("resuming from %s", resume)
-    return LoopState(**json.loads((resume / "loop_state.json").read_text()))
+    from lara.read.files import json_file
+    return LoopState(**json_file((resume / "loop_state.json"), mapping=False))
 
 
 def _batch_prompts(run: Run, step: int) -> list[str]:

