@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from lara.data.errors import DataError
-from lara.deploy.online import check_record, read_stream, worst_window
+from lara.deploy.online import check_record, check_window, read_stream, worst_window
 from lara.deploy.settings import DeploymentSettings
 from lara.settings import add_settings_arguments, read_settings
 
@@ -100,6 +100,11 @@ def online_arm(path, stream, s: DeploymentSettings, record_path) -> tuple[str, p
     summary = read_metadata(path).get("summary") or {}
     if not isinstance(summary.get("certificate"), (int, float)):
         raise DataError(f"--online {path}: no summary with its certificate (written by `lara online`)")
+    window = made.get("window", summary.get("window"))
+    if window != s.window:
+        raise DataError(f"--online {path}: its certificate is stated for windows of {window} visits, this report's "
+                        f"for {s.window} (deployment.window); a certificate is never restated for another window: "
+                        "rerun `lara online` with this window")
     return f"online_eta_{_name(made['step_size'])}", df, made | {"summary": summary}
 
 
@@ -180,6 +185,7 @@ def run(args) -> None:
     stream = read_stream(args.candidates)
     scenario = identity.read_identity(args.candidates).get("scenario")
     record = read_lambda(args.lambda_json)
+    check_window(s, len(stream.reward), f"--candidates {args.candidates}")
     check_record(record, s, stream.reward.shape[1], args.lambda_json)
     online = [online_arm(p, stream, s, args.lambda_json) for p in args.online]
     names = [name for name, _, _ in online]

@@ -230,11 +230,27 @@ def add_arguments(parser) -> None:
     parser.add_argument("--record", required=True, help="output JSON: the summary, the certificate and its statement")
 
 
+def check_window(s: DeploymentSettings, visits: int, where) -> None:
+    """A statement over windows of W visits needs a stream of at least W visits: a shorter one has no such window,
+    and a "certificate" for it would be about something that does not exist."""
+    from lara.settings import ConfigError
+
+    if s.window > visits:
+        raise ConfigError(f"deployment.window: {s.window} visits, but {where} has {visits:,}: no window of "
+                          f"{s.window} visits exists to state a certificate for (a window of at most the stream's "
+                          "length, or a longer stream)")
+
+
 def check_record(record, s: DeploymentSettings, n: int, path) -> None:
-    """The start must be a lambda calibrated for this tau and this N (lara.calibrate.record.check_budget)."""
+    """The start must be a lambda calibrated for this tau and this N (lara.calibrate.record.check_budget), and
+    inside the cap (a cap below lambda* would silently start the online lambda elsewhere than the record says)."""
     from lara.calibrate.record import check_budget
+    from lara.settings import ConfigError
 
     check_budget(record, s.tau, n)
+    if s.lambda_cap is not None and record.lambda_star > s.lambda_cap:
+        raise ConfigError(f"deployment.lambda_cap: {s.lambda_cap:g} is below lambda* = {record.lambda_star:.6g} of "
+                          f"{path}, where the online lambda starts; raise the cap (or leave it null)")
     if record.mode != "bon":
         log.warning("%s was calibrated in %s mode, not for Best-of-%d: it is only the online lambda's start", path,
                     record.mode, n)
@@ -251,6 +267,7 @@ def run(args) -> None:
     stream = read_stream(args.candidates)
     record = read_lambda(args.lambda_json)
     n = stream.reward.shape[1]
+    check_window(s, len(stream.reward), f"--candidates {args.candidates}")
     check_record(record, s, n, args.lambda_json)
     log.info("online Best-of-%d on %d visits from lambda* = %.6g (eta %g, batch %d)", n, len(stream.reward),
              record.lambda_star, s.step_size, s.batch_size)
@@ -267,7 +284,8 @@ def run(args) -> None:
     stream_identity = identity.read_identity(args.candidates)
     made = identity.stamp("online", args.out, **identity.inherit(stream_identity, "scenario", "role"),
                           method="bon", setting="online", n=n, tau=s.tau, step_size=s.step_size,
-                          batch_size=s.batch_size, lambda_cap=s.lambda_cap, lambda_start=record.lambda_star,
+                          batch_size=s.batch_size, window=s.window, lambda_cap=s.lambda_cap,
+                          lambda_start=record.lambda_star,
                           lambda_record=identity.file_digest(args.lambda_json),
                           made_from={"--candidates": args.candidates, "--lambda-json": args.lambda_json})
     text = statement(summary, n=n, eta=s.step_size, batch_size=s.batch_size, cap=s.lambda_cap, tau=s.tau)
