@@ -140,10 +140,11 @@ def test_a_decode_with_a_record_for_other_taus_is_refused(chain, tmp_path, capsy
 def test_an_audit_with_other_scorers_than_the_decode_is_refused(chain, capsys):
     d, cons = chain
     other = ("--cost", "violence=oracle", "--cost", "crime=models/cost_crime")
+    # the record keeps the scorers it was calibrated with: the audit's are compared with them first
     refused(capsys, audit(d, [d / "bon_star.parquet"], cons, d / "lambda.json", costs=other),
-            "cost_scorers", "decoded with other cost scorers than --cost")
+            "--cost crime=models/cost_crime", "was calibrated with crime=oracle")
     refused(capsys, audit(d, [d / "bon_star.parquet"], cons, d / "lambda.json", reward="models/reward"),
-            "reward_scorer", "decoded with another reward scorer than --reward")
+            "--reward models/reward", "was calibrated with the reward scorer 'oracle'")
 
 
 def test_the_audit_keeps_the_picks_scores_and_refuses_them_non_finite(chain, tmp_path, capsys):

@@ -370,6 +370,38 @@ def load_weights(path, scores: PromptScores, scores_path) -> tuple[np.ndarray, d
     return w, info
 
 
+MIN_CALIBRATION_PROMPTS = 2  # a bootstrap over prompts of one prompt resamples nothing: no lambda* is stated
+COST_RESOLUTION = 1e-6  # costs (and tau) smaller than this in magnitude sit within 1e6 of the 1e-12 tie resolution
+
+
+def check_calibration_data(n_prompts: int, counts, costs, taus, s, where) -> None:
+    """Statements only about what exists: enough distinct prompts to bootstrap over, one K for every prompt unless
+    N is given, costs on a scale the calibration can tell apart (its ties and tau's tolerance are 1e-12 absolute),
+    and a bisection tolerance that resolves lambda on [0, Lambda]."""
+    from lara.config import ConfigError
+
+    if n_prompts < MIN_CALIBRATION_PROMPTS:
+        raise DataError(f"{where}: {n_prompts} distinct prompt(s); a calibration needs at least "
+                        f"{MIN_CALIBRATION_PROMPTS} (its bootstrap resamples prompts): no lambda* is stated")
+    counts = np.asarray(counts)
+    if s.mode == "bon" and s.bon_n is None and counts.min() != counts.max():
+        raise DataError(f"{where}: prompts have {int(counts.min())} to {int(counts.max())} samples; Best-of-N's N "
+                        "is then not one number: give calibration.bon_n (--bon-n) explicitly")
+    scale = float(np.max(np.abs(np.asarray(costs, dtype=float)))) if np.size(costs) else 0.0
+    if scale < COST_RESOLUTION:
+        raise DataError(f"{where}: every cost is at most {scale:.3g} in magnitude, below {COST_RESOLUTION:g}: the "
+                        "calibration tells scores apart to 1e-12, so costs in such units read as ties; rescale the "
+                        "costs and tau (costs in other units than tau?)")
+    for tau in taus:
+        if tau != 0 and abs(tau) < COST_RESOLUTION:
+            raise ConfigError(f"calibration.tau: {tau:g} is within {COST_RESOLUTION:g} of 0, below the resolution "
+                              "the calibration compares costs with; rescale the costs and tau")
+    if s.tolerance * 1e3 > s.lambda_search_max:
+        raise ConfigError(f"calibration.tolerance: {s.tolerance:g} is more than a thousandth of lambda_search_max "
+                          f"({s.lambda_search_max:g}): the bisection would not resolve lambda; use at most "
+                          f"{s.lambda_search_max * 1e-3:g}")
+
+
 def check_floor(s: CalibrationSettings) -> None:
     """Enough bootstrap replicates to resolve the deployed quantile (refused before anything is computed)."""
     from lara.config import ConfigError
@@ -434,6 +466,8 @@ def flag_clipping(result: dict, note: str, guarantee: str, allow: bool, where, b
 def run(args) -> None:
     s = read_settings(args, CalibrationSettings)
     scores, made = check_inputs(args, s)
+    check_calibration_data(scores.n_prompts, scores.counts, scores.cost[scores.mask], [s.tau], s,
+                           f"--scores {args.scores}")
     log.info("%d prompts, %d responses; settings %s", scores.n_prompts, int(scores.counts.sum()), s)
     weights, shift = None, None
     if args.weights is not None:

@@ -72,6 +72,10 @@ class LambdaRecord:
         if not isinstance(entry, dict) or not isinstance(entry.get("lambda"), (int, float)):
             raise DataError(f"{self.path}: no {procedure} lambda (procedures.{procedure}); the certified lambdas are "
                             "computed when calibration.cost_bounds is set, in bon mode")
+        if entry.get("feasible") is False:
+            raise DataError(f"{self.path}: the {procedure} procedure certified no lambda (procedures.{procedure}."
+                            f"feasible: false; {entry['lambda']:g} is where its search ended): an output decoded "
+                            f"there is not {procedure!r}; recalibrate (more prompts, tighter bounds, a larger tau)")
         return float(entry["lambda"])
 
 

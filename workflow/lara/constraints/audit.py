@@ -110,6 +110,21 @@ def check_output(art, record: dict, digest: str, constraints, scorers: dict, pat
     identity.expect_role(art.path, "--responses", "test", "the audit holds the test prompts out", art.identity)
 
 
+def check_scorers(record: dict, reward: str, costs: dict, path) -> None:
+    """The audit's decoding scorers are the ones the record was calibrated with (its identity keeps them): tau is in
+    their units, and another scorer's verdict is about another cost."""
+    from lara.read.files import DataError
+
+    made = record.get("identity") or {}
+    if made.get("reward_scorer") not in (None, reward):
+        raise DataError(f"--reward {reward}: {path} was calibrated with the reward scorer {made['reward_scorer']!r}")
+    kept = made.get("cost_scorers")
+    if kept is not None and dict(kept) != dict(costs):
+        name = next((n for n in costs if kept.get(n) != costs[n]), next(iter(kept), "?"))
+        raise DataError(f"--cost {name}={costs.get(name)}: {path} was calibrated with {name}={kept.get(name)} "
+                        f"(its scorers: {kept}); an audit by another scorer judges another cost")
+
+
 def run(args) -> None:
     from lara import identity
     from lara.constraints.decode import read_vector
@@ -127,6 +142,7 @@ def run(args) -> None:
     record = read_vector(args.lambda_json, constraints)
     costs = cost_specs(args.cost, constraints)
     evals = cost_specs(args.evaluation, constraints, "--evaluation")
+    check_scorers(record, args.reward, costs, args.lambda_json)
     identity.distinct_files(args.responses, "--responses")
     scorers: dict = {}
 

@@ -241,6 +241,14 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", required=True, help="the vector lambda record (JSON)")
 
 
+def scorers_of(scores: VectorScores) -> dict:
+    """The scorers the constraint scores were made with (lara score-constraints stamps them): the record keeps them,
+    and decoding and audits refuse others."""
+    from lara import identity
+
+    return {} if scores.source is None else identity.inherit(scores.source.identity, "reward_scorer", "cost_scorers")
+
+
 def run(args) -> None:
     from lara import identity
     from lara.calibrate.calibrate import check_floor
@@ -256,6 +264,11 @@ def run(args) -> None:
     role = identity.expect_role(args.scores, "--scores", "calibration", "calibrating on the prompts the audit holds "
                                 "out makes the audit in-sample")
     scores = load_vector_scores(args.scores, constraints)
+    from lara.calibrate.calibrate import check_calibration_data
+
+    for j, c in enumerate(constraints):
+        check_calibration_data(scores.n_prompts, scores.mask.sum(axis=1), scores.costs[..., j][scores.mask], [c.tau],
+                               s, f"--scores {args.scores} (constraint {c.name})")
     log.info("%d prompts, %d constraints %s, tau %s", scores.n_prompts, len(constraints),
              [c.name for c in constraints], [c.tau for c in constraints])
     try:
@@ -271,7 +284,7 @@ def run(args) -> None:
                             "--allow-infeasible")
         log.warning("%s; writing feasible=false", msg)
     made = identity.stamp("lambda_vector", args.out, role=role, tau=result["tau"], names=result["names"],
-                          procedure=s.guarantee, decoder=result["decoder"],
+                          procedure=s.guarantee, decoder=result["decoder"], **scorers_of(scores),
                           prompts=scores.prompts.record(with_keys=True), made_from={"--scores": args.scores})
     result |= {"settings": asdict(s), "scores": {"path": str(args.scores), "sha256": sha256_file(args.scores)},
                "code": code_version(), identity.KEY: made}

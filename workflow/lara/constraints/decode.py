@@ -65,9 +65,15 @@ def resolve_vector(setting: str, record: dict | None, m: int, path=None) -> list
         return [0.0] * m
     if record is None:
         raise ConfigError(f"--setting {setting}: read from the vector record; pass --lambda-json")
-    lam = record["lambda_star"] if setting == "star" else record["procedures"].get(setting, {}).get("lambda")
+    entry = record["procedures"].get(setting if setting != "star" else record.get("guarantee", {}).get(
+        "procedure", "bootstrap"), {})
+    lam = record["lambda_star"] if setting == "star" else entry.get("lambda")
     if lam is None:
         raise DataError(f"--lambda-json {path}: no lambda for {setting} (the procedure did not run or found none)")
+    if entry.get("feasible") is False and setting != "star":
+        raise DataError(f"--lambda-json {path}: the {setting} procedure found or certified no lambda (feasible: "
+                        f"false; its lambda {lam} is where the search ended): decoding it as {setting!r} would report "
+                        "a certificate that does not exist")
     lam = [float(x) for x in lam]
     if len(lam) != m or not all(np.isfinite(lam)) or min(lam) < 0:
         raise DataError(f"--lambda-json {path}: {setting} lambda {lam} is not {m} finite numbers >= 0")

@@ -20,6 +20,8 @@ FOLDER, SOURCE, CONFIG = "folder", "source", "config"  # read by their own loade
 
 # --------------------------------------------------------------------------------------------- the inputs
 
+SCORERS = ("reward_scorer", "cost_scorers")  # the scorers a constraint score, vector record or decode was made with
+
 SAMPLES = Expect("samples of pi_ref (lara sample)", kinds=("samples",), columns=("prompt_id", "sample_id", "response"),
                  unit="response")
 SCORES_CAL = Expect("the calibration prompts' scored samples (lara score)", kinds=("scores",), roles=("calibration",),
@@ -34,10 +36,10 @@ SCORES_DEPLOY = Expect("the deployment pool's scored candidates (lara score)", k
 VSCORES_CAL = Expect("the calibration prompts' constraint scores (lara score-constraints)",
                      kinds=("constraint_scores",),
                      roles=("calibration",), columns=("prompt_id", "sample_id", "reward"), numbers=("reward",),
-                     unit="response", agree=("scorers",))
+                     unit="response", agree=SCORERS)
 VSCORES_TEST = Expect("the test prompts' constraint scores (lara score-constraints)", kinds=("constraint_scores",),
                       roles=("test",), columns=("prompt_id", "sample_id", "reward"), numbers=("reward",),
-                      unit="response", agree=("scorers",))
+                      unit="response", agree=SCORERS)
 VSCORES_ANY = Expect("constraint scores (lara score-constraints)", kinds=("constraint_scores",),
                      columns=("prompt_id", "sample_id", "reward"), numbers=("reward",), unit="response")
 PROMPTS = Expect("prompts (prompt_id, prompt)", kinds=("prompts",), columns=("prompt_id", "prompt"), per_prompt=1)
@@ -58,7 +60,7 @@ LAMBDA_ANY = Expect("a calibration record (lara calibrate or calibrate-vector)",
 LAMBDA_WEIGHTED = Expect("a weighted calibration record (lara calibrate --weights)", JSON,
                          kinds=("lambda_weighted",), keys=("lambda_star", "tau"), agree=("tau", "n", "scenario"))
 LAMBDA_VECTOR = Expect("a vector lambda record (lara calibrate-vector)", JSON, kinds=("lambda_vector",),
-                       agree=("lambda_record", "tau", "n", "scorers"))
+                       agree=("lambda_record", "tau", "n", *SCORERS))
 WEIGHTS = Expect("covariate-shift weights (lara shift-check --weights)", kinds=("shift_weights",),
                  columns=("prompt_id", "weight"))
 ONLINE = Expect("an online run's visits (lara online)", kinds=("online",),
@@ -70,7 +72,7 @@ RESPONSES = Expect("decoded responses (lara select-bon, rgtg, generate-policy)",
                    columns=("prompt_id", "response", "method", "setting", "lambda"), agree=("lambda_record", "tau"))
 RESPONSES_VECTOR = Expect("decoded responses (lara decode-vector)", kinds=("responses_vector",),
                           columns=("prompt_id", "response"), per_prompt=1,
-                          agree=("lambda_record", "tau", "scorers"))
+                          agree=("lambda_record", "tau", *SCORERS))
 EVALUATION = Expect("evaluated responses (lara evaluate)", kinds=("evaluation",),
                     columns=("prompt_id", "method", "setting"), agree=("lambda_record", "tau"))
 JUDGED = Expect("judged responses (lara judge)", columns=("prompt_id", "method", "setting"))
