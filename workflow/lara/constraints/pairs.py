@@ -43,7 +43,11 @@ def category_view(df, category: str, seed: int, where: str = "--input"):
     known = sorted(df[HARM_CATEGORY_COLUMNS[0]].iloc[0])
     if category not in known:
         raise DataError(f"{where}: the harm category {category!r} is not labelled (labelled: {', '.join(known)})")
-    harmful = np.stack([[bool(v[category]) for v in df[c]] for c in HARM_CATEGORY_COLUMNS], axis=1)
+    from lara.read.expect import strict_bool
+
+    harmful = np.stack([[strict_bool(v.get(category) if isinstance(v, dict) else v,
+                                     f"{where}: column {c!r} row {i} ({category})") for i, v in enumerate(df[c])]
+                        for c in HARM_CATEGORY_COLUMNS], axis=1)
     out = df.drop(columns=list(HARM_CATEGORY_COLUMNS)).copy()
     out["is_response_0_safe"], out["is_response_1_safe"] = ~harmful[:, 0], ~harmful[:, 1]
     coin = np.random.default_rng(seed).integers(0, 2, len(df))

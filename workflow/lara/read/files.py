@@ -163,8 +163,10 @@ def write_table(df: pd.DataFrame, path: str | Path, metadata: dict | None = None
         if suffix == ".parquet":
             table = pa.Table.from_pandas(df, preserve_index=False)
             if metadata is not None:
-                if isinstance(metadata.get("identity"), dict):  # the rows as they read back: an edit is refused
-                    metadata = metadata | {"identity": metadata["identity"] | {"rows": rows_digest(table.to_pandas())}}
+                if isinstance(metadata.get("identity"), dict):  # sealed: an edit of its rows or metadata is refused
+                    metadata = json.loads(json.dumps(metadata, default=str))
+                    metadata["identity"]["rows"] = rows_digest(table.to_pandas())
+                    metadata["identity"]["seal"] = seal(metadata)
                 meta = dict(table.schema.metadata or {})
                 meta[b"lara"] = json.dumps(metadata, default=str).encode()
                 table = table.replace_schema_metadata(meta)
@@ -313,12 +315,27 @@ def rows_digest(df: pd.DataFrame) -> str:
     return h.hexdigest()[:16]
 
 
+def seal(metadata: dict) -> str:
+    """A digest of a table's whole ``lara`` metadata record (its identity with the rows' digest, its settings and
+    summary) but the seal itself."""
+    import hashlib
+
+    plain = json.loads(json.dumps(metadata, default=str))
+    plain.get("identity", {}).pop("seal", None)
+    return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def check_rows(df: pd.DataFrame, path: Path, where: str) -> None:
-    """A table whose identity states the digest of its rows holds those rows: a row added, copied under a new id,
-    removed or changed after its step wrote it (metadata kept) is refused."""
-    found = (read_metadata(path).get("identity") or {}).get("rows")
-    if found is not None and found != rows_digest(df):
-        kind = (read_metadata(path).get("identity") or {}).get("kind", "table")
+    """A sealed table holds the rows and metadata its step wrote: a row added, copied under a new id, removed or
+    changed, or its identity or summary edited (a relabelled scenario, a raised min_ess, a lowered certificate),
+    with the rest kept, is refused."""
+    meta = read_metadata(path)
+    made = meta.get("identity") or {}
+    kind = made.get("kind", "table")
+    if made.get("seal") is not None and made["seal"] != seal(meta):
+        raise DataError(f"{where}: its metadata is not what its writer wrote (the {kind}'s identity or summary was "
+                        "edited after it was written); rerun the step that makes it")
+    if made.get("rows") is not None and made["rows"] != rows_digest(df):
         raise DataError(f"{where}: its rows are not the rows its writer wrote (the {kind} was edited after it was "
                         "written: a row added, copied under a new id, removed or changed); rerun the step that makes "
                         "it, or strip its identity to hand it in as your own table")
