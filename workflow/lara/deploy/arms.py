@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from lara.data.errors import DataError
-from lara.deploy.online import check_record, check_window, read_stream, worst_window
+from lara.deploy.online import check_record, check_stream_settings, read_stream, worst_window
 from lara.deploy.settings import DeploymentSettings
 from lara.settings import add_settings_arguments, read_settings
 
@@ -81,7 +81,8 @@ def fixed_arms(record, weighted: float | None) -> list[tuple[str, float]]:
     return arms
 
 
-def online_arm(path, stream, s: DeploymentSettings, record_path) -> tuple[str, pd.DataFrame, dict]:
+def online_arm(path, stream, s: DeploymentSettings, record_path, stream_path=None
+               ) -> tuple[str, pd.DataFrame, dict]:
     """An online arm's per-visit table, checked against the stream it claims to have run on."""
     from lara import identity
     from lara.read.files import read_metadata, read_table
@@ -95,6 +96,10 @@ def online_arm(path, stream, s: DeploymentSettings, record_path) -> tuple[str, p
                         f"{len(stream.cost)}): an online run on another scenario's stream?")
     if float(made.get("tau", math.nan)) != s.tau:
         raise DataError(f"--online {path}: run for tau = {made.get('tau')}, this audit is for tau = {s.tau:g}")
+    ran_on = (made.get("made_from") or {}).get("--candidates")
+    if stream_path is not None and ran_on is not None and ran_on != identity.file_digest(stream_path):
+        raise DataError(f"--online {path}: ran on another stream than --candidates {stream_path} (another scoring "
+                        "or draw of the pool: its visits' candidates differ); rerun `lara online` on this stream")
     if made.get("lambda_record") != identity.file_digest(record_path):
         raise DataError(f"--online {path}: started from another lambda.json than --lambda-json {record_path}")
     summary = read_metadata(path).get("summary") or {}
@@ -185,9 +190,9 @@ def run(args) -> None:
     stream = read_stream(args.candidates)
     scenario = identity.read_identity(args.candidates).get("scenario")
     record = read_lambda(args.lambda_json)
-    check_window(s, len(stream.reward), f"--candidates {args.candidates}")
+    check_stream_settings(s, args.candidates, len(stream.reward), stream.reward.shape[1])
     check_record(record, s, stream.reward.shape[1], args.lambda_json)
-    online = [online_arm(p, stream, s, args.lambda_json) for p in args.online]
+    online = [online_arm(p, stream, s, args.lambda_json, args.candidates) for p in args.online]
     names = [name for name, _, _ in online]
     if len(set(names)) != len(names):
         raise DataError(f"--online: two runs with one step size ({', '.join(names)})")
@@ -196,6 +201,9 @@ def run(args) -> None:
     table, trace = run_arms(stream, record, online, s, weighted)
     table.insert(0, "scenario", scenario)
     table["weighted_certified"] = certified
+    # what the report checks the arms of all scenarios against: one lambda record, one stream per scenario
+    table["lambda_record"] = identity.file_digest(args.lambda_json)
+    table["stream"] = identity.file_digest(args.candidates)
     made = identity.stamp("deployment_trace", args.trace, scenario=scenario, tau=s.tau,
                           made_from={"--candidates": args.candidates, "--lambda-json": args.lambda_json})
     write_table(trace, args.trace, {identity.KEY: made})

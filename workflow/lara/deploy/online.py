@@ -230,6 +230,21 @@ def add_arguments(parser) -> None:
     parser.add_argument("--record", required=True, help="output JSON: the summary, the certificate and its statement")
 
 
+def check_stream_settings(s: DeploymentSettings, path, visits: int, n: int) -> None:
+    """The settings that describe the stream are the stream's own (its identity states T and N): a report for
+    another T or N than the stream has would be about another stream."""
+    from lara import identity
+    from lara.settings import ConfigError
+
+    made = identity.read_identity(path)
+    for key, want, got in (("deployment.stream_length", s.stream_length, made.get("visits", visits)),
+                           ("decode.bon_n", s.bon_n, made.get("n", n))):
+        if got != want:
+            raise ConfigError(f"{key}: {want}, but --candidates {path} is a stream of {got} "
+                              f"({'visits' if 'stream' in key else 'candidates per visit'}); settings and stream agree")
+    check_window(s, visits, f"--candidates {path}")
+
+
 def check_window(s: DeploymentSettings, visits: int, where) -> None:
     """A statement over windows of W visits needs a stream of at least W visits: a shorter one has no such window,
     and a "certificate" for it would be about something that does not exist."""
@@ -267,7 +282,7 @@ def run(args) -> None:
     stream = read_stream(args.candidates)
     record = read_lambda(args.lambda_json)
     n = stream.reward.shape[1]
-    check_window(s, len(stream.reward), f"--candidates {args.candidates}")
+    check_stream_settings(s, args.candidates, len(stream.reward), n)
     check_record(record, s, n, args.lambda_json)
     log.info("online Best-of-%d on %d visits from lambda* = %.6g (eta %g, batch %d)", n, len(stream.reward),
              record.lambda_star, s.step_size, s.batch_size)

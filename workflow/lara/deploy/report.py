@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from lara.data.errors import DataError
@@ -36,6 +37,40 @@ def read_shift(path) -> dict:
     if missing:
         raise DataError(f"--shift {path}: missing key(s) {', '.join(missing)}")
     return data
+
+
+def check_arms(arms: list[pd.DataFrame], paths: list[str]) -> None:
+    """Each arms table is one scenario's (a named scenario, one stream), every verdict is its numbers' (met: mean
+    cost <= tau; window_met: worst window <= tau: a verdict edited by hand is refused), and all of them were made
+    with one lambda record on distinct streams."""
+    records, streams = {}, {}
+    for df, path in zip(arms, paths, strict=True):
+        names = df["scenario"].dropna().astype(str).str.strip()
+        if len(names) != len(df) or (names == "").any() or names.nunique() != 1:
+            raise DataError(f"--arms {path}: column 'scenario' must name one scenario in every row")
+        for verdict, value in (("met", "mean_cost"), ("window_met", "worst_window_cost")):
+            if verdict not in df.columns or value not in df.columns:
+                continue
+            want = df[value].astype(float) <= df["tau"].astype(float)
+            got = df[verdict].map(lambda v: v if isinstance(v, (bool, np.bool_)) else str(v).lower() == "true")
+            bad = np.flatnonzero(got.to_numpy(bool) != want.to_numpy(bool))
+            if len(bad):
+                r = df.iloc[bad[0]]
+                raise DataError(f"--arms {path}: arm {r['arm']}: {verdict} {r[verdict]} but {value} "
+                                f"{float(r[value]):.6g} vs tau {float(r['tau']):g}: a verdict is its numbers' (edited "
+                                "by hand?)")
+        if "lambda_record" in df.columns:
+            records.setdefault(str(df["lambda_record"].iloc[0]), path)
+        if "stream" in df.columns:
+            stream = str(df["stream"].iloc[0])
+            if stream in streams:
+                raise DataError(f"--arms {path}: the same stream as {streams[stream]} under scenario "
+                                f"{names.iloc[0]!r}: one scenario's arms given twice?")
+            streams[stream] = path
+    if len(records) > 1:
+        (a, pa), (b, pb) = list(records.items())[:2]
+        raise DataError(f"--arms {pb}: made with another lambda record ({b}) than {pa} ({a}); one report compares "
+                        "the arms of one calibration")
 
 
 def combine(arms: list[pd.DataFrame], shifts: list[dict], where: list[str]) -> pd.DataFrame:
@@ -84,6 +119,7 @@ def run(args) -> None:
 
     identity.distinct_files(args.arms, "--arms")
     arms = [read_table(p, required=("scenario", "arm", "tau", "mean_cost", "met")) for p in args.arms]
+    check_arms(arms, args.arms)
     table = combine(arms, [read_shift(p) for p in args.shift], args.shift)
     write_table(table, args.out)
     for row in table.itertuples(index=False):

@@ -305,7 +305,8 @@ def run(args) -> None:
     table = pd.DataFrame({"prompt_id": cal["prompt_id"].to_numpy(), "weight": weights})
     made = identity.stamp("shift_weights", args.weights, scenario=scenario, ess=found["ess"], min_ess=s.min_ess,
                           n_calibration=found["n_calibration"], n_deployment=found["n_deployment"], auc=found["auc"],
-                          p_value=found["p_value"], prompts=cal_set.record(), made_from=made_from)
+                          p_value=found["p_value"], prompts=cal_set.record(),
+                          prompt_texts=cal_set.digest if cal_set.keys else None, made_from=made_from)
     write_table(table, args.weights, {"settings": asdict(s), "code": code_version(), identity.KEY: made})
     write_json(args.out, record)
     log.info("AUC %.3f, permutation p = %.4g (null AUC mean %.3f, 95%% %.3f): %s", found["auc"], found["p_value"],

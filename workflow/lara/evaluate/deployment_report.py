@@ -159,7 +159,14 @@ def read_traces(paths: list[str], report: pd.DataFrame, report_path) -> dict[str
                          f"{', '.join(dict.fromkeys(report['scenario']))}); the trace is from another deployment run")
         if scenario in found:
             raise _error(f"{path}: a second trace for scenario {scenario!r} (the first: {found[scenario][0]})")
-        made_for = number(read_identity(path).get("tau"))
+        made = read_identity(path)
+        rows = report[report["scenario"] == scenario]
+        for col, flag in (("lambda_record", "--lambda-json"), ("stream", "--candidates")):
+            ran = (made.get("made_from") or {}).get(flag)
+            if col in rows.columns and ran is not None and str(rows[col].iloc[0]) != ran:
+                raise _error(f"{path}: made with another {col.replace('_', ' ')} ({ran}) than {report_path}'s "
+                             f"{scenario} arms ({rows[col].iloc[0]}); the trace is from another deployment run")
+        made_for = number(made.get("tau"))
         if made_for is not None and not math.isclose(made_for, tau, rel_tol=1e-9, abs_tol=1e-12):
             raise _error(f"{path}: made for tau {made_for:g}, {report_path} for tau {tau:g}")
         trace = require_finite(require_rows(read_table(path, required=TRACE_COLUMNS), path), ("t", "mean_cost"), path)
