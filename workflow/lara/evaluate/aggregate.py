@@ -323,6 +323,28 @@ def log_audit(audit: dict, summary: pd.DataFrame) -> None:
                  r.harmfulness, r.safe_rate)
 
 
+def check_judged(judge: pd.DataFrame, scores: pd.DataFrame, paths) -> None:
+    """Every judged response is one of the evaluated outputs, once: (prompt_id, method, setting) unique across the
+    judge files and present in the scores (ratings of another run's or another prompt's responses are refused)."""
+    from lara.read.files import DataError
+
+    key = ["prompt_id", "method", "setting"]
+    missing = [c for c in key if c not in judge.columns]
+    if missing:
+        raise DataError(f"--judge {' '.join(map(str, paths))}: missing column(s) {', '.join(missing)}")
+    keys = judge[key].astype(str)
+    twice = keys.duplicated(keep=False)
+    if twice.any():
+        row = keys[twice.to_numpy()].iloc[0]
+        raise DataError(f"--judge: the response of prompt {row['prompt_id']!r} ({row['method']} at {row['setting']}) "
+                        f"is rated {int(twice.sum())} times across {len(paths)} file(s); each response once")
+    known = set(map(tuple, scores[key].astype(str).to_numpy()))
+    extra = [k for k in map(tuple, keys.to_numpy()) if k not in known]
+    if extra:
+        raise DataError(f"--judge: {len(extra)} rated response(s) are not among --scores, e.g. prompt {extra[0][0]!r} "
+                        f"({extra[0][1]} at {extra[0][2]}): ratings of another run or of other prompts")
+
+
 def run(args) -> None:
     from lara import identity
     from lara.io import write_json
@@ -332,6 +354,8 @@ def run(args) -> None:
     check_replicates(s.bootstrap)
     scores, test_prompts = read_scores(args)
     judge = pd.concat([read_table(p) for p in args.judge], ignore_index=True) if args.judge else None
+    if judge is not None:
+        check_judged(judge, scores, args.judge)
     main = read_lambda(args.lambda_json) if args.lambda_json else None
     check_settings_lambdas(scores, main, [read_lambda(p) for p in args.tau_lambda_json])
     summary = summarise(scores, judge, s.bootstrap, s.seed)

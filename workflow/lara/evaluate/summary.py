@@ -170,6 +170,18 @@ def method_lines(summary, path: Path) -> list[str]:
 
 
 def summarise_run(root: Path) -> str:
+    """:func:`read_run`'s summary; a file of the run that lacks what this version of lara writes (a column, a key)
+    is named in one line, never a traceback."""
+    from lara.read.files import DataError
+
+    try:
+        return read_run(root)
+    except (KeyError, AttributeError, TypeError, IndexError) as exc:
+        raise DataError(f"{root}: the run's eval/summary.csv or eval/constraint_audit.json lacks {exc!s} (not what "
+                        "lara aggregate writes: edited, or from another version); rerun the workflow") from None
+
+
+def read_run(root: Path) -> str:
     """The summary of the run whose outputs are in ``root`` (``results/{experiment}``), after checking its files
     agree (:func:`check_agreement`)."""
     from lara.calibrate.record import read_lambda
