@@ -12,7 +12,6 @@ the same scores.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -345,7 +344,9 @@ def _checkpoint_files(path: str) -> list[str]:
             return hf_hub_download(path, name)
     for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         if index in names:
-            weight_map = json.loads(Path(get(index)).read_text())["weight_map"]
+            from lara.read.files import json_file
+
+            weight_map = json_file(Path(get(index)))["weight_map"]
             return [get(weight_map["score_head.weight"])] if "score_head.weight" in weight_map else []
     weights = [n for n in names if n.endswith(".safetensors")] or [n for n in names if n.endswith(".bin")]
     return [get(n) for n in weights]

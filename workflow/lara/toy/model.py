@@ -14,8 +14,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import ClassVar
 
-import pandas as pd
-
 from lara.io import atomic_output, write_json
 from lara.provenance import record
 from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
@@ -45,8 +43,9 @@ class TinyLlamaSettings(Settings):
 
 def corpus(alpaca_path: str | Path, pairs_path: str | Path) -> list[str]:
     """Texts of the toy corpus in the form models will see them (templated prompts, answers)."""
-    sft = pd.read_json(alpaca_path, lines=True)
-    pairs = pd.read_json(pairs_path, lines=True)
+    from lara.read.files import read_table
+    sft = read_table(alpaca_path)
+    pairs = read_table(pairs_path)
     texts = [format_prompt(alpaca_user_text(i, x)) + " " + o
              for i, x, o in zip(sft["instruction"], sft["input"], sft["output"], strict=True)]
     for col in ("response_0", "response_1"):

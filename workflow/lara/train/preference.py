@@ -281,7 +281,8 @@ def train_preference_model(kind: str, model_path: str, data_path: str, checkpoin
     name = f"partial_{kind}" if partial else kind
     loss_name = getattr(s, "cost_loss" if partial else "loss", "safe_rlhf") if kind == "cost" else "bradley_terry"
     log.info("%s model, loss: %s", name, loss_name)
-    pairs = oriented_pairs(pd.read_parquet(data_path), kind)
+    from lara.read.files import read_table
+    pairs = oriented_pairs(read_table(data_path), kind)
     train_df, eval_df = split_eval(pairs, s.eval_fraction, s.seed)
     if kind == "cost" and not partial and loss_name == "bt" and s.anchor_zero and not len(eval_df):
         from lara.config import ConfigError

@@ -56,7 +56,8 @@ def train_sft(model_path: str, data_path: str, checkpoints: str, out: str, s: Tr
         log.info("base model %s: the fetched snapshot %s", base, folder)
     require_model(model_path, "--model")
     seed_everything(s.seed)
-    df = pd.read_parquet(data_path)
+    from lara.read.files import read_table
+    df = read_table(data_path)
     train_df, eval_df = split_eval(df, s.eval_fraction, s.seed)
     log.info("SFT on %d examples (%d held out for validation)", len(train_df), len(eval_df))
     tokenizer = AutoTokenizer.from_pretrained(model_path)

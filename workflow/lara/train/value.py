@@ -157,7 +157,8 @@ def train_value(kind: str, model_path: str, data_path: str, checkpoints: str, ou
 
     require_model(model_path, "--model")
     seed_everything(s.seed)
-    df = pd.read_parquet(data_path)
+    from lara.read.files import read_table
+    df = read_table(data_path)
     if kind not in df.columns:
         from lara.read.files import DataError
 
