@@ -1,0 +1,513 @@
+"""A mutation suite, by construction: the hostile inputs of every command are generated from the contract table.
+
+For every command of :data:`lara.read.contracts.CONTRACTS` that has a baseline invocation in the chain
+(:mod:`tests.unit.mutations_chain`: one small valid chain through the real commands, built once), for every table or
+JSON input flag the baseline gives, every standard mutation that applies to that input's :class:`Expect` is handed
+to the command in place of the baseline's file. Each must be refused in one line naming the input: exit 2, the
+flag or the file's name in the ``lara CMD failed:`` line (the last line written), no traceback, none of the
+command's outputs written. A command added to the table with a baseline in the chain gets the suite without a line
+here; a command with table or JSON inputs and no baseline is listed in :data:`SKIPPED` with the reason.
+
+Only mutations whose correct answer is a refusal are generated (a hand-written table without an identity is the
+user's own and may be accepted; the same table with rows copied under new sample ids may not). A triple the
+product does not refuse is a product gap: it is listed in :data:`KNOWN_GAPS` and marked ``xfail(strict=True)``, so
+the suite stays green, the gap stays visible, and its fix turns the triple into a failure until it is taken off the
+list.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lara.read.contracts import CONTRACTS, NO_AGREEMENT
+from lara.read.expect import JSON, TABLE, Expect
+from tests.unit import mutations_chain as mc
+from tests.unit.mutations_chain import mutation_chain  # noqa: F401  (the module fixture)
+
+# commands with table or JSON inputs that have no baseline in the chain, and why
+SKIPPED: dict[str, str] = {
+    "make-toy-model": "trains a toy model (slow tier); its inputs are the toy world's own jsonl files",
+    "train-sft": "needs a trained model (slow tier)",
+    "train-reward": "needs a trained model (slow tier)",
+    "train-cost": "needs a trained model (slow tier)",
+    "train-partial": "needs a trained model (slow tier)",
+    "train-value": "needs a trained model (slow tier)",
+    "train-safedpo": "needs a trained model (slow tier)",
+    "train-safe-rlhf": "needs trained policy, reward and cost models (slow tier)",
+    "sample": "needs a policy model",
+    "calibrate-decoder": "needs a policy model",
+    "rgtg": "needs a policy model",
+    "generate-policy": "needs a policy model",
+    "prompt-features": "needs a model (the chain's features are written by hand)",
+    "figure": "renders figures with a provenance sidecar from a whole run's settings (--experiment-settings); "
+              "its inputs are each mutated under the command that reads them first",
+}
+
+
+# --------------------------------------------------------------------------------------------- files
+
+
+def lara_meta(path: Path) -> dict:
+    from lara.read.files import read_metadata
+
+    return read_metadata(path) if path.suffix == ".parquet" else {}
+
+
+def read_df(path: Path) -> pd.DataFrame:
+    if path.suffix == ".parquet":
+        return pd.read_parquet(path)
+    if path.suffix == ".csv":
+        return pd.read_csv(path, dtype={"prompt_id": str}, keep_default_na=False, na_values=[""])
+    return pd.read_json(path, lines=True, dtype={"prompt_id": object})
+
+
+def write_df(df: pd.DataFrame, path: Path, meta: dict | None = None) -> Path:
+    """``df`` at ``path`` in its suffix's format; a parquet file with the ``lara`` record ``meta`` (None: a table
+    written by hand, no identity)."""
+    df = df.reset_index(drop=True)
+    if path.suffix == ".csv":
+        df.to_csv(path, index=False)
+    elif path.suffix == ".jsonl":
+        df.to_json(path, orient="records", lines=True)
+    else:
+        table = pa.Table.from_pandas(df, preserve_index=False)
+        if meta is not None:
+            table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                                   b"lara": json.dumps(meta, default=str).encode()})
+        pq.write_table(table, path)
+    return path
+
+
+def out_path(path: Path, d: Path) -> Path:
+    """Where a mutated copy of ``path`` is written (its name says which file it was)."""
+    return d / f"mutated_{path.name}"
+
+
+@dataclass(frozen=True)
+class Known:
+    """A chain file as the mutations see it."""
+
+    name: str
+    path: Path
+    fmt: str
+    kind: str | None
+    role: str | None
+    names: frozenset  # its columns (a table) or top-level keys (a JSON record)
+
+
+_INVENTORY: dict[str, tuple[Known, ...]] = {}
+
+
+def inventory(chain: mc.Chain) -> tuple[Known, ...]:
+    """Every named file of the chain (read once per chain)."""
+    if str(chain.root) not in _INVENTORY:
+        _INVENTORY[str(chain.root)] = _inventory(chain)
+    return _INVENTORY[str(chain.root)]
+
+
+def _inventory(chain: mc.Chain) -> tuple[Known, ...]:
+    from lara import identity
+
+    out = []
+    for name, path in sorted(chain.files.items()):
+        if not path.is_file() or path.suffix not in (".parquet", ".csv", ".json", ".jsonl"):
+            continue
+        found = identity.read_identity(path)
+        role = found.get("role") or lara_meta(path).get("split_role")
+        if path.suffix == ".json":
+            data = json.loads(path.read_text())
+            names = frozenset(data) if isinstance(data, dict) else frozenset()
+            out.append(Known(name, path, JSON, found.get("kind"), role, names))
+        else:
+            out.append(Known(name, path, TABLE, found.get("kind"), role, frozenset(read_df(path).columns)))
+    return tuple(out)
+
+
+def lacks(expect: Expect, k: Known) -> bool:
+    """The file lacks a column (or key) the input must have."""
+    return not set(expect.columns or expect.keys) <= k.names
+
+
+def other_kind(expect: Expect, k: Known) -> bool:
+    return k.kind is not None and bool(expect.kinds) and k.kind not in expect.kinds
+
+
+def other_role(expect: Expect, k: Known) -> bool:
+    return k.role is not None and bool(expect.roles) and k.role not in expect.roles
+
+
+def pick(chain: mc.Chain, path: Path, expect: Expect, keep, prefer) -> Path:
+    """The chain file of the input's format that ``keep`` accepts, the first by ``prefer`` (then by name)."""
+    found = [k for k in inventory(chain) if k.fmt == expect.fmt and k.path != path and keep(expect, k)]
+    assert found, f"the chain has no file for this mutation of {path.name}"
+    return min(found, key=lambda k: (prefer(k), k.name)).path
+
+
+# --------------------------------------------------------------------------------------------- the mutations
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """One standard mutation: ``applies(expect, command, flag)`` says whether it is generated for an input (most
+    look at the Expect only), ``mutate(path, expect, chain, d)`` writes the hostile file into ``d`` (or names one of
+    the chain's) and returns its path. ``says``: what the refusal must say besides naming the input."""
+
+    name: str
+    applies: Callable[[Expect, str, str], bool]
+    mutate: Callable[[Path, Expect, mc.Chain, Path], Path]
+    says: tuple[str, ...] = ()
+
+
+def on(test: Callable[[Expect], bool]) -> Callable[[Expect, str, str], bool]:
+    return lambda expect, command, flag: test(expect)
+
+
+def another_kind(path, expect, chain, d):
+    """A file of another kind, preferably with every column the input must have (so the kind is what is wrong)."""
+    return pick(chain, path, expect, other_kind, lambda k: (lacks(expect, k), other_role(expect, k)))
+
+
+def another_role(path, expect, chain, d):
+    """A file of another role (prompt pool), preferably of the input's kind and with its columns."""
+    return pick(chain, path, expect, other_role, lambda k: (other_kind(expect, k), lacks(expect, k)))
+
+
+def _copies(df: pd.DataFrame) -> pd.DataFrame:
+    """Each prompt's first row again under a new sample id (the same response: one candidate counted twice)."""
+    first = df.groupby("prompt_id", sort=False).head(1)
+    extra = first.assign(sample_id=df["sample_id"].max() + 1) if "sample_id" in df.columns else first
+    return pd.concat([df, extra], ignore_index=True)
+
+
+def rows_duplicated(path, expect, chain, d):
+    return write_df(_copies(read_df(path)), out_path(path, d), lara_meta(path) or None)
+
+
+def stripped_rows_duplicated(path, expect, chain, d):
+    return write_df(_copies(read_df(path)), out_path(path, d))
+
+
+def _prompt_copy(df: pd.DataFrame) -> pd.DataFrame:
+    """The first prompt's rows again under a new prompt id (one prompt counted as two)."""
+    pid = df["prompt_id"].iloc[0]
+    new = df["prompt_id"].max() + 1 if pd.api.types.is_numeric_dtype(df["prompt_id"]) else f"{pid}-copy"
+    return pd.concat([df, df[df["prompt_id"] == pid].assign(prompt_id=new)], ignore_index=True)
+
+
+def prompts_duplicated(path, expect, chain, d):
+    return write_df(_prompt_copy(read_df(path)), out_path(path, d), lara_meta(path) or None)
+
+
+def stripped_prompts_duplicated(path, expect, chain, d):
+    return write_df(_prompt_copy(read_df(path)), out_path(path, d))
+
+
+def drop_column(column: str):
+    def mutate(path, expect, chain, d):
+        return write_df(read_df(path).drop(columns=[column]), out_path(path, d))
+    return mutate
+
+
+def drop_key(key: str):
+    def mutate(path, expect, chain, d):
+        data = json.loads(path.read_text())
+        del data[key]
+        (new := out_path(path, d)).write_text(json.dumps(data))
+        return new
+    return mutate
+
+
+def number_as_text(column: str):
+    def mutate(path, expect, chain, d):
+        df = read_df(path)
+        return write_df(df.assign(**{column: df[column].map(lambda v: f"{v}")}), out_path(path, d))
+    return mutate
+
+
+def number_nan(column: str):
+    def mutate(path, expect, chain, d):
+        df = read_df(path)
+        values = df[column].astype(float).to_numpy(copy=True)
+        values[len(values) // 2] = math.nan
+        return write_df(df.assign(**{column: values}), out_path(path, d))
+    return mutate
+
+
+def boolean_text(column: str):
+    def mutate(path, expect, chain, d):
+        df = read_df(path)
+        return write_df(df.assign(**{column: df[column].map(lambda v: str(bool(v)))}), out_path(path, d))
+    return mutate
+
+
+def mixed_ids(path, expect, chain, d):
+    """Two prompts' ids spelt "01" and "1" (one id once written and read again)."""
+    df = read_df(path)
+    ids = list(pd.unique(df["prompt_id"]))
+    rename = {ids[0]: "01", ids[1]: "1"}
+    return write_df(df.assign(prompt_id=df["prompt_id"].map(lambda v: rename.get(v, str(v)))), out_path(path, d))
+
+
+def empty_table(path, expect, chain, d):
+    return write_df(read_df(path).iloc[0:0], out_path(path, d))
+
+
+def _a_number(data, keys) -> list:
+    """The key path of a number in a JSON record: a required key's first, else the first number found."""
+    for k in keys:
+        if isinstance(data.get(k), (int, float)) and not isinstance(data.get(k), bool):
+            return [k]
+    stack = [([], data)]
+    while stack:
+        at, value = stack.pop(0)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return at
+        if isinstance(value, dict):
+            stack += [([*at, k], v) for k, v in value.items()]
+        elif isinstance(value, list):
+            stack += [([*at, i], v) for i, v in enumerate(value)]
+    raise AssertionError("no number in the record")
+
+
+def json_nan(path, expect, chain, d):
+    data = json.loads(path.read_text())
+    at = _a_number(data, expect.keys)
+    holder = data
+    for k in at[:-1]:
+        holder = holder[k]
+    holder[at[-1]] = math.nan
+    (new := out_path(path, d)).write_text(json.dumps(data))
+    return new
+
+
+def json_duplicate_key(path, expect, chain, d):
+    data = json.loads(path.read_text())
+    key = next((k for k in expect.keys if k in data), next(iter(data)))
+    (new := out_path(path, d)).write_text("{" + json.dumps({key: data[key]})[1:-1] + ", " + json.dumps(data)[1:])
+    return new
+
+
+def edited_rows(path, expect, chain, d):
+    """A row appended with pyarrow, the schema's metadata (the identity with its rows digest) copied."""
+    table = pq.read_table(path)
+    edited = pa.concat_tables([table, table.slice(table.num_rows - 1, 1)])
+    pq.write_table(edited.replace_schema_metadata(table.schema.metadata), new := out_path(path, d))
+    return new
+
+
+def other_flags_state(command: str, flag: str, name: str) -> bool:
+    """Another input of the baseline that gives ``flag`` states the field ``name`` too (inputs compared by
+    lara.read.contracts.agree)."""
+    skip = set(NO_AGREEMENT.get(command, ()))
+    if flag in skip:
+        return False
+    row = CONTRACTS[command].inputs
+    given = next((flags for flags in mc.BASELINES.get(command, ()) if flag in flags), ())
+    return any(g != flag and g not in skip and name in row[g].agree for g in given)
+
+
+def another(name: str) -> Mutation:
+    def applies(expect, command, flag):
+        return (name in expect.agree and bool(expect.kinds) and (expect.kinds[0], name) in mc.ALTERNATIVES
+                and other_flags_state(command, flag, name))
+
+    def mutate(path, expect, chain, d):
+        names = mc.ALTERNATIVES[expect.kinds[0], name]
+        return chain.files[names[0]]
+    return Mutation(f"another_{name}", applies, mutate)
+
+
+def _all(attr: str) -> list[str]:
+    """Every column (or key) the contract table names in ``attr``, once, in the table's order."""
+    seen: dict[str, None] = {}
+    for row in CONTRACTS.values():
+        for e in row.inputs.values():
+            seen.update(dict.fromkeys(getattr(e, attr)))
+    return list(seen)
+
+
+MUTATIONS: list[Mutation] = [
+    Mutation("another_kind", on(lambda e: e.fmt in (TABLE, JSON) and bool(e.kinds)), another_kind),
+    Mutation("another_role", on(lambda e: e.fmt in (TABLE, JSON) and bool(e.roles)), another_role),
+    Mutation("rows_duplicated", on(lambda e: e.fmt == TABLE and e.unit is not None), rows_duplicated),
+    Mutation("stripped_rows_duplicated", on(lambda e: e.fmt == TABLE and e.unit is not None),
+             stripped_rows_duplicated),
+    Mutation("prompts_duplicated", on(lambda e: e.fmt == TABLE and e.per_prompt == 1), prompts_duplicated),
+    Mutation("stripped_prompts_duplicated", on(lambda e: e.fmt == TABLE and e.per_prompt == 1),
+             stripped_prompts_duplicated),
+    *[Mutation(f"missing_column_{c}", on(lambda e, c=c: e.fmt == TABLE and c in e.columns), drop_column(c),
+               says=(c,)) for c in _all("columns")],
+    *[Mutation(f"missing_key_{k}", on(lambda e, k=k: e.fmt == JSON and k in e.keys), drop_key(k), says=(k,))
+      for k in _all("keys")],
+    *[Mutation(f"number_as_text_{c}", on(lambda e, c=c: e.fmt == TABLE and c in e.numbers), number_as_text(c),
+               says=(c,)) for c in _all("numbers")],
+    *[Mutation(f"number_nan_{c}", on(lambda e, c=c: e.fmt == TABLE and c in e.numbers), number_nan(c), says=(c,))
+      for c in _all("numbers")],
+    *[Mutation(f"boolean_text_{c}", on(lambda e, c=c: e.fmt == TABLE and c in e.booleans), boolean_text(c),
+               says=(c,)) for c in _all("booleans")],
+    Mutation("mixed_ids", on(lambda e: e.fmt == TABLE and "prompt_id" in e.columns), mixed_ids, says=("prompt_id",)),
+    Mutation("json_duplicate_key", on(lambda e: e.fmt == JSON), json_duplicate_key, says=("twice",)),
+    Mutation("json_nan", on(lambda e: e.fmt == JSON), json_nan, says=("finite",)),
+    Mutation("empty_table", on(lambda e: e.fmt == TABLE), empty_table),
+    Mutation("edited_rows", on(lambda e: e.fmt == TABLE and bool(e.kinds)), edited_rows, says=("rows", "writer")),
+    *[another(name) for name in _all("agree")],
+]
+
+
+# --------------------------------------------------------------------------------------------- the triples
+
+
+def triples() -> list[tuple[str, str, Mutation]]:
+    """(command, flag, mutation) for every command with a baseline, every table/JSON input its baselines give,
+    every mutation that applies to the input's Expect."""
+    out = []
+    for command, row in CONTRACTS.items():
+        given = {f for flags in mc.BASELINES.get(command, ()) for f in flags}
+        for flag, expect in row.inputs.items():
+            if expect.fmt not in (TABLE, JSON) or flag not in given:
+                continue
+            out += [(command, flag, m) for m in MUTATIONS if m.applies(expect, command, flag)]
+    return out
+
+
+def triple_id(command: str, flag: str, mutation: Mutation) -> str:
+    return f"{command}{flag}-{mutation.name}"
+
+
+# the triples the product does not refuse as it should (found by this suite; each a product gap to fix, then to
+# take off this list: xfail is strict)
+_NO_DIGEST = "writes no identity with a rows digest"
+KNOWN_GAPS: dict[str, str] = {
+    "value-prompts--preferences-edited_rows": f"prepare-data {_NO_DIGEST} (its kind sits at the metadata's top "
+                                              "level): a row appended to the preference pairs is accepted (exit 0)",
+    "category-pairs--input-edited_rows": f"prepare-data {_NO_DIGEST} (its kind sits at the metadata's top level): a "
+                                         "row appended to the preference pairs is accepted (exit 0)",
+    "deployment-pool--calibration-edited_rows": f"split-prompts {_NO_DIGEST} (split_role only): the appended row "
+                                                "is refused as a repeated prompt, never by the digest (a new "
+                                                "prompt appended is accepted)",
+    "shift-check--calibration-edited_rows": f"split-prompts {_NO_DIGEST} (split_role only): the appended row is "
+                                            "refused as a repeated prompt, never by the digest (a new prompt "
+                                            "appended is accepted)",
+}
+
+TRIPLES = triples()
+PARAMS = [pytest.param(c, f, m, id=triple_id(c, f, m),
+                       marks=[pytest.mark.xfail(strict=True, reason=f"known gap: {KNOWN_GAPS[triple_id(c, f, m)]}")]
+                       if triple_id(c, f, m) in KNOWN_GAPS else [])
+          for c, f, m in TRIPLES]
+
+
+def run(argv: list[str]) -> tuple[int | None, str, BaseException | None]:
+    """``lara argv`` in this process: exit status, stderr, and the exception that escaped main (a traceback)."""
+    import contextlib
+    import io
+
+    from lara.cli import main
+
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            try:
+                rc = main(argv)
+            except SystemExit as exc:
+                rc = exc.code if isinstance(exc.code, int) else 1
+    except Exception as exc:  # noqa: BLE001  (a traceback is what is being looked for)
+        return None, err.getvalue(), exc
+    return rc, err.getvalue(), None
+
+
+def the_input(b: mc.Baseline, flag: str, mutation: Mutation) -> Path:
+    """The file of ``flag`` a mutation replaces: the first given, or for a field's agreement the first that
+    states the field."""
+    given = [Path(p) for p in b.inputs(flag)]
+    if mutation.name.startswith("another_") and mutation.name not in ("another_kind", "another_role"):
+        from lara import identity
+
+        field = mutation.name.removeprefix("another_")
+        stating = [p for p in given if field in identity.read_identity(p) or p.suffix == ".json"]
+        return (stating or given)[0]
+    return given[0]
+
+
+def refusal(command: str, flag: str, mutation: Mutation, chain: mc.Chain, where: Path) -> tuple[str, Path]:
+    """The mutated run: what went wrong (empty when it was refused as it should be) and the mutated file."""
+    b = chain.baseline(command, flag)
+    expect = CONTRACTS[command].inputs[flag]
+    original = the_input(b, flag, mutation)
+    where.mkdir(parents=True)
+    new = mutation.mutate(original, expect, chain, where)
+    argv, outs = b.variant(flag, original, new, where / "out")
+    rc, err, exc = run(argv)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    failed = [ln for ln in lines if f"lara {command} failed: " in ln]
+    if exc is not None:
+        return f"traceback: {type(exc).__name__}: {str(exc)[:300]}", new
+    if "Traceback (most recent call last)" in err:
+        return "a traceback on stderr", new
+    if rc == 0:
+        return "exit 0: accepted", new
+    if rc != 2 or len(failed) != 1 or lines[-1] != failed[0]:
+        return f"exit {rc}, not one refusal line: {lines[-3:]}", new
+    line = failed[0].split(f"lara {command} failed: ", 1)[1]
+    if flag not in line and new.name not in line:
+        return f"refused without naming {flag} or {new.name}: {line[:300]}", new
+    missing = [s for s in mutation.says if s not in line]
+    if missing:
+        return f"refused, but not saying {missing}: {line[:300]}", new
+    written = [str(p) for p in outs if p.exists()]
+    if written:
+        return f"refused, but wrote {written}", new
+    return "", new
+
+
+@pytest.mark.parametrize(("command", "flag", "mutation"), PARAMS)
+def test_a_mutated_input_is_refused_in_one_line_naming_it(mutation_chain, command, flag, mutation):  # noqa: F811
+    chain = mutation_chain
+    what, new = refusal(command, flag, mutation, chain, chain.results / "mut" / triple_id(command, flag, mutation))
+    assert not what, f"{triple_id(command, flag, mutation)} ({new.name}): {what}"
+
+
+def test_every_baseline_exits_0_and_writes_its_outputs(mutation_chain):  # noqa: F811
+    chain = mutation_chain
+    assert {c: [b.flags() for b in bs] for c, bs in chain.baselines.items()} == \
+        {c: list(flags) for c, flags in mc.BASELINES.items()}
+    for command, baselines in chain.baselines.items():
+        for i, b in enumerate(baselines):
+            flag = b.flags()[0]
+            original = b.inputs(flag)[0]
+            argv, outs = b.variant(flag, original, original, chain.results / "again" / f"{command}{i}")
+            rc, err, exc = run(argv)
+            assert exc is None and rc == 0, f"{command}: {exc!r} {err[-2000:]}"
+            assert all(p.exists() for p in outs), f"{command}: not written: {[p for p in outs if not p.exists()]}"
+
+
+def test_every_command_with_table_or_json_inputs_has_a_baseline_or_a_reason():
+    reads = {c for c, row in CONTRACTS.items() if any(e.fmt in (TABLE, JSON) for e in row.inputs.values())}
+    assert set(mc.BASELINES) <= set(CONTRACTS), set(mc.BASELINES) - set(CONTRACTS)
+    assert not set(mc.BASELINES) & set(SKIPPED), set(mc.BASELINES) & set(SKIPPED)
+    assert reads - set(mc.BASELINES) - set(SKIPPED) == set(), "commands with no baseline and no reason"
+    assert all(SKIPPED.values()), [c for c, why in SKIPPED.items() if not why]
+    for command, flags in mc.BASELINES.items():
+        row = CONTRACTS[command].inputs
+        assert all(f in row and row[f].fmt in (TABLE, JSON) for fs in flags for f in fs), command
+
+
+def test_every_known_gap_is_a_triple():
+    ids = {triple_id(*t) for t in TRIPLES}
+    assert set(KNOWN_GAPS) <= ids, set(KNOWN_GAPS) - ids
+
+
+@pytest.mark.parametrize("count", [len(TRIPLES)], ids=[f"{len(TRIPLES)}_triples"])
+def test_the_suite_size(count, record_property):
+    record_property("triples", count)
+    assert count >= 100
+    assert len({triple_id(*t) for t in TRIPLES}) == count  # every triple has its own id
