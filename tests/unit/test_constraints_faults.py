@@ -217,7 +217,8 @@ def test_the_same_output_twice_and_calibration_prompts_are_refused(chain, tmp_pa
     copy = tmp_path / "copy.parquet"
     shutil.copy(d / "bon_star.parquet", copy)
     refused(capsys, audit(d, [d / "bon_star.parquet", copy], cons, d / "lambda.json"), "are the same file")
-    assert lara("decode-vector", "--method", "bon", "--setting", "star", "--constraints", to_json(cons),
-                "--lambda-json", d / "lambda.json", "--candidates", d / "calibration_scores.parquet",
-                "--out", tmp_path / "in.parquet") == 0
-    refused(capsys, audit(d, [tmp_path / "in.parquet"], cons, d / "lambda.json"), "role calibration, expected test")
+    # the contract row of decode-vector refuses the calibration prompts as test candidates before anything is decoded
+    refused(capsys, lara("decode-vector", "--method", "bon", "--setting", "star", "--constraints", to_json(cons),
+                         "--lambda-json", d / "lambda.json", "--candidates", d / "calibration_scores.parquet",
+                         "--out", tmp_path / "in.parquet"), "role calibration, expected test")
+    assert not (tmp_path / "in.parquet").exists()

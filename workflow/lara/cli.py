@@ -395,6 +395,9 @@ def main(argv: list[str] | None = None) -> int:
         from lara.read.contracts import ensure
 
         args._after_settings = ensure
+        from lara import io
+
+        io.BEFORE_WRITE[:] = [lambda: ensure(args)]  # at the latest before its first output
         if not reads_settings(COMMANDS[args.command]):
             ensure(args)  # a step without settings: its inputs through the one reader, against its contract row
         args._run(args)  # a step with settings: read_settings checks them, then its inputs (ensure), before it computes
@@ -412,6 +415,10 @@ def main(argv: list[str] | None = None) -> int:
         log.error("lara %s failed: %s: %s while writing (outputs are written whole or not at all)", args.command,
                   where, words[:1].lower() + words[1:])
         return 2
+    finally:
+        from lara import io
+
+        io.BEFORE_WRITE.clear()
     log.info("lara %s done in %.1f s", args.command, time.perf_counter() - start)
     return 0
 

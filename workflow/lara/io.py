@@ -95,6 +95,9 @@ def _under(path: Path, root: Path) -> bool:
 
 
 _ACTIVE: set[str] = set()  # the temporary paths of the atomic_output blocks running now
+# run before a command writes anything (lara.cli: its inputs through the one reader, if its settings have not
+# triggered that already): no output is ever written from inputs its contract row was not checked against
+BEFORE_WRITE: list = []
 
 
 @contextlib.contextmanager
@@ -111,6 +114,8 @@ def atomic_output(path: str | os.PathLike, directory: bool = False) -> Iterator[
     if os.path.abspath(path) in _ACTIVE:
         yield path
         return
+    for hook in BEFORE_WRITE:
+        hook()
     existed = os.path.lexists(path)
     tmp, in_body = None, False
     try:

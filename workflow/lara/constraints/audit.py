@@ -93,7 +93,14 @@ def check_output(art, record: dict, digest: str, constraints, scorers: dict, pat
     if setting != "zero":
         art.expect("lambda_record", digest, f"decoded with another record than {path}")
         art.expect("tau", record["tau"], f"the taus {path} was calibrated for")
-    want = resolve_vector(str(setting), record, len(constraints), path)
+    from lara.constraints.decode import UNCERTIFIED, label
+
+    base = str(setting).removesuffix(UNCERTIFIED)
+    if label(base, record) != str(setting):
+        raise DataError(f"--responses {art.path}: setting {setting}, but the {base} procedure of {path} "
+                        f"{'certified nothing' if str(setting) == base else 'is certified'}: the name an output is "
+                        "reported under says whether its lambda is certified")
+    want = resolve_vector(base, record, len(constraints), path, uncertified=True)
     try:
         got = [float(x) for x in json.loads(str(art.field("lambda")))]
     except (TypeError, ValueError):

@@ -54,8 +54,25 @@ def read_vector(path, constraints) -> dict:
     return data
 
 
-def resolve_vector(setting: str, record: dict | None, m: int, path=None) -> list[float]:
-    """The multipliers of a setting: zeros, or the record's procedure (refused when it found none)."""
+UNCERTIFIED = "_uncertified"  # the name an output decoded at a procedure's lambda that certified nothing carries
+
+
+def certified(setting: str, record: dict | None) -> bool:
+    """Whether the record's procedure for ``setting`` found (certified) its lambda (star, zero: always)."""
+    if record is None or setting in ("zero", "star"):
+        return True
+    return (record.get("procedures") or {}).get(setting, {}).get("feasible") is not False
+
+
+def label(setting: str, record: dict | None) -> str:
+    """The name an output decoded at ``setting`` is reported under: the setting, or ``<setting>_uncertified`` where
+    its procedure certified nothing (the lambda where its search ended): the status is carried, never lost."""
+    return setting if certified(setting, record) else setting + UNCERTIFIED
+
+
+def resolve_vector(setting: str, record: dict | None, m: int, path=None, uncertified: bool = False) -> list[float]:
+    """The multipliers of a setting: zeros, or the record's procedure (refused when it found none; one that
+    certified nothing only where ``uncertified``: an output named so)."""
     from lara.config import ConfigError
     from lara.read.files import DataError
 
@@ -70,7 +87,7 @@ def resolve_vector(setting: str, record: dict | None, m: int, path=None) -> list
     lam = record["lambda_star"] if setting == "star" else entry.get("lambda")
     if lam is None:
         raise DataError(f"--lambda-json {path}: no lambda for {setting} (the procedure did not run or found none)")
-    if entry.get("feasible") is False and setting != "star":
+    if entry.get("feasible") is False and setting != "star" and not uncertified:
         raise DataError(f"--lambda-json {path}: the {setting} procedure found or certified no lambda (feasible: "
                         f"false; its lambda {lam} is where the search ended): decoding it as {setting!r} would report "
                         "a certificate that does not exist")
@@ -237,18 +254,23 @@ def run(args) -> None:
 
     constraints = from_arg(args.constraints)
     record = None if args.lambda_json is None else read_vector(args.lambda_json, constraints)
-    lam = resolve_vector(args.setting, record, len(constraints), args.lambda_json)
+    lam = resolve_vector(args.setting, record, len(constraints), args.lambda_json, uncertified=True)
+    name = label(args.setting, record)
+    if name != args.setting:
+        log.warning("the %s procedure of %s certified nothing: decoding at its search's end %s, reported as %s",
+                    args.setting, args.lambda_json, lam, name)
     out, prompts, extra, scorers = (_bon(args, constraints, lam, record) if args.method == "bon"
                                     else _args(args, constraints, lam))
-    out["method"], out["setting"] = args.method, args.setting
+    out["method"], out["setting"] = args.method, name
     out["lambda"] = json.dumps(lam)
     log.info("%s at %s lambda %s: %d responses", args.method, args.setting, lam, len(out))
     src = args.candidates if args.method == "bon" else args.prompts
     rec = {} if record is None or args.setting == "zero" else {"lambda_record": identity.file_digest(args.lambda_json),
                                                                 "tau": record["tau"]}
-    made = identity.stamp("responses_vector", args.out, method=args.method, setting=args.setting, lambdas=lam,
+    made = identity.stamp("responses_vector", args.out, method=args.method, setting=name, lambdas=lam,
+                          certified=certified(args.setting, record),
                           names=[c.name for c in constraints], role=identity.role_of(src), prompts=prompts.record(),
                           **rec, **({"n": extra["n"]} if "n" in extra else {}), **scorers,
                           made_from={"--candidates" if args.method == "bon" else "--prompts": src})
-    write_table(out, args.out, {"method": args.method, "setting": args.setting, "lambda": lam, "code": code_version(),
+    write_table(out, args.out, {"method": args.method, "setting": name, "lambda": lam, "code": code_version(),
                                 **extra, identity.KEY: made})
