@@ -385,19 +385,7 @@ def triple_id(command: str, flag: str, mutation: Mutation) -> str:
 
 # the triples the product does not refuse as it should (found by this suite; each a product gap to fix, then to
 # take off this list: xfail is strict)
-_NO_DIGEST = "writes no identity with a rows digest"
-KNOWN_GAPS: dict[str, str] = {
-    "value-prompts--preferences-edited_rows": f"prepare-data {_NO_DIGEST} (its kind sits at the metadata's top "
-                                              "level): a row appended to the preference pairs is accepted (exit 0)",
-    "category-pairs--input-edited_rows": f"prepare-data {_NO_DIGEST} (its kind sits at the metadata's top level): a "
-                                         "row appended to the preference pairs is accepted (exit 0)",
-    "deployment-pool--calibration-edited_rows": f"split-prompts {_NO_DIGEST} (split_role only): the appended row "
-                                                "is refused as a repeated prompt, never by the digest (a new "
-                                                "prompt appended is accepted)",
-    "shift-check--calibration-edited_rows": f"split-prompts {_NO_DIGEST} (split_role only): the appended row is "
-                                            "refused as a repeated prompt, never by the digest (a new prompt "
-                                            "appended is accepted)",
-}
+KNOWN_GAPS: dict[str, str] = {}  # none left: prepare-data and split-prompts now seal their tables
 
 TRIPLES = triples()
 PARAMS = [pytest.param(c, f, m, id=triple_id(c, f, m),

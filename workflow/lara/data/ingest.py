@@ -326,6 +326,8 @@ def add_arguments(parser) -> None:
 def run(args) -> None:
     s = read_settings(args, SETTINGS[args.kind], source=args.source)
     df, meta = ingest(args.kind, s)
-    write_table(df, args.out, meta)
+    from lara import identity
+
+    write_table(df, args.out, meta | {identity.KEY: identity.stamp(args.kind, args.out)})  # sealed (lara.read)
     log.info("%s: %d rows in, %d dropped, %d written to %s", s.source, meta["rows_in"],
              meta["rows_dropped"], meta["rows_out"], args.out)

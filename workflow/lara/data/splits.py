@@ -167,9 +167,14 @@ def run(args) -> None:
         meta |= {"calibration_from": args.calibration_preferences, "excluded_held_out": held_out}
     else:
         cal, test = split_prompts(pool, s.n_calibration, s.n_test, s.seed, s.source)
-    write_table(cal, args.calibration, meta | {"split_role": "calibration"})
+    from lara import identity
+
+    def sealed(role: str, out) -> dict:  # what the split is, sealed against edits (lara.read.files)
+        return meta | {"split_role": role, identity.KEY: identity.stamp("prompts", out, role=role)}
+
+    write_table(cal, args.calibration, sealed("calibration", args.calibration))
     try:
-        write_table(test, args.test, meta | {"split_role": "test"})
+        write_table(test, args.test, sealed("test", args.test))
     except BaseException:
         Path(args.calibration).unlink(missing_ok=True)  # never leave one split without the other
         raise
