@@ -202,7 +202,7 @@ def test_cli_writes_a_weighted_record_and_refuses_it_below_min_ess(tmp_path):
     ("missing", "calibration prompt 'p007' of .*scores.parquet has no weight"),
     ("extra", "prompt 'zz' is not a calibration prompt of"),
     ("twice", "prompt 'p007' has 2 weights, expected one"),
-    ("no identity", "not the weights of `lara shift-check`"),
+    ("no identity", "carries no identity"),
 ])
 def test_cli_refuses_invalid_weights_naming_the_file_and_prompt(tmp_path, case, message):
     scores, ids, w = write_case(tmp_path)

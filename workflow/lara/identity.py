@@ -48,7 +48,7 @@ def _error(message: str):
 def text_key(text) -> str:
     """A prompt's identity by its text: the hash of :func:`lara.data.splits.prompt_key` (Unicode form,
     invisible characters and whitespace do not make another prompt)."""
-    from lara.data.splits import prompt_key
+    from lara.data.text import prompt_key
 
     return hashlib.sha256(prompt_key(text).encode()).hexdigest()[:16]
 

@@ -59,8 +59,10 @@ UNCERTIFIED = "_uncertified"  # the name an output decoded at a procedure's lamb
 
 def certified(setting: str, record: dict | None) -> bool:
     """Whether the record's procedure for ``setting`` found (certified) its lambda (star, zero: always)."""
-    if record is None or setting in ("zero", "star"):
+    if record is None or setting == "zero":
         return True
+    if setting == "star":  # lambda*: the deployed procedure's, written with --allow-infeasible when it found none
+        return record.get("feasible") is not False
     return (record.get("procedures") or {}).get(setting, {}).get("feasible") is not False
 
 

@@ -74,7 +74,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
-    from lara.data.splits import prompt_key
+    from lara.data.text import prompt_key
     from lara.provenance import code_version
     from lara.read.files import read_table, write_table
 

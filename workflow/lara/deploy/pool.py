@@ -32,7 +32,8 @@ def add_arguments(parser) -> None:
 def pool_table(raw: pd.DataFrame, s: PoolSettings, source: str) -> pd.DataFrame:
     """The distinct prompts of ``raw`` with their strata (a prompt given twice must keep one stratum)."""
     from lara.data.ingest import _require, _text
-    from lara.data.splits import _normalise, prompt_id, prompt_key
+    from lara.data.splits import _normalise, prompt_id
+    from lara.data.text import prompt_key
 
     _require(raw, (s.column, s.stratum_column), source)
     text = _normalise(_text(raw, s.column, source))
@@ -58,7 +59,7 @@ def pool_table(raw: pd.DataFrame, s: PoolSettings, source: str) -> pd.DataFrame:
 def run(args) -> None:
     from lara import identity
     from lara.data.ingest import load_source
-    from lara.data.splits import prompt_key
+    from lara.data.text import prompt_key
     from lara.provenance import code_version
     from lara.read.files import read_table, write_table
 

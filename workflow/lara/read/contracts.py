@@ -49,7 +49,7 @@ POOL = Expect("the deployment pool (lara deployment-pool)", kinds=("prompts",), 
               columns=("prompt_id", "prompt", "stratum"), per_prompt=1)
 STREAM = Expect("a scenario's stream (lara make-stream)", kinds=("stream",), roles=("deployment",),
                 columns=("t", "prompt_id", "sample_id", "reward", "cost"), numbers=("reward", "cost"),
-                agree=("scenario", "stream", "tau", "n", "window", "batch_size"))
+                agree=("scenario", "stream", "tau", "n", "window", "batch_size"), stamped=True)
 LAMBDA = Expect("a calibration record (lara calibrate)", JSON, kinds=("lambda", "lambda_weighted"),
                 keys=("lambda_hat", "lambda_star", "tau"), agree=("lambda_record", "tau", "n"))
 LAMBDA_DECODER = Expect("a calibration record (lara calibrate, or lara calibrate-decoder for this decoder)", JSON,
@@ -62,10 +62,10 @@ LAMBDA_WEIGHTED = Expect("a weighted calibration record (lara calibrate --weight
 LAMBDA_VECTOR = Expect("a vector lambda record (lara calibrate-vector)", JSON, kinds=("lambda_vector",),
                        agree=("lambda_record", "tau", "n", *SCORERS))
 WEIGHTS = Expect("covariate-shift weights (lara shift-check --weights)", kinds=("shift_weights",),
-                 columns=("prompt_id", "weight"))
+                 columns=("prompt_id", "weight"), stamped=True)
 ONLINE = Expect("an online run's visits (lara online)", kinds=("online",),
                 columns=("t", "lambda", "cost"), numbers=("lambda", "cost"),
-                agree=("scenario", "stream", "tau", "lambda_record", "window", "batch_size"))
+                agree=("scenario", "stream", "tau", "lambda_record", "window", "batch_size"), stamped=True)
 SHIFT = Expect("a shift check (lara shift-check)", JSON, kinds=("shift_check",), agree=("scenario",))
 FEATURES = Expect("prompt features (lara prompt-features)", kinds=("prompt_features",), columns=("prompt_id",))
 RESPONSES = Expect("decoded responses (lara select-bon, rgtg, generate-policy)", kinds=("responses",),

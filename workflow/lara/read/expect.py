@@ -39,6 +39,7 @@ class Expect:
     per_prompt: int | None = None  # rows per prompt (1: one response per prompt); None: any
     many: bool = False  # the flag takes several files
     agree: tuple[str, ...] = ()  # identity fields that must agree with the command's other inputs naming them
+    stamped: bool = False  # only a step writes it: a copy without its identity (metadata stripped) is refused
     keys: tuple[str, ...] = field(default=())  # JSON records: top-level keys it must have
 
     def describe(self) -> str:
@@ -57,6 +58,8 @@ class Expect:
             parts.append(f"one {self.unit} per candidate")
         if self.per_prompt:
             parts.append(f"{self.per_prompt} row(s) per prompt")
+        if self.stamped:
+            parts.append("written by its step only")
         return "; ".join(parts)
 
 
@@ -121,7 +124,7 @@ def check_booleans(df: pd.DataFrame, columns, where: str) -> pd.DataFrame:
 def check_units(df: pd.DataFrame, column: str, where: str) -> None:
     """Within a prompt, one response text (normalised as prompts are: Unicode form, invisible characters, spacing)
     is one candidate: the same text under two sample ids would be counted, and offered, twice."""
-    from lara.data.splits import prompt_key
+    from lara.data.text import prompt_key
 
     keys = df[column].map(lambda t: prompt_key(t) if isinstance(t, str) else t)
     frame = pd.DataFrame({"p": df["prompt_id"].map(str), "k": keys})
@@ -155,6 +158,10 @@ def check_pairs(df: pd.DataFrame, row: list[str], where: str) -> None:
 
 def identity_checks(found: dict, expect: Expect, where: str) -> None:
     kind = found.get("kind")
+    if expect.stamped and kind is None:
+        made_by = f" ({expect.kinds[0]})" if expect.kinds else ""
+        raise DataError(f"{where}: carries no identity{made_by}: {expect.what} is only ever written by its step, and "
+                        "a copy without its metadata cannot be told from another run's; pass the file the step wrote")
     if expect.kinds and kind is not None and kind not in expect.kinds:
         raise DataError(f"{where}: kind {kind}, expected {' or '.join(expect.kinds)} ({expect.what})")
     role = found.get("role", found.get("split_role"))
