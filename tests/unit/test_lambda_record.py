@@ -57,7 +57,10 @@ def test_negative_lambdas_and_incomplete_writes_are_refused(calibrated, tmp_path
     raw = json.loads(calibrated.read_text())
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(raw | {"lambda_star": -0.1}))
-    with pytest.raises(DataError, match="must be >= 0"):
+    with pytest.raises(DataError, match="its content is not what its step wrote"):  # sealed: any edit is refused
+        read_lambda(bad)
+    bad.write_text(json.dumps({k: v for k, v in raw.items() if k != "identity"} | {"lambda_star": -0.1}))
+    with pytest.raises(DataError, match="must be >= 0"):  # a record by hand is checked field by field
         read_lambda(bad)
     with pytest.raises(DataError, match="refusing to write a lambda.json without tau"):
         write_lambda({k: v for k, v in raw.items() if k != "tau"}, tmp_path / "out.json")

@@ -180,8 +180,21 @@ def _replace_folder(tmp: Path, path: Path) -> None:
 
 
 def write_json(path: str | os.PathLike, obj) -> None:
+    """A JSON record, written whole; a record with an identity is sealed (its identity carries a digest of its whole
+    content, lara.read.files.record_seal): a hand edit of any field, however consistent, is refused when read."""
+    if isinstance(obj, dict) and isinstance(obj.get("identity"), dict):
+        obj = json.loads(json.dumps(obj, default=str))
+        obj["identity"]["seal"] = record_seal(obj)
     with atomic_output(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def record_seal(data: dict) -> str:
+    """A digest of a JSON record's whole content but its seal (lara.read.files checks it)."""
+    plain = json.loads(json.dumps(data, default=str))
+    if isinstance(plain.get("identity"), dict):
+        plain["identity"].pop("seal", None)
+    return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def write_jsonl(path: str | os.PathLike, rows: list[dict]) -> None:

@@ -82,13 +82,13 @@ class LambdaRecord:
 def read_lambda(path: str | Path, allow_uncertified: bool = False) -> LambdaRecord:
     """Read and check a ``lambda.json``; a missing file, bad JSON or a missing key names the file and key. A
     weighted record that is not certified is refused unless ``allow_uncertified`` (a report, never a decoder)."""
-    from lara.read.files import DataError, json_file
+    from lara.read.files import DataError, UnreadableJSON, json_file
 
     if not Path(path).is_file():
         raise DataError(f"{path}: no such lambda.json")
     try:
-        data = json_file(Path(path), mapping=False)
-    except (OSError, ValueError) as exc:
+        data = json_file(Path(path), mapping=False)  # NaN, a key twice, an edited record: refused there, named
+    except UnreadableJSON as exc:
         raise DataError(f"{path}: not a readable lambda.json ({exc})") from None
     if not isinstance(data, dict):
         raise DataError(f"{path}: a lambda.json holds a JSON object")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lara.io import atomic_output
+from lara.io import atomic_output, record_seal
 
 # ids are text in every format: a CSV or JSON reader guessing types would make "01" the number 1 (and one prompt of
 # "01" and "1"); JSON keeps the types it wrote (1 and "1" are then refused as one id spelt two ways)
@@ -244,6 +244,10 @@ def _no_duplicate_keys(where: str):
     return hook
 
 
+class UnreadableJSON(DataError):
+    """A JSON file whose text does not parse (a caller may say what the file should have been)."""
+
+
 def nonfinite_path(data, prefix: str = "") -> str | None:
     """The first key path (``a.b[2]``) of a value that is NaN or infinite, or None."""
     import math
@@ -269,11 +273,18 @@ def parse_json(text: str, where: str, finite: bool = True):
     except ValueError as exc:
         if isinstance(exc, DataError):
             raise
-        raise DataError(f"{where}: not a readable JSON file ({exc})") from None
+        raise UnreadableJSON(f"{where}: not a readable JSON file ({exc})") from None
     bad = nonfinite_path(data) if finite else None
     if bad:
         raise DataError(f"{where}: {bad}: not a finite number (NaN or infinite: never a result)")
     return data
+
+
+def check_seal(data, where: str) -> None:
+    made = data.get("identity") if isinstance(data, dict) else None
+    if isinstance(made, dict) and made.get("seal") is not None and made["seal"] != record_seal(data):
+        raise DataError(f"{where}: its content is not what its step wrote (a {made.get('kind', 'record')} edited by "
+                        "hand: any field, however consistent with the others); rerun the step that makes it")
 
 
 def json_file(path: str | Path, where: str | None = None, mapping: bool = True, finite: bool = True):
@@ -289,6 +300,7 @@ def json_file(path: str | Path, where: str | None = None, mapping: bool = True, 
     except UnicodeDecodeError as exc:
         raise DataError(f"{where}: not UTF-8 (byte {exc.start}); re-encode the file as UTF-8") from None
     data = parse_json(text, where, finite)
+    check_seal(data, where)
     if mapping and not isinstance(data, dict):
         raise DataError(f"{where}: the top level must be a JSON object, got {type(data).__name__}")
     return data
