@@ -52,6 +52,6 @@ def run(args) -> None:
         log.info("%s: mean %.4f, std %.4f", col, df[col].mean(), df[col].std())
     made = identity.stamp("scores", args.out, **identity.inherit(identity.read_identity(args.input), "role",
                                                                    "per_prompt", "prompts"),
-                          made_from={"--input": args.input})
+                          reward_scorer=args.reward, cost_scorer=args.cost, made_from={"--input": args.input})
     write_table(df, args.out, {"input": args.input, "reward": args.reward, "cost": args.cost, "code": code_version(),
                                identity.KEY: made})

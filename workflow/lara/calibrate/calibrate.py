@@ -437,6 +437,8 @@ def check_inputs(args, s: CalibrationSettings) -> tuple[PromptScores, dict]:
                           "a mean of per-prompt losses")
     made = identity.stamp("lambda" if weighted is None else "lambda_weighted", args.out, role=role, tau=s.tau,
                           mode=s.mode, procedure=s.guarantee, prompts=found[0].record(with_keys=True),
+                          # the scorers the record's tau is in the units of: decoders and streams must use them
+                          **identity.inherit(identity.read_identity(args.scores), "reward_scorer", "cost_scorer"),
                           made_from={"--scores": args.scores, "--weights": weighted})
     return scores, made
 

@@ -174,6 +174,7 @@ def run(args) -> None:
     stream = stream_table(pool, visit_row, columns)
     shares = {k: int(v) for k, v in pd.Series(pool.stratum[visit_row]).value_counts().items()}
     made = identity.stamp("stream", args.out, role="deployment", scenario=args.scenario,
+                          **identity.inherit(identity.read_identity(args.scores), "reward_scorer", "cost_scorer"),
                           schedule=json.loads(args.schedule), visits=s.stream_length, n=s.bon_n,
                           k=int(pool.mask.sum(axis=1).min()), strata=shares,
                           made_from={"--pool": args.pool, "--scores": args.scores})

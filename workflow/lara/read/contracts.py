@@ -21,13 +21,15 @@ FOLDER, SOURCE, CONFIG = "folder", "source", "config"  # read by their own loade
 # --------------------------------------------------------------------------------------------- the inputs
 
 SCORERS = ("reward_scorer", "cost_scorers")  # the scorers a constraint score, vector record or decode was made with
+SCALAR_SCORERS = ("reward_scorer", "cost_scorer")  # the scorers of lara score, the lambda record and the streams
 
 SAMPLES = Expect("samples of pi_ref (lara sample)", kinds=("samples",), columns=("prompt_id", "sample_id", "response"),
                  unit="response")
 SCORES_CAL = Expect("the calibration prompts' scored samples (lara score)", kinds=("scores",), roles=("calibration",),
                     columns=("prompt_id", "reward", "cost"), numbers=("reward", "cost"), unit="response")
 SCORES_TEST = Expect("scored candidates to decode (lara score)", kinds=("scores",),
-                     columns=("prompt_id", "sample_id", "reward", "cost"), numbers=("reward", "cost"), unit="response")
+                     columns=("prompt_id", "sample_id", "reward", "cost"), numbers=("reward", "cost"), unit="response",
+                     agree=SCALAR_SCORERS)
 SCORES_ANY = Expect("scored samples (lara score)", kinds=("scores",), columns=("prompt_id", "reward", "cost"),
                     numbers=("reward", "cost"), unit="response")
 SCORES_DEPLOY = Expect("the deployment pool's scored candidates (lara score)", kinds=("scores",),
@@ -51,9 +53,9 @@ POOL = Expect("the deployment pool (lara deployment-pool)", kinds=("prompts",), 
               columns=("prompt_id", "prompt", "stratum"), per_prompt=1)
 STREAM = Expect("a scenario's stream (lara make-stream)", kinds=("stream",), roles=("deployment",),
                 columns=("t", "prompt_id", "sample_id", "reward", "cost"), numbers=("reward", "cost"),
-                agree=("scenario", "stream", "tau", "n", "window", "batch_size"), stamped=True)
+                agree=("scenario", "stream", "tau", "n", "window", "batch_size", *SCALAR_SCORERS), stamped=True)
 LAMBDA = Expect("a calibration record (lara calibrate)", JSON, kinds=("lambda", "lambda_weighted"),
-                keys=("lambda_hat", "lambda_star", "tau"), agree=("lambda_record", "tau", "n"))
+                keys=("lambda_hat", "lambda_star", "tau"), agree=("lambda_record", "tau", "n", *SCALAR_SCORERS))
 LAMBDA_DECODER = Expect("a calibration record (lara calibrate, or lara calibrate-decoder for this decoder)", JSON,
                         kinds=("lambda", "lambda_weighted", "token_level_direct"), keys=("lambda_star", "tau"),
                         agree=("lambda_record", "tau"))
