@@ -323,6 +323,27 @@ def log_audit(audit: dict, summary: pd.DataFrame) -> None:
                  r.harmfulness, r.safe_rate)
 
 
+def check_judged_responses(judged: list, evaluated: list) -> None:
+    """A judge file rated the very responses its evaluation scored: the responses file each names (its digest)
+    is the one the evaluation of the same method and setting names (ratings of another run's responses, relabelled
+    as this run's, are refused)."""
+    from lara import identity
+    from lara.read.files import DataError, read_table
+
+    def key(path):
+        df = read_table(path)
+        return tuple(str(df[c].iloc[0]) if c in df.columns and len(df) else None for c in ("method", "setting"))
+
+    made = {key(p): (identity.read_identity(p).get("made_from") or {}).get("--responses") for p in evaluated}
+    for path in judged:
+        rated = (identity.read_identity(path).get("made_from") or {}).get("--responses")
+        want = made.get(key(path))
+        if rated is not None and want is not None and rated != want:
+            method, setting = key(path)
+            raise DataError(f"--judge {path}: rated other responses ({rated}) than the evaluation of {method} at "
+                            f"{setting} scored ({want}): ratings of another run's responses")
+
+
 def check_judged(judge: pd.DataFrame, scores: pd.DataFrame, paths) -> None:
     """Every judged response is one of the evaluated outputs, once: (prompt_id, method, setting) unique across the
     judge files and present in the scores (ratings of another run's or another prompt's responses are refused)."""
@@ -356,6 +377,7 @@ def run(args) -> None:
     judge = pd.concat([read_table(p) for p in args.judge], ignore_index=True) if args.judge else None
     if judge is not None:
         check_judged(judge, scores, args.judge)
+        check_judged_responses(args.judge, args.scores)
     main = read_lambda(args.lambda_json) if args.lambda_json else None
     check_settings_lambdas(scores, main, [read_lambda(p) for p in args.tau_lambda_json])
     summary = summarise(scores, judge, s.bootstrap, s.seed)

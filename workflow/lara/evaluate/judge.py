@@ -296,5 +296,10 @@ def run(args) -> None:
         out[f"judge_{aspect}"] = ratings[aspect]
         log.info("judge %s: mean %.3f (%d unparsed)", aspect, np.nanmean(ratings[aspect]),
                  int(np.isnan(ratings[aspect]).sum()))
+    from lara import identity
+
+    made = identity.stamp("judged", args.out, **identity.inherit(identity.read_identity(args.responses), "method",
+                                                                  "setting", "lambda_record", "tau", "role"),
+                          judge=s.model, made_from={"--responses": args.responses})
     write_table(out, args.out, {"responses": args.responses, "judge": s.model,
-                                "base_url": redact(s.base_url) if s.base_url else None})
+                                "base_url": redact(s.base_url) if s.base_url else None, identity.KEY: made})

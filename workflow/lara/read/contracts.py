@@ -79,7 +79,7 @@ RESPONSES_VECTOR = Expect("decoded responses (lara decode-vector)", kinds=("resp
                           agree=("lambda_record", "tau", *SCORERS))
 EVALUATION = Expect("evaluated responses (lara evaluate)", kinds=("evaluation",),
                     columns=("prompt_id", "method", "setting"), agree=("lambda_record", "tau"))
-JUDGED = Expect("judged responses (lara judge)", columns=("prompt_id", "method", "setting"))
+JUDGED = Expect("judged responses (lara judge)", kinds=("judged",), columns=("prompt_id", "method", "setting"))
 SWEEP = Expect("the Best-of-N sweep (lara bon-sweep)", columns=("n", "lambda", "label"))
 ARMS = Expect("a scenario's arms (lara deploy-arms)", columns=("arm",), agree=())
 PREFERENCES = Expect("preference pairs (lara prepare-data --kind preferences)", kinds=("preferences", "stable"),
