@@ -212,14 +212,19 @@ def test_the_decoder_reads_only_a_vector_record_for_its_constraints(tmp_path):
            "lambda_hat": [0.1, 0.2], "lambda_star": [0.2, 0.4],
            "procedures": {"hat": {"lambda": [0.1, 0.2]}, "ltt": {"lambda": None}}}
     path = tmp_path / "lambda.json"
-    path.write_text(json.dumps(rec))
+    path.write_text(json.dumps(rec))  # an identity without its seal: not what a step wrote
+    with pytest.raises(DataError, match="carries no seal"):
+        read_vector(path, cs)
+    from lara.io import write_json
+
+    write_json(path, rec)  # as calibrate-vector writes it: sealed
     got = read_vector(path, cs)
     assert resolve_vector("star", got, 2, path) == [0.2, 0.4] and resolve_vector("zero", None, 2) == [0.0, 0.0]
     with pytest.raises(DataError, match="no lambda for ltt"):
         resolve_vector("ltt", got, 2, path)
     for change, says in [({"identity": {"kind": "lambda"}}, "lambda_vector"), ({"names": ["c1", "c0"]}, "constraints"),
                          ({"tau": [-0.2, 0.0]}, "tau")]:
-        path.write_text(json.dumps(rec | change))
+        write_json(path, rec | change)
         with pytest.raises(DataError, match=says):
             read_vector(path, cs)
 

@@ -227,8 +227,13 @@ def drop_key(key: str):
 
 
 def number_as_text(column: str):
+    """Numbers stored as text ("0.5" in a typed format; in a CSV, where every value is text, a word in one row)."""
     def mutate(path, expect, chain, d):
         df = read_df(path)
+        if path.suffix == ".csv":
+            values = df[column].astype(object).to_numpy(copy=True)
+            values[len(values) // 2] = "about 0.5"
+            return write_df(df.assign(**{column: values}), out_path(path, d))
         return write_df(df.assign(**{column: df[column].map(lambda v: f"{v}")}), out_path(path, d))
     return mutate
 
@@ -243,8 +248,11 @@ def number_nan(column: str):
 
 
 def boolean_text(column: str):
+    """Booleans as the text "True"/"False" (in a CSV, where True/False is how a boolean is written, "yes"/"no")."""
     def mutate(path, expect, chain, d):
         df = read_df(path)
+        if path.suffix == ".csv":
+            return write_df(df.assign(**{column: df[column].map(lambda v: "yes" if v else "no")}), out_path(path, d))
         return write_df(df.assign(**{column: df[column].map(lambda v: str(bool(v)))}), out_path(path, d))
     return mutate
 

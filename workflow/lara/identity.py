@@ -167,11 +167,11 @@ def read_identity(path: str | Path) -> dict:
     """The identity an artifact carries ({} for a file written by hand or before identities existed)."""
     path = Path(path)
     try:
-        if path.suffix == ".parquet":
+        if path.suffix.lower() == ".parquet":
             from lara.read.files import read_metadata
 
             found = read_metadata(path).get(KEY)
-        elif path.suffix == ".json":
+        elif path.suffix.lower() == ".json":
             from lara.read.files import json_file
             data = json_file(path, mapping=False)
             found = data.get(KEY) if isinstance(data, dict) else None
@@ -328,7 +328,7 @@ def expect_role(path: str | Path, flag: str, want: str, why: str, found: dict | 
 def role_of(path: str | Path) -> str | None:
     """The prompt pool a table belongs to: its identity's role, or the split it was written as (split_role)."""
     found = read_identity(path).get("role")
-    if found is None and Path(path).suffix == ".parquet":
+    if found is None and Path(path).suffix.lower() == ".parquet":
         from lara.read.files import read_metadata
 
         try:

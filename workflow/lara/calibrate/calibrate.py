@@ -396,7 +396,11 @@ def check_calibration_data(n_prompts: int, counts, costs, taus, s, where) -> Non
         if tau != 0 and abs(tau) < COST_RESOLUTION:
             raise ConfigError(f"calibration.tau: {tau:g} is within {COST_RESOLUTION:g} of 0, below the resolution "
                               "the calibration compares costs with; rescale the costs and tau")
-    if s.tolerance * 1e3 > s.lambda_search_max:
+    if s.lambda_search_max > 1e12:
+        raise ConfigError(f"calibration.lambda_search_max: {s.lambda_search_max:g} is beyond 1e12, where the "
+                          "search's grids and curves lose their resolution; a lambda that large says the costs are "
+                          "in other units than the rewards")
+    if s.tolerance > s.lambda_search_max * 1e-3 * (1 + 1e-9):
         raise ConfigError(f"calibration.tolerance: {s.tolerance:g} is more than a thousandth of lambda_search_max "
                           f"({s.lambda_search_max:g}): the bisection would not resolve lambda; use at most "
                           f"{s.lambda_search_max * 1e-3:g}")
@@ -486,6 +490,7 @@ def run(args) -> None:
                             f"{args.scores} (prompt-set digest {over}, the scores' {made['prompts']['digest']}): "
                             "weights of another calibration set")
         made |= {k: v for k, v in (("weighted", True), ("scenario", shift["scenario"]), ("ess", shift["ess"]),
+                                   ("stream", identity_of(args.weights).get("stream")),
                                    ("min_ess", shift["min_ess"])) if v is not None}
         log.info("covariate-shift weights %s: effective sample size %.1f of %d calibration prompts (min_ess %g)%s",
                  args.weights, shift["ess"], shift["n"], shift["min_ess"],

@@ -105,6 +105,10 @@ def online_arm(path, stream, s: DeploymentSettings, record_path, stream_path=Non
     summary = read_metadata(path).get("summary") or {}
     if not isinstance(summary.get("certificate"), (int, float)):
         raise DataError(f"--online {path}: no summary with its certificate (written by `lara online`)")
+    for key, want in (("batch_size", s.batch_size), ("lambda_cap", s.lambda_cap)):
+        if key in made and made[key] != want:
+            raise DataError(f"--online {path}: run with {key} {made[key]}, this report's deployment.{key} is {want}; "
+                            "the arms of one report share the online settings (rerun `lara online` with them)")
     window = made.get("window", summary.get("window"))
     if window != s.window:
         raise DataError(f"--online {path}: its certificate is stated for windows of {window} visits, this report's "
@@ -126,6 +130,18 @@ def weighted_lambda(path, s: DeploymentSettings, n: int, scenario: str | None) -
     if made_for is not None and scenario is not None and made_for != scenario:
         raise DataError(f"--weighted {path}: weighted for scenario {made_for!r}, not this stream's {scenario!r}")
     return (record.lambda_star, True) if record.certified else (None, False)
+
+
+def check_made_on(args, stream: str) -> None:
+    """The shift check and the weighted record beside the arms were made on this stream (their identities name its
+    digest): another draw of the same scenario is another deployment sample."""
+    from lara import identity
+
+    for flag, path in (("--shift", args.shift), ("--weighted", args.weighted)):
+        made = identity.read_identity(path) if path else {}
+        if made.get("stream") not in (None, stream):
+            raise DataError(f"{flag} {path}: made on another stream ({made['stream']}) than --candidates "
+                            f"{args.candidates} ({stream}): another draw of the scenario")
 
 
 def _name(value: float) -> str:
@@ -196,6 +212,7 @@ def run(args) -> None:
     names = [name for name, _, _ in online]
     if len(set(names)) != len(names):
         raise DataError(f"--online: two runs with one step size ({', '.join(names)})")
+    check_made_on(args, identity.file_digest(args.candidates))
     weighted, certified = (None, None) if args.weighted is None else weighted_lambda(
         args.weighted, s, stream.reward.shape[1], scenario)
     table, trace = run_arms(stream, record, online, s, weighted)

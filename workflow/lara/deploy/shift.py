@@ -301,12 +301,14 @@ def run(args) -> None:
     record = {"scenario": scenario, **found,
               "null_auc": {"mean": float(null.mean()), "quantile_95": float(np.quantile(null, 0.95))},
               "settings": asdict(s), "code": code_version(),
-              "identity": identity.stamp("shift_check", args.out, scenario=scenario, made_from=made_from)}
+              "identity": identity.stamp("shift_check", args.out, scenario=scenario,
+                                         stream=identity.file_digest(args.deployment), made_from=made_from)}
     table = pd.DataFrame({"prompt_id": cal["prompt_id"].to_numpy(), "weight": weights})
     made = identity.stamp("shift_weights", args.weights, scenario=scenario, ess=found["ess"], min_ess=s.min_ess,
                           n_calibration=found["n_calibration"], n_deployment=found["n_deployment"], auc=found["auc"],
                           p_value=found["p_value"], prompts=cal_set.record(),
-                          prompt_texts=cal_set.digest if cal_set.keys else None, made_from=made_from)
+                          prompt_texts=cal_set.digest if cal_set.keys else None,
+                          stream=identity.file_digest(args.deployment), made_from=made_from)
     write_table(table, args.weights, {"settings": asdict(s), "code": code_version(), identity.KEY: made})
     write_json(args.out, record)
     log.info("AUC %.3f, permutation p = %.4g (null AUC mean %.3f, 95%% %.3f): %s", found["auc"], found["p_value"],

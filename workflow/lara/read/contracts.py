@@ -61,6 +61,9 @@ LAMBDA_DECODER = Expect("a calibration record (lara calibrate, or lara calibrate
                         agree=("lambda_record", "tau"))
 LAMBDA_ANY = Expect("a calibration record (lara calibrate or calibrate-vector)", JSON,
                     kinds=("lambda", "lambda_weighted", "lambda_vector"), keys=("tau",))
+LAMBDA_PLAIN = Expect("the calibration record (lara calibrate, not weighted: the fixed arms' baseline)", JSON,
+                      kinds=("lambda",), keys=("lambda_hat", "lambda_star", "tau"),
+                      agree=("lambda_record", "tau", "n", *SCALAR_SCORERS))
 LAMBDA_WEIGHTED = Expect("a weighted calibration record (lara calibrate --weights)", JSON,
                          kinds=("lambda_weighted",), keys=("lambda_star", "tau"), agree=("tau", "n", "scenario"))
 LAMBDA_VECTOR = Expect("a vector lambda record (lara calibrate-vector)", JSON, kinds=("lambda_vector",),
@@ -79,9 +82,11 @@ RESPONSES_VECTOR = Expect("decoded responses (lara decode-vector)", kinds=("resp
                           agree=("lambda_record", "tau", *SCORERS))
 EVALUATION = Expect("evaluated responses (lara evaluate)", kinds=("evaluation",),
                     columns=("prompt_id", "method", "setting"), agree=("lambda_record", "tau"))
-JUDGED = Expect("judged responses (lara judge)", kinds=("judged",), columns=("prompt_id", "method", "setting"))
+JUDGED = Expect("judged responses (lara judge)", kinds=("judged",), columns=("prompt_id", "method", "setting"),
+                stamped=True)
 SWEEP = Expect("the Best-of-N sweep (lara bon-sweep)", columns=("n", "lambda", "label"))
-ARMS = Expect("a scenario's arms (lara deploy-arms)", columns=("arm",), agree=())
+ARMS = Expect("a scenario's arms (lara deploy-arms)", columns=("scenario", "arm", "tau", "mean_cost", "met"),
+              numbers=("tau", "mean_cost", "worst_window_cost", "mean_reward"), booleans=("met", "window_met"))
 PREFERENCES = Expect("preference pairs (lara prepare-data --kind preferences)", kinds=("preferences", "stable"),
                      columns=("prompt",))
 SFT_DATA = Expect("SFT data (lara prepare-data --kind sft)", columns=("prompt",))
@@ -151,7 +156,7 @@ CONTRACTS: dict[str, Command] = {
     "deployment-pool": Command({"--source": source("the pool source"), "--calibration": PROMPTS_CAL}),
     "make-stream": Command({"--pool": POOL, "--scores": SCORES_DEPLOY}),
     "online": Command({"--candidates": STREAM, "--lambda-json": LAMBDA}),
-    "deploy-arms": Command({"--candidates": STREAM, "--lambda-json": LAMBDA, "--online": many(ONLINE),
+    "deploy-arms": Command({"--candidates": STREAM, "--lambda-json": LAMBDA_PLAIN, "--online": many(ONLINE),
                             "--shift": SHIFT, "--weighted": LAMBDA_WEIGHTED}),
     "deployment-report": Command({"--arms": many(ARMS), "--shift": many(SHIFT)},
                                  note="one scenario per arms table: no agreement across scenarios"),

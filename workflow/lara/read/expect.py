@@ -187,7 +187,7 @@ def read(path: str | Path, flag: str, expect: Expect):
     df = files.read_table(path, required=expect.columns, where=where)
     files.require_rows(df, where)
     found = identity.read_identity(path)
-    if Path(path).suffix == ".parquet" and "role" not in found:
+    if Path(path).suffix.lower() == ".parquet" and "role" not in found:
         role = files.read_metadata(path).get("split_role")
         found = found | ({"role": role} if role else {})
     identity_checks(found, expect, where)

@@ -73,6 +73,8 @@ def _load(path: Path, where: str) -> pd.DataFrame:
     if reader is None:
         raise DataError(f"{where}: unsupported file type {path.suffix!r} "
                         f"(expected one of {', '.join(sorted(READERS))})")
+    if path.is_dir():
+        raise DataError(f"{where}: is a folder, expected a file")
     if not path.is_file():
         raise DataError(f"{where}: file not found")
     check_text_file(path, where)
@@ -281,7 +283,12 @@ def parse_json(text: str, where: str, finite: bool = True):
 
 
 def check_seal(data, where: str) -> None:
+    """A record that states what it is (an identity with a kind) holds what its step wrote: sealed, and unedited."""
     made = data.get("identity") if isinstance(data, dict) else None
+    if isinstance(made, dict) and made.get("kind") is not None and made.get("seal") is None:
+        raise DataError(f"{where}: states what it is (a {made['kind']}) but carries no seal: a record a step wrote "
+                        "is sealed, so its seal was removed (or it was written before seals existed); rerun the step "
+                        "that makes it, or drop its identity to hand it in as your own record")
     if isinstance(made, dict) and made.get("seal") is not None and made["seal"] != record_seal(data):
         raise DataError(f"{where}: its content is not what its step wrote (a {made.get('kind', 'record')} edited by "
                         "hand: any field, however consistent with the others); rerun the step that makes it")
@@ -344,10 +351,15 @@ def check_rows(df: pd.DataFrame, path: Path, where: str) -> None:
     meta = read_metadata(path)
     made = meta.get("identity") or {}
     kind = made.get("kind", "table")
-    if made.get("seal") is not None and made["seal"] != seal(meta):
+    if made.get("kind") is not None and (made.get("seal") is None or made.get("rows") is None):
+        raise DataError(f"{where}: states what it is (a {kind}) but carries no seal of its rows and metadata: a table "
+                        "a step wrote is sealed, so its seal was removed (or it was written before seals existed); "
+                        "rerun the step that makes it, or strip its identity to hand it in as your own table")
+    if made["seal"] != seal(meta) if made.get("seal") is not None else False:
         raise DataError(f"{where}: its metadata is not what its writer wrote (the {kind}'s identity or summary was "
                         "edited after it was written); rerun the step that makes it")
     if made.get("rows") is not None and made["rows"] != rows_digest(df):
         raise DataError(f"{where}: its rows are not the rows its writer wrote (the {kind} was edited after it was "
-                        "written: a row added, copied under a new id, removed or changed); rerun the step that makes "
-                        "it, or strip its identity to hand it in as your own table")
+                        "written: a row added, copied under a new id, removed, changed or reordered, or a column's "
+                        "type changed); rerun the step that makes it, or strip its identity to hand it in as your own "
+                        "table")
