@@ -287,3 +287,40 @@ def test_cli_infeasible_fails_unless_allowed(tmp_path):
     subprocess.run(base + ["--allow-infeasible", "--out", str(tmp_path / "b.json")], check=True, capture_output=True)
     rec = json.loads((tmp_path / "b.json").read_text())
     assert rec["feasible"] is False and rec["lambda_hat"] == 5.0 and rec["bootstrap"]["n_infeasible"] == 200
+
+
+def _hand_scores(n_prompts: int, k: int = 4, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    rows = [(f"p{i}", j, f"answer {i}.{j}", r, r + rng.normal()) for i in range(n_prompts) for j in range(k)
+            for r in [rng.normal()]]
+    return pd.DataFrame(rows, columns=["prompt_id", "sample_id", "response", "reward", "cost"])
+
+
+@pytest.mark.parametrize("case, change, flags, says", [
+    ("one prompt", lambda df: df[df.prompt_id == "p0"], [], "1 distinct prompt(s); a calibration needs at least 2"),
+    ("ragged K, no N", lambda df: df[~((df.prompt_id == "p3") & (df.sample_id == 3))], [],
+     "prompts have 3 to 4 samples; Best-of-N's N is then not one number"),
+    ("costs in other units", lambda df: df.assign(cost=df.cost * 1e-13), [], "every cost is at most"),
+    ("a tolerance that resolves nothing", lambda df: df, ["--mode", "soft", "--tolerance", "100"],
+     "calibration.tolerance: 100 is more than a thousandth of lambda_search_max"),
+    ("a search beyond 1e12", lambda df: df, ["--lambda-search-max", "1e13"], "lambda_search_max: 1e+13 is beyond 1e12"),
+])
+def test_a_calibration_states_only_what_its_data_can_tell(tmp_path, case, change, flags, says):
+    """Refused, naming the file or key, no record written: a bootstrap over one prompt, a Best-of-N without one N,
+    costs below the resolution the calibration compares them with, a bisection tolerance coarser than lambda."""
+    change(_hand_scores(30)).to_parquet(tmp_path / "s.parquet")
+    out = tmp_path / "lambda.json"
+    proc = subprocess.run([sys.executable, "-m", "lara", "calibrate", "--scores", str(tmp_path / "s.parquet"),
+                           "--tau", "0", "--bootstrap", "200", *flags, "--out", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 2 and says in proc.stderr and not out.exists(), proc.stderr[-800:]
+    assert "Traceback" not in proc.stderr
+
+
+def test_ragged_k_is_calibrated_with_an_explicit_n(tmp_path):
+    df = _hand_scores(30)
+    df[~((df.prompt_id == "p3") & (df.sample_id == 3))].to_parquet(tmp_path / "s.parquet")
+    proc = subprocess.run([sys.executable, "-m", "lara", "calibrate", "--scores", str(tmp_path / "s.parquet"),
+                           "--tau", "0", "--bootstrap", "200", "--bon-n", "3", "--allow-infeasible",
+                           "--out", str(tmp_path / "lambda.json")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-800:]
+    assert json.loads((tmp_path / "lambda.json").read_text())["decoder"]["n"] == 3

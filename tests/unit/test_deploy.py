@@ -253,6 +253,43 @@ def test_the_deployment_steps_end_to_end(tmp_path):
                                   tmp_path / "lambda.json", "--settings", settings, "--tau", "-0.2", "--out",
                                   tmp_path / "o.parquet", "--record", tmp_path / "o.json"])
     assert rc != 0 and "tau" in err and not (tmp_path / "o.parquet").exists()
+    statements_only_about_what_exists(tmp_path, settings, arms)
+
+
+def statements_only_about_what_exists(tmp_path, settings, arms):
+    """A window longer than the stream, a cap below lambda*, settings other than the stream's, an online run's
+    certificate for another window or batch, a verdict edited by hand, one stream under two names, two lambda
+    records in one report: refused, naming the input or key, nothing written."""
+    stream, control = tmp_path / "control" / "stream.parquet", tmp_path / "control"
+    base = ["--candidates", stream, "--lambda-json", tmp_path / "lambda.json", "--settings", settings]
+    online_out = ["--out", tmp_path / "o.parquet", "--record", tmp_path / "o.json"]
+    for extra, says in ((["--window", "401"], "deployment.window: 401 visits, but --candidates"),
+                        (["--lambda-cap", "0.05"], "deployment.lambda_cap: 0.05 is below lambda* = 0.1"),
+                        (["--stream-length", "5000"], "deployment.stream_length: 5000, but --candidates"),
+                        (["--bon-n", "3"], "decode.bon_n: 3, but --candidates")):
+        rc, _, err = lara_in_process(["online", *base, *extra, *online_out])
+        assert rc == 2 and says in err and not (tmp_path / "o.parquet").exists(), err
+    arms_out = ["--out", tmp_path / "a.csv", "--trace", tmp_path / "t.parquet"]
+    for extra, says in ((["--window", "50"], "its certificate is stated for windows of 100 visits"),
+                        (["--batch-size", "2", "--window", "100"], "run with batch_size 1")):
+        rc, _, err = lara_in_process(["deploy-arms", *base, "--online", control / "online_0.05.parquet", *extra,
+                                      *arms_out])
+        assert rc == 2 and says in err and not (tmp_path / "a.csv").exists(), err
+    table = pd.read_csv(arms[0])
+    fixed = table.index[table.arm == "fixed_star"][0]
+    edited = table.assign(met=table.met.where(table.index != fixed, not table.loc[fixed, "met"]))
+    edited.to_csv(tmp_path / "edited.csv", index=False)
+    rc, _, err = lara_in_process(["deployment-report", "--arms", tmp_path / "edited.csv", arms[1], "--out",
+                                  tmp_path / "r.csv"])
+    assert rc == 2 and "arm fixed_star: met" in err and "edited by hand" in err, err
+    table.assign(scenario="renamed").to_csv(tmp_path / "renamed.csv", index=False)
+    rc, _, err = lara_in_process(["deployment-report", "--arms", arms[0], tmp_path / "renamed.csv", "--out",
+                                  tmp_path / "r.csv"])
+    assert rc == 2 and "the same stream as" in err, err
+    pd.read_csv(arms[1]).assign(lambda_record="0123456789abcdef").to_csv(tmp_path / "other.csv", index=False)
+    rc, _, err = lara_in_process(["deployment-report", "--arms", arms[0], tmp_path / "other.csv", "--out",
+                                  tmp_path / "r.csv"])
+    assert rc == 2 and "made with another lambda record" in err and not (tmp_path / "r.csv").exists(), err
 
 
 BAD_STREAMS = {

@@ -298,3 +298,32 @@ def test_a_base_url_with_credentials_is_refused_and_never_repeated(tmp_path, ser
     assert proc.returncode == 2 and endpoint.requests == 0
     assert "evaluation.judge.base_url: the URL carries credentials" in proc.stderr and "api_key_env" in proc.stderr
     assert "hunter2" not in proc.stderr + proc.stdout and not (tmp_path / "j.parquet").exists()
+
+
+def test_aggregate_refuses_ratings_rated_twice_or_of_responses_it_did_not_score(tmp_path):
+    import pandas as pd
+
+    from lara import identity
+    from lara.evaluate.aggregate import check_judged, check_judged_responses
+    from lara.read.files import DataError, write_table
+
+    scores = pd.DataFrame({"prompt_id": ["a", "b"], "method": "bon", "setting": "zero"})
+    judge = scores.assign(judge_helpfulness=[7.0, 8.0])
+    check_judged(judge, scores, ["j.parquet"])
+    with pytest.raises(DataError, match="is rated 2 times"):
+        check_judged(pd.concat([judge, judge.iloc[:1]]), scores, ["j.parquet"])
+    with pytest.raises(DataError, match="not among --scores"):
+        check_judged(judge.assign(setting="star"), scores, ["j.parquet"])
+    # the evaluation and the judge name the responses they read: ratings of another run's responses are refused
+    for name, text in (("mine.parquet", "x"), ("theirs.parquet", "y")):
+        pd.DataFrame({"prompt_id": ["a"], "response": [text]}).to_parquet(tmp_path / name)
+    evaluated, judged = tmp_path / "eval.parquet", tmp_path / "judge.parquet"
+    write_table(scores, evaluated, {identity.KEY: identity.stamp(
+        "evaluation", evaluated, made_from={"--responses": tmp_path / "mine.parquet"})})
+    write_table(judge, judged, {identity.KEY: identity.stamp(
+        "judged", judged, made_from={"--responses": tmp_path / "mine.parquet"})})
+    check_judged_responses([judged], [evaluated])
+    write_table(judge, judged, {identity.KEY: identity.stamp(
+        "judged", judged, made_from={"--responses": tmp_path / "theirs.parquet"})})
+    with pytest.raises(DataError, match="rated other responses"):
+        check_judged_responses([judged], [evaluated])
