@@ -311,7 +311,8 @@ def test_a_calibration_states_only_what_its_data_can_tell(tmp_path, case, change
     change(_hand_scores(30)).to_parquet(tmp_path / "s.parquet")
     out = tmp_path / "lambda.json"
     proc = subprocess.run([sys.executable, "-m", "lara", "calibrate", "--scores", str(tmp_path / "s.parquet"),
-                           "--tau", "0", "--bootstrap", "200", *flags, "--out", str(out)], capture_output=True, text=True)
+                           "--tau", "0", "--bootstrap", "200", *flags, "--out", str(out)],
+                          capture_output=True, text=True)
     assert proc.returncode == 2 and says in proc.stderr and not out.exists(), proc.stderr[-800:]
     assert "Traceback" not in proc.stderr
 
