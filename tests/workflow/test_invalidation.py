@@ -125,7 +125,9 @@ def test_editing_a_step_module_reruns_that_step_and_its_downstream(toy_run, tmp_
     # the first steps that run lara.template / lara.read.files (the unit test tests/unit/test_codehash.py checks
     # every step's import closure against a regex reading of the sources); make_toy_world imports neither
     ("template.py", {"make_toy_model", "prepare_sft_data", "prepare_preferences", "split_prompts"}),
-    ("read/files.py", {"prepare_sft_data", "prepare_preferences", "split_prompts"}),
+    # every step reads its inputs through lara.read: the toy model's inputs and the config's model folders too
+    ("read/files.py", {"prepare_sft_data", "prepare_preferences", "split_prompts", "make_toy_model",
+                       "experiment_settings"}),
 ])
 def test_a_shared_module_edit_reruns_the_steps_that_import_it(toy_run, tmp_path, rel, roots):
     lara, env = package_copy(tmp_path)
