@@ -271,7 +271,8 @@ def statements_only_about_what_exists(tmp_path, settings, arms):
         assert rc == 2 and says in err and not (tmp_path / "o.parquet").exists(), err
     arms_out = ["--out", tmp_path / "a.csv", "--trace", tmp_path / "t.parquet"]
     for extra, says in ((["--window", "50"], "its certificate is stated for windows of 100 visits"),
-                        (["--batch-size", "2", "--window", "100"], "run with batch_size 1")):
+                        (["--batch-size", "2", "--window", "100"], "run with batch_size 1"),
+                        (["--lambda-cap", "1.1"], "run with lambda_cap None")):
         rc, _, err = lara_in_process(["deploy-arms", *base, "--online", control / "online_0.05.parquet", *extra,
                                       *arms_out])
         assert rc == 2 and says in err and not (tmp_path / "a.csv").exists(), err

@@ -106,9 +106,9 @@ def online_arm(path, stream, s: DeploymentSettings, record_path, stream_path=Non
     if not isinstance(summary.get("certificate"), (int, float)):
         raise DataError(f"--online {path}: no summary with its certificate (written by `lara online`)")
     for key, want in (("batch_size", s.batch_size), ("lambda_cap", s.lambda_cap)):
-        if key in made and made[key] != want:
-            raise DataError(f"--online {path}: run with {key} {made[key]}, this report's deployment.{key} is {want}; "
-                            "the arms of one report share the online settings (rerun `lara online` with them)")
+        if made.get(key) != want:  # an identity leaves out what is None: no lambda_cap stated is no cap
+            raise DataError(f"--online {path}: run with {key} {made.get(key)}, this report's deployment.{key} is "
+                            f"{want}; the arms of one report share the online settings (rerun `lara online` with them)")
     window = made.get("window", summary.get("window"))
     if window != s.window:
         raise DataError(f"--online {path}: its certificate is stated for windows of {window} visits, this report's "
