@@ -243,17 +243,10 @@ def strict_json(text: str, origin: str = "--settings"):
 def _strict_loads(text: str, origin: str):
     """:func:`strict_json`, leaving text that is not JSON to raise ``json.JSONDecodeError``."""
 
-    def no_duplicates(pairs):
-        seen = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise ConfigError(f"{origin}: the key {shown(key)!r} is given twice in one JSON object; the second "
-                                  "would silently replace the first")
-            seen.add(key)
-        return dict(pairs)
+    from lara.read.jsontext import no_duplicate_keys
 
     try:
-        data = json.loads(text, object_pairs_hook=no_duplicates)
+        data = json.loads(text, object_pairs_hook=no_duplicate_keys(origin, ConfigError, lambda k: repr(shown(k))))
     except RecursionError:
         raise ConfigError(f"{origin}: nested too deeply to read (a configuration is a few levels deep)") from None
     check_nesting(data, origin)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from lara.io import atomic_output, record_seal
+from lara.read.jsontext import no_duplicate_keys
 
 # ids are text in every format: a CSV or JSON reader guessing types would make "01" the number 1 (and one prompt of
 # "01" and "1"); JSON keeps the types it wrote (1 and "1" are then refused as one id spelt two ways)
@@ -233,19 +234,6 @@ def require_in_range(df: pd.DataFrame, columns, path) -> pd.DataFrame:
     return df
 
 
-def _no_duplicate_keys(where: str):
-    def hook(pairs):
-        seen = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise DataError(f"{where}: the key {key!r} is given twice in one JSON object; the second would "
-                                "silently replace the first")
-            seen.add(key)
-        return dict(pairs)
-
-    return hook
-
-
 class UnreadableJSON(DataError):
     """A JSON file whose text does not parse (a caller may say what the file should have been)."""
 
@@ -269,7 +257,7 @@ def parse_json(text: str, where: str, finite: bool = True):
     """JSON text (a record, a sidecar, a command-line value): duplicate keys and NaN/Infinity refused, naming
     ``where``."""
     try:
-        data = json.loads(text, object_pairs_hook=_no_duplicate_keys(where))
+        data = json.loads(text, object_pairs_hook=no_duplicate_keys(where, DataError))
     except RecursionError:
         raise DataError(f"{where}: nested too deeply to read") from None
     except ValueError as exc:
