@@ -406,12 +406,6 @@ def check_calibration_data(n_prompts: int, counts, costs, taus, s, where) -> Non
                           f"{s.lambda_search_max * 1e-3:g}")
 
 
-def identity_of(path) -> dict:
-    from lara import identity
-
-    return identity.read_identity(path)
-
-
 def check_floor(s: CalibrationSettings) -> None:
     """Enough bootstrap replicates to resolve the deployed quantile (refused before anything is computed)."""
     from lara.config import ConfigError
@@ -484,13 +478,16 @@ def run(args) -> None:
     weights, shift = None, None
     if args.weights is not None:
         weights, shift = load_weights(args.weights, scores, args.scores)
-        over = identity_of(args.weights).get("prompt_texts")  # by text where both know the prompts' texts
+        from lara.identity import read_identity
+
+        weights_made = read_identity(args.weights)  # read once: its prompt texts and its stream
+        over = weights_made.get("prompt_texts")  # by text where both know the prompts' texts
         if over is not None and made["prompts"].get("keys") and over != made["prompts"]["digest"]:
             raise DataError(f"--weights {args.weights}: made over other calibration prompts than --scores "
                             f"{args.scores} (prompt-set digest {over}, the scores' {made['prompts']['digest']}): "
                             "weights of another calibration set")
         made |= {k: v for k, v in (("weighted", True), ("scenario", shift["scenario"]), ("ess", shift["ess"]),
-                                   ("stream", identity_of(args.weights).get("stream")),
+                                   ("stream", weights_made.get("stream")),
                                    ("min_ess", shift["min_ess"])) if v is not None}
         log.info("covariate-shift weights %s: effective sample size %.1f of %d calibration prompts (min_ess %g)%s",
                  args.weights, shift["ess"], shift["n"], shift["min_ess"],
