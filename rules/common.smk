@@ -42,7 +42,12 @@ if workflow.modifier.is_module and workflow.modifier.skip_configfile:
     config = dict(config)  # this module's own: the validated config below never changes the caller's mapping
 else:
     CONFIG_LAYERS = lara_config.layers(*_sources, overrides=dict(workflow.config_settings.config))
-_validated = lara_config.validate(lara_config.merged(CONFIG_LAYERS), schema=_schema, source=", ".join(_sources))
+_validated = lara_config.validate(
+    lara_config.merged(CONFIG_LAYERS),
+    schema=_schema,
+    source=", ".join(_sources + (["--config"] if workflow.config_settings.config else [])),
+    layer_list=CONFIG_LAYERS,
+)
 # results/{experiment}/ of another configuration (its settings.tsv names the file that named the experiment): refused
 lara_config.check_results(CONFIG_LAYERS, _validated["experiment"], Path("results"))
 config.clear()

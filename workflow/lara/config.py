@@ -51,6 +51,7 @@ from lara.config_refs import (  # noqa: F401 (re-exported)
     references,
     require_model,
 )
+from lara.config_messages import origin_of, unknown_key_hint
 from lara.config_schema import SCHEMA_PATH, SETTINGS_SCHEMA, _resolve, load_schema, section  # noqa: F401
 from lara.read.yamlfile import MERGE_TAG, YAMLRefused, strict_yaml  # noqa: F401 (re-exported)
 
@@ -170,31 +171,42 @@ def _fill(instance, schema: dict, root: dict):
     return out
 
 
-def _describe(error) -> str:
+def _describe(error, layer_list=None) -> str:
+    """One schema error as a line: the dotted key, what is wrong, and (given the layers) which layer set it."""
     if error.validator == "additionalProperties":
         known = set(error.schema.get("properties", {}))
         unknown = sorted(set(error.instance) - known, key=str)
-        keys = listed(dotted_key([*error.absolute_path, k]) for k in unknown)
-        hint = f" (known keys here: {', '.join(sorted(known))})" if known else ""
-        return f"unknown key {keys}{hint}"
+        lines = []
+        for key in unknown:
+            hint = unknown_key_hint(key, known)
+            where = _set_in(layer_list, [*error.absolute_path, key])
+            lines.append(f"unknown key {dotted_key([*error.absolute_path, key])}{where}"
+                         + (f": {hint}" if hint else f" (known keys here: {', '.join(sorted(known))})" if known else ""))
+        return "\n  - ".join(lines)
     if error.validator == "required":
         missing = [k for k in error.validator_value if k not in error.instance]
         what = {"tau": "every experiment states its cost budget (E[c] <= tau, in the cost model's units)"}
         return "; ".join(f"{dotted_key([*error.absolute_path, k])}: missing; {what.get(k, 'it has no default')}"
                          for k in missing)
-    return f"{dotted_key(error.absolute_path)}: {error_message(error)}"
+    return f"{dotted_key(error.absolute_path)}: {error_message(error)}{_set_in(layer_list, list(error.absolute_path))}"
 
 
-def validate(config: dict, schema: dict | None = None, source: str = "config") -> dict:
+def _set_in(layer_list, path) -> str:
+    """`` (set in FILE)``: the layer that set the key at ``path``, when there are layers and one sets it."""
+    origin = origin_of(layer_list, path)
+    return f" (set in {origin})" if origin else ""
+
+
+def validate(config: dict, schema: dict | None = None, source: str = "config", layer_list=None) -> dict:
     """Return ``config`` with defaults filled in, or raise :class:`ConfigError` naming every
-    offending key."""
+    offending key (and, given ``layer_list``, the file or ``--config`` that set it)."""
     old = [renamed_message(k) for k in RENAMED if _has_key(config, k)]
     if old:
         lines = "\n".join(f"  - {p}" for p in old)
         raise ConfigError(f"{source}: invalid configuration:\n{lines}")
     schema = schema or load_schema()
     filled = _fill(copy.deepcopy(config), schema, schema)
-    problems = ([_describe(e) for e in schema_errors(filled, schema)]
+    problems = ([_describe(e, layer_list) for e in schema_errors(filled, schema)]
                 or [f"{k}: not a finite number (NaN and infinities are refused)" for k in nonfinite(filled)]
                 or _cross_checks(filled) or check_policies(filled, schema))
     if problems:
@@ -343,7 +355,7 @@ def check_policies(config: dict, schema: dict) -> list[str]:
 def load(*paths: str | Path, overrides: dict | None = None, schema: dict | None = None) -> dict:
     """The validated configuration of config files (layered as :func:`layers` says) plus ``overrides``."""
     parts = layers(*paths, overrides=overrides)
-    return validate(merged(parts), schema, source=", ".join(str(p) for p in paths) or "config")
+    return validate(merged(parts), schema, source=", ".join(str(p) for p in paths) or "config", layer_list=parts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -377,7 +389,7 @@ def run(args) -> None:
         parts = layers(*args.configs)
     else:
         raise ConfigError("validate-config: give config files, or --layers")
-    config = validate(merged(parts), schema, source=", ".join(o for o, _ in parts) or "config")
+    config = validate(merged(parts), schema, source=", ".join(o for o, _ in parts) or "config", layer_list=parts)
     if args.out:
         from lara.io import atomic_output
 

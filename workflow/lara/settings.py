@@ -109,8 +109,12 @@ def error_message(error) -> str:
         first = next((e for e in error.context if e.validator == "type"), None)
         if first is not None and error_message(first) != first.message:  # a fix applies: say it
             return error_message(first)
+    if error.validator in ("anyOf", "oneOf") and error.context:
+        return _alternatives_message(error)
     if error.validator == "type":
         kinds = expected if isinstance(expected, list) else [expected]
+        if isinstance(value, bool) and "boolean" not in kinds:
+            return _yaml_boolean_message(value, kinds)
         if isinstance(value, float) and not math.isfinite(value):
             return f"{value} is not a finite number (NaN and infinities are refused)"
         if "integer" in kinds and "number" not in kinds and isinstance(value, float) and value.is_integer():
@@ -125,8 +129,79 @@ def error_message(error) -> str:
                     return (f"{value!r} is a string, not a number: YAML 1.1 reads an exponent without a dot as "
                             f"text; write {_yaml_number(value)}")
                 return f"{value!r} is a string, not a number: a quoted number is text in YAML; write {value} unquoted"
+    if error.validator in ("minItems", "maxItems") and isinstance(error.schema, dict) and isinstance(value, list):
+        low, high = error.schema.get("minItems"), error.schema.get("maxItems")
+        wanted = (f"exactly {low}" if low == high else f"at least {low}" if high is None
+                  else f"at most {high}" if low is None else f"{low} to {high}")
+        return f"{_short(value)} has {len(value)} value(s); this key takes {wanted}"
     hint = error.schema.get("x-hint") if isinstance(error.schema, dict) else None
     return f"{error.message} ({hint})" if hint else error.message
+
+
+# what YAML 1.1 (PyYAML, Snakemake's reader) reads as a boolean when unquoted
+YAML11_BOOLEANS = {True: ("yes", "on", "true"), False: ("no", "off", "false")}
+KIND_NAMES = {"string": "a string", "number": "a number", "integer": "an integer", "array": "a list",
+              "object": "a mapping", "null": "null", "boolean": "a boolean"}
+
+
+def _kinds_text(kinds) -> str:
+    names = [KIND_NAMES.get(k, f"a {k} values" if k.startswith("list of") else k) for k in dict.fromkeys(kinds)]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def _yaml_boolean_message(value: bool, kinds) -> str:
+    """A boolean where text or a number was expected: YAML 1.1 reads ``no``, ``on``, ``yes`` as booleans."""
+    words = "/".join(YAML11_BOOLEANS[value])
+    return (f"{str(value).lower()} is a boolean, expected {_kinds_text(kinds)}: YAML 1.1 reads an unquoted {words} "
+            f"(any case) as {str(value).lower()}; if you meant the word, quote it ('{YAML11_BOOLEANS[value][0]}')")
+
+
+def _alternatives_message(error) -> str:
+    """A value that fits none of a key's forms (``anyOf``/``oneOf``): the reason of each form its type fits (a
+    number out of range, a list of the wrong length), else which forms there are; never only "not valid under any
+    of the given schemas". For ``oneOf``, a value that fits two forms says so."""
+    value = error.instance
+    by_form: dict[int, list] = {}
+    for sub in error.context:
+        by_form.setdefault(sub.relative_schema_path[0], []).append(sub)
+    forms = error.validator_value
+    fitting = [i for i in range(len(forms)) if not any(
+        e.validator == "type" and not e.relative_path for e in by_form.get(i, []))]
+    if error.validator == "oneOf" and len(fitting) > 1 and not any(by_form.get(i) for i in fitting):
+        return f"{error.message} (it fits {len(fitting)} of the forms, and exactly one must)"
+    if fitting:
+        reasons = []
+        for i in fitting:
+            for sub in by_form.get(i, []):
+                where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in sub.relative_path)
+                text = error_message(sub)
+                reasons.append(f"item {where.strip('.')}: {text}" if where else text)
+        if reasons:
+            return "; ".join(dict.fromkeys(reasons))
+    for sub in error.context if isinstance(value, str) else []:  # a quoted number, an exponent read as text
+        if sub.validator == "type" and not sub.relative_path and error_message(sub) != sub.message:
+            return error_message(sub)
+    kinds = []
+    for form in forms:
+        kind = form.get("type") if isinstance(form, dict) else None
+        if kind == "array" and form.get("minItems") is not None and form.get("minItems") == form.get("maxItems"):
+            kinds.append(f"list of {form['minItems']}")
+        elif kind is not None:
+            kinds.append(kind if isinstance(kind, str) else "/".join(kind))
+        elif isinstance(form, dict) and "enum" in form:
+            kinds.append("one of " + ", ".join(repr(v) for v in form["enum"]))
+        elif isinstance(form, dict) and "const" in form:
+            kinds.append(repr(form["const"]))
+    got = type(value).__name__ if not isinstance(value, bool) else "boolean"
+    if isinstance(value, bool) and not any(k == "boolean" for k in kinds):
+        return _yaml_boolean_message(value, kinds or ["string"])
+    described = _kinds_text(kinds) if kinds else "another form"
+    return f"{_short(value)} ({got}) is none of the forms this key takes: {described}"
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= SHOWN_LENGTH else text[:SHOWN_LENGTH - 3] + "..."
 
 
 def _yaml_number(text: str) -> str:
@@ -160,7 +235,7 @@ def shown(key) -> str:
     """A key as a message shows it: itself when short and printable, else its ``repr``, cut to a few dozen
     characters with its length, so a message stays one line of reasonable length."""
     text = str(key)
-    if text.isprintable() and len(text) <= SHOWN_LENGTH:
+    if text.isprintable() and text.isascii() and text == text.strip() and len(text) <= SHOWN_LENGTH:
         return text
     if len(text) <= SHOWN_LENGTH:
         return repr(text)
