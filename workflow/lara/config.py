@@ -43,6 +43,7 @@ from lara.config_layers import (  # noqa: F401 (re-exported)
     result_layers,
     settings_table,
 )
+from lara.config_messages import origin_of, unknown_key_hint
 from lara.config_refs import (  # noqa: F401 (re-exported)
     check_references,
     looks_local,
@@ -51,7 +52,6 @@ from lara.config_refs import (  # noqa: F401 (re-exported)
     references,
     require_model,
 )
-from lara.config_messages import origin_of, unknown_key_hint
 from lara.config_schema import SCHEMA_PATH, SETTINGS_SCHEMA, _resolve, load_schema, section  # noqa: F401
 from lara.read.yamlfile import MERGE_TAG, YAMLRefused, strict_yaml  # noqa: F401 (re-exported)
 
@@ -180,8 +180,9 @@ def _describe(error, layer_list=None) -> str:
         for key in unknown:
             hint = unknown_key_hint(key, known)
             where = _set_in(layer_list, [*error.absolute_path, key])
+            known_here = f" (known keys here: {', '.join(sorted(known))})" if known else ""
             lines.append(f"unknown key {dotted_key([*error.absolute_path, key])}{where}"
-                         + (f": {hint}" if hint else f" (known keys here: {', '.join(sorted(known))})" if known else ""))
+                         + (f": {hint}" if hint else known_here))
         return "\n  - ".join(lines)
     if error.validator == "required":
         missing = [k for k in error.validator_value if k not in error.instance]
