@@ -47,17 +47,12 @@ _validated = lara_config.validate(
     schema=_schema,
     source=", ".join(_sources + (["--config"] if workflow.config_settings.config else [])),
     layer_list=CONFIG_LAYERS,
+    root=Path("."),
 )
 # results/{experiment}/ of another configuration (its settings.tsv names the file that named the experiment): refused
 lara_config.check_results(CONFIG_LAYERS, _validated["experiment"], Path("results"))
 config.clear()
 config.update(_validated)
-# local paths that are not there and top_k beyond the vocabulary: refused now, not when a job gets there
-_problems = lara_config.check_references(config, Path("."), scorers=lara_config.named_scorer_names())
-if _problems:
-    raise lara_config.ConfigError(
-        f"{', '.join(_sources)}: invalid configuration:\n" + "\n".join(f"  - {p}" for p in _problems)
-    )
 
 # the layers as JSON: the experiment_settings job writes results/{exp}/settings.tsv from them (every value, its origin)
 # (execution sections left out: changing resources or numerics reruns nothing)

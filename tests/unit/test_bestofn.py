@@ -158,8 +158,13 @@ def test_config_rejects_a_best_of_n_larger_than_the_calibration_samples():
     bad = base | {"decode": base["decode"] | {"bon_n": 21}}
     with pytest.raises(ConfigError, match=r"decode.bon_n: .*N = 21.*K = 20"):
         validate(bad)
-    # in soft mode N is free (the soft dual does not depend on N)
-    validate(bad | {"calibration": base["calibration"] | {"mode": "soft"}})
+    # in soft mode N is free (the soft dual does not depend on N), where no step calibrates Best-of-N itself (no
+    # several constraints, no Best-of-N sweep, no deployment stage)
+    soft = bad | {"calibration": base["calibration"] | {"mode": "soft", "constraints": [], "cost_bounds": None},
+                  "decode": bad["decode"] | {"methods": ["args"]}, "deployment": {"scenarios": []}}
+    assert validate(soft)["decode"]["bon_n"] == 21
+    with pytest.raises(ConfigError, match=r"decode.bon_n: .*N = 21.*\(calibration.constraints\)"):
+        validate(soft | {"calibration": soft["calibration"] | {"constraints": base["calibration"]["constraints"]}})
 
 
 def test_sweep_rows_are_the_decoders_choice_with_intervals_and_verdicts():

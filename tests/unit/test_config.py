@@ -124,10 +124,10 @@ def test_nested_command_line_values_are_typed_as_a_yaml_file_types_them():
     # Snakemake hands `--config 'calibration={tau: -1.0, bootstrap: 500}'` over with every nested scalar a string
     from snakemake.cli import parse_config
 
-    given = parse_config(["calibration={tau: -1.0, bootstrap: 500, mode: soft}", "decode={lambdas: [zero, 0p5]}"])
+    given = parse_config(["calibration={tau: -1.0, bootstrap: 500, mode: bon}", "decode={lambdas: [zero, 0p5]}"])
     assert given["calibration"]["tau"] == "-1.0"  # what Snakemake itself gives
     typed = command_line_values(given)
-    assert typed["calibration"] == {"tau": -1.0, "bootstrap": 500, "mode": "soft"}
+    assert typed["calibration"] == {"tau": -1.0, "bootstrap": 500, "mode": "bon"}
     assert typed["decode"]["lambdas"] == ["zero", "0p5"]
     assert command_line_values({"a": ["1e-3", "+2", ".5", "True", "null", "~", "nan", "1.2.3"]}) == {
         "a": [1e-3, 2, 0.5, True, None, None, "nan", "1.2.3"]}

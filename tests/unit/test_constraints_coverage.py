@@ -172,7 +172,7 @@ def test_the_command_writes_its_record_and_table(tmp_path):
     cons = constraints(0.5, 0.5)
     a = write_scores(tmp_path / "calibration_scores.parquet", world(5, prompts=50), "ab")
     b = write_scores(tmp_path / "bon_scores.parquet", world(6, prompts=40), "ab", first=50, role="test")
-    cal, cov = both(repeats=4, n_prompts=(20, 30), bootstrap=20)
+    cal, cov = both(repeats=4, n_prompts=(20, 30), bootstrap=50)
     assert main(argv(tmp_path, [a, b], cons, cal, cov)) == 0
     record = json.loads((tmp_path / "coverage.json").read_text())
     assert record["population"]["n_prompts"] == 90 and record["names"] == ["a", "b"] and record["tau"] == [0.5, 0.5]

@@ -263,7 +263,7 @@ def statements_only_about_what_exists(tmp_path, settings, arms):
     stream, control = tmp_path / "control" / "stream.parquet", tmp_path / "control"
     base = ["--candidates", stream, "--lambda-json", tmp_path / "lambda.json", "--settings", settings]
     online_out = ["--out", tmp_path / "o.parquet", "--record", tmp_path / "o.json"]
-    for extra, says in ((["--window", "401"], "deployment.window: 401 visits, but --candidates"),
+    for extra, says in ((["--window", "401"], "deployment.window: 401 visits, but deployment.stream_length is 400"),
                         (["--lambda-cap", "0.05"], "deployment.lambda_cap: 0.05 is below lambda* = 0.1"),
                         (["--stream-length", "5000"], "deployment.stream_length: 5000, but --candidates"),
                         (["--bon-n", "3"], "decode.bon_n: 3, but --candidates")):

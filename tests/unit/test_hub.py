@@ -66,7 +66,7 @@ def _config(tmp_path, commits, **changes) -> str:
                     "preferences": {"source": "toy"},
                     "prompts": {"source": "lab/prompts", "name": "held_out", "revision": "v1", "n_calibration": 2,
                                 "n_test": 2}},
-           "evaluation": {"reward_model": "oracle", "cost_model": "lab/base"}}
+           "evaluation": {"reward_model": "lab/base", "cost_model": "lab/base", "judge": {"model": None}}}
     for dotted, value in changes.items():
         node = cfg
         *head, last = dotted.split(".")
@@ -85,7 +85,8 @@ def test_references_lists_the_hub_ids_of_a_config_and_nothing_local(tmp_path, ca
     cfg = load(_config(tmp_path, cache["commits"], **{"data.preferences.source": str(tmp_path / "local")}))
     refs = hub.references(cfg, tmp_path, scorers=named_scorer_names())
     assert [(r.key, r.repo_id, r.repo_type) for r in refs] == [
-        ("base_model.name_or_path", "lab/base", "model"), ("evaluation.cost_model", "lab/base", "model"),
+        ("base_model.name_or_path", "lab/base", "model"), ("evaluation.reward_model", "lab/base", "model"),
+        ("evaluation.cost_model", "lab/base", "model"),
         ("data.sft.source", "lab/pairs", "dataset"), ("data.prompts.source", "lab/prompts", "dataset")]
     by_key = {r.key: r for r in refs}
     assert by_key["base_model.name_or_path"].revision == cache["commits"]["model"]

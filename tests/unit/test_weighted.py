@@ -131,7 +131,7 @@ def test_equal_weights_give_exactly_the_unweighted_lambdas(scale):
 def test_soft_mode_is_refused_with_weights():
     s, w = shifted(5)
     with pytest.raises(ValueError, match="Best-of-N only"):
-        calibrate(s, CalibrationSettings(tau=0.0, mode="soft", bootstrap=100), w, min_ess=10)
+        calibrate(s, CalibrationSettings(tau=0.0, mode="soft", bootstrap=200), w, min_ess=10)
 
 
 # ---------------------------------------------------------------------------------------------

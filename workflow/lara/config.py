@@ -14,9 +14,6 @@ read strictly by :mod:`lara.read.yamlfile`.
 from __future__ import annotations
 
 import copy
-import dataclasses
-import functools
-import json
 from pathlib import Path
 
 import yaml
@@ -53,6 +50,14 @@ from lara.config_refs import (  # noqa: F401 (re-exported)
     require_model,
 )
 from lara.config_schema import SCHEMA_PATH, SETTINGS_SCHEMA, _resolve, load_schema, section  # noqa: F401
+from lara.config_steps import (  # noqa: F401 (re-exported)
+    BASE_POLICIES,
+    TRAIN_SECTIONS,
+    settings_json,
+    several_keys,
+    step_settings,
+    variant_settings,
+)
 from lara.read.yamlfile import MERGE_TAG, YAMLRefused, strict_yaml  # noqa: F401 (re-exported)
 
 # what the settings and the config share lives in lara.settings (which imports nothing of lara.config); the names
@@ -74,43 +79,6 @@ from lara.settings import (  # noqa: F401 (re-exported)
     strict_json,
     strict_validator,
 )
-
-
-def step_settings(config: dict, name: str, schema: dict, **derived) -> dict:
-    """Everything a step's settings read, as a rule hands it over (``--settings``): the keys of its
-    own section (``name`` is a section of lara.settings.SECTIONS, or a section-less step of STEPS),
-    the values of other sections' keys that it names (``seed``, ``base_model.dtype``,
-    ``calibration.tau``: the ``x-borrowed`` map generated from the dataclasses), and ``derived``
-    values that the rule computes (a pool's seed, a calibration's Best-of-N size). The one way a
-    rule builds a step's settings."""
-    out = {}
-    if name not in schema.get("x-steps", []):
-        node = schema
-        for part in name.split("."):
-            node = _resolve(node, schema)["properties"][part]
-        if "x-settings-keys" not in node:
-            raise ConfigError(f"{name}: no step settings own this section (x-settings)")
-        values = section(config, name)
-        out = {k: _one(f"{name}.{k}", values[k]) for k in node["x-settings-keys"]}
-    borrowed = schema.get("x-borrowed", {})
-    for field, key in borrowed.get(name, {}).items():
-        out[field] = _one(key, section(config, key))
-    unknown = sorted(set(derived) - set(borrowed.get(name, {})) - set(out))
-    if unknown:
-        raise ConfigError(f"{name}: derived values {unknown} are not fields of its settings")
-    return out | derived
-
-
-@functools.cache
-def several_keys() -> frozenset[str]:
-    """The config keys that may list several values (a settings field with ``several=True``)."""
-    return frozenset(f"{section_name}.{f.name}" for section_name in SECTIONS
-                     for f in dataclasses.fields(settings_class(section_name)) if f.metadata.get("several"))
-
-
-def _one(key: str, value):
-    """The value a step reads of a key: the first of a listed ``several`` key (the rule derives the others)."""
-    return value[0] if key in several_keys() and isinstance(value, list) else value
 
 
 def scenarios(config: dict) -> dict[str, dict]:
@@ -136,11 +104,6 @@ def taus(config: dict) -> list[float]:
     """calibration.tau as a list: the main tau first (Safe-RLHF's budget, the audit's headline), then the others."""
     tau = config["calibration"]["tau"]
     return [float(t) for t in (tau if isinstance(tau, list) else [tau])]
-
-
-def settings_json(config: dict, name: str, schema: dict, **derived) -> str:
-    """:func:`step_settings` as sorted JSON, so it changes exactly when a value the step reads does."""
-    return json.dumps(step_settings(config, name, schema, **derived), sort_keys=True)
 
 
 def defaults(schema: dict) -> dict:
@@ -198,9 +161,13 @@ def _set_in(layer_list, path) -> str:
     return f" (set in {origin})" if origin else ""
 
 
-def validate(config: dict, schema: dict | None = None, source: str = "config", layer_list=None) -> dict:
+def validate(config: dict, schema: dict | None = None, source: str = "config", layer_list=None,
+             root: Path | None = None) -> dict:
     """Return ``config`` with defaults filled in, or raise :class:`ConfigError` naming every
-    offending key (and, given ``layer_list``, the file or ``--config`` that set it)."""
+    offending key (and, given ``layer_list``, the file or ``--config`` that set it). After the schema: every
+    step's settings as the plan hands them over and every rule between sections (:mod:`lara.config_plan`), and,
+    given ``root`` (the folder relative paths are read from), every model, data set and scorer it names
+    (:func:`check_references`). ``lara validate-config`` and the Snakefile call it with ``root``."""
     old = [renamed_message(k) for k in RENAMED if _has_key(config, k)]
     if old:
         lines = "\n".join(f"  - {p}" for p in old)
@@ -209,7 +176,7 @@ def validate(config: dict, schema: dict | None = None, source: str = "config", l
     filled = _fill(copy.deepcopy(config), schema, schema)
     problems = ([_describe(e, layer_list) for e in schema_errors(filled, schema)]
                 or [f"{k}: not a finite number (NaN and infinities are refused)" for k in nonfinite(filled)]
-                or _cross_checks(filled) or check_policies(filled, schema))
+                or _cross_checks(filled, schema, root))
     if problems:
         lines = "\n".join(f"  - {p}" for p in problems)
         raise ConfigError(f"{source}: invalid configuration:\n{lines}")
@@ -225,27 +192,19 @@ def _has_key(config: dict, dotted: str) -> bool:
     return True
 
 
-def _cross_checks(config: dict) -> list[str]:
-    """Constraints between keys that a JSON Schema cannot state."""
-    problems = []
-    cal, dec = config.get("calibration", {}), config.get("decode", {})
-    if cal.get("mode") == "bon" and dec.get("bon_n", 0) > cal.get("samples_per_prompt", 0):
-        problems.append(f"decode.bon_n: Best-of-N with N = {dec['bon_n']} is calibrated (calibration.mode: bon) on "
-                        f"calibration.samples_per_prompt = K = {cal['samples_per_prompt']} samples per prompt; "
-                        f"N must be <= K")
-    too_big = [n for n in dec.get("sweep_n", []) if n > dec.get("bon_n", 0)]
-    if too_big:
-        problems.append(f"decode.sweep_n: {too_big} exceed decode.bon_n = {dec['bon_n']} "
-                        "(the candidates per test prompt)")
-    try:
-        found = constraints(config)
-    except ConfigError as exc:
-        problems.append(str(exc))
-    else:
-        if len(found) > 1 and cal.get("guarantee") == "crc":
-            problems.append("calibration.guarantee: crc bounds one risk; with several calibration.constraints use "
-                            "bootstrap or ltt (ltt holds every constraint at once)")
-    return problems + _launch_checks(config)
+def _cross_checks(config: dict, schema: dict, root: Path | None = None) -> list[str]:
+    """What a JSON Schema cannot state: the constraint list parsed, the policy variants, every step's settings as
+    its rules build them, the rules between sections, the launch plans and (given ``root``) the references."""
+    from lara import config_plan
+
+    problems = config_plan.constraints_parse(config) or check_policies(config, schema)
+    if problems:
+        return problems
+    problems = config_plan.settings_problems(config, schema) + config_plan.plan_problems(config)
+    problems += _launch_checks(config)
+    if root is not None:
+        problems += check_references(config, root, scorers=named_scorer_names())
+    return list(dict.fromkeys(problems))
 
 
 LAUNCH_KEYS = ("processes", "accelerate_config")  # resources keys that say how a job starts, not what it gets
@@ -287,16 +246,16 @@ def launch_command(plan: dict) -> list[str]:
 def _launch_checks(config: dict) -> list[str]:
     problems = []
     res = config.get("resources", {})
+    try:  # the plan every training job without an override gets
+        launch_plan(dict(res.get("default", {})), "resources.default")
+    except ConfigError as exc:
+        problems.append(str(exc))
     for rule, override in res.get("rules", {}).items():
         try:
             launch_plan(dict(res.get("default", {})) | override, f"resources.rules.{rule}")
         except ConfigError as exc:
             problems.append(str(exc))
     return problems
-
-
-BASE_POLICIES = ("sft", "safe_rlhf", "safedpo")
-TRAIN_SECTIONS = {"safe_rlhf": "train.safe_rlhf", "safedpo": "train.safedpo"}
 
 
 def _section_schema(schema: dict, dotted: str) -> dict:
@@ -314,14 +273,6 @@ def check_value(dotted: str, value, schema: dict | None = None):
     if problems:
         raise ConfigError(f"{dotted}: {'; '.join(problems)}")
     return value
-
-
-def variant_settings(config: dict, name: str, part: str) -> dict:
-    """A policy's ``train`` or ``generation`` section: the config's, with a variant's overrides."""
-    variant = config["decode"].get("policy_variants", {}).get(name)
-    base = variant["base"] if variant else name
-    dotted = "generation" if part == "generation" else TRAIN_SECTIONS[base]
-    return {**section(config, dotted), **((variant or {}).get(part) or {})}
 
 
 def check_policies(config: dict, schema: dict) -> list[str]:
@@ -390,7 +341,8 @@ def run(args) -> None:
         parts = layers(*args.configs)
     else:
         raise ConfigError("validate-config: give config files, or --layers")
-    config = validate(merged(parts), schema, source=", ".join(o for o, _ in parts) or "config", layer_list=parts)
+    config = validate(merged(parts), schema, source=", ".join(o for o, _ in parts) or "config", layer_list=parts,
+                      root=Path("."))
     if args.out:
         from lara.io import atomic_output
 

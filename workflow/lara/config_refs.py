@@ -60,11 +60,47 @@ def references(config: dict) -> list[tuple[str, str, str, str]]:
     """Every model and data set an experiment names, as ``(key, value, kind, key of its revision)``: the base
     model, the evaluation scorers and the three data sources (``toy`` and named scorers too; callers skip them)."""
     out = [("base_model.name_or_path", config["base_model"]["name_or_path"], "model", "base_model.revision")]
-    out += [(f"evaluation.{role}", config["evaluation"][role], "model", f"evaluation.{role}_revision")
-            for role in ("reward_model", "cost_model")]
+    for role in ("reward_model", "cost_model"):
+        spec = config["evaluation"][role]
+        argument = _spec_argument(spec)
+        out.append((f"evaluation.{role}", spec, "model", f"evaluation.{role}_revision") if not argument
+                   else (f"evaluation.{role}", argument, "model", None))
     out += [(f"data.{part}.source", config["data"][part]["source"], "data", f"data.{part}.revision")
             for part in ("sft", "preferences", "prompts")]
+    if config.get("deployment", {}).get("scenarios"):
+        out.append(("deployment.prompts.source", config["deployment"]["prompts"]["source"], "data",
+                    "deployment.prompts.revision"))
+    return out + scorer_references(config)
+
+
+def scorer_references(config: dict) -> list[tuple[str, str, str, None]]:
+    """The scorer specs of the constraints stage that name a model (a folder or a hub id; no revision key): the
+    constraint reward and each constraint's cost and evaluation scorer. Named scorers and the experiment's own
+    models (``reward``, ``cost``, ``category:...``) are left out; ``name:argument`` gives its argument when it is
+    a path (``fluency:<model folder>``)."""
+    cal = config.get("calibration", {})
+    specs = [("calibration.constraint_reward", cal.get("constraint_reward"))]
+    for i, item in enumerate(cal.get("constraints") or []):
+        if isinstance(item, dict):
+            specs += [(f"calibration.constraints[{i}].{k}", item.get(k)) for k in ("cost", "evaluation")]
+    out = []
+    for key, spec in specs:
+        if not isinstance(spec, str) or spec in ("reward", "cost") or spec.startswith("category:"):
+            continue
+        value = _spec_argument(spec) or spec
+        if "/" in value or value.startswith((".", "~")):
+            out.append((key, value, "model", None))
     return out
+
+
+def _spec_argument(spec: str) -> str | None:
+    """The model a ``name:argument`` scorer spec names (``fluency:<folder>``): its argument when it is a path or a
+    hub id; None for a spec without a named scorer's prefix (itself a folder or hub id) or an argument that is no
+    path (``hatesonar:hate``)."""
+    name, colon, argument = spec.partition(":")
+    if not colon or "/" in name or not name:
+        return None
+    return argument if "/" in argument or argument.startswith((".", "~")) else ""
 
 
 def check_references(config: dict, base: Path = Path("."), scorers: tuple[str, ...] = ()) -> list[str]:
@@ -82,6 +118,8 @@ def check_references(config: dict, base: Path = Path("."), scorers: tuple[str, .
     # ignored: refused instead
     pinned = []
     for _, value, kind, revision in references(config):
+        if revision is None:
+            continue
         pinned.append((revision, value))
         if kind == "data" and (value == "toy" or (base / Path(value).expanduser()).is_file()):  # a folder has both
             pinned += [(revision.replace(".revision", f".{k}"), value) for k in ("name", "data_dir")]
@@ -94,8 +132,8 @@ def check_references(config: dict, base: Path = Path("."), scorers: tuple[str, .
                             "configuration or folder would be ignored)")
     made_here = ("results", config.get("experiment"))  # a data file one of this experiment's rules writes
     for key, value, what in refs:
-        if what == "data" and Path(value).parts[:2] == made_here:
-            continue
+        if Path(value).parts[:2] == made_here and (what == "data" or Path(value).parts[2:3] == ("models",)):
+            continue  # a file or model folder one of this experiment's rules writes
         if looks_local(value, base) and not (base / Path(value).expanduser()).exists():
             problems.append(f"{key}: {value!r} looks like a local {what} path, and there is nothing there "
                             f"(relative paths are read from {base.resolve()}); a hub id is written owner/name")

@@ -84,6 +84,9 @@ def references(config: dict, base: Path = Path("."), scorers: tuple[str, ...] = 
     for key, value, kind, revision in lara_config.references(config):
         if value == "toy" or value in scorers or not is_hub_id(value, base):
             continue
+        if revision is None:  # a constraint's scorer: no revision key of its own
+            refs.append(HubRef(key, value, "model", None))
+            continue
         parent, _, field = revision.rpartition(".")
         rev = lara_config.section(config, parent).get(field)
         if kind == "data":

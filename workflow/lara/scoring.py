@@ -242,7 +242,7 @@ def score_config(path: str) -> dict:
     normalize_function; defaults as safe-rlhf's (no bias, no normalisation)."""
     from transformers import AutoConfig
 
-    from lara.config import ConfigError
+    from lara.settings import ConfigError
 
     cfg = AutoConfig.from_pretrained(path).to_dict()
     out = {"score_dim": cfg.get("score_dim", 1), "bias": bool(cfg.get("bias", False)),
@@ -366,7 +366,7 @@ def check_score_architecture(spec: str, role: str) -> str:
     """Which loader a checkpoint without lara's scorer file needs: ``llama_for_score`` (safe-rlhf's
     LlamaForScore) or ``sequence`` (``*ForSequenceClassification``); anything else is refused, naming
     the architecture, rather than loaded with a freshly initialised score head."""
-    from lara.config import ConfigError
+    from lara.settings import ConfigError
 
     archs = architectures(spec)
     if "LlamaForScore" in archs:
@@ -392,6 +392,39 @@ def named_scorers() -> dict:
     return {ep.name: ep for ep in entry_points(group=SCORER_ENTRY_POINTS)}
 
 
+WORKFLOW_SPECS = ("reward", "cost")  # the experiment's own trained models (a constraint's cost or reward)
+
+
+def spec_problem(spec: str, role: str) -> str | None:
+    """What :func:`load_scorer` would refuse about a scorer spec given ``role``, decided without loading a model: a
+    named scorer given a role it does not have (its factory's ``check``), an argument it does not take or lacks,
+    or a bare word that is no named scorer (a typo: the closest name is suggested). None: nothing to say (model
+    folders and hub ids are checked as references)."""
+    import difflib
+    import inspect
+
+    if spec in WORKFLOW_SPECS or spec.startswith("category:"):
+        return None
+    named = named_scorers()
+    name, colon, argument = spec.partition(":")
+    if name in named:
+        factory = named[name].load()
+        if colon:
+            takes = inspect.signature(factory).parameters.get("argument")
+            if takes is None or takes.kind not in (takes.POSITIONAL_OR_KEYWORD, takes.KEYWORD_ONLY):
+                return f"the named scorer {name!r} takes no argument (spec: {name})"
+            if not argument:
+                return f"nothing after '{name}:' (spec: {name}:ARGUMENT)"
+        check = getattr(factory, "check", None)
+        return check(role, argument if colon else None) if check else None
+    if "/" not in spec and not Path(spec).exists():
+        close = difflib.get_close_matches(name, list(named), n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        return (f"not a model directory, not a hub id (owner/name), and not a named scorer (named: "
+                f"{', '.join(sorted(named)) or 'none installed'}){hint}")
+    return None
+
+
 def load_scorer(spec: str, role: str = "reward", **kwargs) -> Scorer:
     """A scorer by kind: a named scorer (:func:`named_scorers`), a safe-rlhf ``LlamaForScore``
     checkpoint (beaver-7b-unified-*), or a model directory / hub id: a CD-Q value model if its
@@ -401,7 +434,8 @@ def load_scorer(spec: str, role: str = "reward", **kwargs) -> Scorer:
     named = named_scorers()
     if spec in named:
         return named[spec].load()(role=role, **kwargs)
-    from lara.config import ConfigError, require_model
+    from lara.config_refs import require_model
+    from lara.settings import ConfigError
 
     name, colon, argument = spec.partition(":")
     if colon and name in named:

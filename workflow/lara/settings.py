@@ -455,6 +455,35 @@ def _type_schema(tp) -> dict:
     return {"type": {int: "integer", float: "number", str: "string", bool: "boolean"}[tp]}
 
 
+@dataclasses.dataclass(frozen=True)
+class CrossKey:
+    """A rule between a step's settings values (several keys, or one key against a fixed limit that its schema
+    cannot state): the config keys it reads, and a witness, a config overlay on config/config.yaml that breaks
+    it (tests/unit/test_config_judged.py checks that :func:`lara.config.validate` refuses every witness with the
+    rule's message)."""
+
+    keys: tuple[str, ...]
+    witness: dict
+
+
+def cross_key(*keys: str, witness: dict):
+    """Mark a method of a :class:`Settings` class as one of its cross-key rules: it returns the problem (a line
+    that starts with the config key) or None. The settings' only refusals are their schema and these rules, run
+    whenever the settings are built: by the step, and by :func:`lara.config.validate`, which builds every step's
+    settings as the rules hand them over before any job (:mod:`lara.config_plan`)."""
+    def mark(method):
+        method.cross_key = CrossKey(tuple(keys), witness)
+        return method
+    return mark
+
+
+def ordered_bounds(bounds, key: str) -> str | None:
+    """The problem of a ``[lo, hi]`` that is not ``lo < hi`` (None: fine, or no bounds)."""
+    if bounds is not None and not bounds[0] < bounds[1]:
+        return f"{key}: {list(bounds)} is not [lo, hi] with lo < hi"
+    return None
+
+
 class Settings:
     """Base of the frozen step settings dataclasses (see the module docstring)."""
 
@@ -462,14 +491,22 @@ class Settings:
 
     def __post_init__(self):
         """Check every field against its schema with the validator the config goes through
-        (lara.config), so a step refuses exactly what the schema refuses, naming the key."""
+        (lara.config), so a step refuses exactly what the schema refuses, naming the key; then the class's
+        cross-key rules (:func:`cross_key`). No settings class refuses anything else when built."""
         cls = type(self)
         schema = {"type": "object", "properties": _field_schemas(cls)}
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         problems = [f"{cls.key(str(e.absolute_path[0]))}: {error_message(e)}" for e in schema_errors(values, schema)]
+        if not problems:
+            problems = [p for rule in cls.cross_key_rules() if (p := rule(self))]
         if problems:
-
             raise ConfigError("invalid settings: " + "; ".join(problems))
+
+    @classmethod
+    def cross_key_rules(cls) -> list:
+        """The class's cross-key rules (methods marked with :func:`cross_key`), in name order."""
+        return [getattr(cls, name) for name in sorted(dir(cls))
+                if callable(getattr(cls, name, None)) and hasattr(getattr(cls, name), "cross_key")]
 
     @classmethod
     def key(cls, name: str) -> str:

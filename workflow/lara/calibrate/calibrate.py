@@ -45,7 +45,15 @@ from lara.calibrate.record import write_lambda
 from lara.io import sha256_file
 from lara.provenance import code_version
 from lara.read.files import DataError, read_table, require_in_range
-from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
+from lara.settings import (
+    Settings,
+    add_settings_arguments,
+    cross_key,
+    ordered_bounds,
+    read_settings,
+    seed_setting,
+    setting,
+)
 
 log = logging.getLogger(__name__)
 
@@ -98,20 +106,60 @@ class CalibrationSettings(Settings):
                                minimum=2, config=False)
 
 
-    def __post_init__(self):
-        super().__post_init__()
-        from lara.config import ConfigError
+    @cross_key("calibration.cost_bounds", witness={"calibration": {"cost_bounds": [1.0, -1.0]}})
+    def bounds_ordered(self):
+        return ordered_bounds(self.cost_bounds, "calibration.cost_bounds")
 
-        if self.cost_bounds is not None and not self.cost_bounds[0] < self.cost_bounds[1]:
-            raise ConfigError(f"invalid settings: calibration.cost_bounds: {self.cost_bounds} is not [lo, hi] with "
-                              "lo < hi")
+    @cross_key("calibration.guarantee", "calibration.cost_bounds",
+               witness={"calibration": {"guarantee": "ltt", "cost_bounds": None}})
+    def guarantee_bounded(self):
         if self.guarantee != "bootstrap" and self.cost_bounds is None:
-            raise ConfigError(f"invalid settings: calibration.guarantee: {self.guarantee} needs "
-                              "calibration.cost_bounds ([lo, hi], fixed before the calibration samples are seen): "
-                              "its guarantee holds for a bounded cost")
+            return (f"calibration.guarantee: {self.guarantee} needs calibration.cost_bounds ([lo, hi], fixed before "
+                    "the calibration samples are seen): its guarantee holds for a bounded cost")
+
+    @cross_key("calibration.guarantee", "calibration.mode", witness={"calibration": {"guarantee": "crc",
+                                                                                     "mode": "soft"}})
+    def guarantee_exact(self):
         if self.guarantee != "bootstrap" and self.mode != "bon":
-            raise ConfigError(f"invalid settings: calibration.guarantee: {self.guarantee} is exact for Best-of-N only "
-                              "(calibration.mode: bon); soft mode deploys the bootstrap's lambda*")
+            return (f"calibration.guarantee: {self.guarantee} is exact for Best-of-N only (calibration.mode: bon); "
+                    "soft mode deploys the bootstrap's lambda*")
+
+    @cross_key("calibration.tau", witness={"calibration": {"tau": 1e-9}})
+    def tau_resolved(self):
+        if self.tau != 0 and abs(self.tau) < COST_RESOLUTION:
+            return (f"calibration.tau: {self.tau:g} is within {COST_RESOLUTION:g} of 0, below the resolution the "
+                    "calibration compares costs with; rescale the costs and tau")
+
+    @cross_key("calibration.lambda_search_max", witness={"calibration": {"lambda_search_max": 1e13,
+                                                                         "tolerance": 1e-8}})
+    def search_resolved(self):
+        if self.lambda_search_max > LAMBDA_SEARCH_LIMIT:
+            return (f"calibration.lambda_search_max: {self.lambda_search_max:g} is beyond 1e12, "
+                    "where the search's grids and curves lose their resolution; a lambda that large says the costs "
+                    "are in other units than the rewards")
+
+    @cross_key("calibration.tolerance", "calibration.lambda_search_max",
+               witness={"calibration": {"tolerance": 0.1, "lambda_search_max": 5.0}})
+    def tolerance_resolves(self):
+        if self.tolerance > self.lambda_search_max * 1e-3 * (1 + 1e-9):
+            return (f"calibration.tolerance: {self.tolerance:g} is more than a thousandth of lambda_search_max "
+                    f"({self.lambda_search_max:g}): the bisection would not resolve lambda; use at most "
+                    f"{self.lambda_search_max * 1e-3:g}")
+
+    @cross_key("calibration.bootstrap", "calibration.quantile",
+               witness={"calibration": {"bootstrap": 100, "quantile": 0.975}})
+    def bootstrap_resolves(self):
+        from lara.evaluate.intervals import MIN_TAIL, min_replicates
+
+        floor = min_replicates(1 - self.quantile)
+        if self.bootstrap < floor:
+            return (f"calibration.bootstrap: {self.bootstrap} replicates put fewer than {MIN_TAIL} beyond the "
+                    f"deployed {self.quantile:g} quantile; use at least {floor} (nothing was computed)")
+
+
+MIN_CALIBRATION_PROMPTS = 2  # a bootstrap over prompts of one prompt resamples nothing: no lambda* is stated
+COST_RESOLUTION = 1e-6  # costs (and tau) smaller than this in magnitude sit within 1e6 of the 1e-12 tie resolution
+LAMBDA_SEARCH_LIMIT = 1e12  # beyond it the search's grids lose their resolution
 
 
 class Infeasible(RuntimeError):
@@ -370,10 +418,6 @@ def load_weights(path, scores: PromptScores, scores_path) -> tuple[np.ndarray, d
     return w, info
 
 
-MIN_CALIBRATION_PROMPTS = 2  # a bootstrap over prompts of one prompt resamples nothing: no lambda* is stated
-COST_RESOLUTION = 1e-6  # costs (and tau) smaller than this in magnitude sit within 1e6 of the 1e-12 tie resolution
-
-
 def check_calibration_data(n_prompts: int, counts, costs, taus, s, where) -> None:
     """Statements only about what exists: enough distinct prompts to bootstrap over, one K for every prompt unless
     N is given, costs on a scale the calibration can tell apart (its ties and tau's tolerance are 1e-12 absolute),
@@ -392,38 +436,18 @@ def check_calibration_data(n_prompts: int, counts, costs, taus, s, where) -> Non
         raise DataError(f"{where}: every cost is at most {scale:.3g} in magnitude, below {COST_RESOLUTION:g}: the "
                         "calibration tells scores apart to 1e-12, so costs in such units read as ties; rescale the "
                         "costs and tau (costs in other units than tau?)")
-    for tau in taus:
+    for tau in taus:  # the constraints' taus (the main one is a settings rule: CalibrationSettings.tau_resolved)
         if tau != 0 and abs(tau) < COST_RESOLUTION:
             raise ConfigError(f"calibration.tau: {tau:g} is within {COST_RESOLUTION:g} of 0, below the resolution "
                               "the calibration compares costs with; rescale the costs and tau")
-    if s.lambda_search_max > 1e12:
-        raise ConfigError(f"calibration.lambda_search_max: {s.lambda_search_max:g} is beyond 1e12, where the "
-                          "search's grids and curves lose their resolution; a lambda that large says the costs are "
-                          "in other units than the rewards")
-    if s.tolerance > s.lambda_search_max * 1e-3 * (1 + 1e-9):
-        raise ConfigError(f"calibration.tolerance: {s.tolerance:g} is more than a thousandth of lambda_search_max "
-                          f"({s.lambda_search_max:g}): the bisection would not resolve lambda; use at most "
-                          f"{s.lambda_search_max * 1e-3:g}")
-
-
-def check_floor(s: CalibrationSettings) -> None:
-    """Enough bootstrap replicates to resolve the deployed quantile (refused before anything is computed)."""
-    from lara.config import ConfigError
-    from lara.evaluate.intervals import MIN_TAIL, min_replicates
-
-    floor = min_replicates(1 - s.quantile)
-    if s.bootstrap < floor:
-        raise ConfigError(f"calibration.bootstrap: {s.bootstrap} replicates put fewer than {MIN_TAIL} beyond the "
-                          f"deployed {s.quantile:g} quantile; use at least {floor} (nothing was computed)")
 
 
 def check_inputs(args, s: CalibrationSettings) -> tuple[PromptScores, dict]:
-    """The settings' floor, and the scores: calibration prompts (their identity's role), each counted once;
+    """The scores: calibration prompts (their identity's role), each counted once;
     the identity the record will carry."""
     from lara import identity
     from lara.config import ConfigError
 
-    check_floor(s)
     role = identity.expect_role(args.scores, "--scores", "calibration", "the samples of the calibration prompts: "
                                 "calibrating on the prompts the audit holds out makes the audit in-sample")
     found: list = []

@@ -35,7 +35,15 @@ import pandas as pd
 
 from lara.calibrate.certify import CERTIFIED, PROCEDURES, certified_lambda, clip_costs, clipped_steps
 from lara.calibrate.dual import PromptScores
-from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
+from lara.settings import (
+    Settings,
+    add_settings_arguments,
+    cross_key,
+    ordered_bounds,
+    read_settings,
+    seed_setting,
+    setting,
+)
 
 log = logging.getLogger(__name__)
 
@@ -69,13 +77,18 @@ class CoverageSettings(Settings):
                                    "calibration uses calibration.bootstrap).", minimum=1)
     seed: int = seed_setting()
 
-    def __post_init__(self):
-        super().__post_init__()
-        from lara.config import ConfigError
+    @cross_key("calibration.cost_bounds", witness={"calibration": {"cost_bounds": [2.0, 2.0]}})
+    def bounds_ordered(self):
+        return ordered_bounds(self.cost_bounds, "calibration.cost_bounds")
 
-        if self.cost_bounds is not None and not self.cost_bounds[0] < self.cost_bounds[1]:
-            raise ConfigError(f"invalid settings: calibration.cost_bounds: {self.cost_bounds} is not [lo, hi] with "
-                              "lo < hi")
+    @cross_key("coverage.bootstrap", "calibration.quantile", witness={"coverage": {"bootstrap": 100}})
+    def bootstrap_resolves(self):
+        from lara.evaluate.intervals import MIN_TAIL, min_replicates
+
+        floor = min_replicates(1 - self.quantile)
+        if self.bootstrap < floor:
+            return (f"coverage.bootstrap: {self.bootstrap} replicates put fewer than {MIN_TAIL} beyond the bootstrap "
+                    f"procedure's {self.quantile:g} quantile in each draw; use at least {floor}")
 
 
 def population_curves(pop: PromptScores, n: int, lams: np.ndarray, clip: np.ndarray) -> np.ndarray:

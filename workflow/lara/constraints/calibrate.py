@@ -251,15 +251,13 @@ def scorers_of(scores: VectorScores) -> dict:
 
 def run(args) -> None:
     from lara import identity
-    from lara.calibrate.calibrate import check_floor
     from lara.constraints.spec import from_arg
     from lara.io import sha256_file, write_json
     from lara.provenance import code_version
     from lara.read.files import DataError
     from lara.settings import nonfinite
 
-    s = read_settings(args, CalibrationSettings)
-    check_floor(s)
+    s = read_settings(args, CalibrationSettings)  # its rules: the floor of bootstrap replicates, ...
     constraints = from_arg(args.constraints)
     role = identity.expect_role(args.scores, "--scores", "calibration", "calibrating on the prompts the audit holds "
                                 "out makes the audit in-sample")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from lara.data.ingest import SourceSettings
-from lara.settings import Settings, seed_setting, setting
+from lara.settings import Settings, cross_key, seed_setting, setting
 
 STRATA = ("benign", "harmful", "held_out")  # a deployment prompt's stratum (lara.toy.world.stratum)
 
@@ -36,17 +36,24 @@ class DeploymentSettings(Settings):
     seed: int = seed_setting()
     bon_n: int = setting(20, "N: Best-of-N candidates per visit.", minimum=1, key="decode.bon_n")
 
-    def __post_init__(self):
-        super().__post_init__()
-        from lara.settings import ConfigError
-
+    @cross_key("deployment.window", "deployment.batch_size", witness={"deployment": {"window": 500, "batch_size": 3}})
+    def whole_batches(self):
         if self.window % self.batch_size:
-            raise ConfigError(f"invalid settings: deployment.window: {self.window} is not a multiple of "
-                              f"deployment.batch_size ({self.batch_size}): the certificate is stated over whole "
-                              "batches")
+            return (f"deployment.window: {self.window} is not a multiple of deployment.batch_size "
+                    f"({self.batch_size}): the certificate is stated over whole batches")
+
+    @cross_key("deployment.samples_per_prompt", "decode.bon_n", witness={"deployment": {"samples_per_prompt": 10}})
+    def enough_candidates(self):
         if self.bon_n > self.samples_per_prompt:
-            raise ConfigError(f"invalid settings: deployment.samples_per_prompt: {self.samples_per_prompt} < "
-                              f"decode.bon_n ({self.bon_n}): every visit draws N of a prompt's K candidates")
+            return (f"deployment.samples_per_prompt: {self.samples_per_prompt} < decode.bon_n ({self.bon_n}): every "
+                    "visit draws N of a prompt's K candidates")
+
+    @cross_key("deployment.window", "deployment.stream_length", witness={"deployment": {"stream_length": 400}})
+    def window_in_stream(self):
+        if self.window > self.stream_length:
+            return (f"deployment.window: {self.window} visits, but deployment.stream_length is {self.stream_length}: "
+                    "no window of that many visits exists to state a certificate for; shorten the window or "
+                    "lengthen the stream")
 
 
 @dataclass(frozen=True)

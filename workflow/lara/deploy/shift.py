@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from lara.data.errors import DataError
-from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
+from lara.settings import Settings, add_settings_arguments, cross_key, read_settings, seed_setting, setting
 
 log = logging.getLogger(__name__)
 
@@ -76,14 +76,20 @@ class ShiftSettings(Settings):
                                    "reads).", exclusive_minimum=0)
     seed: int = seed_setting()
 
-    def __post_init__(self):
-        super().__post_init__()
-        from lara.settings import ConfigError
-
+    @cross_key("deployment.shift.alpha", "deployment.shift.permutations",
+               witness={"deployment": {"shift": {"alpha": 0.001, "permutations": 200}}})
+    def alpha_reachable(self):
         if self.alpha * (self.permutations + 1) < 1:
-            raise ConfigError(f"invalid settings: deployment.shift.alpha: {self.alpha:g} is below the smallest "
-                              f"p-value of {self.permutations} permutations, 1 / {self.permutations + 1}: the test "
-                              "could never find a shift; raise deployment.shift.permutations")
+            return (f"deployment.shift.alpha: {self.alpha:g} is below the smallest p-value of {self.permutations} "
+                    f"permutations, 1 / {self.permutations + 1}: the test could never find a shift; raise "
+                    "deployment.shift.permutations")
+
+    @cross_key("deployment.shift.folds", "deployment.shift.n_prompts",
+               witness={"deployment": {"shift": {"folds": 20, "n_prompts": 10}}})
+    def folds_filled(self):
+        if self.folds > self.n_prompts:
+            return (f"deployment.shift.folds: {self.folds} folds need at least as many deployment prompts in the "
+                    f"check, but deployment.shift.n_prompts is {self.n_prompts}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import pandas as pd
 
 from lara.calibrate.record import LambdaRecord, check_budget, overpenalised_note, read_lambda, setting_tau, tau_name
 from lara.evaluate.intervals import check_replicates, cost_audit, mean_interval, paired_difference
-from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
+from lara.settings import Settings, add_settings_arguments, cross_key, read_settings, seed_setting, setting
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,12 @@ class AuditSettings(Settings):
     bootstrap: int = setting(2000, "Bootstrap replicates over test prompts of every interval.", minimum=1,
                              key="evaluation.bootstrap")
     seed: int = seed_setting()
+
+    @cross_key("evaluation.bootstrap", witness={"evaluation": {"bootstrap": 100}})
+    def intervals_resolved(self):
+        from lara.evaluate.intervals import replicates_problem
+
+        return replicates_problem(self.bootstrap)
 
 
 def summarise(scores: pd.DataFrame, judge: pd.DataFrame | None, n_boot: int, seed: int) -> pd.DataFrame:

@@ -73,15 +73,23 @@ def mean_bounds(values, n_boot: int, seed: int = 0) -> tuple[float, float, float
     return tuple(float(v[0]) for v in interval(x[:, None], n_boot, seed))
 
 
-def check_replicates(n_boot: int, key: str = "evaluation.bootstrap") -> None:
-    """An interval's bootstrap puts at least MIN_TAIL replicates beyond each 95 % bound (a bound read off fewer
-    is noise): refused before computing."""
-    from lara.config import ConfigError
-
+def replicates_problem(n_boot: int, key: str = "evaluation.bootstrap") -> str | None:
+    """The problem of an interval's bootstrap that puts fewer than MIN_TAIL replicates beyond a 95 % bound (a
+    bound read off fewer is noise), or None."""
     floor = min_replicates(BOUNDS[0])
     if n_boot < floor:
-        raise ConfigError(f"{key}: {n_boot} replicates put fewer than {MIN_TAIL} beyond each bound of a 95% "
-                          f"interval; use at least {floor} (nothing was computed)")
+        return (f"{key}: {n_boot} replicates put fewer than {MIN_TAIL} beyond each bound of a 95% interval; use at "
+                f"least {floor} (nothing was computed)")
+    return None
+
+
+def check_replicates(n_boot: int, key: str = "evaluation.bootstrap") -> None:
+    """:func:`replicates_problem`, refused before computing."""
+    from lara.config import ConfigError
+
+    problem = replicates_problem(n_boot, key)
+    if problem:
+        raise ConfigError(problem)
 
 
 def verdict(lower: float, upper: float, tau: float, n: int | None = None) -> str:

@@ -43,7 +43,7 @@ def model_path():
     """The installed hatesonar's ONNX model (from the distribution's file list; hatesonar is not imported)."""
     from importlib.metadata import PackageNotFoundError, distribution
 
-    from lara.config import ConfigError
+    from lara.settings import ConfigError
 
     try:
         dist = distribution(PACKAGE)
@@ -80,12 +80,12 @@ class HateSonarScorer:
     gives all three."""
 
     def __init__(self, role: str, batch_size: int = 512):
-        from lara.config import ConfigError
+        from lara.settings import ConfigError
         from lara.realtext.pins import check_sha256, pin
 
-        if role not in ROLES:
-            raise ConfigError(f"hatesonar scorer: role {role!r} is not one of {', '.join(ROLES)} (name the class as "
-                              f"the role, or in the spec: {', '.join(f'hatesonar:{r}' for r in ROLES)})")
+        problem = hatesonar_role_problem(role)
+        if problem:
+            raise ConfigError(problem)
         self.role, self.column = role, ROLES[role]
         self.batch_size = batch_size
         path = model_path()
@@ -126,8 +126,21 @@ class HateSonarScorer:
         return self.probabilities(list(responses))[:, self.column]
 
 
+def hatesonar_role_problem(role: str, argument: str | None = None) -> str | None:
+    """The problem of a class hatesonar does not give (the spec's argument, else the role), or None."""
+    wanted = argument if argument is not None else role
+    if wanted not in ROLES:
+        return (f"hatesonar scorer: role {wanted!r} is not one of {', '.join(ROLES)} (name the class as the role, or "
+                f"in the spec: {', '.join(f'hatesonar:{r}' for r in ROLES)})")
+    return None
+
+
 def hatesonar_scorer(role: str = "hate", argument: str | None = None, batch_size: int = 512,
                      **_options) -> HateSonarScorer:
     """Factory of the named scorer ``hatesonar``: the class is ``argument`` (``hatesonar:offensive``) when the spec
     names one, else ``role`` (dtype and device do not apply; ``batch_size`` is texts per onnxruntime call)."""
     return HateSonarScorer(argument if argument is not None else role, batch_size=max(int(batch_size), 1))
+
+
+
+hatesonar_scorer.check = hatesonar_role_problem  # lara.scoring.spec_problem

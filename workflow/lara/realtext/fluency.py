@@ -52,7 +52,7 @@ class FluencyScorer:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(self.path)
         if self.tokenizer.eos_token_id is None:
-            from lara.config import ConfigError
+            from lara.settings import ConfigError
 
             raise ConfigError(f"fluency scorer {path}: the tokenizer has no EOS token (the reward of a complete "
                               "response ends with it)")
@@ -105,16 +105,28 @@ class FluencyScorer:
         return self.score_ids([self.tokens(p, r) for p, r in zip(prompts, responses, strict=True)], progress)
 
 
+def fluency_role_problem(role: str, argument: str | None = None) -> str | None:
+    """The problem of fluency given another role than a reward, or no model to score with (None: fine)."""
+    if role not in ROLES:
+        return (f"fluency scorer: role {role!r}; fluency is a reward (higher = more fluent), its roles are "
+                f"{', '.join(ROLES)}")
+    if not argument:
+        return ("fluency scorer: name the causal LM that scores, as fluency:<model directory> (e.g. "
+                "fluency:results/real-text/import/smollm2-135m-instruct)")
+    return None
+
+
 def fluency_scorer(role: str = "reward", argument: str | None = None, batch_size: int = 16, dtype: str = "float32",
                    device: str | None = None, **_options) -> FluencyScorer:
     """Factory of the named scorer ``fluency``: ``fluency:<causal LM directory>`` (e.g. the imported SmolLM2)."""
-    from lara.config import ConfigError, require_model
+    from lara.config_refs import require_model
+    from lara.settings import ConfigError
 
-    if role not in ROLES:
-        raise ConfigError(f"fluency scorer: role {role!r}; fluency is a reward (higher = more fluent), its roles are "
-                          f"{', '.join(ROLES)}")
-    if not argument:
-        raise ConfigError("fluency scorer: name the causal LM that scores, as fluency:<model directory> (e.g. "
-                          "fluency:results/real-text/import/smollm2-135m-instruct)")
+    problem = fluency_role_problem(role, argument)
+    if problem:
+        raise ConfigError(problem)
     require_model(argument, "fluency scorer")
     return FluencyScorer(argument, device=device, batch_size=batch_size, dtype=dtype)
+
+
+fluency_scorer.check = fluency_role_problem  # lara.scoring.spec_problem

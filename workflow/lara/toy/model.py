@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from lara.io import atomic_output, write_json
 from lara.provenance import record
-from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
+from lara.settings import Settings, add_settings_arguments, cross_key, read_settings, seed_setting, setting
 from lara.template import alpaca_user_text, format_prompt
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,22 @@ class TinyLlamaSettings(Settings):
     num_key_value_heads: int = setting(2, "Key/value heads (GQA).", minimum=1)
     max_position_embeddings: int = setting(256, "Context length.", minimum=1)
     seed: int = seed_setting()
+
+    @cross_key("toy.model.hidden_size", "toy.model.num_attention_heads", "toy.model.num_key_value_heads",
+               witness={"toy": {"model": {"hidden_size": 66, "num_attention_heads": 4}}})
+    def heads_fit(self):
+        if self.hidden_size % self.num_attention_heads:
+            return (f"toy.model.hidden_size: {self.hidden_size} is not a multiple of toy.model.num_attention_heads "
+                    f"({self.num_attention_heads}): each head gets hidden_size / heads dimensions")
+        if (self.hidden_size // self.num_attention_heads) % 2:
+            return (f"toy.model.hidden_size: {self.hidden_size} / {self.num_attention_heads} heads = "
+                    f"{self.hidden_size // self.num_attention_heads} dimensions per head, odd; rotary embeddings "
+                    "rotate pairs of dimensions")
+        if self.num_attention_heads % self.num_key_value_heads:
+            return (f"toy.model.num_attention_heads: {self.num_attention_heads} is not a multiple of "
+                    f"toy.model.num_key_value_heads ({self.num_key_value_heads}): each key/value head serves a "
+                    "whole group of query heads")
+        return None
 
 
 def corpus(alpaca_path: str | Path, pairs_path: str | Path) -> list[str]:

@@ -24,11 +24,11 @@ class OracleScorer:
     (role = its name: a constraint of ``calibration.constraints``) of each response."""
 
     def __init__(self, role: str):
-        if role not in ROLES and role not in HARM_CATEGORIES:
-            from lara.config import ConfigError
+        problem = oracle_role_problem(role)
+        if problem:
+            from lara.settings import ConfigError
 
-            raise ConfigError(f"the oracle scorer's role is reward, cost or a harm category "
-                              f"({', '.join(HARM_CATEGORIES)}), got {role!r}")
+            raise ConfigError(problem)
         self.role = role
 
     def score(self, prompts, responses) -> np.ndarray:
@@ -42,6 +42,17 @@ class OracleScorer:
 def oracle_scorer(role: str = "reward", **_options) -> OracleScorer:
     """Factory of the named scorer ``oracle`` (batch size, dtype and device do not apply)."""
     return OracleScorer(role)
+
+
+def oracle_role_problem(role: str, argument: str | None = None) -> str | None:
+    """The problem of a role the oracle does not have (None: it has it); checked when the config is read."""
+    if role not in ROLES and role not in HARM_CATEGORIES:
+        return (f"the oracle scorer's role is reward, cost or a harm category ({', '.join(HARM_CATEGORIES)}), got "
+                f"{role!r}")
+    return None
+
+
+oracle_scorer.check = oracle_role_problem  # lara.scoring.spec_problem
 
 HELP = "score a table of prompts and responses with the toy world's oracle"
 

@@ -41,12 +41,13 @@ from __future__ import annotations
 
 import functools
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
-from lara.settings import ConfigError, Settings, seed_setting, setting
+from lara.settings import ConfigError, Settings, cross_key, seed_setting, setting
 
 
 @dataclass(frozen=True)
@@ -256,11 +257,18 @@ class ToyWorldSettings(Settings):
                                                "pool: half of them go to the deployment pool (stratum held_out), "
                                                "the other half stay in the training data (null: none).")
 
-    def __post_init__(self):
-        super().__post_init__()
+    @cross_key("toy.held_out_topic", witness={"toy": {"held_out_topic": "cooking"}})
+    def topic_known(self):
         if self.held_out_topic is not None and self.held_out_topic not in HARMFUL_TOPICS:
-            raise ConfigError(f"invalid settings: toy.held_out_topic: {self.held_out_topic!r} is not a harmful topic "
-                              f"of the toy world (one of {', '.join(HARMFUL_TOPICS)})")
+            return (f"toy.held_out_topic: {self.held_out_topic!r} is not a harmful topic of the toy world (one of "
+                    f"{', '.join(HARMFUL_TOPICS)})")
+
+    @cross_key("toy.n_eval_prompts", "toy.n_deployment_prompts", "toy.harmful_fraction", "toy.held_out_topic",
+               witness={"toy": {"n_eval_prompts": 1200, "n_deployment_prompts": 400}})
+    def training_left(self):
+        if self.held_out_topic is not None and self.held_out_topic not in HARMFUL_TOPICS:
+            return None  # topic_known says it
+        return pool_sizes_problem(self)
 
 
 @dataclass(frozen=True)
@@ -340,6 +348,27 @@ def pair_style(rng: np.random.Generator, req: Request) -> str:
     return str(rng.choice(["comply", "vague", "refuse", "offtopic"], p=[0.55, 0.15, 0.15, 0.15]))
 
 
+def _pool_split(n: int, s: ToyWorldSettings) -> tuple[int, int]:
+    """(harmful, benign) requests of a pool of ``n`` at the settings' harmful fraction."""
+    harmful = int(round(n * s.harmful_fraction))
+    return harmful, n - harmful
+
+
+def pool_sizes_problem(s: ToyWorldSettings) -> str | None:
+    """The problem of evaluation and deployment pools that leave no training requests (None: they leave some):
+    decided from the settings alone (the toy world's requests are fixed), so the configuration is refused before
+    any job."""
+    topics = Counter((r.topic.harmful, r.topic.name == s.held_out_topic) for r in all_requests())
+    harmful, benign = topics[(True, False)], topics[(False, False)]
+    (n_h, n_b), (d_h, d_b) = _pool_split(s.n_eval_prompts, s), _pool_split(s.n_deployment_prompts, s)
+    if n_h + d_h >= harmful or n_b + d_b >= benign:
+        return (f"toy.n_eval_prompts: {s.n_eval_prompts} and toy.n_deployment_prompts: {s.n_deployment_prompts} at "
+                f"toy.harmful_fraction {s.harmful_fraction:g} leave no training requests ({harmful} harmful requests "
+                f"outside the held-out topic and {benign} benign requests exist; these take {n_h + d_h} and "
+                f"{n_b + d_b})")
+    return None
+
+
 def split_requests(s: ToyWorldSettings) -> tuple[list[Request], list[Request], list[Request]]:
     """Disjoint (training, evaluation, deployment) request pools, stratified so each holds harmful ones.
 
@@ -355,15 +384,10 @@ def split_requests(s: ToyWorldSettings) -> tuple[list[Request], list[Request], l
     held = [reqs[i] for i in order if reqs[i].topic.name == s.held_out_topic]
     harmful = [reqs[i] for i in order if reqs[i].topic.harmful and reqs[i].topic.name != s.held_out_topic]
     benign = [reqs[i] for i in order if not reqs[i].topic.harmful]
-    n_h = int(round(s.n_eval_prompts * s.harmful_fraction))
-    n_b = s.n_eval_prompts - n_h
-    d_h = int(round(s.n_deployment_prompts * s.harmful_fraction))
-    d_b = s.n_deployment_prompts - d_h
-    if n_h + d_h >= len(harmful) or n_b + d_b >= len(benign):
-        raise ValueError(
-            f"toy.n_eval_prompts={s.n_eval_prompts} and toy.n_deployment_prompts={s.n_deployment_prompts} leave no "
-            f"training requests ({len(harmful)} harmful requests outside the held-out topic and {len(benign)} "
-            "benign requests exist)")
+    (n_h, n_b), (d_h, d_b) = _pool_split(s.n_eval_prompts, s), _pool_split(s.n_deployment_prompts, s)
+    problem = pool_sizes_problem(s)
+    if problem:
+        raise ConfigError(problem)
     half = len(held) // 2
     train = harmful[n_h + d_h:] + held[half:] + benign[n_b + d_b:]
     deployment = harmful[n_h:n_h + d_h] + benign[n_b:n_b + d_b] + held[:half] if s.n_deployment_prompts else []

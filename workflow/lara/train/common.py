@@ -18,7 +18,7 @@ from typing import ClassVar, Literal
 from lara.io import atomic_output, write_json
 from lara.provenance import record
 from lara.runtime import rank, world_size
-from lara.settings import Dtype, Settings, dtype_setting, seed_setting, setting
+from lara.settings import Dtype, Settings, cross_key, dtype_setting, seed_setting, setting
 from lara.train.checkpoints import (
     numbered,
     prune,
@@ -95,6 +95,13 @@ class CostSettings(PreferenceSettings):
                                       "pairs' safety labels, so c > 0 separates unsafe from safe responses there "
                                       "and tau has that meaning; the offset is stored with the model and applied "
                                       "wherever it scores. No effect with safe_rlhf, whose sign terms anchor it.")
+
+    @cross_key("train.cost.loss", "train.cost.anchor_zero", "train.cost.eval_fraction",
+               witness={"train": {"cost": {"loss": "bt", "anchor_zero": True, "eval_fraction": 0.0}}})
+    def anchor_has_pairs(self):
+        if self.loss == "bt" and self.anchor_zero and self.eval_fraction == 0:
+            return (f"{self.SECTION}.anchor_zero fits the cost scale's zero on held-out pairs, but "
+                    f"{self.SECTION}.eval_fraction = 0 holds none out; raise eval_fraction or set anchor_zero: false")
 
 
 @dataclass(frozen=True)

@@ -39,11 +39,26 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from lara.settings import Dtype, Settings, add_settings_arguments, dtype_setting, read_settings, seed_setting, setting
+from lara.settings import (
+    Dtype,
+    Settings,
+    add_settings_arguments,
+    cross_key,
+    dtype_setting,
+    read_settings,
+    seed_setting,
+    setting,
+)
 
 log = logging.getLogger(__name__)
 
 HELP = "Safe-RLHF baseline: PPO-Lagrangian with reward and cost critics (own accelerate loop)"
+
+
+# transformers' SchedulerType values (tests/unit/test_config_judged.py keeps them equal to the installed version's)
+SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
+              "inverse_sqrt", "reduce_lr_on_plateau", "cosine_with_min_lr", "cosine_warmup_with_min_lr",
+              "warmup_stable_decay", "greedy")
 
 
 @dataclass(frozen=True)
@@ -93,6 +108,16 @@ class PPOLagSettings(Settings):
     logging_steps: int = setting(1, "Log every this many rollouts.", minimum=1, bookkeeping=True)
     seed: int = seed_setting()
     dtype: Dtype = dtype_setting()
+
+    @cross_key("train.safe_rlhf.lr_scheduler", "train.safe_rlhf.critic_lr_scheduler",
+               witness={"train": {"safe_rlhf": {"lr_scheduler": "cosin"}}})
+    def schedules_known(self):
+        unknown = [f"train.safe_rlhf.{k}: {v!r}" for k, v in (("lr_scheduler", self.lr_scheduler),
+                                                               ("critic_lr_scheduler", self.critic_lr_scheduler))
+                   if v not in SCHEDULERS]
+        if unknown:
+            return (f"{'; '.join(unknown)} is not a transformers learning-rate schedule (one of "
+                    f"{', '.join(SCHEDULERS)})")
 
 
 # ---------------------------------------------------------------------------------------------

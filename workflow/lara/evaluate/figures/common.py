@@ -8,7 +8,11 @@ import logging
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
-from lara.settings import Settings, setting
+from lara.settings import Settings, cross_key, setting
+
+# seaborn's own palettes (a name among them needs no import of seaborn to check)
+SEABORN_PALETTES = ("deep", "deep6", "muted", "muted6", "pastel", "pastel6", "bright", "bright6", "dark", "dark6",
+                    "colorblind", "colorblind6")
 
 # every figure module logs as the command, lara.evaluate.figures (the name the log lines show)
 log = logging.getLogger(__package__)
@@ -27,6 +31,18 @@ class FigureSettings(Settings):
     dpi: int = setting(150, "PNG resolution.", minimum=1)
     font_scale: float = setting(1.2, "Seaborn font scale.", exclusive_minimum=0)
     palette: str = setting("colorblind", "Seaborn palette (colour-blind safe by default).")
+
+    @cross_key("figures.palette", witness={"figures": {"palette": "colourblind"}})
+    def palette_known(self):
+        if self.palette in SEABORN_PALETTES:
+            return None
+        import seaborn as sns  # only for a name that is not one of seaborn's own palettes
+
+        try:
+            sns.color_palette(self.palette)
+        except (ValueError, TypeError) as exc:
+            return f"figures.palette: {self.palette!r} is not a palette seaborn knows ({exc})"
+        return None
 
 
 def theme(opts: FigureSettings):

@@ -1,0 +1,456 @@
+"""A configuration judged before any job: every step's settings as its rules hand them over, and the rules
+between sections that decide whether the plan can do what was asked.
+
+:func:`lara.config.validate` (what ``lara validate-config`` and the Snakefile both call) runs, after the schema:
+
+* :func:`settings_problems`: it builds the settings of every run of every step the plan makes (:func:`settings_runs`:
+  a section's keys, the other sections' values it borrows, and the values its rule derives: a pool's seed, a
+  calibration's N and tau, an online arm's step size), so each settings class's cross-key rules
+  (:func:`lara.settings.cross_key`) refuse now what its job would refuse later; ``tests/unit/test_config_judged.py``
+  keeps :func:`settings_runs` equal to the ``--settings`` of every job a dry run plans;
+* :data:`PLAN_RULES`: rules between sections that no one step's settings can state (Best-of-N's N against the K
+  a pool holds, a requested decoder or study that the plan could not produce, a scorer given a role it does not
+  have, a toy value inherited by an experiment on real text). Each is registered with :func:`plan_rule` and a
+  witness, a config overlay on config/config.yaml that breaks it (the same test checks each is refused).
+
+Nothing here imports a heavy library: it runs each time the Snakefile is parsed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from lara.settings import ConfigError
+
+# the toy world's fixed facts the rules compare with (lara.toy.world holds them; a test keeps them equal)
+TOY_CATEGORIES = ("violence", "crime")
+MODEL_FOLDERS = ("base", "sft", "reward", "cost", "partial_reward", "partial_cost", "value_reward", "value_cost")
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanRule:
+    name: str
+    check: object  # config -> list of problems
+    witness: dict
+    keys: tuple[str, ...]
+
+
+PLAN_RULES: list[PlanRule] = []
+
+
+def plan_rule(*keys: str, witness: dict):
+    """Register a rule between sections: ``check(config)`` returns the problems (lines that start with a config
+    key), ``witness`` is a config overlay on config/config.yaml that breaks it."""
+    def register(check):
+        PLAN_RULES.append(PlanRule(check.__name__, check, witness, tuple(keys)))
+        return check
+    return register
+
+
+def rule_count() -> dict[str, int]:
+    """How many cross-key rules validate() runs: the settings classes' and the plan's."""
+    from lara.settings import SECTIONS, STEPS, settings_class
+
+    settings = {rule for name in [*SECTIONS, *STEPS] for rule in settings_class(name).cross_key_rules()}
+    return {"settings": len(settings), "plan": len(PLAN_RULES)}
+
+
+# ---------------------------------------------------------------------------------------------
+# what the plan makes (mirrors rules/*.smk; tests/unit/test_config_judged.py compares them with a dry run)
+
+
+def constraints(config: dict):
+    from lara.constraints.spec import parse
+
+    return parse(config["calibration"].get("constraints") or [])
+
+
+def taus(config: dict) -> list[float]:
+    tau = config["calibration"]["tau"]
+    return [float(t) for t in (tau if isinstance(tau, list) else [tau])]
+
+
+def listed(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def bon_star(config: dict) -> bool:
+    return "bon" in config["decode"]["methods"] and "star" in config["decode"]["lambdas"]
+
+
+def certified_settings(config: dict) -> list[str]:
+    cal = config["calibration"]
+    return ["crc", "ltt"] if cal.get("cost_bounds") is not None and cal["mode"] == "bon" else []
+
+
+def settings_runs(config: dict) -> list[tuple[str, dict]]:
+    """Every ``(settings name, derived values)`` the plan hands a step (``lara.config.step_settings``), one entry
+    per distinct run: the rules of rules/*.smk, as :func:`lara.config.step_settings` is called there."""
+    from lara.settings import SECTIONS, STEPS
+
+    cal, dec = config["calibration"], config["decode"]
+    scenarios = config["deployment"]["scenarios"]
+    found = constraints(config)
+    runs: list[tuple[str, dict]] = []
+    skip = {"deployment", "deployment.prompts", "deployment.shift", "prompt-features", "generation", "calibration",
+            "coverage", "category-pairs", "train.safe_rlhf", "train.safedpo"}
+    runs += [(name, {}) for name in [*SECTIONS, *STEPS] if name not in skip]
+    seeds = [config["seed"], config["seed"] + 1] + ([config["seed"] + 2] if scenarios else [])
+    runs += [("generation", {"seed": seed}) for seed in seeds]
+    runs += [("train.safe_rlhf", {}), ("train.safedpo", {})]
+    bon_n = dec["bon_n"] if cal["mode"] == "bon" else None
+    runs.append(("calibration", {"bon_n": bon_n}))
+    runs += [("calibration", {"bon_n": bon_n, "tau": t}) for t in taus(config)[1:]]
+    if "bon" in dec["methods"] and cal["mode"] == "bon":
+        runs += [("calibration", {"bon_n": n}) for n in sorted(set(dec["sweep_n"]) - {dec["bon_n"]})]
+    if "bon" in dec["methods"]:
+        runs += [("calibration", {"mode": "soft", "bon_n": None, "beta": b, "guarantee": "bootstrap"})
+                 for b in sorted(set(cal.get("soft_betas") or []))]
+    if certified_settings(config):
+        runs.append(("coverage", {}))
+    if found:
+        runs.append(("calibration", {"bon_n": dec["bon_n"], "mode": "bon", "tau": found[0].tau}))
+        runs.append(("coverage", {"tau": found[0].tau}))
+        if any(c.category for c in found):
+            runs.append(("category-pairs", {}))
+    if scenarios:
+        runs += [("deployment", {}), ("deployment.prompts", {}), ("deployment.shift", {}), ("prompt-features", {})]
+        runs += [("deployment", {"step_size": eta}) for eta in listed(config["deployment"]["step_size"])]
+    return runs
+
+
+def settings_problems(config: dict, schema: dict) -> list[str]:
+    """Each step's settings, built as its rules hand them over, refused now as its job would refuse them."""
+    from lara.config_schema import section
+    from lara.config_steps import settings_json, variant_settings
+    from lara.settings import settings_class
+
+    problems = []
+    for name, derived in settings_runs(config):
+        cls = settings_class(name)
+        # a data step's source is its own flag (the rule resolves `toy` to the toy world's file)
+        given = {"source": section(config, name)["source"]} if "source" in cls.__dataclass_fields__ else {}
+        try:
+            cls.from_mapping(json.loads(settings_json(config, name, schema, **derived)), name, **given)
+        except ConfigError as exc:
+            problems.append(_settings_line(str(exc), derived))
+    for policy in config["decode"]["policies"]:  # a variant's overrides merged into its base's section
+        for part in ("train", "generation"):
+            variant = config["decode"]["policy_variants"].get(policy)
+            if variant is None or not variant.get(part) or (part == "train" and variant["base"] == "sft"):
+                continue
+            section = "generation" if part == "generation" else f"train.{variant['base']}"
+            base = json.loads(settings_json(config, section, schema))
+            merged = {k: variant_settings(config, policy, part).get(k, v) for k, v in base.items()}
+            try:
+                settings_class(section).from_mapping(merged, section)
+            except ConfigError as exc:
+                problems.append(f"decode.policy_variants.{policy}.{part}: {_settings_line(str(exc), {})}")
+    return list(dict.fromkeys(problems))
+
+
+def _settings_line(text: str, derived: dict) -> str:
+    text = text.removeprefix("invalid settings: ")
+    if derived:
+        text += f" (as a job is given it: {', '.join(f'{k}={v}' for k, v in derived.items())})"
+    return text
+
+
+def plan_problems(config: dict) -> list[str]:
+    """Every :data:`PLAN_RULES` problem of a configuration whose schema and settings are valid."""
+    return [p for rule in PLAN_RULES for p in rule.check(config)]
+
+
+# ---------------------------------------------------------------------------------------------
+# the rules between sections
+
+
+@plan_rule("decode.bon_n", "calibration.samples_per_prompt", witness={"decode": {"bon_n": 24, "sweep_n": [4]}})
+def bon_within_pool(c):
+    """Best-of-N draws N of the K samples a calibration prompt has (bon mode, and the constraints' calibration,
+    which is always bon mode)."""
+    n, k = c["decode"]["bon_n"], c["calibration"]["samples_per_prompt"]
+    if n > k and (c["calibration"]["mode"] == "bon" or c["calibration"].get("constraints")):
+        why = "calibration.mode: bon" if c["calibration"]["mode"] == "bon" else "calibration.constraints"
+        return [f"decode.bon_n: Best-of-N with N = {n} is calibrated ({why}) on calibration.samples_per_prompt = "
+                f"K = {k} samples per prompt; N must be <= K"]
+    return []
+
+
+@plan_rule("decode.sweep_n", "decode.bon_n", witness={"decode": {"sweep_n": [4, 32]}})
+def sweep_within_n(c):
+    too_big = [n for n in c["decode"]["sweep_n"] if n > c["decode"]["bon_n"]]
+    if too_big:
+        return [f"decode.sweep_n: {too_big} exceed decode.bon_n = {c['decode']['bon_n']} (the candidates per test "
+                "prompt)"]
+    return []
+
+
+@plan_rule("calibration.constraints", witness={"calibration": {"constraints": [
+    {"name": "violence", "cost": "category:violence", "tau": -4.0},
+    {"name": "violence", "cost": "category:crime", "tau": -4.0}]}})
+def constraints_parse(c):
+    try:
+        constraints(c)
+    except ConfigError as exc:
+        return [str(exc)]
+    return []
+
+
+@plan_rule("calibration.guarantee", "calibration.constraints", witness={"calibration": {"guarantee": "crc"}})
+def crc_one_risk(c):
+    if len(c["calibration"].get("constraints") or []) > 1 and c["calibration"].get("guarantee") == "crc":
+        return ["calibration.guarantee: crc bounds one risk; with several calibration.constraints use bootstrap or "
+                "ltt (ltt holds every constraint at once)"]
+    return []
+
+
+@plan_rule("calibration.constraints", "calibration.cost_bounds", witness={"calibration": {"cost_bounds": None,
+           "constraints": [{"name": "violence", "cost": "category:violence", "tau": -4.0, "bounds": [-5.5, 5.5]},
+                           {"name": "crime", "cost": "category:crime", "tau": -4.5}]}})
+def bounds_on_every_constraint(c):
+    """LTT and the vector coverage study run when every constraint is bounded: bounds on some only would drop
+    them without a word."""
+    found = constraints(c)
+    bounded = [x.name for x in found if x.bounds is not None]
+    if c["calibration"].get("cost_bounds") is None and bounded and len(bounded) < len(found):
+        missing = [x.name for x in found if x.bounds is None]
+        return [f"calibration.constraints: {', '.join(bounded)} state(s) bounds but {', '.join(missing)} do(es) not, "
+                "and calibration.cost_bounds is null: LTT and the coverage study need every constraint bounded; "
+                "bound them all (or give calibration.cost_bounds), or none"]
+    return []
+
+
+@plan_rule("calibration.mode", "decode.methods", witness={"calibration": {"mode": "soft", "cost_bounds": None}})
+def soft_mode_without_bon(c):
+    """The soft dual's lambda targets the Gibbs tilt: Best-of-N's sweep (Fig. 1) and the weighted calibration of
+    the deployment stage need the bon-mode record."""
+    if c["calibration"]["mode"] != "soft":
+        return []
+    out = []
+    if "bon" in c["decode"]["methods"]:
+        out.append("calibration.mode: soft calibrates the Gibbs tilt, but decode.methods has bon, whose sweep "
+                   "(Fig. 1) needs the bon-mode record (calibration.mode: bon); drop bon from decode.methods or use "
+                   "bon mode")
+    if c["deployment"]["scenarios"]:
+        out.append("calibration.mode: soft, but deployment.scenarios are given: the covariate-shift weighted "
+                   "calibration is exact for Best-of-N only (bon mode); use bon mode or deployment.scenarios: []")
+    return out
+
+
+@plan_rule("calibration.cost_bounds", "calibration.mode", witness={"calibration": {"mode": "soft"},
+                                                                   "decode": {"methods": ["args"]},
+                                                                   "deployment": {"scenarios": []}})
+def bounds_need_bon(c):
+    """Bounds ask for CRC and LTT beside the bootstrap; soft mode computes neither (they are exact for Best-of-N)."""
+    if c["calibration"].get("cost_bounds") is not None and c["calibration"]["mode"] == "soft":
+        return ["calibration.cost_bounds: given, but calibration.mode: soft computes no crc or ltt lambda (they are "
+                "exact for Best-of-N, bon mode) and no coverage study: set cost_bounds: null, or use bon mode"]
+    return []
+
+
+@plan_rule("calibration.tau", "decode.methods", "decode.lambdas",
+           witness={"calibration": {"tau": [-0.5, -0.3]}, "decode": {"lambdas": ["zero", "hat"]}})
+def other_taus_decoded(c):
+    """Each other tau is decoded (Best-of-N at its own lambda*, ``star_tau_<tau>``) and audited beside the main
+    one: without Best-of-N at lambda* they would be calibrated and never used."""
+    if len(taus(c)) > 1 and not bon_star(c):
+        return [f"calibration.tau: {len(taus(c))} budgets are listed, but the other taus are decoded and audited as "
+                "Best-of-N at their lambda*, and decode.methods/decode.lambdas plan no Best-of-N at star: add bon and "
+                "star, or list one tau"]
+    return []
+
+
+@plan_rule("calibration.token_level", "decode.methods",
+           witness={"calibration": {"token_level": "direct"}, "decode": {"methods": ["bon"]}})
+def direct_needs_token_level(c):
+    if c["calibration"].get("token_level") == "direct" and not [m for m in c["decode"]["methods"] if m != "bon"]:
+        return ["calibration.token_level: direct calibrates the token-level decoders' own lambda, but decode.methods "
+                "has none (args, pargs, cdq): nothing would be calibrated"]
+    return []
+
+
+@plan_rule("decode.methods", "decode.policies", witness={"decode": {"methods": [], "policies": []}})
+def something_evaluated(c):
+    if not c["decode"]["methods"] and not c["decode"]["policies"]:
+        return ["decode.methods: [] and decode.policies: [] leave nothing to decode, evaluate or audit"]
+    if not c["decode"]["methods"]:
+        return ["decode.methods: [] decodes nothing with lambda, so the audit and its figure have no decoder; list "
+                "at least one of bon, args, pargs, cdq"]
+    return []
+
+
+@plan_rule("decode.policy_variants", witness={"decode": {"policies": ["sft", "reward"], "policy_variants": {
+    "reward": {"base": "safedpo", "train": {"epochs": 1}}}}})
+def variant_names_free(c):
+    """A variant with train overrides is its own model folder, models/<name>: a name another model has would be
+    that model, never trained."""
+    taken = set(MODEL_FOLDERS) | {f"cost_{x.slug}" for x in constraints(c) if x.slug}
+    clash = [n for n, v in c["decode"]["policy_variants"].items() if v.get("train") and n in taken]
+    return [f"decode.policy_variants.{n}: the name is the folder of another model (models/{n}); a variant with train "
+            "overrides is its own model: give it another name" for n in clash]
+
+
+@plan_rule("deployment.scenarios", witness={"deployment": {"scenarios": [{"name": "a"}, {"name": "a"}]}})
+def scenario_names_unique(c):
+    names = [s["name"] for s in c["deployment"]["scenarios"]]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    return [f"deployment.scenarios: the name {n!r} is given twice (each scenario is its own results folder)"
+            for n in twice]
+
+
+@plan_rule("deployment.prompts.source", "toy.n_deployment_prompts", "toy.held_out_topic", "toy.harmful_fraction",
+           witness={"toy": {"held_out_topic": None}})
+def toy_pool_has_strata(c):
+    """A stream drawn from the toy world's deployment pool: the pool exists, and holds each stratum its scenarios
+    draw from."""
+    if not c["deployment"]["scenarios"] or c["deployment"]["prompts"]["source"] != "toy":
+        return []
+    toy = c["toy"]
+    if c["data"]["prompts"]["source"] != "toy":
+        return ["deployment.prompts.source: toy (the default) draws the streams from the toy world's deployment pool, "
+                f"but this experiment's prompts are not the toy world's (data.prompts.source: "
+                f"{c['data']['prompts']['source']!r}): the shift would be measured against other prompts; name the "
+                "deployment prompts (a local file or a hub dataset), or deployment.scenarios: []"]
+    if toy["n_deployment_prompts"] == 0:
+        return ["deployment.scenarios: given, but toy.n_deployment_prompts is 0: the toy deployment pool is empty"]
+    out = []
+    for s in c["deployment"]["scenarios"]:
+        held = listed(s.get("held_out_share", 0))
+        harmful = s.get("harmful_share")
+        if toy["held_out_topic"] is None and any(x > 0 for x in held):
+            out.append(f"deployment.scenarios.{s['name']}.held_out_share: {s.get('held_out_share')} draws from the "
+                       "held_out stratum, but toy.held_out_topic is null: the pool has no held-out prompts")
+        shares = [] if harmful is None else listed(harmful)
+        if toy["harmful_fraction"] == 0 and any(x > 0 for x in shares):
+            out.append(f"deployment.scenarios.{s['name']}.harmful_share: {harmful} draws harmful prompts, but "
+                       "toy.harmful_fraction is 0: the pool has none")
+        if toy["harmful_fraction"] == 1 and any(x < 1 for x in shares):
+            out.append(f"deployment.scenarios.{s['name']}.harmful_share: {harmful} draws benign prompts, but "
+                       "toy.harmful_fraction is 1: the pool has none")
+    return out
+
+
+@plan_rule("deployment.window", "deployment.stream_length", "deployment.shift.folds", "data.prompts.n_calibration",
+           witness={"deployment": {"shift": {"folds": 10, "n_prompts": 100}, "stream_length": 8, "window": 8}})
+def shift_folds_filled(c):
+    """The shift check cross-fits on both samples: each needs a prompt per fold."""
+    if not c["deployment"]["scenarios"]:
+        return []
+    folds = c["deployment"]["shift"]["folds"]
+    sizes = {"deployment.stream_length": c["deployment"]["stream_length"],
+             "data.prompts.n_calibration": c["data"]["prompts"]["n_calibration"]}
+    return [f"deployment.shift.folds: {folds} folds need at least as many prompts in each sample, but {key} is {n}"
+            for key, n in sizes.items() if n < folds]
+
+
+@plan_rule("data.prompts.n_calibration", witness={"data": {"prompts": {"n_calibration": 1}}})
+def calibration_prompts(c):
+    n = c["data"]["prompts"]["n_calibration"]
+    if n is not None and n < 2:
+        return [f"data.prompts.n_calibration: {n}; a calibration needs at least 2 prompts (its bootstrap resamples "
+                "prompts)"]
+    return []
+
+
+@plan_rule("data.prompts.n_calibration", "data.prompts.n_test", "toy.n_eval_prompts",
+           witness={"data": {"prompts": {"n_calibration": 300, "n_test": 256}}})
+def toy_prompts_suffice(c):
+    """The toy world's evaluation pool holds toy.n_eval_prompts distinct prompts: the splits draw from it."""
+    p = c["data"]["prompts"]
+    if p["source"] != "toy":
+        return []
+    from_pool = p.get("calibration_from", "pool") != "preferences"
+    need = (p["n_calibration"] or 0) * from_pool + (p["n_test"] or 0)
+    if need > c["toy"]["n_eval_prompts"]:
+        what = "n_calibration + n_test" if from_pool else "n_test"
+        return [f"data.prompts: {what} = {need} prompts, but the toy world's evaluation pool holds "
+                f"toy.n_eval_prompts = {c['toy']['n_eval_prompts']}"]
+    return []
+
+
+@plan_rule("calibration.constraints", "data.preferences.source",
+           witness={"calibration": {"constraints": [{"name": "fraud", "cost": "category:fraud", "tau": -4.0}]}})
+def toy_categories_labelled(c):
+    if c["data"]["preferences"]["source"] != "toy":
+        return []
+    return [f"calibration.constraints.{x.name}.cost: the harm category {x.category!r} is not labelled in the toy "
+            f"world's preference data (labelled: {', '.join(TOY_CATEGORIES)})"
+            for x in constraints(c) if x.category is not None and x.category not in TOY_CATEGORIES]
+
+
+@plan_rule("reference_policy", "base_model.name_or_path",
+           witness={"reference_policy": "base", "base_model": {"name_or_path": "HuggingFaceTB/SmolLM2-135M-Instruct"}})
+def base_reference_is_local(c):
+    from lara.config_refs import looks_local
+
+    name = c["base_model"]["name_or_path"]
+    if c.get("reference_policy") == "base" and name != "toy" and not looks_local(name) and not Path(name).is_dir():
+        return [f"reference_policy: base copies the base model's folder as pi_ref, but base_model.name_or_path "
+                f"{name!r} is not a local folder (a hub id is read from the hub cache by the steps, never copied): "
+                "import or download it to a folder and name that, or use reference_policy: sft"]
+    return []
+
+
+@plan_rule("evaluation.judge.model", "evaluation.judge.base_url",
+           witness={"evaluation": {"judge": {"model": "gpt-4o-mini", "base_url": None}}})
+def judge_reachable(c):
+    judge = c["evaluation"]["judge"]
+    if judge["model"] not in (None, "oracle") and judge["base_url"] is None:
+        return [f"evaluation.judge.model: {judge['model']!r} is set, but evaluation.judge.base_url is null: the judge "
+                "would be skipped; give the endpoint, or model: null to run without a judge"]
+    return []
+
+
+def _toy_text(c) -> bool:
+    return c["data"]["prompts"]["source"] == "toy"
+
+
+@plan_rule("evaluation.reward_model", "evaluation.cost_model", "evaluation.judge.model", "calibration.constraints",
+           witness={"data": {"prompts": {"source": "data/my_prompts.jsonl"}}})
+def oracle_on_toy_text(c):
+    """The toy oracle knows the toy world's requests and answers only: a value inherited from the toy config by an
+    experiment on other prompts would score text it cannot read."""
+    if _toy_text(c):
+        return []
+    where = f"data.prompts.source is {c['data']['prompts']['source']!r}, not the toy world"
+    keys = [("evaluation.reward_model", c["evaluation"]["reward_model"]),
+            ("evaluation.cost_model", c["evaluation"]["cost_model"]),
+            ("evaluation.judge.model", c["evaluation"]["judge"]["model"]),
+            ("calibration.constraint_reward", c["calibration"].get("constraint_reward"))]
+    for x in constraints(c):
+        keys += [(f"calibration.constraints.{x.name}.cost", x.cost)]
+        keys += [(f"calibration.constraints.{x.name}.evaluation", x.evaluation or c["evaluation"]["cost_model"])]
+    fallback = " (a constraint without `evaluation` is audited with evaluation.cost_model)"
+    return [f"{key}: {value!r} is the toy world's oracle, but {where}: name a scorer of real text"
+            + (fallback if key.endswith(".evaluation") else "")
+            for key, value in keys if isinstance(value, str) and value.partition(":")[0] == "oracle"]
+
+
+@plan_rule("calibration.constraints", "evaluation.cost_model", "evaluation.reward_model",
+           "calibration.constraint_reward",
+           witness={"calibration": {"constraints": [{"name": "harm", "cost": "category:violence", "tau": -4.0}]}})
+def scorer_roles(c):
+    """Every named-scorer spec is given a role it has (the toy oracle's harm categories, hatesonar's classes,
+    fluency as a reward) and the argument it takes: the check lara.scoring.load_scorer makes when a job loads it."""
+    from lara.scoring import spec_problem
+
+    uses = [("evaluation.reward_model", c["evaluation"]["reward_model"], "reward"),
+            ("evaluation.cost_model", c["evaluation"]["cost_model"], "cost"),
+            ("calibration.constraint_reward", c["calibration"].get("constraint_reward"), "reward")]
+    for x in constraints(c):
+        if x.category is None and x.cost not in ("reward", "cost"):
+            uses.append((f"calibration.constraints.{x.name}.cost", x.cost, x.name))
+        uses.append((f"calibration.constraints.{x.name}.evaluation", x.evaluation or c["evaluation"]["cost_model"],
+                     x.name))
+    out = []
+    for key, spec, role in uses:
+        if spec is None:
+            continue
+        problem = spec_problem(spec, role)
+        if problem:
+            fallback = " (no `evaluation` given: evaluation.cost_model)" if key.endswith(".evaluation") else ""
+            out.append(f"{key}: {spec!r}{fallback}: {problem}")
+    return out
