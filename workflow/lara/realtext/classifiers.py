@@ -80,8 +80,8 @@ class HateSonarScorer:
     gives all three."""
 
     def __init__(self, role: str, batch_size: int = 512):
-        from lara.settings import ConfigError
         from lara.realtext.pins import check_sha256, pin
+        from lara.settings import ConfigError
 
         problem = hatesonar_role_problem(role)
         if problem:
