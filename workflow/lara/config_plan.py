@@ -124,7 +124,7 @@ def settings_runs(config: dict) -> list[tuple[str, dict]]:
 def settings_problems(config: dict, schema: dict) -> list[str]:
     """Each step's settings, built as its rules hand them over, refused now as its job would refuse them."""
     from lara.config_schema import section
-    from lara.config_steps import settings_json, variant_settings
+    from lara.config_steps import settings_json
     from lara.settings import settings_class
 
     problems = []
@@ -136,19 +136,32 @@ def settings_problems(config: dict, schema: dict) -> list[str]:
             cls.from_mapping(json.loads(settings_json(config, name, schema, **derived)), name, **given)
         except ConfigError as exc:
             problems.append(_settings_line(str(exc), derived))
-    for policy in config["decode"]["policies"]:  # a variant's overrides merged into its base's section
+    for policy, part, section_name, merged in variant_runs(config, schema, with_names=True):
+        try:
+            settings_class(section_name).from_mapping(merged, section_name)
+        except ConfigError as exc:
+            problems.append(f"decode.policy_variants.{policy}.{part}: {_settings_line(str(exc), {})}")
+    return list(dict.fromkeys(problems))
+
+
+def variant_runs(config: dict, schema: dict, with_names: bool = False) -> list:
+    """The settings of each policy variant's jobs: its base section with the variant's overrides (as the rules'
+    ``policy_settings`` builds them; a policy is sampled with seed + 2). ``with_names``: ``(policy, part, section,
+    settings)`` tuples instead of the settings alone."""
+    from lara.config_steps import settings_json, variant_settings
+
+    out = []
+    for policy in config["decode"]["policies"]:
+        variant = config["decode"]["policy_variants"].get(policy)
         for part in ("train", "generation"):
-            variant = config["decode"]["policy_variants"].get(policy)
             if variant is None or not variant.get(part) or (part == "train" and variant["base"] == "sft"):
                 continue
-            section = "generation" if part == "generation" else f"train.{variant['base']}"
-            base = json.loads(settings_json(config, section, schema))
+            section_name = "generation" if part == "generation" else f"train.{variant['base']}"
+            derived = {"seed": config["seed"] + 2} if part == "generation" else {}
+            base = json.loads(settings_json(config, section_name, schema, **derived))
             merged = {k: variant_settings(config, policy, part).get(k, v) for k, v in base.items()}
-            try:
-                settings_class(section).from_mapping(merged, section)
-            except ConfigError as exc:
-                problems.append(f"decode.policy_variants.{policy}.{part}: {_settings_line(str(exc), {})}")
-    return list(dict.fromkeys(problems))
+            out.append((policy, part, section_name, merged) if with_names else merged)
+    return out
 
 
 def _settings_line(text: str, derived: dict) -> str:

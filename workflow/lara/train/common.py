@@ -96,11 +96,11 @@ class CostSettings(PreferenceSettings):
                                       "and tau has that meaning; the offset is stored with the model and applied "
                                       "wherever it scores. No effect with safe_rlhf, whose sign terms anchor it.")
 
-    @cross_key("train.cost.loss", "train.cost.anchor_zero", "train.cost.eval_fraction",
+    @cross_key("train.cost.anchor_zero", "train.cost.loss", "train.cost.eval_fraction",
                witness={"train": {"cost": {"loss": "bt", "anchor_zero": True, "eval_fraction": 0.0}}})
     def anchor_has_pairs(self):
         if self.loss == "bt" and self.anchor_zero and self.eval_fraction == 0:
-            return (f"{self.SECTION}.anchor_zero fits the cost scale's zero on held-out pairs, but "
+            return (f"{self.SECTION}.anchor_zero: true fits the cost scale's zero (loss bt) on held-out pairs, but "
                     f"{self.SECTION}.eval_fraction = 0 holds none out; raise eval_fraction or set anchor_zero: false")
 
 
