@@ -103,8 +103,17 @@ def policy_settings(name, part, **derived):
     return json.dumps({k: overrides.get(k, v) for k, v in base.items()}, sort_keys=True)
 
 
+NOTHING = "(?!)"  # a wildcard that matches no value: a target for a scenario or category the config lacks has no rule
+
+
+def refused_target(target, why):
+    """A target the configuration does not plan (a stage it turns off, a scenario it lacks): refused with the
+    reason when Snakemake builds the DAG, before any job."""
+    raise lara_config.ConfigError(f"{target}: {why}")
+
+
 def _alternatives(names):
-    return "|".join(sorted(names, key=len, reverse=True))
+    return "|".join(sorted(names, key=len, reverse=True)) or NOTHING
 
 
 WILDCARDS = {
@@ -113,7 +122,7 @@ WILDCARDS = {
     "kind": "reward|cost",
     "method": "args|pargs|cdq",
     "pool": "calibration|value|bon|deployment",
-    "scenario": _alternatives([s["name"] for s in config["deployment"]["scenarios"]] or ["none"]),
+    "scenario": _alternatives([s["name"] for s in config["deployment"]["scenarios"]]),
     "eta": "[0-9]+(p[0-9]+)?",
     "lam": "zero|hat|star|max|direct|crc|ltt|star_tau_m?[0-9]+(p[0-9]+)?|[0-9]+(p[0-9]+)?",
     "tau": "m?[0-9]+(p[0-9]+)?",
@@ -544,6 +553,7 @@ def coverage_population():
 
 # several constraints at once (rules/constraints.smk; docs/constraints.md)
 CONSTRAINTS = lara_config.constraints(config)
+CONSTRAINTS_EXP = EXP if CONSTRAINTS else NOTHING  # no constraints: the stage's rules match no target
 CONSTRAINTS_JSON = lara_constraints.to_json(CONSTRAINTS)
 CATEGORIES = {c.slug: c.category for c in CONSTRAINTS if c.category}  # file name part -> the label's key
 

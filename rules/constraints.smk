@@ -11,7 +11,8 @@ rule category_preferences:
     log:
         "logs/{exp}/category_preferences_{category}.log",
     wildcard_constraints:
-        category=_alternatives(sorted(CATEGORIES) or ["none"]),
+        exp=CONSTRAINTS_EXP,
+        category=_alternatives(sorted(CATEGORIES)),
     conda:
         "../envs/analysis.yaml"
     threads: job_threads("category_preferences")
@@ -37,7 +38,8 @@ rule train_cost_category:
     benchmark:
         "benchmarks/{exp}/train_cost_{category}.tsv"
     wildcard_constraints:
-        category=_alternatives(sorted(CATEGORIES) or ["none"]),
+        exp=CONSTRAINTS_EXP,
+        category=_alternatives(sorted(CATEGORIES)),
     conda:
         "../envs/train.yaml"
     threads: job_threads("train_cost_model")
@@ -62,6 +64,7 @@ rule score_constraints:
     log:
         "logs/{exp}/score_constraints_{cpool}.log",
     wildcard_constraints:
+        exp=CONSTRAINTS_EXP,
         cpool="calibration|bon",
     conda:
         "../envs/train.yaml"
@@ -85,6 +88,8 @@ rule calibrate_vector:
         "results/{exp}/constraints/lambda.json",
     log:
         "logs/{exp}/calibrate_vector.log",
+    wildcard_constraints:
+        exp=CONSTRAINTS_EXP,
     conda:
         "../envs/analysis.yaml"
     threads: job_threads("calibrate_lambda")
@@ -111,6 +116,7 @@ rule decode_vector_bon:
     log:
         "logs/{exp}/decode_vector_bon_{vsetting}.log",
     wildcard_constraints:
+        exp=CONSTRAINTS_EXP,
         vsetting="|".join(VECTOR_SETTINGS["bon"]),
     conda:
         "../envs/analysis.yaml"
@@ -136,6 +142,7 @@ rule decode_vector_args:
     log:
         "logs/{exp}/decode_vector_args_{vsetting}.log",
     wildcard_constraints:
+        exp=CONSTRAINTS_EXP,
         vsetting="|".join(VECTOR_SETTINGS["args"]),
     conda:
         "../envs/train.yaml"
@@ -168,6 +175,8 @@ rule audit_constraints:
         table="results/{exp}/constraints/audit.csv",
     log:
         "logs/{exp}/audit_constraints.log",
+    wildcard_constraints:
+        exp=CONSTRAINTS_EXP,
     conda:
         "../envs/train.yaml"
     threads: job_threads("evaluate")
@@ -199,6 +208,8 @@ rule coverage_vector:
         table="results/{exp}/constraints/coverage.csv",
     log:
         "logs/{exp}/coverage_vector.log",
+    wildcard_constraints:
+        exp=CONSTRAINTS_EXP,
     conda:
         "../envs/analysis.yaml"
     threads: job_threads("coverage")
@@ -215,3 +226,17 @@ rule coverage_vector:
         "lara coverage-vector --scores {input.scores:q} --constraints {params.constraints:q}"
         " --calibration-settings {params.calibration:q} --settings {params.settings:q} --out {output.json:q}"
         " --table {output.table:q} > {log:q} 2>&1"
+
+
+if not CONSTRAINTS:
+
+    rule no_constraints:
+        output:
+            "results/{exp}/constraints/{name}",
+        params:
+            refused=lambda w: refused_target(
+                f"results/{w.exp}/constraints/{w.name}",
+                "calibration.constraints is empty, so the constraints stage does not run; list the constraints",
+            ),
+        shell:
+            "false"

@@ -214,3 +214,26 @@ rule figure_deployment:
         " --lambda-json {input.lam:q} --settings {params.settings:q} --experiment-settings {input.settings:q}"
         " --rule figure_deployment --png {output.png:q} --pdf {output.pdf:q} --provenance {output.provenance:q}"
         " > {log:q} 2>&1"
+
+
+# a target in the folder of a scenario the configuration lacks: refused naming the scenarios it has
+_SCENARIO_NAMES = [s["name"] for s in config["deployment"]["scenarios"]]
+
+
+rule unknown_scenario:
+    output:
+        "results/{exp}/deployment/{unknown}/{name}",
+    wildcard_constraints:
+        unknown=(f"(?!(?:{_alternatives(_SCENARIO_NAMES)})/)[^/]+" if _SCENARIO_NAMES else "[^/]+"),
+        name="[^/]+",
+    params:
+        refused=lambda w: refused_target(
+            f"results/{w.exp}/deployment/{w.unknown}/{w.name}",
+            (
+                f"no scenario is named {w.unknown!r} (deployment.scenarios: {', '.join(_SCENARIO_NAMES)})"
+                if _SCENARIO_NAMES
+                else "deployment.scenarios is empty, so the deployment stage does not run"
+            ),
+        ),
+    shell:
+        "false"

@@ -174,9 +174,8 @@ def _planned_settings(wf: Path, tmp_path: Path, overlay: str | None) -> set[str]
             continue
         words = shlex.split(line)
         for i, word in enumerate(words[:-1]):
-            if word in ("--settings", "--calibration"):
-                if words[i + 1].startswith("{"):
-                    found.add(json.dumps(json.loads(words[i + 1]), sort_keys=True))
+            if word in ("--settings", "--calibration") and words[i + 1].startswith("{"):
+                found.add(json.dumps(json.loads(words[i + 1]), sort_keys=True))
     return found
 
 
@@ -196,3 +195,119 @@ def test_validate_builds_every_settings_a_job_is_given(dry_workflow, tmp_path, o
     assert len(planned) > 30
     missing = sorted(planned - built)
     assert missing == [], "\n".join(missing[:5])
+
+
+def test_docs_hold_the_current_table_of_rules():
+    """docs/faults.md prints every rule with its witness and message (`python -m lara.config_plan`)."""
+    import os
+
+    here = os.getcwd()
+    try:
+        os.chdir(REPO)
+        table = config_plan.rules_markdown()
+    finally:
+        os.chdir(here)
+    assert table in (REPO / "docs" / "faults.md").read_text(), "regenerate: python -m lara.config_plan"
+
+
+# ---------------------------------------------------------------------------------------------
+# messages that name the problem (through the real command: lara validate-config)
+
+
+def _overlay(text):
+    def make(t):
+        (t / "o.yaml").write_text(text)
+    return make
+
+
+MESSAGES = [
+    ("a Cyrillic lookalike key", "саlibration:\n  tau: 0.3\n",
+     ["unknown key 'саlibration' (set in", "'с' (U+0441 CYRILLIC SMALL LETTER ES) at position 0", "write calibration"]),
+    ("a key with a trailing space", 'calibration:\n  "tau ": 0.3\n',
+     ["unknown key calibration.'tau '", "' ' (U+0020 SPACE) at position 3: write tau"]),
+    ("a typo in a key", "calibration:\n  quantil: 0.9\n",
+     ["unknown key calibration.quantil", "did you mean quantile?"]),
+    ("a scenario named no (YAML 1.1)", "deployment:\n  scenarios: [{name: no}]\n",
+     ["deployment.scenarios.0.name: false is a boolean, expected a string: YAML 1.1 reads an unquoted no/off/false",
+      "quote it ('no')"]),
+    ("a share outside [0, 1]", "deployment:\n  scenarios: [{name: a, harmful_share: 1.5}]\n",
+     ["deployment.scenarios.0.harmful_share: 1.5 is greater than the maximum of 1"]),
+    ("a drift of three values", "deployment:\n  scenarios: [{name: a, held_out_share: [0.1, 0.2, 0.3]}]\n",
+     ["held_out_share: [0.1, 0.2, 0.3] has 3 value(s); this key takes exactly 2"]),
+    ("a drift end outside [0, 1]", "deployment:\n  scenarios: [{name: a, held_out_share: [0.1, 1.3]}]\n",
+     ["held_out_share: item [1]: 1.3 is greater than the maximum of 1"]),
+    ("a quoted share", "deployment:\n  scenarios: [{name: a, held_out_share: '0.3'}]\n",
+     ["held_out_share: '0.3' is a string, not a number: a quoted number is text in YAML; write 0.3 unquoted"]),
+    ("a share written yes", "deployment:\n  scenarios: [{name: a, harmful_share: yes}]\n",
+     ["harmful_share: true is a boolean, expected null, a number or a list of 2 values"]),
+    ("a step size left empty", "deployment:\n  step_size:\n",
+     ["deployment.step_size: no value (null: the key is written with nothing after it, or ~), expected a number or a "
+      "list"]),
+    ("a scenario name in capitals", "deployment:\n  scenarios: [{name: Heavy}]\n",
+     ["'Heavy' is not a name of lower-case letters, digits and _ that starts with a letter"]),
+    ("a named scorer misspelt", "evaluation:\n  cost_model: oracel\n",
+     ["evaluation.cost_model: 'oracel': not a model directory, not a hub id (owner/name), and not a named scorer",
+      "did you mean oracle?"]),
+    ("a named scorer given an argument it does not take", "evaluation:\n  reward_model: 'oracle:x'\n",
+     ["evaluation.reward_model: 'oracle:x': the named scorer 'oracle' takes no argument"]),
+    ("hatesonar given a class it does not have", "calibration:\n  constraints:\n"
+     "    - {name: hate, cost: 'hatesonar:slur', tau: 0.1, evaluation: hatesonar}\n",
+     ["calibration.constraints.hate.cost: 'hatesonar:slur': hatesonar scorer: role 'slur' is not one of hate, "
+      "offensive"]),
+    ("fluency as a cost", "calibration:\n  constraints:\n"
+     "    - {name: hate, cost: 'fluency:results/tiny/models/sft', tau: 0.1, evaluation: hatesonar}\n",
+     ["fluency scorer: role 'hate'; fluency is a reward"]),
+    ("a constraint's cost model folder that is not there", "calibration:\n  constraints:\n"
+     "    - {name: violence, cost: ./models/nowhere, tau: -4.0}\n",
+     ["calibration.constraints[0].cost: './models/nowhere' looks like a local model path, and there is nothing there"]),
+    ("a paper config with the toy deployment pool", "experiment: paperdep\nextends: {paper}\n"
+     "deployment:\n  scenarios: [{name: heavy, harmful_share: 0.9}]\n",
+     ["deployment.prompts.source: toy (the default) draws the streams from the toy world's deployment pool, but this "
+      "experiment's prompts are not the toy world's"]),
+    ("a real-text overlay adding a constraint without evaluation", "experiment: rt2\nextends: {toy}\n"
+     "data:\n  prompts: {source: config/real-text/files.tsv}\n"
+     "calibration:\n  constraints:\n    - {name: hate, cost: hatesonar, tau: 0.04}\n",
+     ["calibration.constraints.hate.evaluation: 'oracle' is the toy world's oracle, but data.prompts.source is",
+      "(a constraint without `evaluation` is audited with evaluation.cost_model)"]),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "says"), MESSAGES, ids=[m[0] for m in MESSAGES])
+def test_a_message_names_the_problem(name, text, says, tmp_path):
+    from ..conftest import lara_in_process
+
+    text = text.replace("{paper}", str(REPO / "config" / "paper-llama.yaml")).replace(
+        "{toy}", str(REPO / "config" / "config.yaml")).replace(
+        "{realtext}", str(REPO / "config" / "real-text.yaml"))
+    (tmp_path / "o.yaml").write_text(text)
+    rc, _, err = lara_in_process(["validate-config", "--quiet", str(REPO / "config" / "config.yaml"),
+                                  str(tmp_path / "o.yaml")], cwd=REPO)
+    assert rc == 2, err
+    for part in says:
+        assert part in err, (part, err)
+    assert "Traceback" not in err
+
+
+def test_a_config_value_given_on_the_command_line_is_blamed_on_it(tmp_path):
+    from ..conftest import lara_in_process
+
+    rc, _, err = lara_in_process(["validate-config", "--quiet", str(REPO / "config" / "config.yaml"), "--config",
+                                  'calibration={"tau": "x"}'], cwd=REPO)
+    assert rc == 2 and "calibration.tau: 'x' (str) is none of the forms this key takes" in err
+    assert "(set in --config)" in err and ", --config: invalid configuration" in err
+
+
+def test_the_fetch_step_lists_every_hub_reference():
+    """A hub dataset as the deployment pool and a hub model as a constraint's scorer are fetched like the rest."""
+    from lara import hub
+    from lara.config import named_scorer_names
+
+    config = validate(merge(copy.deepcopy(TOY), {
+        "deployment": {"prompts": {"source": "lab/deploy-prompts", "revision": "v2"}},
+        "calibration": {"constraints": [
+            {"name": "violence", "cost": "lab/violence-scorer", "tau": -4.0, "evaluation": "oracle"},
+            {"name": "crime", "cost": "category:crime", "tau": -4.5, "bounds": [-5.5, 5.5]}]}}))
+    refs = {r.key: r for r in hub.references(config, REPO, scorers=named_scorer_names())}
+    assert refs["deployment.prompts.source"].repo_type == "dataset"
+    assert refs["deployment.prompts.source"].revision == "v2"
+    assert refs["calibration.constraints[0].cost"].repo_id == "lab/violence-scorer"

@@ -321,12 +321,26 @@ def add_arguments(parser) -> None:
                         "experiment starts afresh unless it `extends:` another)")
     parser.add_argument("--layers", default=None,
                         help="instead of files: the layers as the Snakefile made them (JSON list of [origin, mapping])")
+    parser.add_argument("--config", nargs="+", default=None, metavar="KEY=VALUE",
+                        help="values given as Snakemake's --config gives them (KEY=VALUE, a YAML value; layered last)")
     parser.add_argument("--out", default=None, help="write the --explain table here as TSV (key, value, origin)")
     parser.add_argument("--schema", default=None, help="schema file (default: config/schema.yaml)")
     parser.add_argument("--quiet", action="store_true", help="only report errors")
     parser.add_argument("--explain", action="store_true",
                         help="print every resolved key with its value and where it came from (a file, a step's "
                         "default, the schema's default)")
+
+
+def _command_line_config(items: list[str] | None) -> dict | None:
+    """``--config KEY=VALUE ...`` read as Snakemake's ``--config`` reads it (then typed by :func:`layers`)."""
+    if not items:
+        return None
+    from snakemake.cli import parse_config
+
+    try:
+        return parse_config(items)
+    except Exception as exc:  # noqa: BLE001 (Snakemake's parser raises its own errors)
+        raise ConfigError(f"--config: {exc}") from None
 
 
 def run(args) -> None:
@@ -337,8 +351,8 @@ def run(args) -> None:
             parts = [(str(origin), dict(data)) for origin, data in given]
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"--layers: expected a JSON list of [origin, mapping] pairs ({exc})") from None
-    elif args.configs:
-        parts = layers(*args.configs)
+    elif args.configs or args.config:
+        parts = layers(*args.configs, overrides=_command_line_config(args.config))
     else:
         raise ConfigError("validate-config: give config files, or --layers")
     config = validate(merged(parts), schema, source=", ".join(o for o, _ in parts) or "config", layer_list=parts,

@@ -103,6 +103,24 @@ def _spec_argument(spec: str) -> str | None:
     return argument if "/" in argument or argument.startswith((".", "~")) else ""
 
 
+# the model folders results/{experiment}/models/<name> the workflow's rules write (besides the policy variants and
+# each category constraint's cost_<slug>)
+MODEL_FOLDERS = ("base", "sft", "reward", "cost", "partial_reward", "partial_cost", "value_reward", "value_cost",
+                 "safe_rlhf", "safedpo")
+
+
+def made_models(config: dict) -> set[str]:
+    """The names under results/{experiment}/models/ that this configuration's rules write."""
+    from lara.constraints.spec import category_slug
+
+    names = set(MODEL_FOLDERS) | set(config.get("decode", {}).get("policy_variants", {}))
+    for item in config.get("calibration", {}).get("constraints") or []:
+        cost = item.get("cost") if isinstance(item, dict) else None
+        if isinstance(cost, str) and cost.startswith("category:"):
+            names.add(f"cost_{category_slug(cost[len('category:'):])}")
+    return names
+
+
 def check_references(config: dict, base: Path = Path("."), scorers: tuple[str, ...] = ()) -> list[str]:
     """What the workflow would otherwise find out only when a job reaches it: local model and data
     paths that do not exist, and a ``decode.rgtg.METHOD.top_k`` larger than the policy's vocabulary (the
@@ -132,7 +150,8 @@ def check_references(config: dict, base: Path = Path("."), scorers: tuple[str, .
                             "configuration or folder would be ignored)")
     made_here = ("results", config.get("experiment"))  # a data file one of this experiment's rules writes
     for key, value, what in refs:
-        if Path(value).parts[:2] == made_here and (what == "data" or Path(value).parts[2:3] == ("models",)):
+        parts = Path(value).parts
+        if parts[:2] == made_here and (what == "data" or parts[2:4] in {("models", m) for m in made_models(config)}):
             continue  # a file or model folder one of this experiment's rules writes
         if looks_local(value, base) and not (base / Path(value).expanduser()).exists():
             problems.append(f"{key}: {value!r} looks like a local {what} path, and there is nothing there "

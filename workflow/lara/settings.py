@@ -129,6 +129,12 @@ def error_message(error) -> str:
                     return (f"{value!r} is a string, not a number: YAML 1.1 reads an exponent without a dot as "
                             f"text; write {_yaml_number(value)}")
                 return f"{value!r} is a string, not a number: a quoted number is text in YAML; write {value} unquoted"
+    if error.validator == "pattern" and error.validator_value in PATTERN_WORDS and not (
+            isinstance(error.schema, dict) and error.schema.get("x-hint")):
+        return f"{_short(value)} is not {PATTERN_WORDS[error.validator_value]}"
+    if error.validator == "type" and value is None:
+        kinds = expected if isinstance(expected, list) else [expected]
+        return (f"no value (null: the key is written with nothing after it, or ~), expected {_kinds_text(kinds)}")
     if error.validator in ("minItems", "maxItems") and isinstance(error.schema, dict) and isinstance(value, list):
         low, high = error.schema.get("minItems"), error.schema.get("maxItems")
         wanted = (f"exactly {low}" if low == high else f"at least {low}" if high is None
@@ -137,6 +143,13 @@ def error_message(error) -> str:
     hint = error.schema.get("x-hint") if isinstance(error.schema, dict) else None
     return f"{error.message} ({hint})" if hint else error.message
 
+
+# the schema's name patterns in words (a message shows the rule, not the regular expression)
+PATTERN_WORDS = {
+    "^[a-z][a-z0-9_]*$": "a name of lower-case letters, digits and _ that starts with a letter (it names a results "
+                         "folder, a column or a role)",
+    "^[A-Za-z0-9_-]+$": "a name of letters, digits, _ and - (it names the results folder results/<name>/)",
+}
 
 # what YAML 1.1 (PyYAML, Snakemake's reader) reads as a boolean when unquoted
 YAML11_BOOLEANS = {True: ("yes", "on", "true"), False: ("no", "off", "false")}
@@ -196,6 +209,8 @@ def _alternatives_message(error) -> str:
     if isinstance(value, bool) and not any(k == "boolean" for k in kinds):
         return _yaml_boolean_message(value, kinds or ["string"])
     described = _kinds_text(kinds) if kinds else "another form"
+    if value is None:
+        return f"no value (null: the key is written with nothing after it, or ~), expected {described}"
     return f"{_short(value)} ({got}) is none of the forms this key takes: {described}"
 
 
