@@ -481,8 +481,12 @@ def evaluation_is_a_scorer(c):
     return [f"calibration.constraints.{x.name}.evaluation: {x.evaluation!r} is the decoding cost's vocabulary (the "
             "experiment's own trained models), not an evaluation scorer: the audit would measure the decoder with "
             "what it optimised; name a scorer (a named scorer, a model folder or hub id), or leave it out for "
-            "evaluation.cost_model" for x in constraints(c)
-            if x.evaluation is not None and (x.evaluation in ("cost", "reward") or x.evaluation.startswith("category:"))]
+            "evaluation.cost_model" for x in constraints(c) if _own_model(x.evaluation)]
+
+
+def _own_model(spec) -> bool:
+    """Whether a scorer spec is one of the experiment's own trained models (the decoding cost's vocabulary)."""
+    return spec is not None and (spec in ("cost", "reward") or spec.startswith("category:"))
 
 
 @plan_rule("calibration.constraints", "evaluation.cost_model", witness={
