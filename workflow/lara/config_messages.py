@@ -45,7 +45,8 @@ def unknown_key_hint(key, known) -> str:
         odd = _odd_characters(key)
         what = "; ".join(odd[:4]) + (f" and {len(odd) - 4} more" if len(odd) > 4 else "")
         return f"{key!r} is {plain!r} written with {what}: write {plain}"
-    close = difflib.get_close_matches(plain.lower(), known, n=1, cutoff=0.75)
+    swapped = [k for k in known if sorted(k) == sorted(plain.lower())]  # two letters swapped (tua for tau)
+    close = swapped[:1] or difflib.get_close_matches(plain.lower(), known, n=1, cutoff=0.75)
     return f"did you mean {close[0]}?" if close else ""
 
 
