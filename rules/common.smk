@@ -582,7 +582,14 @@ def scorer_inputs(specs):
 CONSTRAINT_REWARD = constraint_scorer(config["calibration"]["constraint_reward"])
 CONSTRAINT_COSTS = {c.name: constraint_scorer(c.cost) for c in CONSTRAINTS}
 CONSTRAINT_EVALS = {c.name: c.evaluation or config["evaluation"]["cost_model"] for c in CONSTRAINTS}
-CONSTRAINT_MODELS = scorer_inputs([config["calibration"]["constraint_reward"], *[c.cost for c in CONSTRAINTS]])
+CONSTRAINT_MODELS = scorer_inputs([config["calibration"]["constraint_reward"], *[c.cost for c in CONSTRAINTS]]) + (
+    hub_input(
+        "calibration.constraint_reward",
+        *[f"calibration.constraints[{i}].{k}" for i in range(len(CONSTRAINTS)) for k in ("cost", "evaluation")],
+    )
+    if CONSTRAINTS
+    else []
+)
 # LTT (and the vector coverage study) run when every constraint has cost bounds, as in the scalar calibration
 CONSTRAINT_BOUNDS = lara_constraints.bounds(CONSTRAINTS, config["calibration"]["cost_bounds"])
 VECTOR_SETTINGS = {"bon": ["zero", "hat", "star", *(["ltt"] if CONSTRAINT_BOUNDS else [])], "args": ["zero", "star"]}
