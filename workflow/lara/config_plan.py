@@ -551,6 +551,18 @@ def bounds_decoded(c):
     return []
 
 
+@plan_rule("calibration.constraints", witness={"calibration": {"constraints": [
+    {"name": "violence", "cost": "category:violence", "tau": -4.0, "bounds": [-5.5, 5.5]},
+    {"name": "crime", "cost": "category:crime", "tau": 1e-9, "bounds": [-5.5, 5.5]}]}})
+def constraint_taus_resolved(c):
+    """Each constraint's tau is compared with costs to 1e-12 (as the calibration's own tau is)."""
+    from lara.calibrate.calibrate import COST_RESOLUTION
+
+    return [f"calibration.constraints.{x.name}.tau: {x.tau:g} is within {COST_RESOLUTION:g} of 0, below the "
+            "resolution the calibration compares costs with; rescale the costs and tau"
+            for x in constraints(c) if x.tau != 0 and abs(x.tau) < COST_RESOLUTION]
+
+
 @plan_rule("calibration.soft_betas", witness={"calibration": {"soft_betas": [1.0, 1.0, 10.0]}})
 def soft_betas_distinct(c):
     betas = c["calibration"].get("soft_betas") or []
