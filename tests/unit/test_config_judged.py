@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from lara import config_plan
+from lara import config_plan, config_table
 from lara.config import ConfigError, load_schema, load_yaml, merge, settings_json, validate
 from lara.settings import SECTIONS, STEPS, Settings, settings_class
 
@@ -198,16 +198,16 @@ def test_validate_builds_every_settings_a_job_is_given(dry_workflow, tmp_path, o
 
 
 def test_docs_hold_the_current_table_of_rules():
-    """docs/faults.md prints every rule with its witness and message (`python -m lara.config_plan`)."""
+    """docs/faults.md prints every rule with its witness and message (`python -m lara.config_table`)."""
     import os
 
     here = os.getcwd()
     try:
         os.chdir(REPO)
-        table = config_plan.rules_markdown()
+        table = config_table.rules_markdown()
     finally:
         os.chdir(here)
-    assert table in (REPO / "docs" / "faults.md").read_text(), "regenerate: python -m lara.config_plan"
+    assert table in (REPO / "docs" / "faults.md").read_text(), "regenerate: python -m lara.config_table"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -325,7 +325,7 @@ CASES = [
     Case("config: a seed too large", [_write("c.yaml", f"seed: {2**45}\n")], ["validate-config", CONFIG, "{t}/c.yaml"],
          2, ["seed: 35184372088832 is greater than the maximum of 2147483646"]),
     Case("config: a name ending in a newline", [_write("c.yaml", 'experiment: "tiny\\n"\ncalibration: {tau: -0.5}\n')],
-         ["validate-config", CONFIG, "{t}/c.yaml"], 2, ["experiment: 'tiny\\n' does not match"]),
+         ["validate-config", CONFIG, "{t}/c.yaml"], 2, ["experiment: 'tiny\\n' is not a name of letters"]),
     Case("config: a password in the judge URL",
          [_write("c.yaml", "evaluation: {judge: {model: gpt-x, base_url: 'https://bob:hunter2@x.org/v1'}}\n")],
          ["validate-config", CONFIG, "{t}/c.yaml"], 2, ["evaluation.judge.base_url: the URL carries credentials"],

@@ -77,7 +77,7 @@ CASES = [
          ["validate-config", "--explain", CONFIG, "{t}/mine.yaml"], 0,
          ["calibration.tau", "-1.0", "mine.yaml]", "train.sft.learning_rate", "0.003"]),
     Case("an experiment name with a path in it", [_write("mine.yaml", "experiment: ../tiny\ncalibration: {tau: 0}\n")],
-         ["validate-config", CONFIG, "{t}/mine.yaml"], 2, ["experiment: '../tiny' does not match"]),
+         ["validate-config", CONFIG, "{t}/mine.yaml"], 2, ["experiment: '../tiny' is not a name of letters"]),
     # 2. order: an overlay given before a whole experiment
     Case("an overlay given before an experiment file", [_write("tau.yaml", "calibration: {tau: -1.0}\n")],
          ["validate-config", "{t}/tau.yaml", PAPER], 2,

@@ -556,7 +556,7 @@ def bounds_decoded(c):
     {"name": "crime", "cost": "category:crime", "tau": 1e-9, "bounds": [-5.5, 5.5]}]}})
 def constraint_taus_resolved(c):
     """Each constraint's tau is compared with costs to 1e-12 (as the calibration's own tau is)."""
-    from lara.calibrate.calibrate import COST_RESOLUTION
+    from lara.calibrate.dual import COST_RESOLUTION
 
     return [f"calibration.constraints.{x.name}.tau: {x.tau:g} is within {COST_RESOLUTION:g} of 0, below the "
             "resolution the calibration compares costs with; rescale the costs and tau"
@@ -570,60 +570,3 @@ def soft_betas_distinct(c):
     if twice:
         return [f"calibration.soft_betas: {twice} given twice (each beta is one calibration and one curve)"]
     return []
-
-
-# ---------------------------------------------------------------------------------------------
-# the table of rules (docs/faults.md holds it; tests/unit/test_config_judged.py keeps it current)
-
-
-def all_rules() -> list[tuple[str, tuple[str, ...], dict]]:
-    """Every cross-key rule validate() runs: ``(name, keys, witness)``, the settings classes' then the plan's."""
-    from lara.settings import SECTIONS, STEPS, settings_class
-
-    seen, out = set(), []
-    for section_name in [*SECTIONS, *STEPS]:
-        for rule in settings_class(section_name).cross_key_rules():
-            if rule not in seen:
-                seen.add(rule)
-                out.append((rule.__qualname__, rule.cross_key.keys, rule.cross_key.witness))
-    return out + [(r.name, r.keys, r.witness) for r in PLAN_RULES]
-
-
-def _flat(witness: dict, prefix: str = "") -> str:
-    parts = []
-    for key, value in witness.items():
-        if isinstance(value, dict) and value:
-            parts.append(_flat(value, f"{prefix}{key}."))
-        else:
-            parts.append(f"{prefix}{key}: {json.dumps(value)}")
-    return "; ".join(parts)
-
-
-def rules_markdown(toy_config: str | Path = "config/config.yaml") -> str:
-    """The rules as a Markdown table: each rule, the keys it reads, its witness (an overlay on config/config.yaml)
-    and what validate() says of it (the first line naming one of its keys)."""
-    import copy
-
-    from lara.config import load_yaml, merge, validate
-
-    toy = load_yaml(toy_config)
-    lines = ["| rule | keys | a configuration that breaks it (on config/config.yaml) | validate-config says |",
-             "| --- | --- | --- | --- |"]
-    for name, keys, witness in all_rules():
-        try:
-            validate(merge(copy.deepcopy(toy), witness))
-            said = "(accepted: the witness is stale)"
-        except ConfigError as exc:
-            said_lines = [line.strip()[2:] for line in str(exc).splitlines()[1:]]
-            found = ([line for line in said_lines if line.startswith(keys[0])]
-                     or [line for line in said_lines if any(k in line for k in keys)] or said_lines[-1:])
-            said = found[0]
-        cell = said.replace("|", "\\|")
-        lines.append(f"| `{name}` | {', '.join(keys)} | `{_flat(witness)}` | {cell} |")
-    return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":  # the module itself, not a second copy run as __main__ (its rules are registered there)
-    from lara import config_plan
-
-    print(config_plan.rules_markdown(), end="")

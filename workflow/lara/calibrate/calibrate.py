@@ -40,7 +40,16 @@ from lara.calibrate.certify import (
     weighted_certified_lambda,
     weighted_p_value,
 )
-from lara.calibrate.dual import InputError, PromptScores, bootstrap, dual, dual_grad, mean_cost, solve
+from lara.calibrate.dual import (
+    COST_RESOLUTION,
+    InputError,
+    PromptScores,
+    bootstrap,
+    dual,
+    dual_grad,
+    mean_cost,
+    solve,
+)
 from lara.calibrate.record import write_lambda
 from lara.io import sha256_file
 from lara.provenance import code_version
@@ -158,7 +167,6 @@ class CalibrationSettings(Settings):
 
 
 MIN_CALIBRATION_PROMPTS = 2  # a bootstrap over prompts of one prompt resamples nothing: no lambda* is stated
-COST_RESOLUTION = 1e-6  # costs (and tau) smaller than this in magnitude sit within 1e6 of the 1e-12 tie resolution
 LAMBDA_SEARCH_LIMIT = 1e12  # beyond it the search's grids lose their resolution
 
 
