@@ -108,7 +108,7 @@ def test_a_whole_experiment_starts_afresh_an_overlay_builds_on_the_files_before_
         ({"colour": "red"}, "unknown key colour"),
         ({"data": {"prompts": {"n_test": 0}}}, "data.prompts.n_test: 0 is less than the minimum of 1"),
         ({"generation": {"backend": "tgi"}}, "generation.backend: 'tgi' is not one of"),
-        ({"experiment": "a/b"}, "experiment: 'a/b' does not match"),
+        ({"experiment": "a/b"}, "experiment: 'a/b' is not a name of letters"),
         ({"decode": {"lambdas": ["half"]}}, "decode.lambdas.0: 'half' does not match"),
         ({"resources": {"rules": {"sft": {"gpu": -1}}}}, "resources.rules.sft.gpu: -1 is less than"),
     ],
@@ -208,7 +208,8 @@ def test_local_paths_are_told_from_hub_ids(tmp_path, value, local):
 @pytest.mark.parametrize("override, message", [
     ({"base_model": {"name_or_path": "./nowhere/model"}}, "base_model.name_or_path: './nowhere/model' looks like a "
                                                           "local model path, and there is nothing there"),
-    ({"evaluation": {"cost_model": "/no/such/beaver"}}, "evaluation.cost_model: '/no/such/beaver' looks like"),
+    ({"evaluation": {"cost_model": "/no/such/beaver"}, "calibration": {"constraints": []}},
+     "evaluation.cost_model: '/no/such/beaver' looks like"),
     ({"data": {"sft": {"source": "mine/alpaca.jsonl"}}}, "data.sft.source: 'mine/alpaca.jsonl' looks like a local "
                                                          "data path"),
     ({"resources": {"rules": {"train_sft": {"processes": 2, "cpus_per_task": 2,

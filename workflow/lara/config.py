@@ -40,7 +40,7 @@ from lara.config_layers import (  # noqa: F401 (re-exported)
     result_layers,
     settings_table,
 )
-from lara.config_messages import origin_of, unknown_key_hint
+from lara.config_messages import origin_of, problem_origin, unknown_key_hint
 from lara.config_refs import (  # noqa: F401 (re-exported)
     check_references,
     looks_local,
@@ -176,7 +176,7 @@ def validate(config: dict, schema: dict | None = None, source: str = "config", l
     filled = _fill(copy.deepcopy(config), schema, schema)
     problems = ([_describe(e, layer_list) for e in schema_errors(filled, schema)]
                 or [f"{k}: not a finite number (NaN and infinities are refused)" for k in nonfinite(filled)]
-                or _cross_checks(filled, schema, root))
+                or [p + problem_origin(layer_list, p) for p in _cross_checks(filled, schema, root)])
     if problems:
         lines = "\n".join(f"  - {p}" for p in problems)
         raise ConfigError(f"{source}: invalid configuration:\n{lines}")

@@ -50,6 +50,26 @@ def unknown_key_hint(key, known) -> str:
     return f"did you mean {close[0]}?" if close else ""
 
 
+def problem_origin(layer_list, problem: str) -> str:
+    """Where the keys a problem line names were set: `` (set in FILE)`` when one layer (a file, ``--config``) set
+    them all, else each key with its layer; empty when no layer sets any (schema and step defaults)."""
+    import re
+
+    if "(set in " in problem:
+        return ""
+    found: dict[str, str] = {}
+    for key in re.findall(r"(?<![\w.])([a-z_][a-z0-9_]*(?:\.[\w]+|\[\d+\])+)", problem):
+        path = [int(p) if p.isdigit() else p for p in re.split(r"\.|\[|\]", key) if p]
+        origin = origin_of(layer_list, path)
+        if origin and key not in found:
+            found[key] = origin
+    if not found:
+        return ""
+    if len(set(found.values())) == 1:
+        return f" (set in {next(iter(found.values()))})"
+    return " (" + "; ".join(f"{key} set in {origin}" for key, origin in found.items()) + ")"
+
+
 def origin_of(layer_list, path) -> str | None:
     """The origin (a config file, ``--config``) of the last layer that sets the key at ``path`` (keys and list
     indices; a list is set whole, so its items' origin is the list's), or None: no layer sets it."""
@@ -60,8 +80,8 @@ def origin_of(layer_list, path) -> str | None:
         for part in path:
             if isinstance(node, dict) and part in node:
                 node, found = node[part], True
-            elif isinstance(node, list) and isinstance(part, int) and found:
-                break  # the list was set here, whole
+            elif isinstance(node, list) and found:
+                break  # the list was set here, whole (its items are named by index or by name)
             else:
                 found = False
                 break
