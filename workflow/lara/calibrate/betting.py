@@ -1,0 +1,91 @@
+"""A variance-adaptive Learn-then-Test test: betting (Waudby-Smith & Ramdas, *Estimating means of bounded random
+variables by betting*, JRSS-B 2024). Pure numpy, no I/O. (Groundwork for issue 48: the workflow's LTT still uses
+the Hoeffding-Bentkus p-value of :mod:`lara.calibrate.certify`; this module is not yet one of its procedures.)
+
+The null of LTT at a lambda is "the expected loss is above tau". With the losses rescaled to [0, 1] (the cost
+bounds [lo, hi]) and a = (tau - lo) / (hi - lo), a gambler who bets that the mean is below a multiplies her wealth
+by 1 + b_t (a - x_t) at each loss x_t, with a bet b_t in [0, 1 / (1 - a)) chosen from the losses before t only.
+Under the null E[a - x_t] <= 0, so her wealth is a nonnegative supermartingale from 1 and, by Ville's inequality,
+P(sup_t wealth_t >= 1 / delta) <= delta: rejecting when her wealth ever reaches 1 / delta is a level-delta test,
+whatever the bets. The bets here are WSR's predictable plug-in: b_t = min(sqrt(2 log(1 / delta) / (n s2_{t-1})),
+c / (1 - a)), s2 a running variance estimate (prior 1/4 with weight one), c = 1/2: small losses with little spread
+make the wealth grow fast, which is where Hoeffding's bound (a worst-case variance of 1/4) gives most away.
+
+The calibration prompts are exchangeable, so one fixed (seeded) order of them is a valid sequence; every lambda is
+tested in that order. Learn then Test tests the lambdas from the search interval's end downwards and stops at the
+first one it cannot reject (fixed-sequence testing controls the error at delta without a monotone p-value): the
+certified lambda is the smallest of the rejected run.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+BET_TRUNCATION = 0.5  # c: a bet never risks more than half of the wealth on one loss
+
+
+def wealth_path(x: np.ndarray, a: float, delta: float) -> np.ndarray:
+    """The gambler's wealth after each loss of ``x`` (in [0, 1], in testing order) against "mean > a", with WSR's
+    predictable plug-in bets for level ``delta`` (module docstring). Broadcasts over leading axes of ``x``."""
+    x = np.asarray(x, dtype=float)
+    n = x.shape[-1]
+    t = np.arange(1, n + 1, dtype=float)
+    mean = (0.5 + np.cumsum(x, axis=-1)) / (t + 1)  # mu-hat_t, a prior of 1/2 with weight one
+    prev_mean = np.concatenate([np.full(x.shape[:-1] + (1,), 0.5), mean[..., :-1]], axis=-1)
+    var = (0.25 + np.cumsum((x - prev_mean) ** 2, axis=-1)) / (t + 1)  # sigma2-hat_t
+    prev_var = np.concatenate([np.full(x.shape[:-1] + (1,), 0.25), var[..., :-1]], axis=-1)
+    cap = BET_TRUNCATION / (1.0 - a) if a < 1 else np.inf
+    bet = np.minimum(np.sqrt(2.0 * math.log(1.0 / delta) / (n * prev_var)), cap)
+    return np.cumprod(1.0 + bet * (a - x), axis=-1)
+
+
+def betting_rejects(losses: np.ndarray, tau: float, delta: float, bounds, order: np.ndarray) -> np.ndarray:
+    """Whether the level-``delta`` betting test rejects "expected loss > tau" for each row of ``losses`` (..., n),
+    the losses in ``bounds`` taken in the order ``order`` (a permutation of the n prompts)."""
+    lo, hi = (float(b) for b in bounds)
+    a = (tau - lo) / (hi - lo)
+    losses = np.asarray(losses, dtype=float)
+    if a <= 0:
+        return np.zeros(losses.shape[:-1], dtype=bool)
+    if a >= 1:
+        return np.ones(losses.shape[:-1], dtype=bool)
+    x = np.clip((losses[..., order] - lo) / (hi - lo), 0.0, 1.0)
+    return wealth_path(x, a, delta).max(axis=-1) >= 1.0 / delta
+
+
+def prompt_order(n: int, seed: int) -> np.ndarray:
+    """The one fixed order in which the calibration prompts enter every test (seeded, so a record is rebuilt)."""
+    return np.random.default_rng([seed, 48]).permutation(n)
+
+
+def betting_ltt_lambda(st, tau: float, delta: float, lam_max: float, bounds, seed: int,
+                       block: int = 256) -> tuple[float, bool]:
+    """The Learn-then-Test lambda with betting tests from the steps ``st`` of the prompts' clipped expected costs
+    (:func:`lara.calibrate.bestofn.steps`, values in ``bounds``): the lambdas from ``lam_max`` down, one test per
+    stretch of constant losses, stopped at the first stretch not rejected. Returns (lambda, feasible): not
+    feasible when not even the losses at ``lam_max`` are rejected (lambda is then ``lam_max``)."""
+    n = len(st.start)
+    order = prompt_order(n, seed)
+    current = np.array(st.end, dtype=float)
+    if not betting_rejects(current, tau, delta, bounds, order):
+        return float(lam_max), False
+    # the stretches from the top: each distinct crossing lambda starts one; below it the losses are the ones at
+    # it with its changes undone
+    lams, first = np.unique(st.lam, return_index=True)
+    bounds_idx = np.append(first, len(st.lam))
+    for hi_i in range(len(lams) - 1, -1, -block):
+        lo_i = max(-1, hi_i - block)
+        rows, state = [], current
+        for i in range(hi_i, lo_i, -1):  # undo the changes at lams[i]: the losses just below it
+            state = state.copy()
+            span = slice(bounds_idx[i], bounds_idx[i + 1])
+            np.subtract.at(state, st.prompt[span], st.delta[span])
+            rows.append(state)
+        rejected = betting_rejects(np.array(rows), tau, delta, bounds, order)
+        if not rejected.all():
+            stop = int(np.argmin(rejected))  # the first stretch (from the top) not rejected
+            return float(lams[hi_i - stop]), True
+        current = rows[-1]
+    return 0.0, True
