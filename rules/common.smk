@@ -524,6 +524,7 @@ def final_outputs():
 
 # lambda after deployment (rules/deploy.smk): the shift scenarios and the online arms' step sizes
 SCENARIOS = lara_config.scenarios(config)  # name -> schedule (harmful_share, held_out_share)
+DEPLOYMENT_EXP = EXP if SCENARIOS else NOTHING  # no scenarios: the deployment rules match no target
 STEP_SIZES = [float(e) for e in (lambda v: v if isinstance(v, list) else [v])(config["deployment"]["step_size"])]
 
 

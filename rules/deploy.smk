@@ -14,6 +14,8 @@ rule deployment_pool:
         "results/{exp}/data/prompts_deployment.parquet",
     log:
         "logs/{exp}/deployment_pool.log",
+    wildcard_constraints:
+        exp=DEPLOYMENT_EXP,
     conda:
         "../envs/analysis.yaml"
     threads: job_threads("deployment_pool")
@@ -36,6 +38,8 @@ rule make_stream:
         "results/{exp}/deployment/{scenario}/stream.parquet",
     log:
         "logs/{exp}/make_stream_{scenario}.log",
+    wildcard_constraints:
+        exp=DEPLOYMENT_EXP,
     conda:
         "../envs/analysis.yaml"
     threads: job_threads("make_stream")
@@ -59,6 +63,8 @@ rule online:
         record="results/{exp}/deployment/{scenario}/online_{eta}.json",
     log:
         "logs/{exp}/online_{scenario}_{eta}.log",
+    wildcard_constraints:
+        exp=DEPLOYMENT_EXP,
     conda:
         "../envs/analysis.yaml"
     threads: job_threads("online")
@@ -84,6 +90,8 @@ rule prompt_features:
         "results/{exp}/deployment/features.parquet",
     log:
         "logs/{exp}/prompt_features.log",
+    wildcard_constraints:
+        exp=DEPLOYMENT_EXP,
     conda:
         "../envs/train.yaml"
     threads: job_threads("prompt_features")
@@ -107,6 +115,8 @@ rule shift_check:
         weights="results/{exp}/deployment/{scenario}/weights.parquet",
     log:
         "logs/{exp}/shift_check_{scenario}.log",
+    wildcard_constraints:
+        exp=DEPLOYMENT_EXP,
     conda:
         "../envs/analysis.yaml"
     threads: job_threads("shift_check")
@@ -129,6 +139,8 @@ rule calibrate_weighted:
         "results/{exp}/deployment/{scenario}/lambda_weighted.json",
     log:
         "logs/{exp}/calibrate_weighted_{scenario}.log",
+    wildcard_constraints:
+        exp=DEPLOYMENT_EXP,
     conda:
         "../envs/analysis.yaml"
     threads: job_threads("calibrate_lambda")
@@ -153,6 +165,8 @@ rule deploy_arms:
         trace="results/{exp}/deployment/{scenario}/trace.parquet",
     log:
         "logs/{exp}/deploy_arms_{scenario}.log",
+    wildcard_constraints:
+        exp=DEPLOYMENT_EXP,
     conda:
         "../envs/analysis.yaml"
     threads: job_threads("deploy_arms")
@@ -174,6 +188,8 @@ rule deployment_report:
         "results/{exp}/deployment/report.csv",
     log:
         "logs/{exp}/deployment_report.log",
+    wildcard_constraints:
+        exp=DEPLOYMENT_EXP,
     conda:
         "../envs/analysis.yaml"
     threads: job_threads("deployment_report")
@@ -202,6 +218,8 @@ rule figure_deployment:
         provenance="results/{exp}/figures/deployment.provenance.json",
     log:
         "logs/{exp}/figure_deployment.log",
+    wildcard_constraints:
+        exp=DEPLOYMENT_EXP,
     conda:
         "../envs/analysis.yaml"
     threads: job_threads("figures")
@@ -237,3 +255,19 @@ rule unknown_scenario:
         ),
     shell:
         "false"
+
+
+if not SCENARIOS:
+
+    rule no_deployment:
+        output:
+            "results/{exp}/deployment/{name}",
+        wildcard_constraints:
+            name="[^/]+",
+        params:
+            refused=lambda w: refused_target(
+                f"results/{w.exp}/deployment/{w.name}",
+                "deployment.scenarios is empty, so the deployment stage does not run",
+            ),
+        shell:
+            "false"

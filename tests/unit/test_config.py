@@ -314,8 +314,11 @@ def test_the_settings_table_leaves_out_execution_settings_and_layers_that_only_h
 
 
 def test_the_largest_config_seed_leaves_room_for_the_streams_derived_from_it():
-    """Rules hand steps seed + 1 (the Best-of-N pool); every step accepts seeds up to SEED_MAX."""
+    """Rules hand steps seed + 2 (the deployment pool, the fine-tuned policies); every step accepts seeds up to
+    SEED_MAX, and validate builds those steps' settings with the largest seed."""
     from lara.config import load_schema
     from lara.settings import SEED_MAX
 
-    assert load_schema()["properties"]["seed"]["maximum"] + 1 == SEED_MAX
+    top = load_schema()["properties"]["seed"]["maximum"]
+    assert top + 2 == SEED_MAX
+    validate({"seed": top, "calibration": {"tau": 0.0}})

@@ -126,11 +126,26 @@ def test_the_static_facts_match_the_libraries():
     from lara.toy.world import HARM_CATEGORIES
     from lara.train.ppo_lag import SCHEDULERS
 
-    assert set(SCHEDULERS) == {s.value for s in SchedulerType}
+    import torch
+    from transformers import get_scheduler
+
+    assert set(SCHEDULERS) <= {s.value for s in SchedulerType}
+    for name in SCHEDULERS:  # each builds from warm-up and total steps alone, and steps, as the trainer uses it
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+        sched = get_scheduler(name, opt, num_warmup_steps=1, num_training_steps=4)
+        opt.step()
+        sched.step()
     assert set(config_plan.TOY_CATEGORIES) == set(HARM_CATEGORIES)
     import seaborn
 
     assert set(SEABORN_PALETTES) == set(seaborn.palettes.SEABORN_PALETTES)
+
+
+def test_the_training_rules_are_the_rules_that_launch_a_step():
+    from lara.config import TRAINING_RULES
+
+    text = "\n".join(p.read_text() for p in (REPO / "rules").glob("*.smk"))
+    assert set(TRAINING_RULES) == set(__import__("re").findall(r'launcher\("([a-z_]+)"\)', text))
 
 
 def test_the_plan_model_folders_are_the_workflow_s():

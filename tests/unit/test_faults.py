@@ -323,7 +323,7 @@ CASES = [
          ["validate-config", CONFIG, "{t}/c.yaml"], 2,
          ["decode.lambdas.2: 0.5 is not of type 'string'", "0p5 for 0.5"]),
     Case("config: a seed too large", [_write("c.yaml", f"seed: {2**45}\n")], ["validate-config", CONFIG, "{t}/c.yaml"],
-         2, ["seed: 35184372088832 is greater than the maximum of 2147483646"]),
+         2, ["seed: 35184372088832 is greater than the maximum of 2147483645"]),
     Case("config: a name ending in a newline", [_write("c.yaml", 'experiment: "tiny\\n"\ncalibration: {tau: -0.5}\n')],
          ["validate-config", CONFIG, "{t}/c.yaml"], 2, ["experiment: 'tiny\\n' is not a name of letters"]),
     Case("config: a password in the judge URL",

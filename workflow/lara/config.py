@@ -207,6 +207,10 @@ def _cross_checks(config: dict, schema: dict, root: Path | None = None) -> list[
     return list(dict.fromkeys(problems))
 
 
+# the rules that start a training step through lara.config.launch_command (tests/unit/test_config_judged.py keeps
+# the list equal to the rules that call launcher())
+TRAINING_RULES = ("train_sft", "train_reward_model", "train_cost_model", "train_partial_model", "train_value_model",
+                  "train_safe_rlhf", "train_safedpo")
 LAUNCH_KEYS = ("processes", "accelerate_config")  # resources keys that say how a job starts, not what it gets
 
 
@@ -251,6 +255,8 @@ def _launch_checks(config: dict) -> list[str]:
     except ConfigError as exc:
         problems.append(str(exc))
     for rule, override in res.get("rules", {}).items():
+        if rule not in TRAINING_RULES:  # a launch plan (processes per GPU) is a training job's only
+            continue
         try:
             launch_plan(dict(res.get("default", {})) | override, f"resources.rules.{rule}")
         except ConfigError as exc:
@@ -337,13 +343,19 @@ def _command_line_config(items: list[str] | None) -> dict | None:
         return None
     from snakemake.cli import parse_config
 
-    try:
-        return parse_config(items)
-    except Exception as exc:  # noqa: BLE001 (Snakemake's parser raises its own errors)
-        raise ConfigError(f"--config: {exc}") from None
+    out: dict = {}
+    for item in items:
+        try:
+            out = merge(out, parse_config([item]))
+        except Exception as exc:  # noqa: BLE001 (Snakemake's parser raises its own errors)
+            raise ConfigError(f"--config {item!r}: {exc} (an entry is KEY=VALUE, KEY a top-level key such as "
+                              "calibration, VALUE YAML: calibration={tau: -1.0})") from None
+    return out
 
 
 def run(args) -> None:
+    if args.schema and not Path(args.schema).is_file():
+        raise ConfigError(f"--schema {args.schema}: no such file")
     schema = load_schema(args.schema) if args.schema else load_schema()
     if args.layers is not None:
         given = strict_json(args.layers, "--layers")

@@ -98,7 +98,7 @@ def settings_runs(config: dict) -> list[tuple[str, dict]]:
     skip = {"deployment", "deployment.prompts", "deployment.shift", "prompt-features", "generation", "calibration",
             "coverage", "category-pairs", "train.safe_rlhf", "train.safedpo"}
     runs += [(name, {}) for name in [*SECTIONS, *STEPS] if name not in skip]
-    seeds = [config["seed"], config["seed"] + 1] + ([config["seed"] + 2] if scenarios else [])
+    seeds = [config["seed"], config["seed"] + 1] + ([config["seed"] + 2] if scenarios or dec["policies"] else [])
     runs += [("generation", {"seed": seed}) for seed in seeds]
     runs += [("train.safe_rlhf", {}), ("train.safedpo", {})]
     bon_n = dec["bon_n"] if cal["mode"] == "bon" else None
@@ -333,6 +333,10 @@ def toy_pool_has_strata(c):
                 "deployment prompts (a local file or a hub dataset), or deployment.scenarios: []"]
     if toy["n_deployment_prompts"] == 0:
         return ["deployment.scenarios: given, but toy.n_deployment_prompts is 0: the toy deployment pool is empty"]
+    n_harmful = int(round(toy["n_deployment_prompts"] * toy["harmful_fraction"]))  # lara.toy.world.split_requests
+    n_benign = toy["n_deployment_prompts"] - n_harmful
+    pool = (f"the toy deployment pool (toy.n_deployment_prompts {toy['n_deployment_prompts']} at "
+            f"toy.harmful_fraction {toy['harmful_fraction']:g}: {n_harmful} harmful, {n_benign} benign)")
     out = []
     for s in c["deployment"]["scenarios"]:
         held = listed(s.get("held_out_share", 0))
@@ -341,12 +345,12 @@ def toy_pool_has_strata(c):
             out.append(f"deployment.scenarios.{s['name']}.held_out_share: {s.get('held_out_share')} draws from the "
                        "held_out stratum, but toy.held_out_topic is null: the pool has no held-out prompts")
         shares = [] if harmful is None else listed(harmful)
-        if toy["harmful_fraction"] == 0 and any(x > 0 for x in shares):
-            out.append(f"deployment.scenarios.{s['name']}.harmful_share: {harmful} draws harmful prompts, but "
-                       "toy.harmful_fraction is 0: the pool has none")
-        if toy["harmful_fraction"] == 1 and any(x < 1 for x in shares):
-            out.append(f"deployment.scenarios.{s['name']}.harmful_share: {harmful} draws benign prompts, but "
-                       "toy.harmful_fraction is 1: the pool has none")
+        if n_harmful == 0 and any(x > 0 for x in shares):
+            out.append(f"deployment.scenarios.{s['name']}.harmful_share: {harmful} draws harmful prompts, but {pool} "
+                       "has none")
+        if n_benign == 0 and any(x < 1 for x in shares):
+            out.append(f"deployment.scenarios.{s['name']}.harmful_share: {harmful} draws benign prompts, but {pool} "
+                       "has none")
     return out
 
 
@@ -359,8 +363,10 @@ def shift_folds_filled(c):
     folds = c["deployment"]["shift"]["folds"]
     sizes = {"deployment.stream_length": c["deployment"]["stream_length"],
              "data.prompts.n_calibration": c["data"]["prompts"]["n_calibration"]}
+    if c["deployment"]["prompts"]["source"] == "toy":  # the stream's distinct prompts are at most the pool's
+        sizes["toy.n_deployment_prompts"] = c["toy"]["n_deployment_prompts"]
     return [f"deployment.shift.folds: {folds} folds need at least as many prompts in each sample, but {key} is {n}"
-            for key, n in sizes.items() if n < folds]
+            for key, n in sizes.items() if n is not None and n < folds]
 
 
 @plan_rule("data.prompts.n_calibration", witness={"data": {"prompts": {"n_calibration": 1}}})
@@ -385,6 +391,14 @@ def toy_prompts_suffice(c):
         what = "n_calibration + n_test" if from_pool else "n_test"
         return [f"data.prompts: {what} = {need} prompts, but the toy world's evaluation pool holds "
                 f"toy.n_eval_prompts = {c['toy']['n_eval_prompts']}"]
+    return []
+
+
+@plan_rule("data.prompts.column", witness={"data": {"prompts": {"column": "question"}}})
+def toy_prompt_column(c):
+    p = c["data"]["prompts"]
+    if p["source"] == "toy" and p["column"] != "prompt":
+        return [f"data.prompts.column: {p['column']!r}, but the toy world's prompts are in the column 'prompt'"]
     return []
 
 
@@ -415,6 +429,9 @@ def base_reference_is_local(c):
            witness={"evaluation": {"judge": {"model": "gpt-4o-mini", "base_url": None}}})
 def judge_reachable(c):
     judge = c["evaluation"]["judge"]
+    if judge["model"] is None and judge["base_url"] is not None:
+        return ["evaluation.judge.base_url: an endpoint is given, but evaluation.judge.model is null: the judge would "
+                "be skipped; name the model, or base_url: null to run without a judge"]
     if judge["model"] not in (None, "oracle") and judge["base_url"] is None:
         return [f"evaluation.judge.model: {judge['model']!r} is set, but evaluation.judge.base_url is null: the judge "
                 "would be skipped; give the endpoint, or model: null to run without a judge"]
@@ -462,13 +479,14 @@ def scorer_roles(c):
             uses.append((f"calibration.constraints.{x.name}.cost", x.cost, x.name))
         uses.append((f"calibration.constraints.{x.name}.evaluation", x.evaluation or c["evaluation"]["cost_model"],
                      x.name))
+    fallen = {f"calibration.constraints.{x.name}.evaluation" for x in constraints(c) if x.evaluation is None}
     out = []
     for key, spec, role in uses:
         if spec is None:
             continue
         problem = spec_problem(spec, role)
         if problem:
-            fallback = " (no `evaluation` given: evaluation.cost_model)" if key.endswith(".evaluation") else ""
+            fallback = " (no `evaluation` given: evaluation.cost_model)" if key in fallen else ""
             out.append(f"{key}: {spec!r}{fallback}: {problem}")
     return out
 
@@ -531,15 +549,6 @@ def coverage_prompts(c):
         return [f"coverage.n_prompts: {small}: each draw needs at least 2 prompts (its bootstrap resamples them; LTT "
                 "splits them)"]
     return []
-
-
-@plan_rule("decode.policy_variants", "decode.policies", witness={"decode": {"policy_variants": {
-    "dpo_fast": {"base": "safedpo", "train": {"epochs": 1}}}}})
-def variants_listed(c):
-    """A policy variant is trained and sampled only when decode.policies lists it."""
-    unused = [n for n in c["decode"]["policy_variants"] if n not in c["decode"]["policies"]]
-    return [f"decode.policy_variants.{n}: defined, but decode.policies does not list it, so it would be neither "
-            "trained nor sampled; list it in decode.policies or remove it" for n in unused]
 
 
 @plan_rule("calibration.cost_bounds", "decode.methods", witness={"decode": {"methods": ["args", "pargs"]}})

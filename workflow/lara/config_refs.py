@@ -4,6 +4,7 @@ nothing, a hub setting that a local path or the toy world would ignore, a ``top_
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from lara.config_schema import section
@@ -87,8 +88,9 @@ def scorer_references(config: dict) -> list[tuple[str, str, str, None]]:
     for key, spec in specs:
         if not isinstance(spec, str) or spec in ("reward", "cost") or spec.startswith("category:"):
             continue
-        value = _spec_argument(spec) or spec
-        if "/" in value or value.startswith((".", "~")):
+        argument = _spec_argument(spec)
+        value = argument or spec
+        if argument or "/" in value or value.startswith((".", "~")):
             out.append((key, value, "model", None))
     return out
 
@@ -100,7 +102,18 @@ def _spec_argument(spec: str) -> str | None:
     name, colon, argument = spec.partition(":")
     if not colon or "/" in name or not name:
         return None
-    return argument if "/" in argument or argument.startswith((".", "~")) else ""
+    if "/" in argument or argument.startswith((".", "~")) or _argument_is_model(name):
+        return argument
+    return ""
+
+
+def _argument_is_model(name: str) -> bool:
+    """Whether the named scorer ``name`` takes a model folder as its argument (its factory's ``argument_is_model``;
+    ``fluency:<causal LM folder>``)."""
+    from importlib.metadata import entry_points
+
+    entry = {ep.name: ep for ep in entry_points(group="lara.scorers")}.get(name)
+    return bool(entry is not None and getattr(entry.load(), "argument_is_model", False))
 
 
 # the model folders results/{experiment}/models/<name> the workflow's rules write (besides the policy variants and
@@ -121,6 +134,10 @@ def made_models(config: dict) -> set[str]:
     return names
 
 
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # owner/name (lara.hub's pattern)
+DATA_FILES = (".jsonl", ".json", ".parquet", ".csv")  # the local data files lara.data.ingest reads
+
+
 def check_references(config: dict, base: Path = Path("."), scorers: tuple[str, ...] = ()) -> list[str]:
     """What the workflow would otherwise find out only when a job reaches it: local model and data
     paths that do not exist, and a ``decode.rgtg.METHOD.top_k`` larger than the policy's vocabulary (the
@@ -129,7 +146,10 @@ def check_references(config: dict, base: Path = Path("."), scorers: tuple[str, .
     name = config["base_model"]["name_or_path"]
     named = [r for r in references(config) if r[1] not in ("toy", *scorers)]
     refs = [(key, value, kind) for key, value, kind, _ in named]
-    for rule, override in config.get("resources", {}).get("rules", {}).items():
+    resources = config.get("resources", {})
+    if resources.get("default", {}).get("accelerate_config"):
+        refs.append(("resources.default.accelerate_config", resources["default"]["accelerate_config"], "file"))
+    for rule, override in resources.get("rules", {}).items():
         if override.get("accelerate_config"):
             refs.append((f"resources.rules.{rule}.accelerate_config", override["accelerate_config"], "file"))
     # a hub setting (revision, configuration, folder) on the toy world, a named scorer or a local path would be
@@ -153,9 +173,17 @@ def check_references(config: dict, base: Path = Path("."), scorers: tuple[str, .
         parts = Path(value).parts
         if parts[:2] == made_here and (what == "data" or parts[2:4] in {("models", m) for m in made_models(config)}):
             continue  # a file or model folder one of this experiment's rules writes
-        if looks_local(value, base) and not (base / Path(value).expanduser()).exists():
+        here = base / Path(value).expanduser()
+        if looks_local(value, base) and not here.exists():
             problems.append(f"{key}: {value!r} looks like a local {what} path, and there is nothing there "
                             f"(relative paths are read from {base.resolve()}); a hub id is written owner/name")
+        elif not here.exists() and not HUB_ID.match(value) and what != "file":
+            problems.append(f"{key}: {value!r} is neither a local {what} path (nothing is there) nor a hub id "
+                            "(owner/name, which the fetch step downloads); write the hub id in full, owner/name (a "
+                            "model the hub lists under a bare name has one too, e.g. openai-community/gpt2)")
+        elif what == "data" and here.is_file() and here.suffix.lower() not in DATA_FILES:
+            problems.append(f"{key}: {value!r} is a {here.suffix or 'suffix-less'} file; a local data set is one of "
+                            f"{', '.join(DATA_FILES)} (or a folder of them)")
     vocab, origin = None, ""
     if name == "toy":
         vocab, origin = config["toy"]["tokenizer"]["vocab_size"], "toy.tokenizer.vocab_size"

@@ -16,12 +16,25 @@ log = logging.getLogger(__name__)
 
 HELP = "sample one response per test prompt from a fine-tuned policy (SFT, Safe-RLHF, SafeDPO)"
 
-POLICIES = ("sft", "safe_rlhf", "safedpo")
+POLICIES = ("sft", "safe_rlhf", "safedpo")  # the base policies; decode.policy_variants name others
 DECODER_COLUMNS = ["prompt_id", "prompt", "response", "n_tokens", "method", "setting", "lambda"]
 
 
+def policy_name(text: str) -> str:
+    """A policy's name as the config writes it (a base policy or a variant: lower case, digits and _)."""
+    import argparse
+    import re
+
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a policy name (a base policy, {', '.join(POLICIES)}, or a "
+                                         "decode.policy_variants name: lower-case letters, digits and _)")
+    return text
+
+
 def add_arguments(parser) -> None:
-    parser.add_argument("--policy", required=True, choices=POLICIES, help="which policy (names the method column)")
+    parser.add_argument("--policy", required=True, type=policy_name,
+                        help=f"which policy (names the method column): {', '.join(POLICIES)} or a "
+                             "decode.policy_variants name")
     parser.add_argument("--model", required=True, help="the policy's model directory")
     parser.add_argument("--prompts", required=True, help="test prompts (prompt_id, prompt)")
     add_settings_arguments(parser, GenerationSettings)

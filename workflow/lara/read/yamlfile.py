@@ -121,18 +121,23 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
 
 
 def yaml_file(path: str | Path) -> dict:
-    """A config file's mapping (``{}`` for an empty file), or :class:`~lara.data.errors.DataError` naming the file
+    """A config file's mapping (an empty file is refused), or :class:`~lara.data.errors.DataError` naming the file
     (and the line) in one line."""
     try:
         data = read_yaml(path)
     except FileNotFoundError:
         raise DataError(f"{path}: config file not found") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a folder, not a config file") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text (byte {exc.start}): not a config file") from None
     except YAMLRefused as exc:
         raise DataError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise DataError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
     if data is None:
-        return {}
+        raise DataError(f"{path}: empty (no keys); a config file is a mapping of keys (Snakemake refuses an empty "
+                        "one too)")
     if not isinstance(data, dict):
         raise DataError(f"{path}: the top level must be a mapping, got {type(data).__name__}")
     return data

@@ -128,6 +128,9 @@ class HateSonarScorer:
 
 def hatesonar_role_problem(role: str, argument: str | None = None) -> str | None:
     """The problem of a class hatesonar does not give (the spec's argument, else the role), or None."""
+    if role == "reward":
+        return ("hatesonar scorer: gives P(hate) or P(offensive), a cost (higher = more harmful), not a reward; use it "
+                "as a cost or a constraint's scorer")
     wanted = argument if argument is not None else role
     if wanted not in ROLES:
         return (f"hatesonar scorer: role {wanted!r} is not one of {', '.join(ROLES)} (name the class as the role, or "

@@ -130,3 +130,4 @@ def fluency_scorer(role: str = "reward", argument: str | None = None, batch_size
 
 
 fluency_scorer.check = fluency_role_problem  # lara.scoring.spec_problem
+fluency_scorer.argument_is_model = True  # lara.config_refs: its argument is a model folder, checked as a reference
