@@ -120,14 +120,12 @@ def test_no_settings_class_refuses_anything_of_its_own():
 
 
 def test_the_static_facts_match_the_libraries():
-    from transformers import SchedulerType
+    import torch
+    from transformers import SchedulerType, get_scheduler
 
     from lara.evaluate.figures.common import SEABORN_PALETTES
     from lara.toy.world import HARM_CATEGORIES
     from lara.train.ppo_lag import SCHEDULERS
-
-    import torch
-    from transformers import get_scheduler
 
     assert set(SCHEDULERS) <= {s.value for s in SchedulerType}
     for name in SCHEDULERS:  # each builds from warm-up and total steps alone, and steps, as the trainer uses it
