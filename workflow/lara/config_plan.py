@@ -26,6 +26,7 @@ from lara.settings import ConfigError
 
 # the toy world's fixed facts the rules compare with (lara.toy.world holds them; a test keeps them equal)
 TOY_CATEGORIES = ("violence", "crime")
+DECODERS = ("bon", "args", "pargs", "cdq")  # decode.methods: their outputs and method names are their own
 MODEL_FOLDERS = ("base", "sft", "reward", "cost", "partial_reward", "partial_cost", "value_reward", "value_cost")
 # (lara.config_refs.MODEL_FOLDERS adds the base policies, whose names check_policies keeps for them)
 
@@ -306,8 +307,11 @@ def variant_names_free(c):
     that model, never trained."""
     taken = set(MODEL_FOLDERS) | {f"cost_{x.slug}" for x in constraints(c) if x.slug}
     clash = [n for n, v in c["decode"]["policy_variants"].items() if v.get("train") and n in taken]
-    return [f"decode.policy_variants.{n}: the name is the folder of another model (models/{n}); a variant with train "
-            "overrides is its own model: give it another name" for n in clash]
+    out = [f"decode.policy_variants.{n}: the name is the folder of another model (models/{n}); a variant with train "
+           "overrides is its own model: give it another name" for n in clash]
+    decoders = [n for n in c["decode"]["policy_variants"] if n in DECODERS]
+    return out + [f"decode.policy_variants.{n}: the name is a decoder's (decode/{n}/, the method column of the "
+                  "evaluation): give the variant another name" for n in decoders]
 
 
 @plan_rule("deployment.scenarios", witness={"deployment": {"scenarios": [{"name": "a"}, {"name": "a"}]}})

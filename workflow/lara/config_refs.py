@@ -144,7 +144,7 @@ def check_references(config: dict, base: Path = Path("."), scorers: tuple[str, .
     toy tokenizer's size, or a local base model's config.json). ``scorers``: named scorers."""
     problems = []
     name = config["base_model"]["name_or_path"]
-    named = [r for r in references(config) if r[1] not in ("toy", *scorers)]
+    named = [r for r in references(config) if r[1] not in ("toy", *scorers) and r[1].partition(":")[0] not in scorers]
     refs = [(key, value, kind) for key, value, kind, _ in named]
     resources = config.get("resources", {})
     if resources.get("default", {}).get("accelerate_config"):
