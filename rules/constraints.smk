@@ -233,6 +233,10 @@ if not CONSTRAINTS:
     rule no_constraints:
         output:
             "results/{exp}/constraints/{name}",
+        log:
+            "logs/{exp}/no_constraints_{name}.log",
+        conda:
+            "../envs/analysis.yaml"
         params:
             refused=lambda w: refused_target(
                 f"results/{w.exp}/constraints/{w.name}",

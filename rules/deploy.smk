@@ -241,9 +241,13 @@ _SCENARIO_NAMES = [s["name"] for s in config["deployment"]["scenarios"]]
 rule unknown_scenario:
     output:
         "results/{exp}/deployment/{unknown}/{name}",
+    log:
+        "logs/{exp}/unknown_scenario_{unknown}_{name}.log",
     wildcard_constraints:
         unknown=(f"(?!(?:{_alternatives(_SCENARIO_NAMES)})/)[^/]+" if _SCENARIO_NAMES else "[^/]+"),
         name="[^/]+",
+    conda:
+        "../envs/analysis.yaml"
     params:
         refused=lambda w: refused_target(
             f"results/{w.exp}/deployment/{w.unknown}/{w.name}",
@@ -262,8 +266,12 @@ if not SCENARIOS:
     rule no_deployment:
         output:
             "results/{exp}/deployment/{name}",
+        log:
+            "logs/{exp}/no_deployment_{name}.log",
         wildcard_constraints:
             name="[^/]+",
+        conda:
+            "../envs/analysis.yaml"
         params:
             refused=lambda w: refused_target(
                 f"results/{w.exp}/deployment/{w.name}",

@@ -278,9 +278,10 @@ MESSAGES = [
      ["deployment.prompts.source: toy (the default) draws the streams from the toy world's deployment pool, but this "
       "experiment's prompts are not the toy world's"]),
     ("a real-text overlay adding a constraint without evaluation", "experiment: rt2\nextends: {toy}\n"
-     "data:\n  prompts: {source: config/real-text/files.tsv}\n"
+     "base_model: {name_or_path: HuggingFaceTB/SmolLM2-135M-Instruct}\n"
+     "data:\n  prompts: {source: lab/real-prompts}\n"
      "calibration:\n  constraints:\n    - {name: hate, cost: hatesonar, tau: 0.04}\n",
-     ["calibration.constraints.hate.evaluation: 'oracle' is the toy world's oracle, but data.prompts.source is",
+     ["calibration.constraints.hate.evaluation: 'oracle' is the toy world's oracle, but neither the prompts",
       "(a constraint without `evaluation` is audited with evaluation.cost_model)"]),
 ]
 

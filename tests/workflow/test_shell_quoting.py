@@ -18,23 +18,46 @@ pytestmark = pytest.mark.workflow
 
 HOSTILE = "evil $(touch PWNED); `touch PWNED2` 'q\" & z\\n"
 
-# (key, value): every string a user sets that a rule passes on
+# (key, value): every string a user sets that a rule passes on. The configuration is judged before any job
+# (lara.config.validate), so each value is one validation accepts: local files and folders may carry any character
+# (they are made below), a revision goes with a hub id, whose own characters are owner/name's
+MADE = {"base_model.name_or_path": "dir", "evaluation.cost_model": "dir", "data.sft.source": "file",
+        "data.preferences.source": "file", "data.prompts.source": "file", "deployment.prompts.source": "file"}
 VALUES = {
-    "base_model.name_or_path": "org-" + HOSTILE,
-    "base_model.revision": "rev " + HOSTILE,
-    "data.sft.source": "sft-" + HOSTILE,
+    "base_model.name_or_path": "models/org-" + HOSTILE,
+    "data.sft.source": "data/sft-" + HOSTILE + ".jsonl",
     "data.sft.split": "split " + HOSTILE,
-    "data.preferences.source": "pref-" + HOSTILE,
+    "data.preferences.source": "data/pref-" + HOSTILE + ".jsonl",
     "data.preferences.split": "psplit " + HOSTILE,
-    "data.prompts.source": "prompts-" + HOSTILE,
+    "data.prompts.source": "data/prompts-" + HOSTILE + ".jsonl",
     "data.prompts.split": "qsplit " + HOSTILE,
     "data.prompts.column": "col " + HOSTILE,
-    "evaluation.reward_model": "rm-" + HOSTILE,
-    "evaluation.cost_model": "cm-" + HOSTILE,
+    "deployment.prompts.source": "data/deploy-" + HOSTILE + ".jsonl",
+    "evaluation.reward_model": "lab/reward-model",
+    "evaluation.reward_model_revision": "rev " + HOSTILE,
+    "evaluation.cost_model": "models/cm-" + HOSTILE,
     "evaluation.judge.base_url": "http://judge/" + HOSTILE,
     "evaluation.judge.model": "jm " + HOSTILE,
     # evaluation.judge.api_key_env is an environment variable's name ([A-Za-z_][A-Za-z0-9_]*): nothing to quote
 }
+# each constraint is audited by the hostile cost model (a constraint without `evaluation` would be given a role)
+CONSTRAINTS = [{"name": "violence", "cost": "category:violence", "tau": -4.0, "bounds": [-5.5, 5.5],
+                "evaluation": VALUES["evaluation.cost_model"]},
+               {"name": "crime", "cost": "category:crime", "tau": -4.5, "bounds": [-5.5, 5.5],
+                "evaluation": VALUES["evaluation.cost_model"]}]
+
+
+def _make_values(workflow):
+    """The local files and folders the hostile values name (a model folder holds a config.json)."""
+    for key, kind in MADE.items():
+        path = workflow / VALUES[key]
+        if kind == "dir":
+            path.mkdir(parents=True, exist_ok=True)
+            (path / "config.json").write_text('{"vocab_size": 1024}')
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text('{"prompt": "p"}\n')
+
 
 RECORDER = """#!{python}
 import json, os, sys
@@ -79,7 +102,10 @@ def _strings(token):
 
 
 def test_hostile_strings_reach_every_command_intact(workflow_copy, tmp_path):
-    (tmp_path / "hostile.yaml").write_text(yaml.safe_dump(_nested(VALUES)))
+    _make_values(workflow_copy)
+    config = _nested(VALUES)
+    config["calibration"] = {"constraints": CONSTRAINTS}
+    (tmp_path / "hostile.yaml").write_text(yaml.safe_dump(config))
     proc = run_snakemake(workflow_copy, "-n", "-p", "--forceall", "--configfile", str(tmp_path / "hostile.yaml"))
     commands = [line.removeprefix("Shell command: ") for line in proc.stdout.splitlines()
                 if line.startswith("Shell command: ") and line != "Shell command: None"]
@@ -99,7 +125,7 @@ def test_hostile_strings_reach_every_command_intact(workflow_copy, tmp_path):
     assert len(calls) == len(commands)
     carried = [s for argv in calls for token in argv for s in _strings(token) if "PWNED" in s]
     assert set(carried) <= set(VALUES.values()), sorted(set(carried) - set(VALUES.values()))
-    missing = sorted(k for k, v in VALUES.items() if v not in carried)
+    missing = sorted(k for k, v in VALUES.items() if HOSTILE in v and v not in carried)
     assert missing == [], f"never passed to a command: {missing}"
 
 

@@ -330,7 +330,7 @@ def toy_pool_has_strata(c):
     if not c["deployment"]["scenarios"] or c["deployment"]["prompts"]["source"] != "toy":
         return []
     toy = c["toy"]
-    if c["data"]["prompts"]["source"] != "toy":
+    if not _toy_text(c):
         return ["deployment.prompts.source: toy (the default) draws the streams from the toy world's deployment pool, "
                 f"but this experiment's prompts are not the toy world's (data.prompts.source: "
                 f"{c['data']['prompts']['source']!r}): the shift would be measured against other prompts; name the "
@@ -443,17 +443,22 @@ def judge_reachable(c):
 
 
 def _toy_text(c) -> bool:
-    return c["data"]["prompts"]["source"] == "toy"
+    """Whether the experiment's texts are the toy world's: its prompts (from the toy world, or a copy of them on a
+    hub), or its model (the toy model writes only toy answers; a real model answering toy prompts is scored by the
+    oracle too, as make smol does)."""
+    return c["data"]["prompts"]["source"] == "toy" or c["base_model"]["name_or_path"] == "toy"
 
 
 @plan_rule("evaluation.reward_model", "evaluation.cost_model", "evaluation.judge.model", "calibration.constraints",
-           witness={"data": {"prompts": {"source": "data/my_prompts.jsonl"}}})
+           witness={"data": {"prompts": {"source": "lab/real-prompts"}},
+                    "base_model": {"name_or_path": "HuggingFaceTB/SmolLM2-135M-Instruct"}})
 def oracle_on_toy_text(c):
     """The toy oracle knows the toy world's requests and answers only: a value inherited from the toy config by an
     experiment on other prompts would score text it cannot read."""
     if _toy_text(c):
         return []
-    where = f"data.prompts.source is {c['data']['prompts']['source']!r}, not the toy world"
+    where = (f"neither the prompts (data.prompts.source {c['data']['prompts']['source']!r}) nor the model "
+             f"(base_model.name_or_path {c['base_model']['name_or_path']!r}) are the toy world's")
     keys = [("evaluation.reward_model", c["evaluation"]["reward_model"]),
             ("evaluation.cost_model", c["evaluation"]["cost_model"]),
             ("evaluation.judge.model", c["evaluation"]["judge"]["model"]),
@@ -473,7 +478,7 @@ def oracle_on_toy_text(c):
 def scorer_roles(c):
     """Every named-scorer spec is given a role it has (the toy oracle's harm categories, hatesonar's classes,
     fluency as a reward) and the argument it takes: the check lara.scoring.load_scorer makes when a job loads it."""
-    from lara.scoring import spec_problem
+    from lara.scorer_specs import spec_problem
 
     uses = [("evaluation.reward_model", c["evaluation"]["reward_model"], "reward"),
             ("evaluation.cost_model", c["evaluation"]["cost_model"], "cost"),
@@ -518,7 +523,7 @@ def _own_model(spec) -> bool:
 def fallback_evaluation_has_roles(c):
     """A constraint without ``evaluation`` is audited with evaluation.cost_model given the constraint's name as its
     role: only a named scorer has roles; a model folder or hub id scores one overall harm, not this constraint's."""
-    from lara.scoring import named_scorers
+    from lara.scorer_specs import named_scorers
 
     spec = c["evaluation"]["cost_model"]
     if spec.partition(":")[0] in named_scorers():
