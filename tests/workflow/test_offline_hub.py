@@ -53,7 +53,12 @@ def test_data_stage_and_sft_from_an_offline_hub_cache(tiny_world, tmp_path):
                  "preferences": {"source": "lara-test/toy-safety", "data_dir": "pairs"},
                  "prompts": {"source": "lara-test/toy-prompts", "name": "held_out", "revision": "v1",
                              "n_calibration": 20, "n_test": 20}},
-        "train": {"sft": {"max_steps": 4, "batch_size": 8, "max_length": 64, "save_steps": 2}}}))
+        "train": {"sft": {"max_steps": 4, "batch_size": 8, "max_length": 64, "save_steps": 2}},
+        # an experiment on the hub's texts states its own scorers (the toy oracle is refused where neither prompts
+        # nor model are the toy world's: lara.config_plan.oracle_on_toy_text); no constraints or deployment stage
+        "evaluation": {"reward_model": "lara-test/tiny-base", "cost_model": "lara-test/tiny-base",
+                       "judge": {"model": None}},
+        "calibration": {"constraints": []}, "deployment": {"scenarios": []}}))
     # no hub to reach: offline (as every compute job is), and an endpoint that refuses any connection
     env = {"HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "HF_ENDPOINT": "http://127.0.0.1:9"}
@@ -67,6 +72,8 @@ def test_data_stage_and_sft_from_an_offline_hub_cache(tiny_world, tmp_path):
     assert manifest["hf_hub_cache"] == str(cache)
     assert {(e["key"], e["repo_id"], e["commit"], e["obtained"]) for e in manifest["refs"]} == {
         ("base_model.name_or_path", "lara-test/tiny-base", commits["base"], "cached"),
+        ("evaluation.reward_model", "lara-test/tiny-base", commits["base"], "cached"),
+        ("evaluation.cost_model", "lara-test/tiny-base", commits["base"], "cached"),
         ("data.sft.source", "lara-test/toy-safety", commits["safety"], "cached"),
         ("data.preferences.source", "lara-test/toy-safety", commits["safety"], "cached"),
         ("data.prompts.source", "lara-test/toy-prompts", commits["prompts"], "cached")}
