@@ -574,7 +574,7 @@ def bounds_decoded(c):
     {"name": "crime", "cost": "category:crime", "tau": 1e-9, "bounds": [-5.5, 5.5]}]}})
 def constraint_taus_resolved(c):
     """Each constraint's tau is compared with costs to 1e-12 (as the calibration's own tau is)."""
-    from lara.calibrate.dual import COST_RESOLUTION
+    from lara.settings import COST_RESOLUTION
 
     return [f"calibration.constraints.{x.name}.tau: {x.tau:g} is within {COST_RESOLUTION:g} of 0, below the "
             "resolution the calibration compares costs with; rescale the costs and tau"

@@ -431,6 +431,10 @@ def setting(default: Any = _MISSING, help: str = "", *, minimum: float | None = 
     return dataclasses.field(default=default, metadata=metadata)
 
 
+# costs (and tau) smaller than this in magnitude sit within 1e6 of the calibration's 1e-12 tie resolution (a
+# settings rule and a rule between sections compare tau with it, the calibration its costs)
+COST_RESOLUTION = 1e-6
+
 # the largest seed: every library's generator takes it, with room for the streams derived from it (seed + 1);
 # numpy's legacy seeding and torch's CUDA generators stop at 2**32 - 1
 SEED_MAX = 2**31 - 1

@@ -41,7 +41,6 @@ from lara.calibrate.certify import (
     weighted_p_value,
 )
 from lara.calibrate.dual import (
-    COST_RESOLUTION,
     InputError,
     PromptScores,
     bootstrap,
@@ -55,6 +54,7 @@ from lara.io import sha256_file
 from lara.provenance import code_version
 from lara.read.files import DataError, read_table, require_in_range
 from lara.settings import (
+    COST_RESOLUTION,
     Settings,
     add_settings_arguments,
     cross_key,

@@ -35,8 +35,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-COST_RESOLUTION = 1e-6  # costs (and tau) smaller than this in magnitude sit within 1e6 of the 1e-12 tie resolution
-
 MODES = ("soft", "bon")
 
 
