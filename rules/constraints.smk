@@ -237,6 +237,8 @@ if not CONSTRAINTS:
             "logs/{exp}/no_constraints_{name}.log",
         conda:
             "../envs/analysis.yaml"
+        resources:
+            **job_resources("no_constraints"),
         params:
             refused=lambda w: refused_target(
                 f"results/{w.exp}/constraints/{w.name}",

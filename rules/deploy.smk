@@ -248,6 +248,8 @@ rule unknown_scenario:
         name="[^/]+",
     conda:
         "../envs/analysis.yaml"
+    resources:
+        **job_resources("unknown_scenario"),
     params:
         refused=lambda w: refused_target(
             f"results/{w.exp}/deployment/{w.unknown}/{w.name}",
@@ -272,6 +274,8 @@ if not SCENARIOS:
             name="[^/]+",
         conda:
             "../envs/analysis.yaml"
+        resources:
+            **job_resources("no_deployment"),
         params:
             refused=lambda w: refused_target(
                 f"results/{w.exp}/deployment/{w.name}",
