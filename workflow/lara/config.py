@@ -41,6 +41,7 @@ from lara.config_layers import (  # noqa: F401 (re-exported)
     settings_table,
 )
 from lara.config_messages import origin_of, problem_origin, unknown_key_hint
+from lara.config_plan import constraints, taus  # noqa: F401 (re-exported)
 from lara.config_refs import (  # noqa: F401 (re-exported)
     check_references,
     looks_local,
@@ -91,19 +92,6 @@ def scenarios(config: dict) -> dict[str, dict]:
                               "results folder)")
         out[name] = {k: v for k, v in item.items() if k != "name"}
     return out
-
-
-def constraints(config: dict) -> list:
-    """calibration.constraints parsed and checked (lara.constraints.spec): [] when none is listed."""
-    from lara.constraints.spec import parse
-
-    return parse(config["calibration"].get("constraints") or [])
-
-
-def taus(config: dict) -> list[float]:
-    """calibration.tau as a list: the main tau first (Safe-RLHF's budget, the audit's headline), then the others."""
-    tau = config["calibration"]["tau"]
-    return [float(t) for t in (tau if isinstance(tau, list) else [tau])]
 
 
 def defaults(schema: dict) -> dict:

@@ -63,13 +63,15 @@ def rule_count() -> dict[str, int]:
 # what the plan makes (mirrors rules/*.smk; tests/unit/test_config_judged.py compares them with a dry run)
 
 
-def constraints(config: dict):
+def constraints(config: dict) -> list:
+    """calibration.constraints parsed and checked (lara.constraints.spec): [] when none is listed."""
     from lara.constraints.spec import parse
 
     return parse(config["calibration"].get("constraints") or [])
 
 
 def taus(config: dict) -> list[float]:
+    """calibration.tau as a list: the main tau first (Safe-RLHF's budget, the audit's headline), then the others."""
     tau = config["calibration"]["tau"]
     return [float(t) for t in (tau if isinstance(tau, list) else [tau])]
 

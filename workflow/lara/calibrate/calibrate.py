@@ -158,12 +158,10 @@ class CalibrationSettings(Settings):
     @cross_key("calibration.bootstrap", "calibration.quantile",
                witness={"calibration": {"bootstrap": 100, "quantile": 0.975}})
     def bootstrap_resolves(self):
-        from lara.evaluate.intervals import MIN_TAIL, min_replicates
+        from lara.evaluate.intervals import quantile_replicates_problem
 
-        floor = min_replicates(1 - self.quantile)
-        if self.bootstrap < floor:
-            return (f"calibration.bootstrap: {self.bootstrap} replicates put fewer than {MIN_TAIL} beyond the "
-                    f"deployed {self.quantile:g} quantile; use at least {floor} (nothing was computed)")
+        problem = quantile_replicates_problem(self.bootstrap, self.quantile, "calibration.bootstrap", "the deployed")
+        return f"{problem} (nothing was computed)" if problem else None
 
 
 MIN_CALIBRATION_PROMPTS = 2  # a bootstrap over prompts of one prompt resamples nothing: no lambda* is stated

@@ -83,12 +83,10 @@ class CoverageSettings(Settings):
 
     @cross_key("coverage.bootstrap", "calibration.quantile", witness={"coverage": {"bootstrap": 100}})
     def bootstrap_resolves(self):
-        from lara.evaluate.intervals import MIN_TAIL, min_replicates
+        from lara.evaluate.intervals import quantile_replicates_problem
 
-        floor = min_replicates(1 - self.quantile)
-        if self.bootstrap < floor:
-            return (f"coverage.bootstrap: {self.bootstrap} replicates put fewer than {MIN_TAIL} beyond the bootstrap "
-                    f"procedure's {self.quantile:g} quantile in each draw; use at least {floor}")
+        return quantile_replicates_problem(self.bootstrap, self.quantile, "coverage.bootstrap",
+                                           "each draw's bootstrap procedure's")
 
 
 def population_curves(pop: PromptScores, n: int, lams: np.ndarray, clip: np.ndarray) -> np.ndarray:

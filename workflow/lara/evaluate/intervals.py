@@ -73,6 +73,16 @@ def mean_bounds(values, n_boot: int, seed: int = 0) -> tuple[float, float, float
     return tuple(float(v[0]) for v in interval(x[:, None], n_boot, seed))
 
 
+def quantile_replicates_problem(n_boot: int, quantile: float, key: str, what: str) -> str | None:
+    """The problem of a bootstrap of ``n_boot`` replicates that puts fewer than MIN_TAIL beyond the ``quantile``
+    it deploys (``what`` says which quantile, for the message), or None."""
+    floor = min_replicates(1 - quantile)
+    if n_boot < floor:
+        return (f"{key}: {n_boot} replicates put fewer than {MIN_TAIL} beyond {what} {quantile:g} quantile; use at "
+                f"least {floor}")
+    return None
+
+
 def replicates_problem(n_boot: int, key: str = "evaluation.bootstrap") -> str | None:
     """The problem of an interval's bootstrap that puts fewer than MIN_TAIL replicates beyond a 95 % bound (a
     bound read off fewer is noise), or None."""
