@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "split-prompts": "lara.data.splits",
     "value-prompts": "lara.data.value_prompts",
     "rtp-prompts": "lara.realtext.prompts",
+    "slur-prompts": "lara.realtext.slurs",
     # training
     "train-sft": "lara.train.sft",
     "train-reward": "lara.train.reward",

