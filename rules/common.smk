@@ -13,6 +13,8 @@ from lara import hub
 from lara.calibrate.record import literal_name, parse_setting, parse_tau_name, setting_tau, tau_name
 from lara.codehash import named_scorer_modules, step_code  # a rule's code param: its step's import closure
 from lara.runtime import cpu_kernel_environment
+from lara.config_plan import certified_settings
+from lara.settings import CERTIFIED
 from snakemake.logging import logger
 
 # The rules call `lara`. Under `--sdm conda` each job runs the one in its conda environment (each environment's
@@ -124,7 +126,7 @@ WILDCARDS = {
     "pool": "calibration|value|bon|deployment",
     "scenario": _alternatives([s["name"] for s in config["deployment"]["scenarios"]]),
     "eta": "[0-9]+(p[0-9]+)?",
-    "lam": "zero|hat|star|max|direct|crc|ltt|star_tau_m?[0-9]+(p[0-9]+)?|[0-9]+(p[0-9]+)?",
+    "lam": "zero|hat|star|max|direct|crc|ltt_wsr|ltt|star_tau_m?[0-9]+(p[0-9]+)?|[0-9]+(p[0-9]+)?",
     "tau": "m?[0-9]+(p[0-9]+)?",
     "beta": "[0-9]+(p[0-9]+)?",
     "policy": _alternatives(POLICIES),
@@ -310,11 +312,7 @@ DIRECT_METHODS = (
 
 # calibration.cost_bounds (bon mode): Best-of-N is also decoded at the certified lambdas (the `crc` and `ltt`
 # settings, read from lambda.json), beside the deployed lambda* (`star`); they are exact for Best-of-N only
-CERTIFIED_SETTINGS = (
-    ["crc", "ltt"]
-    if config["calibration"].get("cost_bounds") is not None and config["calibration"]["mode"] == "bon"
-    else []
-)
+CERTIFIED_SETTINGS = certified_settings(config)
 
 
 def method_settings(method):
@@ -349,7 +347,7 @@ def sweep_lambda_inputs():
     ]
 
 
-CALIBRATED = ("hat", "star", "crc", "ltt")  # the lambda settings read from lambda.json
+CALIBRATED = ("hat", "star", *CERTIFIED)  # the lambda settings read from lambda.json
 
 
 def setting_lambda_json(setting, method=None):
@@ -593,7 +591,10 @@ CONSTRAINT_MODELS = scorer_inputs([config["calibration"]["constraint_reward"], *
 )
 # LTT (and the vector coverage study) run when every constraint has cost bounds, as in the scalar calibration
 CONSTRAINT_BOUNDS = lara_constraints.bounds(CONSTRAINTS, config["calibration"]["cost_bounds"])
-VECTOR_SETTINGS = {"bon": ["zero", "hat", "star", *(["ltt"] if CONSTRAINT_BOUNDS else [])], "args": ["zero", "star"]}
+VECTOR_SETTINGS = {
+    "bon": ["zero", "hat", "star", *(["ltt", "ltt_wsr"] if CONSTRAINT_BOUNDS else [])],
+    "args": ["zero", "star"],
+}
 
 
 def cost_options(specs, flag="--cost"):

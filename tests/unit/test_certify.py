@@ -127,15 +127,20 @@ def test_the_deployed_procedure_is_lambda_star_and_its_promise_is_recorded(tmp_p
 
     s = scores(3, 400, 8)
     common = dict(tau=-0.4, cost_bounds=[-4.0, 4.0], bon_n=4, delta=0.1, bootstrap=300)
-    out = {g: calibrate(s, CalibrationSettings(guarantee=g, **common)) for g in ("bootstrap", "crc", "ltt")}
+    out = {g: calibrate(s, CalibrationSettings(guarantee=g, **common))
+           for g in ("bootstrap", "crc", "ltt", "ltt_wsr")}
     for g, rec in out.items():
         assert rec["lambda_star"] == rec["procedures"][g]["lambda"] and rec["guarantee"]["procedure"] == g
-        assert set(rec["procedures"]) == {"bootstrap", "crc", "ltt"}
+        assert set(rec["procedures"]) == {"bootstrap", "crc", "ltt", "ltt_wsr"}
         assert rec["procedures"] == out["bootstrap"]["procedures"]  # the procedure only picks what is deployed
     ltt = out["ltt"]
     assert "with probability >= 0.9 over the draw of the 400 calibration prompts, Best-of-4 at lambda" in \
         ltt["guarantee"]["statement"]
     assert ltt["procedures"]["ltt"]["p_value"] <= 0.1
+    wsr = out["ltt_wsr"]  # the betting p-value at its own lambda, recomputed from the losses there: <= delta
+    assert wsr["procedures"]["ltt_wsr"]["feasible"] and wsr["procedures"]["ltt_wsr"]["p_value"] <= 0.1
+    assert "betting p-values" in wsr["guarantee"]["statement"] and wsr["guarantee"]["delta"] == 0.1
+    assert wsr["procedures"]["ltt_wsr"]["clipped_mean_cost"] <= -0.4  # a certificate is never above its own mean
     assert ltt["procedures"]["ltt"]["clipped_mean_cost"] <= ltt_threshold(-0.4, 400, 0.1, (-4, 4)) + 1e-9
     assert ltt["decoder_cost_at_lambda_star"] <= -0.4  # the unclipped calibration cost meets tau too
     assert ltt["lambda_star"] > out["bootstrap"]["lambda_hat"]
@@ -147,6 +152,7 @@ def test_the_deployed_procedure_is_lambda_star_and_its_promise_is_recorded(tmp_p
     rec = read_lambda(path)
     assert resolve_lambda("ltt", 5.0, path) == ltt["procedures"]["ltt"]["lambda"] == rec.lambda_star
     assert resolve_lambda("crc", 5.0, path) == ltt["procedures"]["crc"]["lambda"]
+    assert resolve_lambda("ltt_wsr", 5.0, path) == ltt["procedures"]["ltt_wsr"]["lambda"]
     edited = json.loads(path.read_text()) | {"lambda_star": ltt["procedures"]["bootstrap"]["lambda"]}
     path.write_text(json.dumps(edited))
     with pytest.raises(DataError, match=r"not the record's own ltt lambda"):
@@ -165,10 +171,11 @@ def test_the_coverage_study_keeps_each_procedure_s_promise():
                          bon_n=4, repeats=100, n_prompts=[100, 400], bootstrap=100, seed=0)
     result, draws = study(pop, s)
     by = {(r["procedure"], r["n"]): r for r in result["summary"]}
-    assert set(by) == {(p, n) for p in ("bootstrap", "crc", "ltt") for n in (100, 400)}
+    assert set(by) == {(p, n) for p in ("bootstrap", "crc", "ltt", "ltt_wsr") for n in (100, 400)}
     for n in (100, 400):
         ltt, crc = by[("ltt", n)], by[("crc", n)]
         assert ltt["violation_lo"] <= 0.2  # the Clopper-Pearson interval reaches down to delta or below
+        assert by[("ltt_wsr", n)]["violation_lo"] <= 0.2  # so does the betting test's
         sd = draws[(draws["procedure"] == "crc") & (draws["n"] == n)]["population_clipped_cost"].std()
         assert crc["mean_population_clipped_cost"] <= 0.0 + 3 * sd / np.sqrt(100)
         assert ltt["reward_given_up"] >= crc["reward_given_up"] - 1e-9  # confidence costs reward

@@ -80,7 +80,7 @@ def test_ltt_keeps_its_joint_promise(result):
 
 def test_the_joint_rate_is_at_least_every_single_rate(result):
     _, (record, draws) = result
-    assert {r["procedure"] for r in record["summary"]} == {"hat", "bootstrap", "ltt"}
+    assert {r["procedure"] for r in record["summary"]} == {"hat", "bootstrap", "ltt", "ltt_wsr"}
     for r in record["summary"]:
         assert r["violation_lo"] <= r["violation_rate"] <= r["violation_hi"]
         for name in "ab":
@@ -121,7 +121,7 @@ def test_one_constraint_is_the_scalar_study():
     pop = world(3, prompts=200, m=1)
     cal, cov = both(repeats=15, n_prompts=(40, 80), tau=0.45, delta=0.3)
     record, draws = study(pop, constraints(0.45), cal, cov)
-    assert record["procedures"] == ["hat", "bootstrap", "crc", "ltt"] and "crc" in record["promises"]
+    assert record["procedures"] == ["hat", "bootstrap", "crc", "ltt", "ltt_wsr"] and "crc" in record["promises"]
     ref, ref_draws = scalar_study(PromptScores(pop.reward, pop.costs[..., 0], pop.mask, pop.prompt_ids), cov)
     mine = draws[draws["procedure"] != "hat"].set_index(["n", "repeat", "procedure"])["lambda_a"]
     theirs = ref_draws.set_index(["n", "repeat", "procedure"])["lambda"]
@@ -176,11 +176,11 @@ def test_the_command_writes_its_record_and_table(tmp_path):
     assert main(argv(tmp_path, [a, b], cons, cal, cov)) == 0
     record = json.loads((tmp_path / "coverage.json").read_text())
     assert record["population"]["n_prompts"] == 90 and record["names"] == ["a", "b"] and record["tau"] == [0.5, 0.5]
-    assert set(record["promises"]) == {"hat", "bootstrap", "ltt"}
+    assert set(record["promises"]) == {"hat", "bootstrap", "ltt", "ltt_wsr"}
     assert record["settings"]["repeats"] == 4 and record["calibration_settings"]["bootstrap"] == 10000
     assert [s["path"] for s in record["scores"]] == [str(a), str(b)]
     table = pd.read_csv(tmp_path / "coverage.csv")
-    assert len(table) == 6 and sorted(set(table["n"])) == [20, 30] and (table["repeats"] == 4).all()
+    assert len(table) == 8 and sorted(set(table["n"])) == [20, 30] and (table["repeats"] == 4).all()
     for col in ("violation_rate", "violation_lo", "violation_hi", "violation_rate_a", "violation_rate_b",
                 "mean_population_cost_a", "mean_population_cost_b", "mean_reward", "infeasible_rate",
                 "lambda_mean_a", "lambda_hi_b"):

@@ -128,9 +128,11 @@ def test_best_of_n_along_the_soft_direction_meets_both_constraints_and_is_minima
     assert len(got["soft"]) == 2 and got["solve"]["converged"]
 
 
-def test_ltt_for_both_constraints_holds_its_level_over_repeated_draws():
-    """A population of prompts; many calibration draws of 80; the LTT lambda along a fixed ray (chosen before
-    any draw) misses a constraint on the population in at most delta of them (plus binomial slack)."""
+@pytest.mark.parametrize("kind", ["hb", "wsr"])
+def test_ltt_for_both_constraints_holds_its_level_over_repeated_draws(kind):
+    """A population of prompts; many calibration draws of 100; the LTT lambda along a fixed ray (chosen before
+    any draw), with either kind of p-value, misses a constraint on the population in at most delta of them (plus
+    binomial slack)."""
     from lara.calibrate.bestofn import expected
 
     reward, costs, mask = world(5, prompts=3000, k=6)
@@ -144,7 +146,7 @@ def test_ltt_for_both_constraints_holds_its_level_over_repeated_draws():
     misses, draws, chosen = 0, 60, []
     for _ in range(draws):
         idx = rng.choice(len(reward), 100, replace=False)
-        got = ltt_along(reward[idx], costs[idx], mask[idx], d, tau, n, grid, delta, bounds)
+        got = ltt_along(reward[idx], costs[idx], mask[idx], d, tau, n, grid, delta, bounds, kind, len(chosen))
         assert got["s"] is not None and got["p_value"] <= delta
         # the guarantee is about the clipped costs' expectation on the population
         at = expected(reward, combined(costs, got["lambda"]), mask, [1.0], n, *clipped)[:, :, 0].mean(axis=1)
@@ -180,14 +182,18 @@ def test_pareto_testing_chooses_the_ray_on_one_half_and_tests_on_the_other():
     n = 3
     zero = expected_vector(reward, costs, mask, [0.0, 0.0], n).mean(axis=0)
     tau = zero - np.array([0.6, 0.4])
-    got = pareto_ltt(reward, costs, mask, tau, n, 0.5, 20.0, np.geomspace(0.01, 20.0, 80), 0.1, [-3.0, 3.0], 0)
+    both = pareto_ltt(reward, costs, mask, tau, n, 0.5, 20.0, np.geomspace(0.01, 20.0, 80), 0.1, [-3.0, 3.0], 0,
+                      p_values=("hb", "wsr"))
+    got = both["hb"]
     assert got["n_choose"] == 200 and got["n_test"] == 200 and max(got["direction"]) == 1.0
     assert got["s"] is not None and got["p_value"] <= 0.1
-    # the same split tested by hand gives the same lambda
+    assert both["wsr"]["direction"] == got["direction"] and both["wsr"]["p_value"] <= 0.1  # one split, one ray
+    # the same split tested by hand gives the same lambda, for either kind of p-value
     order = np.random.default_rng(0).permutation(400)
     test = order[200:]
-    again = ltt_along(reward[test], costs[test], mask[test], got["direction"], tau, n,
-                      np.geomspace(0.01, 20.0, 80), 0.1, [-3.0, 3.0])
-    assert again["lambda"] == got["lambda"]
+    for kind in ("hb", "wsr"):
+        again = ltt_along(reward[test], costs[test], mask[test], got["direction"], tau, n,
+                          np.geomspace(0.01, 20.0, 80), 0.1, [-3.0, 3.0], kind, 0)
+        assert again["lambda"] == both[kind]["lambda"] and again["p_values"] == kind
     with pytest.raises(ValueError, match="one part empty"):
         pareto_ltt(reward[:1], costs[:1], mask[:1], tau, n, 0.5, 20.0, [1.0], 0.1, [-3.0, 3.0], 0)

@@ -86,7 +86,9 @@ def bon_star(config: dict) -> bool:
 
 def certified_settings(config: dict) -> list[str]:
     cal = config["calibration"]
-    return ["crc", "ltt"] if cal.get("cost_bounds") is not None and cal["mode"] == "bon" else []
+    from lara.settings import CERTIFIED
+
+    return list(CERTIFIED) if cal.get("cost_bounds") is not None and cal["mode"] == "bon" else []
 
 
 def settings_runs(config: dict) -> list[tuple[str, dict]]:

@@ -274,7 +274,9 @@ def record_value(record, setting: str) -> tuple[float, str] | None:
         return record.lambda_star, f"lambda* = {record.lambda_star:.4g} from {record.path}"
     if setting == "hat":
         return record.lambda_hat, f"lambda-hat = {record.lambda_hat:.4g} from {record.path}"
-    if setting in ("crc", "ltt") and setting in (record.get("procedures") or {}):
+    from lara.settings import CERTIFIED
+
+    if setting in CERTIFIED and setting in (record.get("procedures") or {}):
         lam = record.procedure_lambda(setting)
         return lam, f"the {setting} lambda = {lam:.4g} from {record.path}"
     return None

@@ -434,6 +434,10 @@ def setting(default: Any = _MISSING, help: str = "", *, minimum: float | None = 
 # costs (and tau) smaller than this in magnitude sit within 1e6 of the calibration's 1e-12 tie resolution (a
 # settings rule and a rule between sections compare tau with it, the calibration its costs)
 COST_RESOLUTION = 1e-6
+# the certified procedures of a Best-of-N calibration (lara.calibrate.certify), each a lambda setting decoded beside
+# lambda* when calibration.cost_bounds are given: conformal risk control, Learn then Test with Hoeffding-Bentkus
+# p-values, and Learn then Test with betting p-values (Waudby-Smith & Ramdas)
+CERTIFIED = ("crc", "ltt", "ltt_wsr")
 
 # the largest seed: every library's generator takes it, with room for the streams derived from it (seed + 1);
 # numpy's legacy seeding and torch's CUDA generators stop at 2**32 - 1

@@ -1,6 +1,6 @@
 """A variance-adaptive Learn-then-Test test: betting (Waudby-Smith & Ramdas, *Estimating means of bounded random
-variables by betting*, JRSS-B 2024). Pure numpy, no I/O. (Groundwork for issue 48: the workflow's LTT still uses
-the Hoeffding-Bentkus p-value of :mod:`lara.calibrate.certify`; this module is not yet one of its procedures.)
+variables by betting*, JRSS-B 2024). Pure numpy, no I/O. The ``ltt_wsr`` procedure of :mod:`lara.calibrate.certify`
+and of the vector calibration, beside ``ltt``'s Hoeffding-Bentkus p-values.
 
 The null of LTT at a lambda is "the expected loss is above tau". With the losses rescaled to [0, 1] (the cost
 bounds [lo, hi]) and a = (tau - lo) / (hi - lo), a gambler who bets that the mean is below a multiplies her wealth
@@ -41,18 +41,26 @@ def wealth_path(x: np.ndarray, a: float, delta: float) -> np.ndarray:
     return np.cumprod(1.0 + bet * (a - x), axis=-1)
 
 
-def betting_rejects(losses: np.ndarray, tau: float, delta: float, bounds, order: np.ndarray) -> np.ndarray:
-    """Whether the level-``delta`` betting test rejects "expected loss > tau" for each row of ``losses`` (..., n),
-    the losses in ``bounds`` taken in the order ``order`` (a permutation of the n prompts)."""
+def betting_p_values(losses: np.ndarray, tau: float, delta: float, bounds, order: np.ndarray) -> np.ndarray:
+    """The p-value of "expected loss > tau" for each row of ``losses`` (..., n): min(1, 1 / the gambler's largest
+    wealth), the losses in ``bounds`` taken in the order ``order`` (indices into the last axis: a permutation of the
+    n prompts, or any sequence of them drawn independently of the losses). Valid at every level (Ville's
+    inequality); the bets are tuned for level ``delta``."""
     lo, hi = (float(b) for b in bounds)
     a = (tau - lo) / (hi - lo)
     losses = np.asarray(losses, dtype=float)
     if a <= 0:
-        return np.zeros(losses.shape[:-1], dtype=bool)
+        return np.ones(losses.shape[:-1])
     if a >= 1:
-        return np.ones(losses.shape[:-1], dtype=bool)
+        return np.zeros(losses.shape[:-1])
     x = np.clip((losses[..., order] - lo) / (hi - lo), 0.0, 1.0)
-    return wealth_path(x, a, delta).max(axis=-1) >= 1.0 / delta
+    return np.minimum(1.0, 1.0 / wealth_path(x, a, delta).max(axis=-1))
+
+
+def betting_rejects(losses: np.ndarray, tau: float, delta: float, bounds, order: np.ndarray) -> np.ndarray:
+    """Whether the level-``delta`` betting test rejects "expected loss > tau" for each row of ``losses`` (..., n),
+    the losses in ``bounds`` taken in the order ``order`` (a permutation of the n prompts)."""
+    return betting_p_values(losses, tau, delta, bounds, order) <= delta
 
 
 def prompt_order(n: int, seed: int) -> np.ndarray:
@@ -61,31 +69,32 @@ def prompt_order(n: int, seed: int) -> np.ndarray:
 
 
 def betting_ltt_lambda(st, tau: float, delta: float, lam_max: float, bounds, seed: int,
-                       block: int = 256) -> tuple[float, bool]:
+                       block: int = 256, rows: np.ndarray | None = None) -> tuple[float, bool]:
     """The Learn-then-Test lambda with betting tests from the steps ``st`` of the prompts' clipped expected costs
     (:func:`lara.calibrate.bestofn.steps`, values in ``bounds``): the lambdas from ``lam_max`` down, one test per
-    stretch of constant losses, stopped at the first stretch not rejected. Returns (lambda, feasible): not
+    stretch of constant losses, stopped at the first stretch not rejected. ``rows``: the calibration draw as a
+    sequence of the prompts' indices, in testing order (repeats allowed: a draw with replacement, already in a
+    random order); default every prompt once, in :func:`prompt_order` of ``seed``. Returns (lambda, feasible): not
     feasible when not even the losses at ``lam_max`` are rejected (lambda is then ``lam_max``)."""
-    n = len(st.start)
-    order = prompt_order(n, seed)
-    current = np.array(st.end, dtype=float)
-    if not betting_rejects(current, tau, delta, bounds, order):
+    order = prompt_order(len(st.start), seed) if rows is None else np.asarray(rows)
+    tested, position = np.unique(order, return_inverse=True)  # the prompts drawn; each test's prompt among them
+    current = np.array(st.end, dtype=float)[tested]
+    if not betting_rejects(current, tau, delta, bounds, position):
         return float(lam_max), False
-    # the stretches from the top: each distinct crossing lambda starts one; below it the losses are the ones at
-    # it with its changes undone
-    lams, first = np.unique(st.lam, return_index=True)
-    bounds_idx = np.append(first, len(st.lam))
+    # only the changes of the drawn prompts make stretches: each distinct crossing lambda of theirs starts one;
+    # below it the losses are the ones at it with its changes undone
+    keep = np.isin(st.prompt, tested)
+    lam_k, prompt_k, delta_k = st.lam[keep], np.searchsorted(tested, st.prompt[keep]), st.delta[keep]
+    lams, stretch = np.unique(lam_k, return_inverse=True)
     for hi_i in range(len(lams) - 1, -1, -block):
         lo_i = max(-1, hi_i - block)
-        rows, state = [], current
-        for i in range(hi_i, lo_i, -1):  # undo the changes at lams[i]: the losses just below it
-            state = state.copy()
-            span = slice(bounds_idx[i], bounds_idx[i + 1])
-            np.subtract.at(state, st.prompt[span], st.delta[span])
-            rows.append(state)
-        rejected = betting_rejects(np.array(rows), tau, delta, bounds, order)
+        span = (stretch > lo_i) & (stretch <= hi_i)
+        undo = np.zeros((hi_i - lo_i, len(tested)))  # row r: the changes at lams[hi_i - r]
+        np.add.at(undo, (hi_i - stretch[span], prompt_k[span]), delta_k[span])
+        batch = current[None, :] - np.cumsum(undo, axis=0)
+        rejected = betting_rejects(batch, tau, delta, bounds, position)
         if not rejected.all():
             stop = int(np.argmin(rejected))  # the first stretch (from the top) not rejected
             return float(lams[hi_i - stop]), True
-        current = rows[-1]
+        current = batch[-1]
     return 0.0, True

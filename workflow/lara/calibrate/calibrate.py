@@ -30,6 +30,7 @@ import pandas as pd
 
 from lara.calibrate.certify import (
     CERTIFIED,
+    WEIGHTED,
     certified_lambda,
     clip_costs,
     clipped_steps,
@@ -97,12 +98,13 @@ class CalibrationSettings(Settings):
     bon_n: int | None = setting(None, "Bon mode: the decoder's N (null = K, every sample; N > K is an error); "
                                       "the rule calibrating Fig. 1's other sizes sets its own N.", minimum=1,
                                 key="decode.bon_n")
-    guarantee: Literal["bootstrap", "crc", "ltt"] = setting(
+    guarantee: Literal["bootstrap", "crc", "ltt", "ltt_wsr"] = setting(
         "bootstrap", "The procedure whose lambda is deployed as lambda* (what the decoders read): bootstrap (the "
                      "paper's: the `quantile` of a prompt bootstrap of lambda-hat, no finite-sample guarantee), crc "
-                     "(conformal risk control: expected cost <= tau averaged over calibration draws) or ltt (Learn "
-                     "then Test: expected cost <= tau with probability >= 1 - delta). crc and ltt are exact for "
-                     "Best-of-N (mode bon) and need cost_bounds; docs/calibration.md.")
+                     "(conformal risk control: expected cost <= tau averaged over calibration draws), ltt (Learn "
+                     "then Test: expected cost <= tau with probability >= 1 - delta; Hoeffding-Bentkus p-values) or "
+                     "ltt_wsr (the same with variance-adaptive betting p-values, Waudby-Smith & Ramdas 2024). crc, "
+                     "ltt and ltt_wsr are exact for Best-of-N (mode bon) and need cost_bounds; docs/calibration.md.")
     delta: float = setting(0.1, "ltt: the probability that the certified lambda misses tau (over the draw of the "
                                 "calibration prompts).", exclusive_minimum=0, exclusive_maximum=1)
     cost_bounds: list[float] | None = setting(
@@ -250,7 +252,7 @@ def calibrate(scores: PromptScores, s: CalibrationSettings, weights: np.ndarray 
         "lambda_hat": sol.lam,
         "lambda_star": lambda_star,
         # the procedure that chose lambda_star and what it promises; every procedure's lambda beside it
-        "guarantee": {"procedure": s.guarantee, "delta": s.delta if s.guarantee == "ltt" else None,
+        "guarantee": {"procedure": s.guarantee, "delta": s.delta if s.guarantee in ("ltt", "ltt_wsr") else None,
                       "cost_bounds": s.cost_bounds, "clipped_fraction": clipped,
                       "feasible": deployed["feasible"], "statement": deployed["statement"]},
         "procedures": procedures,
@@ -314,18 +316,19 @@ def certify(scores: PromptScores, s: CalibrationSettings, bon_n: int | None, k_m
     calibration costs the bounds clip (``cost_steps``: the unclipped cost's steps, reused when nothing is clipped;
     ``weights``: unequal covariate-shift weights, for the weighted versions)."""
     from lara.calibrate.bestofn import expected
+    from lara.calibrate.betting import betting_p_values, prompt_order
 
     clip, frac = clip_costs(scores.cost, scores.mask, s.cost_bounds)
     st = clipped_steps(scores, bon_n, s.lambda_search_max, s.cost_bounds, cost_steps)
     n = scores.n_prompts
     out = {}
-    for proc in CERTIFIED:
+    for proc in CERTIFIED if weights is None else WEIGHTED:
         if weights is None:
-            c = certified_lambda(st, n, proc, s.tau, s.lambda_search_max, s.cost_bounds, s.delta)
+            c = certified_lambda(st, n, proc, s.tau, s.lambda_search_max, s.cost_bounds, s.delta, seed=s.seed)
         else:
             c = weighted_certified_lambda(st, weights, proc, s.tau, s.lambda_search_max, s.cost_bounds, s.delta)
-        per_prompt = expected(scores.reward, scores.cost, scores.mask, [c.lam], bon_n, clip)[0, :, 0]
-        mean = float(per_prompt.mean() if weights is None else weights @ per_prompt / weights.sum())
+        at = expected(scores.reward, scores.cost, scores.mask, [c.lam], bon_n, clip)[0, :, 0]
+        mean = float(at.mean() if weights is None else weights @ at / weights.sum())
         out[proc] = {"lambda": c.lam, "feasible": c.feasible, "threshold": c.threshold, "clipped_mean_cost": mean,
                      "statement": statement(proc, lam=c.lam, tau=s.tau, n_prompts=n, bon_n=bon_n or k_min,
                                             feasible=c.feasible, delta=s.delta, bounds=s.cost_bounds,
@@ -335,6 +338,9 @@ def certify(scores: PromptScores, s: CalibrationSettings, bon_n: int | None, k_m
             p = (hb_p_value(mean, n, s.tau, s.cost_bounds) if weights is None
                  else weighted_p_value(mean, effective_sample_size(weights), s.tau, s.cost_bounds))
             out[proc] |= {"delta": s.delta, "p_value": float(p)}
+        elif proc == "ltt_wsr":  # the betting p-value of the losses at the certified lambda, in the test's order
+            p = betting_p_values(at, s.tau, s.delta, s.cost_bounds, prompt_order(n, s.seed))
+            out[proc] |= {"delta": s.delta, "p_value": float(p), "order_seed": s.seed}
     return frac, out
 
 
@@ -542,7 +548,7 @@ def run(args) -> None:
         if result["status"] != "infeasible":  # the estimate reaches tau; the deployed guarantee does not
             msg = (f"calibration.guarantee {s.guarantee} cannot certify tau={s.tau} within [0, lambda_search_max="
                    f"{s.lambda_search_max}] with {result['n_prompts']:,} calibration prompts and cost_bounds "
-                   f"{s.cost_bounds}" + (f" at delta {s.delta}" if s.guarantee == "ltt" else "")
+                   f"{s.cost_bounds}" + (f" at delta {s.delta}" if s.guarantee in ("ltt", "ltt_wsr") else "")
                    + " (more prompts, tighter fixed bounds, or a larger tau)")
         if not args.allow_infeasible:
             raise DataError(f"{args.scores}: {msg}; raise calibration.lambda_search_max or tau, or pass "

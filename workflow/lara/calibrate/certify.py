@@ -23,6 +23,11 @@ lambda is exact (the first crossing where R_n drops to the threshold, :func:`lar
   of R_n, and R_n of lam is non-increasing, so the sequence over the whole interval [0, Lambda] rejects
   exactly where R_n(lam) <= r_crit (the largest mean with p <= delta): the error event is an increasing
   union of single-test events, each of probability <= delta.
+* **LTT with betting p-values** (``ltt_wsr``; :mod:`lara.calibrate.betting`, Waudby-Smith & Ramdas 2024): the same
+  fixed sequence, each lam's null tested by a gambler's wealth over the prompts in one seeded order, so the
+  p-value adapts to the losses' spread (Hoeffding-Bentkus assumes the worst, variance (hi - lo)^2 / 4). It is no
+  threshold on the mean: every stretch of constant losses from Lambda down is tested until one is not rejected.
+  Same statement as LTT's. No weighted version (the weighted procedures are crc and ltt).
 
 **Covariate-shift weighted versions** (:func:`weighted_certified_lambda`; weights w_i > 0 of the calibration
 prompts, estimates of dP_deploy / dP_cal at each prompt, :mod:`lara.deploy.shift`). Both are about the deployment
@@ -53,8 +58,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-PROCEDURES = ("bootstrap", "crc", "ltt")
-CERTIFIED = ("crc", "ltt")
+from lara.settings import CERTIFIED
+
+PROCEDURES = ("bootstrap", *CERTIFIED)
+WEIGHTED = ("crc", "ltt")  # the certified procedures with a covariate-shift weighted version
 
 
 def clip_costs(cost: np.ndarray, mask: np.ndarray, bounds) -> tuple[np.ndarray, dict]:
@@ -148,11 +155,19 @@ class Certified:
 
 
 def certified_lambda(clipped_steps, n: int, procedure: str, tau: float, lam_max: float, bounds,
-                     delta: float, weights: np.ndarray | None = None) -> Certified:
-    """The CRC or LTT lambda from the steps of the clipped expected cost (:func:`lara.calibrate.bestofn.steps`
-    with ``value`` the clipped costs) of n prompts (``weights``: the prompts' weights, default equal)."""
+                     delta: float, weights: np.ndarray | None = None, seed: int = 0,
+                     rows: np.ndarray | None = None) -> Certified:
+    """The CRC, LTT or betting-LTT lambda from the steps of the clipped expected cost
+    (:func:`lara.calibrate.bestofn.steps` with ``value`` the clipped costs) of n prompts (``weights``: the prompts'
+    weights, default equal: a draw with repeats; ``rows``: that draw as a sequence of prompt indices, which the
+    betting test takes in its order; ``seed``: the betting test's order of the prompts when no ``rows``)."""
     from lara.calibrate.bestofn import roots
 
+    if procedure == "ltt_wsr":
+        from lara.calibrate.betting import betting_ltt_lambda
+
+        lam, feasible = betting_ltt_lambda(clipped_steps, tau, delta, lam_max, bounds, seed, rows=rows)
+        return Certified(procedure, lam, feasible, None)
     if procedure == "crc":
         threshold = crc_threshold(tau, n, bounds)
     elif procedure == "ltt":
@@ -211,6 +226,8 @@ def weighted_certified_lambda(clipped_steps, weights, procedure: str, tau: float
     from lara.calibrate.bestofn import roots
 
     w = np.asarray(weights, dtype=float)
+    if procedure not in WEIGHTED:
+        raise ValueError(f"no weighted version of {procedure!r} (weighted: {', '.join(WEIGHTED)})")
     if equal_weights(w):
         return certified_lambda(clipped_steps, len(w), procedure, tau, lam_max, bounds, delta)
     if procedure == "crc":
@@ -239,10 +256,12 @@ def statement(procedure: str, *, lam: float, tau: float, n_prompts: int, bon_n: 
                 f"the interval's end){clip}")
     if ess is not None:
         return _weighted_statement(procedure, lam, tau, n_prompts, decoder, clip, delta, quantile, replicates, ess)
-    if procedure == "ltt":
+    if procedure in ("ltt", "ltt_wsr"):
+        p_values = ("Hoeffding-Bentkus p-values" if procedure == "ltt" else
+                    "betting p-values, Waudby-Smith & Ramdas 2024, the prompts in one seeded order")
         return (f"with probability >= {1 - delta:.3g} over the draw of the {n_prompts:,} calibration prompts, "
                 f"{decoder} at lambda = {lam:.6g} has expected cost{clip} <= tau = {tau:g} on prompts from the "
-                "same distribution (Learn then Test, Hoeffding-Bentkus p-values, fixed-sequence testing)")
+                f"same distribution (Learn then Test, {p_values}, fixed-sequence testing)")
     if procedure == "crc":
         return (f"averaged over the draw of the {n_prompts:,} calibration prompts and of a new prompt from the same "
                 f"distribution, {decoder} at lambda = {lam:.6g} has expected cost{clip} <= tau = {tau:g} "

@@ -145,8 +145,9 @@ def calibrate_draw(curves: Curves, rows: np.ndarray, s: CoverageSettings, rng: n
     lams, status = roots(curves.cost, wb, s.tau, s.lambda_search_max)
     # the bootstrap's lambda* is infeasible when its quantile lands on replicates that never reach tau
     out = {"bootstrap": (float(np.quantile(lams, s.quantile)), bool((status == 2).mean() <= 1 - s.quantile))}
-    for proc in CERTIFIED:
-        c = certified_lambda(curves.clipped, n, proc, s.tau, s.lambda_search_max, s.cost_bounds, s.delta, weights=w)
+    for proc in CERTIFIED:  # (the draw is i.i.d., so its own order is the betting test's: ``rows``)
+        c = certified_lambda(curves.clipped, n, proc, s.tau, s.lambda_search_max, s.cost_bounds, s.delta, weights=w,
+                             rows=rows)
         out[proc] = (c.lam, c.feasible)
     return out
 
@@ -221,7 +222,8 @@ def study(pop: PromptScores, s: CoverageSettings, progress=None) -> tuple[dict, 
                        "clipped_fraction": frac},
         "promises": {"bootstrap": f"none (nominal: the {s.quantile:g} quantile)",
                      "crc": "mean over draws of the population's clipped cost <= tau",
-                     "ltt": f"violation rate <= delta = {s.delta:g}"},
+                     "ltt": f"violation rate <= delta = {s.delta:g}",
+                     "ltt_wsr": f"violation rate <= delta = {s.delta:g}"},
         "summary": summary, "wall_s": time.perf_counter() - t0}, draws
 
 

@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lara.config import nonfinite
+from lara.settings import CERTIFIED
 
 # the keys every consumer relies on (the writer puts them there; the reader checks they are)
 REQUIRED = ("lambda_hat", "lambda_star", "tau", "mode", "decoder", "feasible", "status", "bootstrap")
 # hat, star and the certified crc and ltt read lambda.json; direct a direct_<method>.json
-NAMED = ("zero", "hat", "star", "max", "direct", "crc", "ltt")
+NAMED = ("zero", "hat", "star", "max", "direct", *CERTIFIED)
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ def _number(value) -> float:
 def _check_values(data: dict, path) -> None:
     """What a writer guarantees and an edit can break: the deployed lambda* is the lambda of the record's own
     deploying procedure: its bootstrap quantile (bootstrap.quantiles holds the deployed quantile's value) or its
-    certified lambda (procedures.<crc|ltt>.lambda)."""
+    certified lambda (procedures.<crc|ltt|ltt_wsr>.lambda)."""
     from lara.read.files import DataError
 
     procedure = (data.get("guarantee") or {}).get("procedure", "bootstrap")
@@ -282,7 +283,7 @@ def resolve_lambda(name: str, overpenalised: float, lambda_json: str | Path | No
     if name == "direct":  # a token-level decoder's own calibration (lara calibrate-decoder)
         return float(read_direct(lambda_json)["lambda_star"])
     record = read_lambda(lambda_json)
-    if name in ("crc", "ltt"):
+    if name in CERTIFIED:
         return record.procedure_lambda(name)
     tau = setting_tau(name)
     if tau is not None:  # star_tau_<tau>: that tau's lambda*, from the record calibrated for it

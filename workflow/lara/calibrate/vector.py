@@ -146,31 +146,40 @@ def bon_along_soft_direction(reward, costs, mask, tau, n: int | None, beta: floa
             "mean_cost": None if s is None else path.mean[t].tolist(), "soft": lam_soft.tolist(), "solve": solve}
 
 
-def ltt_along(reward, costs, mask, direction, tau, n: int | None, grid, delta: float, bounds) -> dict:
+def ltt_along(reward, costs, mask, direction, tau, n: int | None, grid, delta: float, bounds,
+              p_values: str = "hb", seed: int = 0) -> dict:
     """Learn then Test for every constraint at once along a fixed ray: for each s of ``grid`` (fixed before the
     data, tested from the largest down) the null "some E[c_j(s d)] > tau_j" is an intersection-union null, so
-    its p-value is the largest of the constraints' Hoeffding-Bentkus p-values of their clipped means
-    (:func:`lara.calibrate.certify.hb_p_value`, costs clipped to ``bounds``: a (m, 2) array or one pair for all);
-    fixed-sequence testing stops at the first s not rejected at ``delta`` and returns the last rejected one.
-    With probability >= 1 - delta over the prompts, every constraint holds in expectation at that lambda,
-    provided ``direction`` and ``grid`` did not depend on these prompts."""
+    its p-value is the largest of the constraints' p-values of their clipped losses (costs clipped to ``bounds``: a
+    (m, 2) array or one pair for all) — ``p_values`` "hb": Hoeffding-Bentkus of the mean
+    (:func:`lara.calibrate.certify.hb_p_value`), "wsr": the betting test of the prompts' losses in one seeded order
+    (:func:`lara.calibrate.betting.betting_p_values`); fixed-sequence testing stops at the first s not rejected at
+    ``delta`` and returns the last rejected one. With probability >= 1 - delta over the prompts, every constraint
+    holds in expectation at that lambda, provided ``direction`` and ``grid`` did not depend on these prompts."""
+    from lara.calibrate.betting import betting_p_values, prompt_order
     from lara.calibrate.certify import hb_p_value
 
+    if p_values not in ("hb", "wsr"):
+        raise ValueError(f"p_values {p_values!r}: hb or wsr")
     tau = np.asarray(tau, dtype=float)
     m = costs.shape[2]
     b = np.broadcast_to(np.asarray(bounds, dtype=float), (m, 2))
     clipped = np.stack([np.clip(costs[..., j], b[j, 0], b[j, 1]) for j in range(m)], axis=2)
     d = np.asarray(direction, dtype=float)
+    order = prompt_order(len(reward), seed)
     chosen, p_at = None, None
     for s in sorted(np.asarray(grid, dtype=float), reverse=True):
         c = combined(costs, s * d)
-        v = expected(reward, c, mask, [1.0], n, *[clipped[..., j] for j in range(m)])[:, :, 0].mean(axis=1)
-        p = max(float(hb_p_value(v[j], len(reward), tau[j], b[j])) for j in range(m))
+        v = expected(reward, c, mask, [1.0], n, *[clipped[..., j] for j in range(m)])[:, :, 0]  # (m, P)
+        if p_values == "hb":
+            p = max(float(hb_p_value(v[j].mean(), len(reward), tau[j], b[j])) for j in range(m))
+        else:
+            p = max(float(betting_p_values(v[j], tau[j], delta, b[j], order)) for j in range(m))
         if p > delta:
             break
         chosen, p_at = float(s), p
     return {"s": chosen, "lambda": None if chosen is None else (chosen * d).tolist(), "p_value": p_at,
-            "delta": delta}
+            "delta": delta, "p_values": p_values}
 
 
 def bootstrap_along(reward, costs, mask, direction, tau, n: int | None, s_max: float, replicates: int, seed: int,
@@ -198,11 +207,12 @@ def bootstrap_along(reward, costs, mask, direction, tau, n: int | None, s_max: f
 
 
 def pareto_ltt(reward, costs, mask, tau, n: int | None, beta: float, lam_max: float, grid, delta: float, bounds,
-               seed: int, fraction: float = 0.5) -> dict:
+               seed: int, fraction: float = 0.5, p_values: tuple[str, ...] = ("hb",)) -> dict[str, dict]:
     """Pareto Testing for Best-of-n: split the prompts (seeded); on the first part choose the ray (the soft dual's
     direction, :func:`bon_along_soft_direction`); on the second, Learn then Test along it for every constraint at
-    once (:func:`ltt_along`). The direction depends only on the first part, so the guarantee holds over the draw
-    of the second: with probability >= 1 - delta every constraint holds in expectation at the returned lambda."""
+    once (:func:`ltt_along`), once per kind of ``p_values`` (the same split and ray for each). The direction depends
+    only on the first part, so each guarantee holds over the draw of the second: with probability >= 1 - delta every
+    constraint holds in expectation at the returned lambda. Returns each kind's result."""
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(reward))
     cut = int(round(fraction * len(reward)))
@@ -210,5 +220,6 @@ def pareto_ltt(reward, costs, mask, tau, n: int | None, beta: float, lam_max: fl
         raise ValueError(f"a split of {len(reward)} prompts at {fraction} leaves one part empty")
     choose, test = order[:cut], order[cut:]
     chosen = bon_along_soft_direction(reward[choose], costs[choose], mask[choose], tau, n, beta, lam_max)
-    tested = ltt_along(reward[test], costs[test], mask[test], chosen["direction"], tau, n, grid, delta, bounds)
-    return tested | {"direction": chosen["direction"], "n_choose": int(cut), "n_test": int(len(test))}
+    split = {"direction": chosen["direction"], "n_choose": int(cut), "n_test": int(len(test))}
+    return {kind: ltt_along(reward[test], costs[test], mask[test], chosen["direction"], tau, n, grid, delta, bounds,
+                            kind, seed) | split for kind in p_values}

@@ -11,8 +11,10 @@ Procedures (every lambda a vector in the constraints' order; :mod:`lara.calibrat
   other half with intersection-union p-values (the largest of the constraints' Hoeffding-Bentkus p-values),
   fixed-sequence down a grid of s fixed in advance: with probability >= 1 - delta over those prompts every
   constraint holds in expectation at once.
+* ``ltt_wsr``: the same split, ray and grid, with betting p-values (:mod:`lara.calibrate.betting`): the same
+  statement, more often certified where the losses spread little.
 
-``calibration.guarantee`` picks lambda* from bootstrap or ltt (crc bounds one risk's expectation; its vector
+``calibration.guarantee`` picks lambda* from bootstrap, ltt or ltt_wsr (crc bounds one risk's expectation; its vector
 form is not implemented). With one constraint the scalar calibration itself runs (:func:`lara.calibrate.
 calibrate.calibrate`), so its lambdas are the scalar ones bit for bit. For two constraints a brute-force check
 over a 2-D grid reports the best feasible grid point's reward beside the ray's: what restricting the search to
@@ -111,24 +113,37 @@ def _vector(scores: VectorScores, tau, n, s: CalibrationSettings, bounds=None) -
                       "upper bound, no finite-sample guarantee")}
     if bounds is not None:
         grid = np.linspace(0.0, s.lambda_search_max, LTT_GRID)
-        lt = vector.pareto_ltt(r, c, mask, tau, n, s.beta, s.lambda_search_max, grid, s.delta, bounds, s.seed)
-        certified = lt["lambda"] is not None
-        if not certified:  # as the scalar LTT: the end of the search, marked not certified
-            lt = lt | {"s": s.lambda_search_max,
-                       "lambda": (s.lambda_search_max * np.asarray(lt["direction"])).tolist()}
-        procedures["ltt"] = lt | {
-            "feasible": certified,
-            "statement": (f"with probability >= {1 - s.delta:g} over the {lt['n_test']} test-half prompts, every "
-                          "constraint's expected Best-of-N cost (clipped to its bounds) is <= its tau at this "
-                          f"lambda (Pareto Testing: direction from the other {lt['n_choose']} prompts, "
-                          "intersection-union Hoeffding-Bentkus p-values, fixed sequence down the grid)"
-                          if certified else
-                          f"not certified: no s on the grid along the direction from {lt['n_choose']} prompts "
-                          f"rejects 'some constraint is missed' at delta {s.delta:g} with {lt['n_test']} prompts and "
-                          "the cost bounds as fixed; lambda is the end of the search (lambda_search_max along it)")}
-        procedures["ltt"]["bounds"] = bounds
-        procedures["ltt"]["clipped_fraction"] = clipped_fractions(scores, bounds)
+        tested = vector.pareto_ltt(r, c, mask, tau, n, s.beta, s.lambda_search_max, grid, s.delta, bounds, s.seed,
+                                   p_values=tuple(LTT_P_VALUES.values()))
+        for name, kind in LTT_P_VALUES.items():
+            procedures[name] = _ltt_procedure(tested[kind], s, bounds, scores)
     return {"procedures": procedures, "direction": hat["direction"]}
+
+
+LTT_P_VALUES = {"ltt": "hb", "ltt_wsr": "wsr"}  # the vector LTT procedures and their p-values
+P_VALUE_NAMES = {"hb": "Hoeffding-Bentkus p-values", "wsr": "betting p-values (Waudby-Smith & Ramdas 2024, the "
+                                                            "test half's prompts in one seeded order)"}
+
+
+def _ltt_procedure(lt: dict, s: CalibrationSettings, bounds, scores: VectorScores) -> dict:
+    """One LTT procedure's record: its lambda (the end of the search along the direction, marked not certified,
+    when it certified nothing), statement, bounds and clipped fractions."""
+    certified = lt["lambda"] is not None
+    if not certified:  # as the scalar LTT: the end of the search, marked not certified
+        lt = lt | {"s": s.lambda_search_max, "lambda": (s.lambda_search_max * np.asarray(lt["direction"])).tolist()}
+    how = P_VALUE_NAMES[lt["p_values"]]
+    return lt | {
+        "feasible": certified,
+        "statement": (f"with probability >= {1 - s.delta:g} over the {lt['n_test']} test-half prompts, every "
+                      "constraint's expected Best-of-N cost (clipped to its bounds) is <= its tau at this "
+                      f"lambda (Pareto Testing: direction from the other {lt['n_choose']} prompts, "
+                      f"intersection-union {how}, fixed sequence down the grid)"
+                      if certified else
+                      f"not certified: no s on the grid along the direction from {lt['n_choose']} prompts "
+                      f"rejects 'some constraint is missed' at delta {s.delta:g} with {lt['n_test']} prompts, "
+                      f"{how} and the cost bounds as fixed; lambda is the end of the search (lambda_search_max "
+                      "along it)"),
+        "bounds": bounds, "clipped_fraction": clipped_fractions(scores, bounds)}
 
 
 def clipped_fractions(scores: VectorScores, bounds) -> list[float]:
@@ -207,7 +222,7 @@ def vector_calibrate(scores: VectorScores, constraints, s: CalibrationSettings) 
                           "each constraint's bounds)")
     out = {"constraints": [asdict(c) for c in constraints], "names": [c.name for c in constraints], "tau": tau,
            "lambda_hat": procedures["hat"]["lambda"], "lambda_star": deployed["lambda"],
-           "guarantee": {"procedure": s.guarantee, "delta": s.delta if s.guarantee == "ltt" else None,
+           "guarantee": {"procedure": s.guarantee, "delta": s.delta if s.guarantee in ("ltt", "ltt_wsr") else None,
                          "cost_bounds": s.cost_bounds, "bounds": limits, "statement": deployed.get("statement"),
                          "clipped_fraction": None if limits is None else clipped_fractions(scores, limits)},
            "feasible": bool(procedures["hat"]["feasible"] and deployed["feasible"]),

@@ -21,11 +21,13 @@ does, and a seed of the draw's own) and evaluate the chosen lambda vector on the
 * ``bootstrap``: the ``calibration.quantile`` of the prompt bootstrap of that s (no finite-sample promise);
 * ``ltt``: Pareto Testing (direction from half the draw, Learn then Test on the other half): promises that the
   probability over draws of a certified lambda missing some tau (for the costs clipped to their bounds) is
-  <= delta.
+  <= delta;
+* ``ltt_wsr``: the same split and ray, Learn then Test with betting p-values (Waudby-Smith & Ramdas): the same
+  promise, certifying more where the losses spread little.
 
 With one constraint ``calibrate-vector`` runs the scalar calibration, and so does this study: the scalar
-study's procedures (bootstrap, CRC, LTT; :func:`lara.calibrate.coverage.calibrate_draw`) and lambda-hat, their
-lambdas 1-vectors.
+study's procedures (bootstrap, CRC, LTT, betting LTT; :func:`lara.calibrate.coverage.calibrate_draw`) and
+lambda-hat, their lambdas 1-vectors.
 
 Per procedure and size: the JOINT violation rate (some constraint's population mean cost > its tau) with its
 Clopper-Pearson 95 % interval, each constraint's own violation rate, the mean population cost (and clipped cost)
@@ -57,8 +59,8 @@ log = logging.getLogger(__name__)
 HELP = "coverage study of the vector lambda: joint violation rate of each procedure against delta"
 OUTPUTS = ("out", "table")
 
-VECTOR_PROCEDURES = ("hat", "bootstrap", "ltt")  # several constraints: lara calibrate-vector's
-SCALAR_PROCEDURES = ("hat", "bootstrap", "crc", "ltt")  # one constraint: the scalar calibration's
+VECTOR_PROCEDURES = ("hat", "bootstrap", "ltt", "ltt_wsr")  # several constraints: lara calibrate-vector's
+SCALAR_PROCEDURES = ("hat", "bootstrap", "crc", "ltt", "ltt_wsr")  # one constraint: the scalar calibration's
 STREAM = 27  # the scalar study's random stream ([seed, 27]): one constraint draws exactly what it draws
 
 
@@ -148,12 +150,14 @@ def promises(m: int, cal: CalibrationSettings) -> dict:
     out = {"hat": {"promise": "none (the plug-in root on the draw)", "bound": None},
            "bootstrap": {"promise": f"none (nominal: the {cal.quantile:g} quantile of the prompt bootstrap; a "
                                     "heuristic upper bound)", "bound": None},
-           "ltt": {"promise": f"joint violation rate <= delta = {cal.delta:g} (every constraint at once, for the "
-                              "costs clipped to their bounds; an uncertified draw deploys nothing)",
-                   "bound": cal.delta}}
+           **{name: {"promise": f"joint violation rate <= delta = {cal.delta:g} (every constraint at once, for the "
+                                f"costs clipped to their bounds; an uncertified draw deploys nothing; {how})",
+                     "bound": cal.delta} for name, how in (("ltt", "Hoeffding-Bentkus"), ("ltt_wsr", "betting"))}}
     if m == 1:
         out["crc"] = {"promise": "mean over draws of the population's clipped cost <= tau", "bound": None}
-        out["ltt"]["promise"] = f"violation rate <= delta = {cal.delta:g} (for the costs clipped to their bounds)"
+        for name, how in (("ltt", "Hoeffding-Bentkus"), ("ltt_wsr", "betting")):
+            out[name]["promise"] = (f"violation rate <= delta = {cal.delta:g} (for the costs clipped to their "
+                                    f"bounds; {how})")
     return out
 
 
@@ -247,7 +251,7 @@ def _summary_row(g: pd.DataFrame, proc: str, names, tau, cal: CalibrationSetting
                 f"lambda_hi_{name}": float(lam.quantile(0.975))}
     row["infeasible_rate"] = float((~g["feasible"]).mean())
     row["returned_miss_rate"] = float(g["misses"].mean())
-    if proc == "ltt":
+    if proc in ("ltt", "ltt_wsr"):
         row["promise_consistent"] = bool(lo <= cal.delta)
     elif proc == "crc":
         clipped = g[f"population_clipped_cost_{names[0]}"]

@@ -19,7 +19,7 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 HELP = "decode with the vector lambda of several constraints: Best-of-N or ARGS, r - sum_j lambda_j c_j"
-SETTINGS = ("zero", "hat", "star", "soft", "bootstrap", "ltt")
+SETTINGS = ("zero", "hat", "star", "soft", "bootstrap", "ltt", "ltt_wsr")
 
 
 def read_vector(path, constraints) -> dict:

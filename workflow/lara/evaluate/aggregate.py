@@ -153,7 +153,8 @@ def tau_audit(main: LambdaRecord, others: list[LambdaRecord], decoders: list[dic
 
 # lambda* against no constraint, against over-penalising, against lambda-hat; a token-level decoder's own
 # calibration against the Best-of-N lambda* it would otherwise reuse
-PAIRS = (("star", "zero"), ("star", "max"), ("star", "hat"), ("direct", "star"), ("crc", "star"), ("ltt", "star"))
+PAIRS = (("star", "zero"), ("star", "max"), ("star", "hat"), ("direct", "star"), ("crc", "star"), ("ltt", "star"),
+         ("ltt_wsr", "star"), ("ltt_wsr", "ltt"))
 PAIRED_METRICS = ("decoder_reward", "decoder_cost", "helpfulness", "harmfulness")
 
 

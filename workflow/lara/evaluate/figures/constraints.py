@@ -19,7 +19,8 @@ SHADE = "green"  # where every constraint is met
 
 # marker and name of each procedure of the vector record, in legend order (then any other, then the brute force)
 PROCEDURES = {"hat": ("v", "$\\hat\\lambda$"), "bootstrap": ("*", "bootstrap $\\lambda^*$"), "crc": ("D", "CRC"),
-              "ltt": ("s", "LTT"), "soft": ("X", "soft dual"), "brute_force": ("P", "brute-force best")}
+              "ltt": ("s", "LTT"), "ltt_wsr": ("^", "LTT (betting)"), "soft": ("X", "soft dual"),
+              "brute_force": ("P", "brute-force best")}
 
 
 def mean_expected(scores, lams, n: int | None) -> tuple[np.ndarray, np.ndarray]:
@@ -126,7 +127,8 @@ def constraint_view(record: dict, scores, points: int = GRID_POINTS) -> Constrai
 
 # marker size and layer: the soft dual's lambda (large, behind) and lambda-hat often all but coincide, the
 # brute-force best sits near them; each stays visible
-LAYER = {"soft": (12, 4), "bootstrap": (15, 5), "hat": (9, 6), "ltt": (9, 5), "crc": (8, 6), "brute_force": (7, 7)}
+LAYER = {"soft": (12, 4), "bootstrap": (15, 5), "hat": (9, 6), "ltt": (9, 5), "ltt_wsr": (10, 5), "crc": (8, 6),
+         "brute_force": (7, 7)}
 
 
 def _label_spot(cs, marks: np.ndarray, top: float) -> tuple[float, float]:
@@ -143,8 +145,8 @@ def _procedure_label(name: str, p: dict, view: ConstraintView, record: dict, sho
     title = PROCEDURES.get(name, ("o", name))[1]
     if name == view.deployed:
         title += " (deployed)"
-    if name == "ltt":
-        delta = record["procedures"]["ltt"].get("delta")
+    if name in ("ltt", "ltt_wsr"):
+        delta = record["procedures"][name].get("delta")
         title += f" ($\\delta$ = {delta:g})" if isinstance(delta, int | float) else ""
         title += ": certified" if p["feasible"] else ": not certified (end of the search)"
     elif name == "crc" and not p["feasible"]:

@@ -18,7 +18,8 @@ def coverage(cov: dict, opts: FigureSettings):
     pal = theme(opts)
     rows = pd.DataFrame(cov["summary"])
     rows = rows[rows["k"] == rows["k"].max()]
-    names = {"bootstrap": "bootstrap $\\lambda^*$", "crc": "CRC", "ltt": "LTT"}
+    names = {"bootstrap": "bootstrap $\\lambda^*$", "crc": "CRC", "ltt": "LTT (Hoeffding-Bentkus)",
+             "ltt_wsr": "LTT (betting)"}
     fig, axes = plt.subplots(1, 2, figsize=(opts.width, opts.height + 0.6), layout="constrained")
     for i, (proc, g) in enumerate(rows.groupby("procedure", sort=False)):
         g = g.sort_values("n")

@@ -39,11 +39,11 @@ def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: FigureSettings):
         for i, r in enumerate(soft.sort_values("lambda").to_dict("records")):
             ax.plot(r["lambda"], r[col], marker="X", ms=8, ls="none", color=str(0.15 + 0.25 * (i % 3)),
                     label=f"soft mode $\\beta$ = {r['label'].split('=', 1)[1]}: $\\lambda^*$ = {r['lambda']:.3g}")
-        certified = {"crc": ("D", "CRC"), "ltt": ("s", "LTT")}
+        certified = {"crc": ("D", "CRC"), "ltt": ("s", "LTT"), "ltt_wsr": ("^", "LTT (betting)")}
         for i, (name, (marker, title)) in enumerate(certified.items()):
             r = sweep[(sweep["n"] == main_n) & (sweep["label"] == name)]
             if len(r):
-                extra = f" ($\\delta$ = {lam['procedures']['ltt']['delta']:g})" if name == "ltt" else ""
+                extra = f" ($\\delta$ = {lam['procedures'][name]['delta']:g})" if name != "crc" else ""
                 ax.plot(r["lambda"], r[col], marker=marker, ms=7, ls="none", mfc="none", mew=1.6,
                         color=str(0.1 + 0.3 * i), label=f"{title}{extra}: certified $\\lambda$ = "
                                                         f"{float(r['lambda'].iloc[0]):.3g}")
