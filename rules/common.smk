@@ -514,8 +514,8 @@ def final_outputs():
         targets += figure_files("taus")
     if CERTIFIED_SETTINGS:
         targets += [f"{RESULTS}/calibration/coverage.json"] + figure_files("coverage")
-    if SCENARIOS:
-        targets += [f"{RESULTS}/deployment/report.csv"] + figure_files("deployment")
+    if SCENARIOS:  # the deployment figure draws the scalar arms only
+        targets += [f"{RESULTS}/deployment/report.csv"] + ([] if DEPLOYMENT_VECTOR else figure_files("deployment"))
     targets += constraint_outputs()  # rules/constraints.smk
     return targets
 
@@ -537,6 +537,20 @@ def deployment_input():
     source = deployment_source()
     toy = source == TOY_FILES["deployment"]
     return [source] if toy or Path(source).exists() else hub_input("deployment.prompts.source")
+
+
+# deployment.follows: constraints: the stage follows the vector lambda of calibration.constraints (its pool scored
+# by lara score-constraints, constraints/lambda.json; no covariate-shift weighted arm, which is scalar only)
+DEPLOYMENT_VECTOR = config["deployment"]["follows"] == "constraints"
+DEPLOYMENT_LAMBDA = "results/{exp}/%s/lambda.json" % ("constraints" if DEPLOYMENT_VECTOR else "calibration")
+DEPLOYMENT_SCORES = "results/{exp}/%s" % (
+    "constraints/deployment_scores.parquet" if DEPLOYMENT_VECTOR else "deployment/scores.parquet"
+)
+
+
+def deployment_constraints():
+    """`--constraints JSON` for the deployment steps in the vector mode, nothing in the scalar one."""
+    return opts(constraints=CONSTRAINTS_JSON if DEPLOYMENT_VECTOR else None)
 
 
 def online_outputs(scenario):

@@ -65,7 +65,7 @@ rule score_constraints:
         "logs/{exp}/score_constraints_{cpool}.log",
     wildcard_constraints:
         exp=CONSTRAINTS_EXP,
-        cpool="calibration|bon",
+        cpool="calibration|bon|deployment",
     conda:
         "../envs/train.yaml"
     threads: job_threads("score")

@@ -3,7 +3,9 @@
 # each scenario of deployment.scenarios a stream of T visits drawn from it by its schedule; Best-of-N on each
 # stream with the calibrated lambda fixed, the online lambda (one arm per deployment.step_size) and the oracle;
 # every scenario's arms in one report (lara summary, the deployment figure), beside its shift check and the
-# covariate-shift weighted lambda.
+# covariate-shift weighted lambda. deployment.follows: constraints follows the vector lambda of calibration.constraints
+# instead (the pool scored by score_constraints, constraints/lambda.json, one online lambda per constraint; no
+# weighted arm, and no deployment figure).
 
 
 rule deployment_pool:
@@ -33,7 +35,7 @@ rule deployment_pool:
 rule make_stream:
     input:
         pool="results/{exp}/data/prompts_deployment.parquet",
-        scores="results/{exp}/deployment/scores.parquet",
+        scores=DEPLOYMENT_SCORES,
     output:
         "results/{exp}/deployment/{scenario}/stream.parquet",
     log:
@@ -48,16 +50,18 @@ rule make_stream:
     params:
         settings=step_settings("deployment"),
         schedule=lambda w: json.dumps(SCENARIOS[w.scenario], sort_keys=True),
+        options=deployment_constraints(),
         code=step_code("make-stream"),
     shell:
         "lara make-stream --pool {input.pool:q} --scores {input.scores:q} --scenario {wildcards.scenario:q}"
-        " --schedule {params.schedule:q} --settings {params.settings:q} --out {output:q} > {log:q} 2>&1"
+        " --schedule {params.schedule:q} --settings {params.settings:q} {params.options} --out {output:q}"
+        " > {log:q} 2>&1"
 
 
 rule online:
     input:
         stream="results/{exp}/deployment/{scenario}/stream.parquet",
-        lam="results/{exp}/calibration/lambda.json",
+        lam=DEPLOYMENT_LAMBDA,
     output:
         out="results/{exp}/deployment/{scenario}/online_{eta}.parquet",
         record="results/{exp}/deployment/{scenario}/online_{eta}.json",
@@ -72,10 +76,11 @@ rule online:
         **job_resources("online"),
     params:
         settings=lambda w: step_settings("deployment", step_size=parse_setting(w.eta)),
+        options=deployment_constraints(),
         code=step_code("online"),
     shell:
         "lara online --candidates {input.stream:q} --lambda-json {input.lam:q} --settings {params.settings:q}"
-        " --out {output.out:q} --record {output.record:q} > {log:q} 2>&1"
+        " {params.options} --out {output.out:q} --record {output.record:q} > {log:q} 2>&1"
 
 
 # the shift check: the reward model's mean-pooled hidden states of every calibration and deployment prompt, a
@@ -157,9 +162,10 @@ rule calibrate_weighted:
 rule deploy_arms:
     input:
         stream="results/{exp}/deployment/{scenario}/stream.parquet",
-        lam="results/{exp}/calibration/lambda.json",
+        lam=DEPLOYMENT_LAMBDA,
         online=lambda w: online_outputs(w.scenario),
-        weighted="results/{exp}/deployment/{scenario}/lambda_weighted.json",
+        # the covariate-shift weighted lambda is scalar only: no weighted arm when the stage follows the vector one
+        weighted=[] if DEPLOYMENT_VECTOR else "results/{exp}/deployment/{scenario}/lambda_weighted.json",
     output:
         arms="results/{exp}/deployment/{scenario}/arms.csv",
         trace="results/{exp}/deployment/{scenario}/trace.parquet",
@@ -174,10 +180,14 @@ rule deploy_arms:
         **job_resources("deploy_arms"),
     params:
         settings=step_settings("deployment"),
+        options=lambda w, input: opts(
+            weighted=input.weighted or None, constraints=CONSTRAINTS_JSON if DEPLOYMENT_VECTOR else None
+        ),
         code=step_code("deploy-arms"),
     shell:
         "lara deploy-arms --candidates {input.stream:q} --lambda-json {input.lam:q} --online {input.online:q}"
-        " --weighted {input.weighted:q} --settings {params.settings:q} --out {output.arms:q} --trace {output.trace:q} > {log:q} 2>&1"
+        " {params.options} --settings {params.settings:q} --out {output.arms:q}"
+        " --trace {output.trace:q} > {log:q} 2>&1"
 
 
 rule deployment_report:

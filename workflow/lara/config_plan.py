@@ -326,6 +326,16 @@ def scenario_names_unique(c):
             for n in twice]
 
 
+@plan_rule("deployment.follows", "calibration.constraints",
+           witness={"deployment": {"follows": "constraints"}, "calibration": {"constraints": []}})
+def deployment_follows_constraints(c):
+    """The deployment stage follows the vector lambda only where the constraints stage calibrates one."""
+    if c["deployment"].get("follows") == "constraints" and c["deployment"]["scenarios"] and not constraints(c):
+        return ["deployment.follows: constraints, but calibration.constraints is empty: there is no vector lambda to "
+                "follow; list the constraints, or deployment.follows: scalar"]
+    return []
+
+
 @plan_rule("deployment.prompts.source", "toy.n_deployment_prompts", "toy.held_out_topic", "toy.harmful_fraction",
            witness={"toy": {"held_out_topic": None}})
 def toy_pool_has_strata(c):

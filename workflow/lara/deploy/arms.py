@@ -185,6 +185,185 @@ def run_arms(stream, record, online: list, s: DeploymentSettings, weighted: floa
     return table, trace
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# several constraints (deployment.follows: constraints): the vector record's lambdas, one row per arm and constraint
+
+
+def chosen_vector(reward: np.ndarray, costs: np.ndarray, lam) -> tuple[np.ndarray, np.ndarray]:
+    """((T, m) costs, (T,) reward) of the vector decoder's choice at a fixed lambda vector on every visit."""
+    from lara.constraints.decode import select_vector
+
+    pick = select_vector(reward, costs, np.asarray(lam, dtype=float))
+    rows = np.arange(len(reward))
+    return costs[rows, pick], reward[rows, pick]
+
+
+def oracle_vector(reward: np.ndarray, costs: np.ndarray, tau, direction) -> tuple[float | None, dict]:
+    """The best fixed lambda in hindsight along the record's direction d: the smallest s >= 0 whose stream mean
+    cost vector at lambda = s d meets every tau_j, found exactly (every s where some visit's choice changes, as
+    :func:`lara.calibrate.vector.ray_path` walks a calibration pool, with the stream's visits as its prompts and
+    N = K: the choice is the decoder's, no expectation), and the s actually decoded: where rounding puts the
+    first feasible breakpoint itself a hair above some tau, the middle of its segment. None: no s meets every
+    tau (the visits' lowest-combined-cost candidates average above some tau). Restricted to one ray, it is not
+    the best fixed vector lambda over all directions."""
+    from lara.calibrate.vector import first_feasible, ray_path
+
+    d = np.asarray(direction, dtype=float)
+    tau = np.asarray(tau, dtype=float)
+    path = ray_path(reward, costs, np.ones(reward.shape, dtype=bool), d, reward.shape[1], math.inf)
+    s, t = first_feasible(path, tau)
+    info = {"direction": d.tolist(), "breakpoints": len(path.s) - 1}
+    if s is None:
+        return None, info | {"safest_mean_cost": path.mean[-1].tolist()}
+    nxt = path.s[t + 1] if t + 1 < len(path.s) else 2.0 * s + 1.0
+    for at in (s, 0.5 * (s + nxt)):
+        cost, _ = chosen_vector(reward, costs, at * d)
+        if np.all(cost.mean(axis=0) <= tau):
+            return float(at), info | {"s": float(at), "s_first": float(s)}
+    raise DataError(f"the oracle's s = {s:.6g} along {d.tolist()} meets tau {tau.tolist()} on the exact path but not "
+                    "when decoded: a rounding case this search does not resolve")
+
+
+def fixed_arms_vector(record: dict, path) -> list[tuple[str, list[float]]]:
+    """The vector record's fixed lambdas: lambda*, then each certified LTT procedure's (ltt, ltt_wsr)."""
+    arms = [("fixed_star", [float(x) for x in record["lambda_star"]])]
+    for proc in ("ltt", "ltt_wsr"):
+        entry = (record.get("procedures") or {}).get(proc) or {}
+        if entry.get("lambda") is not None and entry.get("feasible") is True:
+            arms.append((f"fixed_{proc}", [float(x) for x in entry["lambda"]]))
+        else:
+            log.info("%s has no certified %s lambda: no fixed_%s arm", path, proc, proc)
+    return arms
+
+
+def online_arm_vector(path, stream, s: DeploymentSettings, names, tau, record_path, stream_path
+                      ) -> tuple[str, pd.DataFrame, dict]:
+    """A vector online arm's per-visit table, checked as the scalar one is, and for these constraints."""
+    from lara import identity
+    from lara.read.files import read_metadata, read_table
+
+    made = identity.read_identity(path)
+    if made.get("kind") != "online" or made.get("constraints") != list(names):
+        raise DataError(f"--online {path}: not the output of `lara online --constraints` for the constraints "
+                        f"{list(names)} (identity kind {made.get('kind')!r}, constraints {made.get('constraints')!r})")
+    columns = [f"{k}_{n}" for n in names for k in ("lambda", "cost", "mean_cost", "certificate")]
+    df = read_table(path, required=("t", "prompt_id", "sample_id", "reward", *columns))
+    if len(df) != len(stream.reward) or (df["prompt_id"].to_numpy(object) != stream.prompt_id).any():
+        raise DataError(f"--online {path}: its visits are not this stream's ({len(df)} visits; the stream has "
+                        f"{len(stream.reward)}): an online run on another scenario's stream?")
+    if [float(t) for t in made.get("tau") or []] != list(tau):
+        raise DataError(f"--online {path}: run for tau {made.get('tau')}, this audit is for tau {list(tau)}")
+    if (made.get("made_from") or {}).get("--candidates") not in (None, identity.file_digest(stream_path)):
+        raise DataError(f"--online {path}: ran on another stream than --candidates {stream_path}; rerun `lara online` "
+                        "on this stream")
+    if made.get("lambda_record") != identity.file_digest(record_path):
+        raise DataError(f"--online {path}: started from another lambda record than --lambda-json {record_path}")
+    summary = read_metadata(path).get("summary") or {}
+    if set(summary.get("constraints") or {}) != set(names):
+        raise DataError(f"--online {path}: no per-constraint summary with its certificates (written by `lara online "
+                        "--constraints`)")
+    for key, want in (("batch_size", s.batch_size), ("lambda_cap", s.lambda_cap), ("window", s.window)):
+        if made.get(key) != want:
+            raise DataError(f"--online {path}: run with {key} {made.get(key)}, this report's deployment.{key} is "
+                            f"{want}; the arms of one report share the online settings (rerun `lara online`)")
+    return f"online_eta_{_name(made['step_size'])}", df, made | {"summary": summary}
+
+
+def vector_rows(name: str, cost: np.ndarray, reward: np.ndarray, lam: np.ndarray, s: DeploymentSettings, names,
+                tau, per: dict | None = None, **extra) -> list[dict]:
+    """One arm's rows, one per constraint: its lambda_j, mean and worst-window cost_j against tau_j (and, for an
+    online arm, its certificate_j from ``per``, the online summary by constraint)."""
+    rows = []
+    for j, cname in enumerate(names):
+        row = {"arm": name, "constraint": cname, "T": len(reward), "window": s.window, "tau": float(tau[j]),
+               "lambda_start": float(lam[0, j]), "lambda_end": float(lam[-1, j]), "lambda_min": float(lam[:, j].min()),
+               "lambda_max": float(lam[:, j].max()), "mean_cost": float(cost[:, j].mean()),
+               "mean_reward": float(reward.mean()), "worst_window_cost": worst_window(cost[:, j], s.window)}
+        if per is not None:
+            p = per[cname]
+            row |= {"certificate": float(p["certificate"]), "mean_certificate": float(p["mean_certificate"]),
+                    "lambda_end": float(p["lambda_end"]), "lambda_min": float(p["lambda_min"]),
+                    "lambda_max": float(p["lambda_max"])}
+        rows.append(row | extra)
+    return rows
+
+
+def run_arms_vector(stream, record: dict, online: list, s: DeploymentSettings, names, tau, path=None):
+    """The vector arms' rows (one per arm and constraint) and traces on ``stream`` ((T, N, m) costs)."""
+    rows, traces = [], []
+    length, m = len(stream.reward), len(names)
+    s_oracle, info = oracle_vector(stream.reward, stream.cost, tau, record["direction"])
+    d = np.asarray(record["direction"], dtype=float)
+    fixed = fixed_arms_vector(record, path)
+    if s_oracle is not None:
+        fixed.append(("oracle", (s_oracle * d).tolist()))
+    for name, lam in fixed:
+        cost, reward = chosen_vector(stream.reward, stream.cost, lam)
+        lam_t = np.tile(np.asarray(lam, dtype=float), (length, 1))
+        extra = {"oracle_s": s_oracle} if name == "oracle" else {}
+        rows += vector_rows(name, cost, reward, lam_t, s, names, tau, **extra)
+        traces.append((name, lam_t, cost, reward))
+    if s_oracle is None:
+        cost, reward = chosen_vector(stream.reward, stream.cost, ORACLE_MAX * d)
+        log.warning("no lambda along %s meets every tau %s on this stream: its lowest-combined-cost candidates "
+                    "average %s", d.tolist(), list(tau), cost.mean(axis=0).tolist())
+        lam_t = np.full((length, m), math.inf)
+        rows += vector_rows("oracle", cost, reward, lam_t, s, names, tau, feasible=False)
+    for name, df, made in online:
+        cost = np.stack([df[f"cost_{n}"].to_numpy(float) for n in names], axis=1)
+        lam_t = np.stack([df[f"lambda_{n}"].to_numpy(float) for n in names], axis=1)
+        reward = df["reward"].to_numpy(float)
+        rows += vector_rows(name, cost, reward, lam_t, s, names, tau, per=made["summary"]["constraints"],
+                            step_size=float(made["step_size"]), batch_size=int(made["batch_size"]))
+        traces.append((name, lam_t, cost, reward))
+    table = pd.DataFrame(rows)
+    table["feasible"] = table["feasible"].fillna(True).astype(bool) if "feasible" in table else True
+    table["met"] = table.mean_cost <= table.tau
+    table["window_met"] = table.worst_window_cost <= table.tau
+    table["met_all"] = table.groupby("arm")["met"].transform("all")
+    table["window_met_all"] = table.groupby("arm")["window_met"].transform("all")
+    best = table.loc[table.arm == "oracle", "mean_reward"].iloc[0]
+    table["reward_given_up"] = (best - table.mean_reward) if s_oracle is not None else math.nan
+    trace = pd.concat([pd.DataFrame({"t": np.arange(length), "arm": n, "constraint": cname, "lambda": lam[:, j],
+                                     "cost": c[:, j], "reward": r,
+                                     "mean_cost": np.cumsum(c[:, j]) / np.arange(1, length + 1)})
+                       for n, lam, c, r in traces for j, cname in enumerate(names)], ignore_index=True)
+    return table, trace, info
+
+
+def run_vector(args, s: DeploymentSettings, constraints) -> None:
+    from lara import identity
+    from lara.deploy.online import check_vector_record
+    from lara.read.files import write_table
+
+    if args.weighted is not None:
+        raise DataError(f"--weighted {args.weighted}: the covariate-shift weighted lambda is scalar only; the vector "
+                        "mode (--constraints) has no weighted arm")
+    names, tau = [c.name for c in constraints], [float(c.tau) for c in constraints]
+    identity.distinct_files(args.online, "--online")
+    stream = read_stream(args.candidates, constraints)
+    scenario = identity.read_identity(args.candidates).get("scenario")
+    check_stream_settings(s, args.candidates, len(stream.reward), stream.reward.shape[1])
+    record = check_vector_record(args.lambda_json, constraints, s, stream.reward.shape[1])
+    online = [online_arm_vector(p, stream, s, names, tau, args.lambda_json, args.candidates) for p in args.online]
+    arm_names = [name for name, _, _ in online]
+    if len(set(arm_names)) != len(arm_names):
+        raise DataError(f"--online: two runs with one step size ({', '.join(arm_names)})")
+    check_made_on(args, identity.file_digest(args.candidates))
+    table, trace, info = run_arms_vector(stream, record, online, s, names, tau, args.lambda_json)
+    table.insert(0, "scenario", scenario)
+    table["lambda_record"] = identity.file_digest(args.lambda_json)
+    table["stream"] = identity.file_digest(args.candidates)
+    made = identity.stamp("deployment_trace", args.trace, scenario=scenario, tau=tau, constraints=names,
+                          oracle=info, made_from={"--candidates": args.candidates, "--lambda-json": args.lambda_json})
+    write_table(trace, args.trace, {identity.KEY: made})
+    write_table(table, args.out)
+    for row in table.itertuples(index=False):
+        log.info("%-18s %-12s mean cost %8.4f  worst %d-window %8.4f  reward %8.4f  lambda %.4g..%.4g  %s", row.arm,
+                 row.constraint, row.mean_cost, row.window, row.worst_window_cost, row.mean_reward, row.lambda_min,
+                 row.lambda_max, "met" if row.met else "VIOLATED")
+
+
 def add_arguments(parser) -> None:
     add_settings_arguments(parser, DeploymentSettings)
     parser.add_argument("--candidates", required=True, help="the scenario's stream (lara make-stream)")
@@ -194,14 +373,21 @@ def add_arguments(parser) -> None:
     parser.add_argument("--weighted", default=None, help="the scenario's weighted lambda.json, optional")
     parser.add_argument("--out", required=True, help="output CSV: one row per arm")
     parser.add_argument("--trace", required=True, help="output parquet: per visit and arm, lambda, cost, reward")
+    parser.add_argument("--constraints", default=None,
+                        help="vector mode (deployment.follows: constraints): the JSON list of calibration.constraints; "
+                             "--lambda-json is the vector record, one row per arm and constraint, no weighted arm")
 
 
 def run(args) -> None:
     from lara import identity
     from lara.calibrate.record import read_lambda
+    from lara.deploy.online import constraints_of
     from lara.read.files import write_table
 
     s = read_settings(args, DeploymentSettings)
+    constraints = constraints_of(args, s)
+    if constraints is not None:
+        return run_vector(args, s, constraints)
     identity.distinct_files(args.online, "--online")
     stream = read_stream(args.candidates)
     scenario = identity.read_identity(args.candidates).get("scenario")

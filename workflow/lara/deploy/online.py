@@ -38,7 +38,7 @@ from lara.settings import add_settings_arguments, read_settings
 
 log = logging.getLogger(__name__)
 
-HELP = "Best-of-N on a stream with the online lambda update and its certificate"
+HELP = "Best-of-N on a stream with the online lambda update and its certificate (--constraints: one per constraint)"
 OUTPUTS = ("out", "record")
 
 
@@ -52,17 +52,19 @@ class Stream:
     cost: np.ndarray
 
 
-def read_stream(path) -> Stream:
+def read_stream(path, constraints=None) -> Stream:
     """A candidates table (t, prompt_id, sample_id, reward, cost), checked: visits 0..T-1 in order, each with the
-    same number N of distinct candidates of one prompt, finite numbers."""
+    same number N of distinct candidates of one prompt, finite numbers. With ``constraints`` (the vector mode) the
+    costs are the columns cost_<name> of the constraints, in their order: ``cost`` is then (T, N, m)."""
     from lara.read.files import read_table, require_finite, require_in_range
 
-    df = read_table(path, required=("t", "prompt_id", "sample_id", "reward", "cost"))
-    for col in ("t", "sample_id", "reward", "cost"):
+    columns = ("cost",) if constraints is None else tuple(c.column for c in constraints)
+    df = read_table(path, required=("t", "prompt_id", "sample_id", "reward", *columns))
+    for col in ("t", "sample_id", "reward", *columns):
         if not pd.api.types.is_numeric_dtype(df[col]) or pd.api.types.is_bool_dtype(df[col]):
             raise DataError(f"{path}: column {col!r} must be numeric")
-    require_finite(df, ("t", "reward", "cost"), path)
-    require_in_range(df, ("reward", "cost"), path)
+    require_finite(df, ("t", "reward", *columns), path)
+    require_in_range(df, ("reward", *columns), path)
     t = df["t"].to_numpy()
     if np.any(t != np.floor(t)) or np.any(np.diff(t) < 0):
         raise DataError(f"{path}: column 't' must be whole visit numbers in stream order (non-decreasing)")
@@ -85,8 +87,24 @@ def read_stream(path) -> Stream:
         bad = int(np.flatnonzero((pid != pid[:, :1]).any(axis=1))[0])
         raise DataError(f"{path}: visit t = {bad} mixes candidates of two prompts")
     shape = (-1, n)
+    if constraints is None:
+        cost = df["cost"].to_numpy(float).reshape(shape)
+    else:
+        check_stream_constraints(path, constraints)
+        cost = np.stack([df[col].to_numpy(float).reshape(shape) for col in columns], axis=2)
     return Stream(pid[:, 0], df["sample_id"].to_numpy(np.int64).reshape(shape),
-                  df["reward"].to_numpy(float).reshape(shape), df["cost"].to_numpy(float).reshape(shape))
+                  df["reward"].to_numpy(float).reshape(shape), cost)
+
+
+def check_stream_constraints(path, constraints) -> None:
+    """A vector stream names the constraints its cost columns were scored for (lara make-stream --constraints):
+    a stream of other constraints is refused, even where its columns happen to share the names' form."""
+    from lara import identity
+
+    made = identity.read_identity(path).get("constraints")
+    names = [c.name for c in constraints]
+    if made is not None and list(made) != names:
+        raise DataError(f"{path}: a stream of the constraints {list(made)}, not {names} (--constraints)")
 
 
 @dataclass(frozen=True)
@@ -221,6 +239,183 @@ def statement(summary: dict, *, n: int, eta: float, batch_size: int, cap: float 
             f"[{summary['lambda_min']:.4g}, {summary['lambda_max']:.4g}])")
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# several constraints (calibration.constraints): one online lambda per constraint, one decoder for all of them
+
+
+@dataclass(frozen=True)
+class VectorTrace:
+    """The online decoder with m constraints: per visit the lambda vector used (T, m), the candidate returned and
+    its costs (T, m) and reward; per batch boundary the lambda vectors (B + 1, m) and the clip amounts (B, m)."""
+
+    lam: np.ndarray
+    choice: np.ndarray
+    cost: np.ndarray
+    reward: np.ndarray
+    boundaries: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    batch_size: int
+
+    def coordinate(self, j: int) -> Trace:
+        """Constraint j's part: a scalar trace whose lambda, costs and clips are the j-th coordinates. Its update
+        is the scalar one, so the scalar identity, running certificate and window certificate hold for it as
+        they stand (only the choices, shared by all constraints, differ from a scalar run)."""
+        return Trace(self.lam[:, j], self.choice, self.cost[:, j], self.reward, self.boundaries[:, j],
+                     self.lower[:, j], self.upper[:, j], self.batch_size)
+
+
+def _pick_vector(reward_row: np.ndarray, cost_rows: np.ndarray, lam: np.ndarray) -> int:
+    """One visit's choice with the vector lambda: :func:`lara.constraints.decode.select_vector`'s (the argmax of
+    r - sum_j lambda_j c_j, near-ties through the decoder's full order), without building a batch."""
+    from lara.calibrate.vector import combined
+
+    if cost_rows.shape[1] == 1:  # select_vector's scalar case: the scalar decoder itself
+        return _pick(reward_row, cost_rows[:, 0], float(lam[0]))
+    return _pick(reward_row, combined(cost_rows[None], lam)[0], 1.0)
+
+
+def run_online_vector(reward: np.ndarray, costs: np.ndarray, lam0, tau, eta: float, batch_size: int = 1,
+                      cap: float | None = None) -> VectorTrace:
+    """The online decoder on (T, N) rewards and (T, N, m) costs from lambda_1 = ``lam0`` (m,): after every batch,
+    lambda_j <- clip(lambda_j + eta sum_batch (c_j,t - tau_j), 0, cap) for each constraint j (one cap for all)."""
+    from lara.constraints.decode import select_vector
+
+    length, _, m = costs.shape
+    n_batches = math.ceil(length / batch_size)
+    tau = np.asarray(tau, dtype=float)
+    lam_used = np.empty((length, m))
+    choice = np.empty(length, dtype=np.int64)
+    boundaries = np.empty((n_batches + 1, m))
+    lower, upper = np.zeros((n_batches, m)), np.zeros((n_batches, m))
+    hi = math.inf if cap is None else float(cap)
+    lam = np.minimum(np.asarray(lam0, dtype=float), hi)
+    boundaries[0] = lam
+    for b in range(n_batches):
+        lo_t, hi_t = b * batch_size, min(length, (b + 1) * batch_size)
+        if batch_size == 1:
+            picked = _pick_vector(reward[lo_t], costs[lo_t], lam)
+            excess = costs[lo_t, picked] - tau
+            choice[lo_t] = picked
+        else:
+            picked = select_vector(reward[lo_t:hi_t], costs[lo_t:hi_t], lam)
+            excess = (costs[np.arange(lo_t, hi_t), picked] - tau).sum(axis=0)
+            choice[lo_t:hi_t] = picked
+        lam_used[lo_t:hi_t] = lam
+        moved = lam + eta * excess
+        lower[b] = np.maximum(-moved, 0.0)
+        upper[b] = np.maximum(moved - hi, 0.0)
+        lam = np.clip(moved, 0.0, hi)
+        boundaries[b + 1] = lam
+    rows = np.arange(length)
+    return VectorTrace(lam_used, choice, costs[rows, choice], reward[rows, choice], boundaries, lower, upper,
+                       batch_size)
+
+
+def summarise_vector(trace: VectorTrace, names, tau, eta: float, window: int) -> dict:
+    """The scalar summary of every constraint's coordinate (its own identity and certificate), and what the
+    constraints share: the visits, the mean reward, whether every constraint's mean and window bound met its tau."""
+    per = {name: summarise(trace.coordinate(j), float(tau[j]), eta, window) for j, name in enumerate(names)}
+    return {"visits": len(trace.reward), "mean_reward": float(trace.reward.mean()), "window": window,
+            "names": list(names), "tau": [float(t) for t in tau], "constraints": per,
+            "certificate": [per[n]["certificate"] for n in names],
+            "mean_cost": [per[n]["mean_cost"] for n in names],
+            "identity_residual": max(per[n]["identity_residual"] for n in names)}
+
+
+def statement_vector(summary: dict, *, n: int, eta: float, batch_size: int, cap: float | None) -> str:
+    """The vector online arm's guarantee in one sentence: the scalar certificate, per constraint."""
+    capped = "no cap" if cap is None else f"cap {cap:g} on each coordinate"
+    parts = [f"{name}: mean {p['mean_cost']:.4g}, every window <= {p['certificate']:.4g} (tau {tau:g}; lambda "
+             f"ranged [{p['lambda_min']:.4g}, {p['lambda_max']:.4g}])"
+             for (name, p), tau in zip(summary["constraints"].items(), summary["tau"], strict=True)]
+    return (f"Best-of-{n} with one online lambda per constraint (eta = {eta:g}, {batch_size} visit(s) per update, "
+            f"{capped}) over {summary['visits']:,} visits: for each constraint j the mean cost is tau_j + "
+            "(lambda_j,end - lambda_j,start - lower clips_j + upper clips_j) / (eta T) exactly, and every window of "
+            f"{summary['window']:,} visits (whole updates) has mean cost_j <= tau_j + (max lambda_j - min lambda_j + "
+            "upper clips_j) / (eta W), for any sequence of prompts; " + "; ".join(parts))
+
+
+def constraints_of(args, s: DeploymentSettings):
+    """The constraints of the vector mode (``--constraints``), None in the scalar mode; the flag and
+    deployment.follows must agree (the rules hand both)."""
+    from lara.constraints.spec import from_arg
+    from lara.settings import ConfigError
+
+    given = getattr(args, "constraints", None)
+    if s.follows == "constraints" and not given:
+        raise ConfigError("deployment.follows: constraints, but no --constraints was given (the JSON list of "
+                          "calibration.constraints the vector lambda record was calibrated for)")
+    if given and s.follows != "constraints":
+        raise ConfigError(f"deployment.follows: {s.follows}, but --constraints was given: set deployment.follows: "
+                          "constraints to follow the vector lambda")
+    return from_arg(given) if given else None
+
+
+def check_vector_record(path, constraints, s: DeploymentSettings, n: int) -> dict:
+    """The vector record (lara calibrate-vector) for these constraints (names, taus, scorers), this N, with a
+    lambda* inside the cap."""
+    from lara.constraints.decode import read_vector
+    from lara.settings import ConfigError
+
+    record = read_vector(path, constraints)
+    made_for = (record.get("decoder") or {}).get("n")
+    if made_for is not None and int(made_for) != n:
+        raise DataError(f"--lambda-json {path}: calibrated for Best-of-{made_for}, but the stream offers N = {n} "
+                        "candidates per visit (decode.bon_n)")
+    star = record.get("lambda_star")
+    if not isinstance(star, list) or len(star) != len(constraints) or not all(
+            isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in star):
+        raise DataError(f"--lambda-json {path}: lambda_star {star!r} is not {len(constraints)} finite numbers >= 0 "
+                        "(the calibration found none?)")
+    if s.lambda_cap is not None and max(star) > s.lambda_cap:
+        raise ConfigError(f"deployment.lambda_cap: {s.lambda_cap:g} is below lambda* = {star} of {path}, where the "
+                          "online lambdas start; raise the cap (or leave it null)")
+    if record.get("feasible") is False:
+        log.warning("%s found no feasible lambda: its lambda* is only the online lambdas' start", path)
+    return record
+
+
+def run_vector(args, s: DeploymentSettings, constraints) -> None:
+    from lara import identity
+    from lara.io import write_json
+    from lara.provenance import code_version
+    from lara.read.files import write_table
+
+    names, tau = [c.name for c in constraints], [float(c.tau) for c in constraints]
+    stream = read_stream(args.candidates, constraints)
+    n = stream.reward.shape[1]
+    check_stream_settings(s, args.candidates, len(stream.reward), n)
+    record = check_vector_record(args.lambda_json, constraints, s, n)
+    start = [float(x) for x in record["lambda_star"]]
+    log.info("online Best-of-%d on %d visits, %d constraints %s from lambda* = %s (eta %g, batch %d)", n,
+             len(stream.reward), len(names), names, start, s.step_size, s.batch_size)
+    t0 = time.perf_counter()
+    trace = run_online_vector(stream.reward, stream.cost, start, tau, s.step_size, s.batch_size, s.lambda_cap)
+    seconds = time.perf_counter() - t0
+    summary = summarise_vector(trace, names, tau, s.step_size, s.window)
+    rows = np.arange(len(trace.reward))
+    out = pd.DataFrame({"t": rows, "prompt_id": stream.prompt_id, "sample_id": stream.sample_id[rows, trace.choice],
+                        "reward": trace.reward})
+    for j, name in enumerate(names):
+        mean, bound = running(trace.coordinate(j), tau[j], s.step_size)
+        out[f"lambda_{name}"], out[f"cost_{name}"] = trace.lam[:, j], trace.cost[:, j]
+        out[f"mean_cost_{name}"], out[f"certificate_{name}"] = mean, bound
+    stream_identity = identity.read_identity(args.candidates)
+    made = identity.stamp("online", args.out, **identity.inherit(stream_identity, "scenario", "role"),
+                          method="bon", setting="online", n=n, constraints=names, tau=tau, step_size=s.step_size,
+                          batch_size=s.batch_size, window=s.window, lambda_cap=s.lambda_cap, lambda_start=start,
+                          lambda_record=identity.file_digest(args.lambda_json),
+                          made_from={"--candidates": args.candidates, "--lambda-json": args.lambda_json})
+    text = statement_vector(summary, n=n, eta=s.step_size, batch_size=s.batch_size, cap=s.lambda_cap)
+    write_table(out, args.out, {"settings": asdict(s), "code": code_version(), "summary": summary, identity.KEY: made})
+    write_json(args.record, {identity.KEY: made | {"kind": "online_record"}, **summary, "step_size": s.step_size,
+                             "batch_size": s.batch_size, "lambda_cap": s.lambda_cap, "statement": text,
+                             "seconds": seconds, "settings": asdict(s), "code": code_version()})
+    log.info("%s", text)
+    log.info("%d visits in %.2f s; identity residual %.2e", len(trace.reward), seconds, summary["identity_residual"])
+
+
 def add_arguments(parser) -> None:
     add_settings_arguments(parser, DeploymentSettings)
     parser.add_argument("--candidates", required=True,
@@ -228,6 +423,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--lambda-json", required=True, help="the calibration record; its lambda_star is lambda_1")
     parser.add_argument("--out", required=True, help="output parquet: one row per visit")
     parser.add_argument("--record", required=True, help="output JSON: the summary, the certificate and its statement")
+    parser.add_argument("--constraints", default=None,
+                        help="vector mode (deployment.follows: constraints): the JSON list of calibration.constraints; "
+                             "--lambda-json is then the vector record and the stream has a cost_<name> per constraint")
 
 
 def check_stream_settings(s: DeploymentSettings, path, visits: int, n: int) -> None:
@@ -279,6 +477,9 @@ def run(args) -> None:
     from lara.read.files import write_table
 
     s = read_settings(args, DeploymentSettings)
+    constraints = constraints_of(args, s)
+    if constraints is not None:
+        return run_vector(args, s, constraints)
     stream = read_stream(args.candidates)
     record = read_lambda(args.lambda_json)
     n = stream.reward.shape[1]

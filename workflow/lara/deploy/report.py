@@ -1,9 +1,10 @@
 """``lara deployment-report``: every scenario's arms in one table, with its shift check beside them.
 
-One row per (scenario, arm): the arm's long-run and worst-window mean cost against tau (``met``,
-``window_met``: the audit rows of deployment), its certificate, the reward it gives up against the oracle, and
-the scenario's shift check (AUC, permutation p, effective sample size, whether the weighted lambda could be
-certified). ``lara summary`` and the deployment figure read it.
+One row per (scenario, arm): the arm's long-run and worst-window mean cost against tau (``met``, ``window_met``:
+the audit rows of deployment), its certificate, the reward it gives up against the oracle, and the scenario's
+shift check (AUC, permutation p, effective sample size, whether the weighted lambda could be certified).
+``lara summary`` and the deployment figure read it. With the vector lambda (deployment.follows: constraints) one
+row per (scenario, arm, constraint), each against its own tau_j (``met_all``: the arm held every tau).
 """
 
 from __future__ import annotations
@@ -78,9 +79,15 @@ def combine(arms: list[pd.DataFrame], shifts: list[dict], where: list[str]) -> p
     if len(set(scenarios)) != len(scenarios):
         twice = next(s for s in scenarios if scenarios.count(s) > 1)
         raise DataError(f"--arms: scenario {twice!r} is given twice")
-    taus = {float(t) for a in arms for t in a["tau"]}
-    if len(taus) > 1:
-        raise DataError(f"--arms: the scenarios were audited against different budgets (tau {sorted(taus)})")
+    vector = ["constraint" in a.columns for a in arms]
+    if len(set(vector)) > 1:
+        raise DataError("--arms: some tables have one row per arm and constraint (lara deploy-arms --constraints), "
+                        "others one per arm: one report follows one lambda (deployment.follows)")
+    budgets = pd.concat([a[["constraint", "tau"]] if vector[0] else a[["tau"]].assign(constraint=None)
+                         for a in arms]).astype({"tau": float}).drop_duplicates()
+    if budgets["constraint"].astype(str).duplicated().any():  # a constraint (or the one cost) under two taus
+        raise DataError(f"--arms: the scenarios were audited against different budgets (tau "
+                        f"{sorted(set(budgets['tau']))})")
     by_scenario = {}
     for data, path in zip(shifts, where, strict=True):
         if data["scenario"] not in scenarios:

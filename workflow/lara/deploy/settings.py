@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from lara.data.ingest import SourceSettings
 from lara.settings import Settings, cross_key, seed_setting, setting
@@ -33,6 +33,10 @@ class DeploymentSettings(Settings):
     lambda_cap: float | None = setting(None, "Upper clip Lambda of the online lambda (null: none). Its upper "
                                              "clips loosen the certificate by their sum / (eta W).",
                                        exclusive_minimum=0)
+    follows: Literal["scalar", "constraints"] = setting(
+        "scalar", "The lambda the deployment stage follows: scalar (calibration/lambda.json, the one cost column) or "
+                  "constraints (the vector lambda of calibration.constraints, constraints/lambda.json: each "
+                  "constraint its own online lambda and certificate; no covariate-shift weighted arm).")
     seed: int = seed_setting()
     bon_n: int = setting(20, "N: Best-of-N candidates per visit.", minimum=1, key="decode.bon_n")
 

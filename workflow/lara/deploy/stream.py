@@ -76,16 +76,25 @@ class Pool:
     cost: np.ndarray
     sample_id: np.ndarray
     mask: np.ndarray
+    cost_columns: tuple[str, ...] = ("cost",)  # one cost: (P, K) costs; several (cost_<name>): (P, K, m)
 
 
-def read_pool(pool_path, scores_path, n: int) -> Pool:
-    """The pool's prompts with their scored candidates; every prompt needs at least ``n`` of them."""
+def read_pool(pool_path, scores_path, n: int, constraints=None) -> Pool:
+    """The pool's prompts with their scored candidates; every prompt needs at least ``n`` of them. With
+    ``constraints`` the scores are lara score-constraints' (a cost_<name> column per constraint, scored for
+    exactly these constraints) and the pool's costs are (P, K, m)."""
     from lara.calibrate.calibrate import load_scores
     from lara.read.files import read_table
 
     pool = read_table(pool_path, required=("prompt_id", "prompt", "stratum"))
-    scores = read_table(scores_path, required=("prompt_id", "sample_id", "reward", "cost"))
-    load_scores(scores_path)  # numeric, finite, in range, each (prompt, sample) once, each prompt once by text
+    columns = ("cost",) if constraints is None else tuple(c.column for c in constraints)
+    scores = read_table(scores_path, required=("prompt_id", "sample_id", "reward", *columns))
+    if constraints is None:
+        load_scores(scores_path)  # numeric, finite, in range, each (prompt, sample) once, each prompt once by text
+    else:
+        from lara.constraints.calibrate import load_vector_scores
+
+        load_vector_scores(scores_path, constraints, "--scores")  # the same checks, and these constraints' scores
     missing = ~pool["prompt_id"].isin(set(scores["prompt_id"]))
     if missing.any():
         raise DataError(f"{scores_path}: no candidates for {int(missing.sum())} prompt(s) of {pool_path}, e.g. "
@@ -107,11 +116,15 @@ def read_pool(pool_path, scores_path, n: int) -> Pool:
     out = {name: np.zeros((len(pool), k), dtype=dtype) for name, dtype in
            (("reward", float), ("cost", float), ("sample_id", np.int64), ("mask", bool))}
     out["reward"][row, col] = scores["reward"].to_numpy(float)
-    out["cost"][row, col] = scores["cost"].to_numpy(float)
+    if constraints is None:
+        out["cost"][row, col] = scores["cost"].to_numpy(float)
+    else:
+        out["cost"] = np.zeros((len(pool), k, len(columns)))
+        out["cost"][row, col] = scores[list(columns)].to_numpy(float)
     out["sample_id"][row, col] = scores["sample_id"].to_numpy(np.int64)
     out["mask"][row, col] = True
     return Pool(pool["prompt_id"].to_numpy(object), pool["prompt"].to_numpy(object), pool["stratum"].to_numpy(object),
-                **out)
+                **out, cost_columns=columns)
 
 
 def scenario_seed(seed: int, name: str) -> list[int]:
@@ -148,7 +161,8 @@ def stream_table(pool: Pool, visit_row: np.ndarray, columns: np.ndarray) -> pd.D
     return pd.DataFrame({"t": np.repeat(np.arange(length, dtype=np.int64), n), "prompt_id": pool.prompt_id[rows],
                          "prompt": pool.prompt[rows], "stratum": pool.stratum[rows],
                          "sample_id": pool.sample_id[rows, cols], "reward": pool.reward[rows, cols],
-                         "cost": pool.cost[rows, cols]})
+                         **({"cost": pool.cost[rows, cols]} if pool.cost.ndim == 2 else
+                            {name: pool.cost[rows, cols, j] for j, name in enumerate(pool.cost_columns)})})
 
 
 def add_arguments(parser) -> None:
@@ -159,22 +173,30 @@ def add_arguments(parser) -> None:
     parser.add_argument("--schedule", required=True,
                         help='the scenario (JSON): {"harmful_share": x or [start, end] or null, "held_out_share": ...}')
     parser.add_argument("--out", required=True, help="output parquet: the stream, N rows per visit")
+    parser.add_argument("--constraints", default=None,
+                        help="vector mode (deployment.follows: constraints): the JSON list of calibration.constraints; "
+                             "--scores is then lara score-constraints' output and the stream has a cost_<name> each")
 
 
 def run(args) -> None:
     from lara import identity
+    from lara.deploy.online import constraints_of
     from lara.provenance import code_version
     from lara.read.files import write_table
     from lara.settings import strict_json
 
     s = read_settings(args, DeploymentSettings)
+    constraints = constraints_of(args, s)
     schedule = Schedule.from_mapping(args.scenario, strict_json(args.schedule, "--schedule"))
-    pool = read_pool(args.pool, args.scores, s.bon_n)
+    pool = read_pool(args.pool, args.scores, s.bon_n, constraints)
     visit_row, columns = draw(pool, schedule, s.stream_length, s.bon_n, s.seed)
     stream = stream_table(pool, visit_row, columns)
     shares = {k: int(v) for k, v in pd.Series(pool.stratum[visit_row]).value_counts().items()}
+    vector = {} if constraints is None else {"constraints": [c.name for c in constraints],
+                                             "tau": [float(c.tau) for c in constraints]}
     made = identity.stamp("stream", args.out, role="deployment", scenario=args.scenario,
-                          **identity.inherit(identity.read_identity(args.scores), "reward_scorer", "cost_scorer"),
+                          **identity.inherit(identity.read_identity(args.scores), "reward_scorer", "cost_scorer",
+                                             *(() if constraints is None else ("cost_scorers",))), **vector,
                           schedule=json.loads(args.schedule), visits=s.stream_length, n=s.bon_n,
                           k=int(pool.mask.sum(axis=1).min()), strata=shares,
                           made_from={"--pool": args.pool, "--scores": args.scores})

@@ -34,6 +34,7 @@ ONLINE_PREFIX = "online_eta_"
 NAMES = {"fixed_star": ("fixed lambda*", "fixed $\\lambda^*$"),
          "fixed_ltt": ("fixed LTT lambda", "fixed LTT $\\lambda$"),
          "fixed_weighted": ("fixed reweighted lambda", "fixed reweighted $\\lambda$"),
+         "fixed_ltt_wsr": ("fixed LTT-WSR lambda", "fixed LTT-WSR $\\lambda$"),
          "oracle": ("oracle", "oracle (best fixed $\\lambda$ in hindsight)")}
 
 
@@ -99,12 +100,16 @@ def read_report(path: str | Path, lambda_record=None) -> pd.DataFrame:
     require_finite(report, FINITE_REPORT_COLUMNS, path)
     report = report.astype({"scenario": str, "arm": str})
     report = report.assign(**{c: None for c in OPTIONAL_REPORT_COLUMNS if c not in report.columns})
-    twice = report.duplicated(["scenario", "arm"])
+    vector = "constraint" in report.columns  # deployment.follows: constraints: one row per arm and constraint
+    twice = report.duplicated(["scenario", "arm", *(["constraint"] if vector else [])])
     if twice.any():
         r = report[twice].iloc[0]
-        raise _error(f"{path}: scenario {r['scenario']!r} lists arm {r['arm']!r} twice (one row per scenario and arm)")
+        raise _error(f"{path}: scenario {r['scenario']!r} lists arm {r['arm']!r} twice (one row per scenario and arm"
+                     f"{' and constraint' if vector else ''})")
     taus = sorted(set(report["tau"].astype(float)))
-    if len(taus) > 1:
+    if vector and report.groupby("constraint")["tau"].nunique().max() > 1:
+        raise _error(f"{path}: a constraint with several taus; a deployment report holds one tau per constraint")
+    if len(taus) > 1 and not vector:
         raise _error(f"{path}: several taus ({', '.join(f'{t:g}' for t in taus)}); a deployment report holds one "
                      "tau (the calibrated one)")
     for col in ("met", "window_met", "feasible", "shifted", "weights_usable", "weighted_certified"):
@@ -118,7 +123,7 @@ def read_report(path: str | Path, lambda_record=None) -> pd.DataFrame:
         r = wrong.iloc[0]
         raise _error(f"{path}: {r['scenario']}/{r['arm']}: met is {r['met']} but mean cost {r['mean_cost']:g} against "
                      f"tau {r['tau']:g} says {r['mean_cost'] <= r['tau']}")
-    if lambda_record is not None:
+    if lambda_record is not None and not vector:  # the vector report follows constraints/lambda.json, not this one
         _check_record(report, path, lambda_record)
     return report
 
@@ -303,6 +308,8 @@ def deployment_lines(root: Path, lambda_record=None) -> list[str]:
     if not path.exists():
         return []
     report = read_report(path, lambda_record)
+    if "constraint" in report.columns:
+        return vector_lines(report, path)
     first = report.iloc[0]
     lines = ["", f"After deployment ({path}): lambda on streams of visits (Best-of-N on each visit's candidates), "
                  f"tau = {first['tau']:g}"]
@@ -312,4 +319,21 @@ def deployment_lines(root: Path, lambda_record=None) -> list[str]:
         lines += ["", f"  {scenario}: T = {int(r['T'])} visits{batches}, windows of {int(r['window'])} visits",
                   shift_line(read_shift(root / "deployment" / scenario / "shift.json", rows, path)),
                   *arm_table(rows), scenario_reading(scenario, rows)]
+    return lines + ["", DEPLOYMENT_READING]
+
+
+def vector_lines(report: pd.DataFrame, path) -> list[str]:
+    """The "After deployment" section for the vector lambda (deployment.follows: constraints): per scenario and
+    arm, each constraint's mean and worst-window cost against its tau, and the online arms' certificates."""
+    lines = ["", f"After deployment ({path}): the vector lambda of the constraints on streams of visits (one row per "
+                 "arm and constraint; no reweighted arm: the covariate-shift weights are scalar only)"]
+    for scenario, rows in report.groupby("scenario", sort=False):
+        lines += ["", f"  {scenario}: T = {int(rows['T'].iloc[0])} visits, windows of {int(rows['window'].iloc[0])}",
+                  f"    {'arm':18} {'constraint':12} {'tau':>8}  {'mean cost':>9}  {'worst window':>12}  "
+                  f"{'certificate':>11}  {'reward':>8}  verdict"]
+        for r in rows.to_dict("records"):
+            verdict = ("met" if r["met"] else "violated") + ("" if r["window_met"] is not False else ", a window above")
+            lines.append(f"    {arm_label(r['arm'], r['step_size']):18} {r['constraint']:12} {r['tau']:8.3g}  "
+                         f"{r['mean_cost']:9.3f}  {_fmt(r['worst_window_cost']):>12}  {_fmt(r['certificate']):>11}  "
+                         f"{r['mean_reward']:8.3f}  {verdict}")
     return lines + ["", DEPLOYMENT_READING]

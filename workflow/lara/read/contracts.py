@@ -95,6 +95,16 @@ SUMMARY = Expect("summary.csv (lara aggregate)", columns=("method", "setting"))
 COVERAGE = Expect("a coverage study (lara coverage)", JSON)
 REPORT = Expect("the deployment report (lara deployment-report)", columns=("scenario", "arm"))
 TRACE = Expect("an arm trace (lara deploy-arms --trace)", kinds=("deployment_trace",), columns=("t",))
+# the deployment stage following the vector lambda (--constraints; deployment.follows: constraints)
+VSCORES_DEPLOY = Expect("the deployment pool's constraint scores (lara score-constraints)",
+                        kinds=("constraint_scores",), roles=("deployment",),
+                        columns=("prompt_id", "sample_id", "reward"), numbers=("reward",), unit="response")
+VSTREAM = Expect("a scenario's stream of constraint costs (lara make-stream --constraints)", kinds=("stream",),
+                 roles=("deployment",), columns=("t", "prompt_id", "sample_id", "reward"), numbers=("reward",),
+                 agree=("scenario", "stream", "tau", "n", "window", "batch_size", *SCORERS), stamped=True)
+VONLINE = Expect("an online run's visits with the vector lambda (lara online --constraints)", kinds=("online",),
+                 columns=("t", "reward"), numbers=("reward",),
+                 agree=("scenario", "stream", "tau", "lambda_record", "window", "batch_size"), stamped=True)
 TOY_TABLE = Expect("a toy-world table (lara make-toy-world)", columns=())
 ANY_TABLE = Expect("a table", columns=())
 
@@ -121,6 +131,12 @@ def many(e: Expect) -> Expect:
 class Command:
     inputs: dict[str, Expect] = field(default_factory=dict)
     note: str = ""
+    # what a flag expects instead when the command is given --constraints (the vector mode of a deployment step)
+    with_constraints: dict[str, Expect] = field(default_factory=dict)
+
+    def expects(self, args) -> dict[str, Expect]:
+        vector = self.with_constraints and getattr(args, "constraints", None)
+        return self.inputs | self.with_constraints if vector else self.inputs
 
 
 TRAIN = Command({"--model": MODEL, "--data": ANY_TABLE})
@@ -155,10 +171,14 @@ CONTRACTS: dict[str, Command] = {
     "rgtg": Command({"--policy": POLICY, "--prompts": PROMPTS, "--lambda-json": LAMBDA_DECODER}),
     "generate-policy": Command({"--policy": POLICY, "--prompts": PROMPTS}),
     "deployment-pool": Command({"--source": source("the pool source"), "--calibration": PROMPTS_CAL}),
-    "make-stream": Command({"--pool": POOL, "--scores": SCORES_DEPLOY}),
-    "online": Command({"--candidates": STREAM, "--lambda-json": LAMBDA}),
+    "make-stream": Command({"--pool": POOL, "--scores": SCORES_DEPLOY},
+                           with_constraints={"--scores": VSCORES_DEPLOY}),
+    "online": Command({"--candidates": STREAM, "--lambda-json": LAMBDA},
+                      with_constraints={"--candidates": VSTREAM, "--lambda-json": LAMBDA_VECTOR}),
     "deploy-arms": Command({"--candidates": STREAM, "--lambda-json": LAMBDA_PLAIN, "--online": many(ONLINE),
-                            "--shift": SHIFT, "--weighted": LAMBDA_WEIGHTED}),
+                            "--shift": SHIFT, "--weighted": LAMBDA_WEIGHTED},
+                           with_constraints={"--candidates": VSTREAM, "--lambda-json": LAMBDA_VECTOR,
+                                             "--online": many(VONLINE)}),
     "deployment-report": Command({"--arms": many(ARMS), "--shift": many(SHIFT)},
                                  note="one scenario per arms table: no agreement across scenarios"),
     "prompt-features": Command({"--model": MODEL, "--prompts": many(ANY_TABLE)}),
@@ -213,7 +233,7 @@ def check(command: str, args) -> dict:
     from lara.read.expect import read
 
     out: dict = {}
-    for flag, expect in row.inputs.items():
+    for flag, expect in row.expects(args).items():
         paths = _given(args, flag)
         if expect.fmt == FOLDER:
             for p in paths:
