@@ -617,8 +617,9 @@ def cost_options(specs, flag="--cost"):
 
 
 def audit_options():
-    """The audit's decoding cost and evaluation scorer of every constraint."""
-    return f"{cost_options(CONSTRAINT_COSTS)} {cost_options(CONSTRAINT_EVALS, '--evaluation')}"
+    """The audit's decoding cost and evaluation scorer of every constraint, and the judges (evaluation.judges)."""
+    judges = shlex.join([part for spec in config["evaluation"]["judges"] for part in ("--judge", spec)])
+    return f"{cost_options(CONSTRAINT_COSTS)} {cost_options(CONSTRAINT_EVALS, '--evaluation')} {judges}".rstrip()
 
 
 def constraint_outputs():

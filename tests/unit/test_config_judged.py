@@ -261,8 +261,10 @@ MESSAGES = [
     ("a named scorer misspelt", "evaluation:\n  cost_model: oracel\n",
      ["evaluation.cost_model: 'oracel': not a model directory, not a hub id (owner/name), and not a named scorer",
       "did you mean oracle?"]),
-    ("a named scorer given an argument it does not take", "evaluation:\n  reward_model: 'oracle:x'\n",
-     ["evaluation.reward_model: 'oracle:x': the named scorer 'oracle' takes no argument"]),
+    ("a named scorer given an argument it does not take", "evaluation:\n  reward_model: 'profanity:x'\n",
+     ["evaluation.reward_model: 'profanity:x': the named scorer 'profanity' takes no argument"]),
+    ("the oracle given a score it does not have", "evaluation:\n  reward_model: 'oracle:x'\n",
+     ["evaluation.reward_model: 'oracle:x': the oracle scorer's role is reward, cost or a harm category"]),
     ("hatesonar given a class it does not have", "calibration:\n  constraints:\n"
      "    - {name: hate, cost: 'hatesonar:slur', tau: 0.1, evaluation: hatesonar}\n",
      ["calibration.constraints.hate.cost: 'hatesonar:slur': hatesonar scorer: role 'slur' is not one of hate, "

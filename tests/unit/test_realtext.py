@@ -317,9 +317,9 @@ def test_the_fluency_spec_needs_a_model_and_is_a_reward(tmp_path):
 def test_a_spec_argument_is_refused_by_a_scorer_that_takes_none_and_unknown_names_fall_through():
     from lara.scoring import load_scorer
 
-    with pytest.raises(ConfigError, match=r"cost scorer 'oracle:x': the named scorer 'oracle' takes no argument "
-                                          r"\(spec: oracle\)"):
-        load_scorer("oracle:x", role="cost")
+    with pytest.raises(ConfigError, match=r"cost scorer 'profanity:x': the named scorer 'profanity' takes no "
+                                          r"argument \(spec: profanity\)"):
+        load_scorer("profanity:x", role="cost")
     with pytest.raises(ConfigError, match=r"scorer 'nosuch:x': not a model directory.*named: fluency, hatesonar"):
         load_scorer("nosuch:x")
 

@@ -502,6 +502,8 @@ def scorer_roles(c):
             uses.append((f"calibration.constraints.{x.name}.cost", x.cost, x.name))
         uses.append((f"calibration.constraints.{x.name}.evaluation", x.evaluation or c["evaluation"]["cost_model"],
                      x.name))
+        for i, spec in enumerate(c["evaluation"].get("judges") or []):
+            uses.append((f"evaluation.judges[{i}] (for {x.name})", spec, x.name))
     fallen = {f"calibration.constraints.{x.name}.evaluation" for x in constraints(c) if x.evaluation is None}
     out = []
     for key, spec, role in uses:
@@ -511,6 +513,24 @@ def scorer_roles(c):
         if problem:
             fallback = " (no `evaluation` given: evaluation.cost_model)" if key in fallen else ""
             out.append(f"{key}: {spec!r}{fallback}: {problem}")
+    return out
+
+
+@plan_rule("evaluation.judges", "calibration.constraints", witness={
+    "evaluation": {"judges": ["hatesonar:hate"]},
+    "calibration": {"constraints": [{"name": "hate", "cost": "hatesonar:hate", "tau": 0.04}]}})
+def judges_independent(c):
+    """A judge is a scorer the decoder never saw: named once, never a constraint's own decoding cost, and only where
+    a constraints stage has an audit to judge."""
+    judges = c["evaluation"].get("judges") or []
+    out = [f"evaluation.judges: {spec!r} is listed twice" for i, spec in enumerate(judges) if spec in judges[:i]]
+    for x in constraints(c):
+        if x.cost in judges:
+            out.append(f"evaluation.judges: {x.cost!r} is the decoding cost of constraint {x.name}: the decoder was "
+                       "held to it, so it cannot judge what the decoder did; name a scorer the decoder never saw")
+    if judges and not constraints(c):
+        out.append("evaluation.judges: judges score the constraints stage's audit, but calibration.constraints is "
+                   "empty")
     return out
 
 

@@ -84,6 +84,8 @@ def scorer_references(config: dict) -> list[tuple[str, str, str, None]]:
     for i, item in enumerate(cal.get("constraints") or []):
         if isinstance(item, dict):
             specs += [(f"calibration.constraints[{i}].{k}", item.get(k)) for k in ("cost", "evaluation")]
+    judges = (config.get("evaluation") or {}).get("judges") or []
+    specs += [(f"evaluation.judges[{i}]", spec) for i, spec in enumerate(judges)]
     out = []
     for key, spec in specs:
         if not isinstance(spec, str) or spec in ("reward", "cost") or spec.startswith("category:"):

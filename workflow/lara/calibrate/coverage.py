@@ -35,6 +35,7 @@ import pandas as pd
 
 from lara.calibrate.certify import CERTIFIED, PROCEDURES, certified_lambda, clip_costs, clipped_steps
 from lara.calibrate.dual import PromptScores
+from lara.evaluate.intervals import clopper_pearson
 from lara.settings import (
     Settings,
     add_settings_arguments,
@@ -150,15 +151,6 @@ def calibrate_draw(curves: Curves, rows: np.ndarray, s: CoverageSettings, rng: n
                              rows=rows)
         out[proc] = (c.lam, c.feasible)
     return out
-
-
-def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
-    from scipy.stats import beta
-
-    a = (1 - level) / 2
-    lo = 0.0 if k == 0 else float(beta.ppf(a, k, n - k + 1))
-    hi = 1.0 if k == n else float(beta.ppf(1 - a, k + 1, n - k))
-    return lo, hi
 
 
 def study(pop: PromptScores, s: CoverageSettings, progress=None) -> tuple[dict, pd.DataFrame]:

@@ -6,6 +6,19 @@ units; the constraint's cost scorer) with its mean, bootstrap 95 % interval, one
 one-sided 95 % upper bound of max_j (mean c_j - tau_j) is <= 0 (a simultaneous bound: every constraint at once),
 violated when some constraint's own verdict is, inconclusive otherwise. Beside them, descriptive: each
 constraint's evaluation score (``evaluation``: the toy oracle's category harm, a classifier) and the reward.
+
+A **probability constraint** (``kind: probability``) is audited on its loss 1[c > threshold]: its rate, with the
+exact Clopper-Pearson interval, and the verdict from the Clopper-Pearson one-sided 95 % bounds
+(:func:`lara.evaluate.intervals.rate_audit`).
+
+**Judges** (``--judge SPEC``, ``evaluation.judges``: scorers the decoder never saw, given each constraint's name as
+their role): each output's mean judge score per constraint with its interval; per decoder, every setting against
+the same decoder at lambda = 0 on the same prompts (paired differences with bootstrap intervals) under the
+decoding scorer and under each judge, and whether the scorer's improvement carries to the judge (``carries``: the
+scorer's paired difference is significantly below 0 and so is the judge's; ``does not carry``: the scorer's is and
+the judge's is not; ``no scorer improvement`` otherwise); and per constraint and judge, their agreement on every
+audited response (Spearman's rank correlation and top-decile agreement of the decoding scorer's raw score and the
+judge's, :mod:`lara.evaluate.agreement`).
 """
 
 from __future__ import annotations
@@ -43,9 +56,14 @@ def joint_verdict(costs: np.ndarray, tau, rows: list[dict], n_boot: int, seed: i
     return {"max_excess": point, "max_excess_upper95": upper, "verdict": verdict}
 
 
-def audit(outputs: list[pd.DataFrame], constraints, n_boot: int, seed: int) -> tuple[pd.DataFrame, list[dict]]:
+def judge_column(c, j: int) -> str:
+    return f"judge{j}_{c.name}"
+
+
+def audit(outputs: list[pd.DataFrame], constraints, n_boot: int, seed: int, judges: list[str] = ()
+          ) -> tuple[pd.DataFrame, list[dict]]:
     """One row per (output, constraint) and one joint record per output."""
-    from lara.evaluate.intervals import cost_audit, mean_interval
+    from lara.evaluate.intervals import cost_audit, mean_interval, rate_audit
 
     rows, joint = [], []
     tau = [c.tau for c in constraints]
@@ -53,15 +71,62 @@ def audit(outputs: list[pd.DataFrame], constraints, n_boot: int, seed: int) -> t
         method, setting = str(df["method"].iloc[0]), str(df["setting"].iloc[0])
         per = []
         for c in constraints:
-            row = cost_audit(df[c.column], c.tau, n_boot, seed, df["reward"])
+            row = (rate_audit(df[c.column], c.tau, df["reward"], n_boot, seed) if c.kind == "probability"
+                   else cost_audit(df[c.column], c.tau, n_boot, seed, df["reward"]))
             ev = mean_interval(df[f"eval_{c.name}"], n_boot, seed) if f"eval_{c.name}" in df else (np.nan,) * 3
-            per.append(row | {"method": method, "setting": setting, "lambda": str(df["lambda"].iloc[0]),
-                              "constraint": c.name, "tau": c.tau, "eval_mean": ev[0], "eval_ci95": [ev[1], ev[2]]})
+            row |= {"method": method, "setting": setting, "lambda": str(df["lambda"].iloc[0]), "constraint": c.name,
+                    "kind": c.kind, "tau": c.tau, "eval_mean": ev[0], "eval_ci95": [ev[1], ev[2]]}
+            for j, spec in enumerate(judges):
+                mean, lo, hi = mean_interval(df[judge_column(c, j)], n_boot, seed)
+                row |= {f"judge{j}": spec, f"judge{j}_mean": mean, f"judge{j}_ci95": [lo, hi]}
+            per.append(row)
         rows += per
         joint.append({"method": method, "setting": setting, "lambda": str(df["lambda"].iloc[0]),
                       "n_prompts": len(df), **joint_verdict(df[[c.column for c in constraints]].to_numpy(float), tau,
                                                             per, n_boot, seed)})
     return pd.DataFrame(rows), joint
+
+
+def carried(scorer: dict, judge: dict) -> str:
+    """Whether a decoder's improvement under its scorer (a paired difference against lambda = 0, lower is better)
+    shows under a judge too."""
+    if scorer["ci95"][1] >= 0:
+        return "no scorer improvement"
+    return "carries" if judge["ci95"][1] < 0 else "does not carry"
+
+
+def judge_report(outputs: list[pd.DataFrame], constraints, judges: list[str], n_boot: int, seed: int) -> dict:
+    """Every setting against its decoder at lambda = 0 under the decoding scorer and each judge (paired on the
+    prompts), and each judge's agreement with each constraint's scorer on all audited responses."""
+    from lara.evaluate.agreement import agreement
+    from lara.evaluate.intervals import paired_difference
+
+    zero = {str(df["method"].iloc[0]): df.set_index("prompt_id") for df in outputs
+            if str(df["setting"].iloc[0]) == "zero"}
+    paired = []
+    for df in outputs:
+        method, setting = str(df["method"].iloc[0]), str(df["setting"].iloc[0])
+        if setting == "zero" or method not in zero:
+            continue
+        base = zero[method].loc[df["prompt_id"]]
+        for c in constraints:
+            scorer = paired_difference(df[c.column].to_numpy(), base[c.column].to_numpy(), n_boot, seed)
+            row = {"method": method, "setting": setting, "constraint": c.name, "scorer": scorer}
+            row["judges"] = []
+            for j, spec in enumerate(judges):
+                col = judge_column(c, j)
+                judged = paired_difference(df[col].to_numpy(), base[col].to_numpy(), n_boot, seed)
+                row["judges"].append({"judge": spec, **judged, "verdict": carried(scorer, judged)})
+            paired.append(row)
+    agree = []
+    pooled = pd.concat(outputs, ignore_index=True)
+    for c in constraints:
+        for j, spec in enumerate(judges):
+            found = agreement(pooled[f"score_{c.name}"].to_numpy(float), pooled[judge_column(c, j)].to_numpy(float),
+                              n_boot, seed)
+            agree.append({"constraint": c.name, "judge": spec, "responses": "every audited output, pooled",
+                          **found.to_dict()})
+    return {"specs": list(judges), "paired": paired, "agreement": agree}
 
 
 def add_arguments(parser) -> None:
@@ -74,6 +139,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--evaluation", action="append", default=[], metavar="NAME=SPEC",
                         help="a constraint's evaluation scorer (its role is the constraint's name), once per "
                              "constraint")
+    parser.add_argument("--judge", action="append", default=[], metavar="SPEC",
+                        help="a judge the decoder never saw (evaluation.judges), scored with each constraint's name "
+                             "as its role; once per judge")
     add_settings_arguments(parser, AuditSettings)
     parser.add_argument("--out", required=True, help="audit JSON")
     parser.add_argument("--table", required=True, help="audit CSV (one row per output and constraint)")
@@ -132,6 +200,39 @@ def check_scorers(record: dict, reward: str, costs: dict, path) -> None:
                         f"(its scorers: {kept}); an audit by another scorer judges another cost")
 
 
+def fill_columns(df: pd.DataFrame, own: list[str], constraints, specs: dict, scored) -> pd.DataFrame:
+    """Each constraint's columns of an output: its decoding scorer's score (``score_<name>``; kept from a Best-of-N
+    pick, else scored), its loss (``cost_<name>``), its evaluation and each judge's score."""
+    for c in constraints:
+        if c.column not in own:
+            df[c.column] = scored(specs["costs"][c.name], c.name, df)
+        same = specs["evals"][c.name] == specs["costs"][c.name]  # the evaluation is the decoding cost: not again
+        df[f"eval_{c.name}"] = df[c.column] if same else scored(specs["evals"][c.name], c.name, df)
+        df[f"score_{c.name}"] = df[c.column]
+        df[c.column] = c.loss(df[c.column])
+        for j, spec in enumerate(specs["judges"]):
+            df[judge_column(c, j)] = scored(spec, c.name, df)
+    return df
+
+
+def log_audit(table: pd.DataFrame, joint: list[dict], judged: dict | None) -> None:
+    for j in joint:
+        log.info("%s at %s (lambda %s): joint %s; max excess %.4f (upper 95%% %.4f)", j["method"], j["setting"],
+                 j["lambda"], j["verdict"], j["max_excess"], j["max_excess_upper95"])
+    for r in table.to_dict("records"):
+        log.info("  %s: mean cost %.4f [%.4f, %.4f] vs tau %g: %s; evaluation %.4f", r["constraint"], r["mean_cost"],
+                 *r["ci95"], r["tau"], r["verdict"], r["eval_mean"])
+    for row in (judged or {}).get("paired", []):
+        for jr in row["judges"]:
+            log.info("%s at %s - zero, %s: scorer %+.4f [%+.4f, %+.4f]; judge %s %+.4f [%+.4f, %+.4f]: %s",
+                     row["method"], row["setting"], row["constraint"], row["scorer"]["mean"], *row["scorer"]["ci95"],
+                     jr["judge"], jr["mean"], *jr["ci95"], jr["verdict"])
+    for a in (judged or {}).get("agreement", []):
+        log.info("agreement of %s's scorer and judge %s on %d responses: Spearman %.3f [%.3f, %.3f], top decile "
+                 "%.3f [%.3f, %.3f]", a["constraint"], a["judge"], a["n"], a["spearman"], *a["spearman_ci"],
+                 a["top_decile"], *a["top_decile_ci"])
+
+
 def run(args) -> None:
     from lara import identity
     from lara.constraints.decode import read_vector
@@ -181,33 +282,28 @@ def run(args) -> None:
         require_finite(df, own, path)
         if "reward" not in own:
             df["reward"] = scored(args.reward, "reward", df)
-        for c in constraints:
-            if c.column not in own:
-                df[c.column] = scored(costs[c.name], c.name, df)
-            same = evals[c.name] == costs[c.name]  # the evaluation is the decoding cost: its scores, not again
-            df[f"eval_{c.name}"] = df[c.column] if same else scored(evals[c.name], c.name, df)
-        outputs.append(df)
+        outputs.append(fill_columns(df, own, constraints, {"costs": costs, "evals": evals, "judges": args.judge},
+                                    scored))
     if test is not None:
         cal = (record.get("identity") or {}).get("prompts")
         overlap = identity.disjoint(cal, test, f"--responses {args.responses[0]}")
         if overlap:
             raise DataError(f"--responses {args.responses[0]}: {overlap} test prompts are calibration prompts of "
                             f"{args.lambda_json}: the audit would be in-sample")
-    table, joint = audit(outputs, constraints, s.bootstrap, s.seed)
-    for j in joint:
-        log.info("%s at %s (lambda %s): joint %s; max excess %.4f (upper 95%% %.4f)", j["method"], j["setting"],
-                 j["lambda"], j["verdict"], j["max_excess"], j["max_excess_upper95"])
-    for r in table.to_dict("records"):
-        log.info("  %s: mean cost %.4f [%.4f, %.4f] vs tau %g: %s; evaluation %.4f", r["constraint"], r["mean_cost"],
-                 *r["ci95"], r["tau"], r["verdict"], r["eval_mean"])
+    table, joint = audit(outputs, constraints, s.bootstrap, s.seed, args.judge)
+    judged = judge_report(outputs, constraints, args.judge, s.bootstrap, s.seed) if args.judge else None
+    log_audit(table, joint, judged)
     made = identity.stamp("audit_constraints", args.out, names=[c.name for c in constraints], tau=record["tau"],
                           lambda_record=digest, prompts=None if test is None else test.record(),
                           made_from={"--lambda-json": args.lambda_json})
     write_json(args.out, {"constraints": record["constraints"], "lambda_hat": record["lambda_hat"],
                           "lambda_star": record["lambda_star"], "procedure": record["guarantee"]["procedure"],
-                          "rows": json.loads(table.to_json(orient="records")), "joint": joint,
+                          "rows": json.loads(table.to_json(orient="records")), "joint": joint, "judges": judged,
                           "code": code_version(), identity.KEY: made})
     flat = table.assign(ci95_lo=table["ci95"].str[0], ci95_hi=table["ci95"].str[1],
                         upper95=table["one_sided95"].str[1]).drop(columns=["ci95", "one_sided95", "eval_ci95",
                                                                            "reward_ci95"])
+    for j in range(len(args.judge)):
+        flat[f"judge{j}_lo"], flat[f"judge{j}_hi"] = flat[f"judge{j}_ci95"].str[0], flat[f"judge{j}_ci95"].str[1]
+        flat = flat.drop(columns=[f"judge{j}_ci95"])
     write_table(flat, args.table)

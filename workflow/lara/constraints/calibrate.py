@@ -56,7 +56,8 @@ class VectorScores:
 
 def load_vector_scores(path, constraints, flag: str = "--scores") -> VectorScores:
     """The constraint scores, checked: one row per (prompt, sample), finite reward and cost_<name> columns, the
-    constraints the file was scored for equal to ``constraints``."""
+    constraints the file was scored for equal to ``constraints``; each constraint's costs are its losses
+    (:meth:`lara.constraints.spec.Constraint.loss`: a probability constraint's 1[c > threshold])."""
     from lara import identity
     from lara.calibrate.dual import InputError, PromptScores
     from lara.read.files import DataError, require_in_range
@@ -70,7 +71,7 @@ def load_vector_scores(path, constraints, flag: str = "--scores") -> VectorScore
         raise DataError(f"{flag} {path}: a (prompt_id, sample_id) pair is repeated; it would be counted twice")
     pid = df["prompt_id"].to_numpy()
     try:
-        per = [PromptScores.from_long(pid, df["reward"].to_numpy(float), df[col].to_numpy(float)) for col in columns]
+        per = [PromptScores.from_long(pid, df["reward"].to_numpy(float), c.loss(df[c.column])) for c in constraints]
     except InputError as exc:
         raise DataError(f"{flag} {path}: {exc}") from None
     return VectorScores(per[0].reward, np.stack([p.cost for p in per], axis=2), per[0].mask, per[0].prompt_ids,

@@ -51,7 +51,8 @@ import numpy as np
 import pandas as pd
 
 from lara.calibrate.calibrate import CalibrationSettings
-from lara.calibrate.coverage import CoverageSettings, Curves, calibrate_draw, clopper_pearson, draw
+from lara.calibrate.coverage import CoverageSettings, Curves, calibrate_draw, draw
+from lara.evaluate.intervals import clopper_pearson
 from lara.settings import SEED_MAX, ConfigError, add_settings_arguments, read_settings
 
 log = logging.getLogger(__name__)

@@ -44,10 +44,11 @@ def read_vector(path, constraints) -> dict:
     def plain(v):  # bounds: a tuple in the spec, a list in JSON
         return list(v) if isinstance(v, tuple | list) else v
 
+    defaults = {"kind": "mean", "threshold": None}  # (a record of mean constraints may not name them)
     for c, got in zip(constraints, data.get("constraints") or [{}] * len(constraints), strict=False):
-        for key in ("cost", "bounds"):
+        for key in ("kind", "threshold", "cost", "bounds"):
             want = getattr(c, key)
-            have = got.get(key, want)
+            have = got.get(key, defaults.get(key, want))
             if plain(have) != plain(want):
                 raise DataError(f"--lambda-json {path}: constraint {c.name} was calibrated with {key} {have!r}, "
                                 f"expected {want!r} (the constraint as configured)")
@@ -169,11 +170,46 @@ def _args(args, constraints, lam):
     require_model(args.policy, "--policy")
     tok, pm, rm, cms, steppers = load_vector_models(args.policy, args.reward, [specs[c.name] for c in constraints],
                                                     [c.name for c in constraints], s.dtype)
-    tokens = decode(pm, rm, cms, tok, df["prompt"].tolist(), lam, s, s.seed, steppers=steppers)
+    tokens = decode(pm, rm, cms, tok, df["prompt"].tolist(), lam, s, s.seed,
+                    steppers=loss_steppers(constraints, rm, cms, steppers))
     out = df[["prompt_id", "prompt"]].copy()
     out["response"] = [tok.decode(t, skip_special_tokens=True).strip() for t in tokens]
     out["n_tokens"] = [len(t) for t in tokens]
     return out, prompts, {"settings": s.__dict__}, {"reward_scorer": args.reward, "cost_scorers": specs}
+
+
+class LossStepper:
+    """A cost stepper scoring a probability constraint's loss, 1[c > threshold], of every candidate token (the
+    loss Best-of-N is calibrated and audited on; token by token a step, so ARGS only sees a candidate cross it)."""
+
+    def __init__(self, inner, threshold: float):
+        self.inner, self.threshold = inner, threshold
+
+    def start(self, ids, mask):
+        self.inner.start(ids, mask)
+
+    def candidates(self, cand):
+        return (self.inner.candidates(cand) > self.threshold).float()
+
+    def commit(self, tokens, choice, alive):
+        self.inner.commit(tokens, choice, alive)
+
+
+def loss_steppers(constraints, reward_model, cost_models, steppers):
+    """The steppers of a batch with each probability constraint's cost stepper scoring its loss (None: no
+    probability constraint, so decode builds the model directories' steppers itself, as before)."""
+    if all(c.kind == "mean" for c in constraints):
+        return steppers
+
+    def made(batch):
+        from lara.decode.rgtg import make_scorer
+
+        reward, costs = steppers(batch) if steppers is not None else (
+            make_scorer(reward_model), [make_scorer(m) for m in cost_models])
+        return reward, [LossStepper(st, c.threshold) if c.kind == "probability" else st
+                        for c, st in zip(constraints, costs, strict=True)]
+
+    return made
 
 
 def load_vector_models(policy: str, reward: str, costs: list[str], roles: list[str], dtype: str):

@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 CATEGORY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _/&,'-]*$")  # PKU-SafeRLHF's: "Privacy Violation", ...
 CATEGORY = "category:"
-KEYS = ("name", "cost", "tau", "evaluation", "bounds")
+KEYS = ("name", "cost", "tau", "evaluation", "bounds", "kind", "threshold")
+KINDS = ("mean", "probability")
 
 
 @dataclass(frozen=True)
@@ -21,13 +22,27 @@ class Constraint:
     scorer spec (a named scorer, ``name:argument``, a model directory or hub id). ``evaluation`` scores the
     audit (null: the experiment's ``evaluation.cost_model``). A named scorer is given the constraint's name as
     its role (the toy oracle's harm category, hatesonar's class). ``bounds`` ([lo, hi], fixed before the
-    calibration samples are seen; null: ``calibration.cost_bounds``) bound this cost for LTT."""
+    calibration samples are seen; null: ``calibration.cost_bounds``) bound this cost for LTT.
+
+    ``kind``: ``mean`` bounds E[c] <= tau; ``probability`` bounds P(c > threshold) <= tau, a loss in {0, 1}
+    (:meth:`loss`): every step of the stage reads the scorer's c and calibrates, decodes and audits that loss, so
+    its bounds are [0, 1] exactly (nothing is clipped) and tau is a rate in (0, 1)."""
 
     name: str
     cost: str
     tau: float
     evaluation: str | None = None
     bounds: tuple[float, float] | None = None
+    kind: str = "mean"
+    threshold: float | None = None
+
+    def loss(self, scores):
+        """The constraint's loss of a response from its scorer's scores: the score itself (mean), or 1 where the
+        score is above the threshold, else 0 (probability), as float64."""
+        import numpy as np
+
+        values = np.asarray(scores, dtype=np.float64)
+        return values if self.kind == "mean" else (values > self.threshold).astype(np.float64)
 
     @property
     def category(self) -> str | None:
@@ -89,7 +104,9 @@ def parse(items, where: str = "calibration.constraints") -> list[Constraint]:
             if not ok:
                 raise ConfigError(f"{at}.bounds: {bounds!r} is not [lo, hi] with finite lo < hi")
             bounds = (float(bounds[0]), float(bounds[1]))
-        made = Constraint(name, cost, float(tau), ev, bounds)
+        kind, threshold = _kind(item, at, tau, bounds)
+        made = Constraint(name, cost, float(tau), ev, (0.0, 1.0) if kind == "probability" else bounds, kind,
+                          threshold)
         other = next((c for c in out if c.slug is not None and c.slug == made.slug and c.category != made.category),
                      None)
         if other is not None:
@@ -99,8 +116,42 @@ def parse(items, where: str = "calibration.constraints") -> list[Constraint]:
     return out
 
 
+def _kind(item: dict, at: str, tau, bounds) -> tuple[str, float | None]:
+    """The constraint's kind and threshold, checked: a probability constraint states a finite threshold, a rate tau
+    in (0, 1) and no bounds of its own (its loss is in {0, 1}); a mean constraint states no threshold."""
+    from lara.settings import ConfigError
+
+    kind = item.get("kind", "mean")
+    if kind not in KINDS:
+        raise ConfigError(f"{at}.kind: {kind!r} is not one of {', '.join(KINDS)}")
+    threshold = item.get("threshold")
+    if kind == "mean":
+        if threshold is not None:
+            raise ConfigError(f"{at}.threshold: {threshold!r} is given for a mean constraint (E[c] <= tau has no "
+                              "threshold); set kind: probability to bound P(c > threshold)")
+        return kind, None
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
+        raise ConfigError(f"{at}.threshold: {threshold!r}: a probability constraint bounds P(c > threshold) and needs "
+                          "a finite threshold in its cost's units")
+    if not 0 < tau < 1:
+        raise ConfigError(f"{at}.tau: {tau!r}: a probability constraint's tau is a rate in (0, 1)")
+    if bounds is not None and tuple(bounds) != (0.0, 1.0):
+        raise ConfigError(f"{at}.bounds: {list(bounds)!r}: a probability constraint's loss is 0 or 1, so its bounds "
+                          "are [0, 1] by construction; remove bounds")
+    return kind, float(threshold)
+
+
+def as_item(c: Constraint) -> dict:
+    """The constraint as a config entry (a mean constraint without the kind and threshold it does not use, so the
+    rules' parameters of a list of mean constraints are what they were before probability constraints existed)."""
+    item = asdict(c)
+    if c.kind == "mean":
+        del item["kind"], item["threshold"]
+    return item
+
+
 def to_json(constraints: list[Constraint]) -> str:
-    return json.dumps([asdict(c) for c in constraints], sort_keys=True)
+    return json.dumps([as_item(c) for c in constraints], sort_keys=True)
 
 
 def from_arg(text: str, flag: str = "--constraints") -> list[Constraint]:

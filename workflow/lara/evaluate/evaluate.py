@@ -31,6 +31,10 @@ class EvaluationSettings(Settings):
     cost_model_revision: str | None = revision_setting("the cost scorer")
     batch_size: int = setting(16, "Responses per scoring batch.", minimum=1)
     dtype: Dtype = dtype_setting()
+    judges: list[str] = setting([], "Judges the decoder never saw: scorer specs (e.g. profanity) that the "
+                                    "constraints stage's audit also scores every audited response with, given each "
+                                    "constraint's name as its role, reported beside the decoding scorer with their "
+                                    "agreement (docs/constraints.md).")
 
 
 KEEP = ("prompt_id", "prompt", "response", "method", "setting", "lambda")

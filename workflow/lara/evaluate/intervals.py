@@ -110,6 +110,34 @@ def verdict(lower: float, upper: float, tau: float, n: int | None = None) -> str
     return VERDICTS[0] if upper <= tau else VERDICTS[2] if lower > tau else VERDICTS[1]
 
 
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) two-sided ``level`` interval of a binomial rate from k successes in n trials."""
+    from scipy.stats import beta
+
+    a = (1 - level) / 2
+    lo = 0.0 if k == 0 else float(beta.ppf(a, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta.ppf(1 - a, k + 1, n - k))
+    return lo, hi
+
+
+def rate_audit(losses, tau: float, reward=None, n_boot: int = 0, seed: int = 0) -> dict:
+    """The held-out audit of a probability constraint: per-prompt losses in {0, 1}, their rate against tau with the
+    exact Clopper-Pearson two-sided 95 % interval and one-sided 95 % bounds (the two-sided 90 % interval's ends),
+    and the verdict from those bounds; with ``reward``, its mean and bootstrap interval too."""
+    x = np.asarray(losses, dtype=float)
+    if not np.all((x == 0) | (x == 1)):
+        raise ValueError("a probability constraint's losses are 0 or 1")
+    n, k = len(x), int(x.sum())
+    lo, hi = clopper_pearson(k, n, 0.95)
+    lower, upper = clopper_pearson(k, n, 0.90)
+    row = {"n_prompts": n, "mean_cost": k / n, "ci95": [lo, hi], "one_sided95": [lower, upper],
+           "verdict": verdict(lower, upper, tau, n), "interval": "clopper_pearson", "count": k}
+    if reward is not None:
+        r, r_lo, r_hi = mean_interval(reward, n_boot, seed)
+        row |= {"mean_reward": r, "reward_ci95": [r_lo, r_hi]}
+    return row
+
+
 def cost_audit(cost, tau: float, n_boot: int, seed: int, reward=None) -> dict:
     """The held-out audit of one decoder's per-prompt costs (tau's units) against tau: mean, two-sided
     95 % interval, one-sided bounds and verdict; with ``reward``, its mean and interval too."""

@@ -39,13 +39,15 @@ class OracleScorer:
         return h if self.role == "reward" else c
 
 
-def oracle_scorer(role: str = "reward", **_options) -> OracleScorer:
-    """Factory of the named scorer ``oracle`` (batch size, dtype and device do not apply)."""
-    return OracleScorer(role)
+def oracle_scorer(role: str = "reward", argument: str | None = None, **_options) -> OracleScorer:
+    """Factory of the named scorer ``oracle`` (batch size, dtype and device do not apply); ``oracle:<role>`` names
+    the score itself (``oracle:cost`` for a constraint whose name is no role of the oracle's)."""
+    return OracleScorer(argument or role)
 
 
 def oracle_role_problem(role: str, argument: str | None = None) -> str | None:
     """The problem of a role the oracle does not have (None: it has it); checked when the config is read."""
+    role = argument or role
     if role not in ROLES and role not in HARM_CATEGORIES:
         return (f"the oracle scorer's role is reward, cost or a harm category ({', '.join(HARM_CATEGORIES)}), got "
                 f"{role!r}")

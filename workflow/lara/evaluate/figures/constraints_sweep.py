@@ -86,7 +86,9 @@ def sweep_view(record: dict, scores, audit: dict) -> SweepView:
                         "ci95": np.array([r["ci95"] for r in rows], dtype=float),
                         "verdicts": [r["verdict"] for r in rows], "reward": float(rows[0]["mean_reward"]),
                         "reward_ci95": [float(x) for x in rows[0]["reward_ci95"]],
-                        "joint": audit["joint"].get((out["method"], out["setting"])) or {}})
+                        "joint": audit["joint"].get((out["method"], out["setting"])) or {},
+                        "judges": judge_points(rows),
+                        "exact": any(r.get("interval") == "clopper_pearson" for r in rows)})
     cap = search_max(record, [p["lambda"] for p in (record.get("procedures") or {}).values()
                                if p.get("lambda") is not None]) / float(d.max())
     feasible_star = bool(((record.get("procedures") or {}).get(deployed) or {}).get("feasible", True))
@@ -108,6 +110,23 @@ def sweep_view(record: dict, scores, audit: dict) -> SweepView:
     return SweepView(names, tau, n, scores.n_prompts, d, deployed,
                      {"s": s, "reward": reward, "costs": costs, "s_max": s_top, "breakpoints": len(path.s) - 1},
                      marks, audited, checks)
+
+
+def judge_points(rows: list[dict]) -> dict[str, dict]:
+    """An audited output's judge scores (``evaluation.judges``), one panel each: ``judge`` when every constraint
+    gave the judge the same responses and got the same mean (a judge that ignores the role), else ``judge (name)``
+    per constraint; each with its mean and 95 % interval."""
+    out: dict[str, dict] = {}
+    j = 0
+    while f"judge{j}" in rows[0]:
+        spec = str(rows[0][f"judge{j}"])
+        per = [(r["constraint"], float(r[f"judge{j}_mean"]), [float(x) for x in r[f"judge{j}_ci95"]]) for r in rows]
+        if all(np.isclose(m, per[0][1], rtol=1e-12, atol=1e-15) for _, m, _ in per):
+            out[spec] = {"mean": per[0][1], "ci95": per[0][2]}
+        else:
+            out |= {f"{spec} ({name})": {"mean": m, "ci95": ci} for name, m, ci in per}
+        j += 1
+    return out
 
 
 def _named(names, v) -> str:
@@ -164,7 +183,9 @@ def constraints_sweep(view: SweepView, opts: FigureSettings):
     s, s_top = c["s"], c["s_max"]
     methods = list(dict.fromkeys(a["method"] for a in view.audited))
     colour = {meth: pal[(m + 1 + i) % len(pal)] for i, meth in enumerate(methods)}
-    fig, axes = plt.subplots(1, m + 1, figsize=(max(opts.width, 2.8 * (m + 1)), opts.height + 1.8), sharex=True,
+    judges = list(dict.fromkeys(k for a in view.audited for k in a["judges"]))
+    width = m + 1 + len(judges)
+    fig, axes = plt.subplots(1, width, figsize=(max(opts.width, 2.8 * width), opts.height + 1.8), sharex=True,
                              layout="constrained")
     # methods side by side at one s (a few points apart on the page; the data positions stay exact)
     shift = {meth: ScaledTranslation((i - (len(methods) - 1) / 2) * 4 / 72, 0, fig.dpi_scale_trans)
@@ -209,11 +230,36 @@ def constraints_sweep(view: SweepView, opts: FigureSettings):
         ax.set_ylabel(ylabel)
         ax.set_xlim(0.0, s_top)
         ax.set_xlabel(xlabel)
+    for ax, judge in zip(axes[m + 1:], judges, strict=True):
+        _judge_panel(ax, judge, view, colour, shift, s_top, xlabel)
     handles = _sweep_handles(view, colour, lines)
     along = "against $\\lambda$" if m == 1 else "along the ray"
-    fig.suptitle(f"Best-of-{view.n} {along}, held out ({view.n_prompts} test prompts; audit: bootstrap 95%)")
+    rates = " (rates: Clopper-Pearson)" if any(a.get("exact") for a in view.audited) else ""
+    fig.suptitle(f"Best-of-{view.n} {along}, held out ({view.n_prompts} test prompts; audit: bootstrap 95%{rates})")
     fig.legend(handles=handles, loc="outside lower center", ncol=2, frameon=False, fontsize="small")
     return fig
+
+
+def _judge_panel(ax, judge: str, view: SweepView, colour: dict, shift: dict, s_top: float, axes_label: str) -> None:
+    """A judge the decoder never saw: each audited output's mean judge score with its 95 % interval, at the s of its
+    lambda (no curve: the test candidates are not scored by judges)."""
+    span = []
+    for a in view.audited:
+        if judge not in a["judges"]:
+            continue
+        y0, (lo, hi) = a["judges"][judge]["mean"], a["judges"][judge]["ci95"]
+        ax.errorbar(min(a["s"], s_top), y0, yerr=[[y0 - lo], [hi - y0]], fmt=SWEEP_MARKERS.get(a["setting"], "o"),
+                    color=colour[a["method"]], mfc="white", ms=6, capsize=2, lw=0.8, mew=1.4, zorder=5,
+                    clip_on=False, transform=ax.transData + shift[a["method"]],
+                    gid=f"judge:{judge}:{a['method']}/{a['setting']}")
+        span += [lo, hi]
+    pad = 0.06 * ((max(span) - min(span)) if span else 1.0) or 0.06
+    if span:
+        ax.set_ylim(min(span) - pad, max(span) + pad)
+    ax.set_title(f"judge {judge}\n(never seen by the decoder)")
+    ax.set_ylabel("held-out mean judge score")
+    ax.set_xlim(0.0, s_top)
+    ax.set_xlabel(axes_label)
 
 
 def sweep_shows(view: SweepView, audit: dict) -> dict:
@@ -226,7 +272,9 @@ def sweep_shows(view: SweepView, audit: dict) -> dict:
     audited = [{"method": a["method"], "setting": a["setting"], "lambda": r4(a["lambda"]), "s": round(a["s"], 4),
                 "on_ray": a["on_ray"], "cost": r4(a["cost"]), "ci95": [r4(ci) for ci in a["ci95"]],
                 "verdicts": [_short(v) for v in a["verdicts"]], "reward": round(a["reward"], 4),
-                "joint": _short(a["joint"].get("verdict"))} for a in view.audited]
+                "joint": _short(a["joint"].get("verdict")),
+                "judges": {k: {"mean": round(v["mean"], 4), "ci95": r4(v["ci95"])} for k, v in a["judges"].items()}}
+               for a in view.audited]
     return {"constraints": [{"name": n, "tau": float(t)} for n, t in zip(view.names, view.tau, strict=True)],
             "n": view.n, "test_prompts": view.n_prompts, "direction": r4(view.direction),
             "deployed": view.deployed, "marks": marks, "audited": audited,
