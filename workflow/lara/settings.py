@@ -369,6 +369,7 @@ SECTIONS: dict[str, str] = {
     "deployment": "lara.deploy.settings:DeploymentSettings",
     "deployment.prompts": "lara.deploy.settings:PoolSettings",
     "deployment.shift": "lara.deploy.shift:ShiftSettings",
+    "realtext": "lara.realtext.pool:RealTextSettings",
 }
 
 # keys that were renamed: the old name is refused with a message naming the new one (three keys were once all

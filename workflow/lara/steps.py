@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "split-prompts": "lara.data.splits",
     "value-prompts": "lara.data.value_prompts",
     "rtp-prompts": "lara.realtext.prompts",
+    "realtext-pool": "lara.realtext.pool",
     "slur-prompts": "lara.realtext.slurs",
     # training
     "train-sft": "lara.train.sft",
