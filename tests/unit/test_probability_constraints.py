@@ -187,3 +187,28 @@ def test_fig1_per_constraint_draws_each_judge_beside_the_scorers(chain, tmp_path
         assert set(a["judges"]) == {JUDGE}  # the oracle's helpfulness ignores the role: one panel
         assert a["judges"][JUDGE]["mean"] == pytest.approx(means[a["setting"]], abs=1e-4)
         assert 0.0 <= a["cost"][1] <= 1.0
+
+
+def test_the_summary_of_a_constraints_only_run_states_rates_judges_and_certificates(chain):
+    """`lara summary` on a run of the constraints stage alone (the real-text experiment has no scalar calibration):
+    the record (each constraint as the bound it states), every audited row with its judge, each paired difference
+    with the judge's verdict, and the agreement, all read from the run's files."""
+    from lara.evaluate.summary import summarise_run
+
+    d, cons = chain
+    assert audit(d, cons) == 0
+    text = summarise_run(d.parent)
+    record = json.loads((d / "audit.json").read_text())
+    assert "no scalar calibration" in text and "P(oracle:cost > 0) <= 0.1" in text
+    for r in record["rows"]:
+        assert f"{r['setting']:18} {r['constraint']:10} {r['mean_cost']:.4f}" in text
+    for p in record["judges"]["paired"]:
+        for j in p["judges"]:
+            assert f"{j['judge']} {j['mean']:.4f} [{j['ci95'][0]:.4f}, {j['ci95'][1]:.4f}]: {j['verdict']}" in text
+    carried = [j["verdict"] for p in record["judges"]["paired"] for j in p["judges"]]
+    assert ("does NOT carry" in text) == ("does not carry" in carried)
+    assert text.count("agreement of") == len(record["judges"]["agreement"])
+    lam = json.loads((d / "lambda.json").read_text())
+    for name in ("ltt", "ltt_wsr"):
+        state = "certified" if lam["procedures"][name]["feasible"] else "NOT certified"
+        assert f"{name:8} lambda" in text and state in text

@@ -219,9 +219,9 @@ def read_shift(path: Path, rows: pd.DataFrame, report_path) -> dict:
     """shift.json beside a scenario's trace, agreeing with the shift columns of the report's rows; without the file,
     the report's own columns (and no statement)."""
     first = rows.iloc[0]
-    from_report = {"auc": number(first["auc"]), "p_value": number(first["p_value"]), "ess": number(first["ess"]),
-                   "shifted": first["shifted"], "weights_usable": first["weights_usable"],
-                   "weighted_certified": first["weighted_certified"]}
+    from_report = {"auc": number(first["auc"]), "p_value": number(first["p_value"]), "ess": number(first.get("ess")),
+                   "shifted": first["shifted"], "weights_usable": first.get("weights_usable"),
+                   "weighted_certified": first.get("weighted_certified")}  # (the vector report has no weighted arm)
     if not path.exists():
         return from_report | {"statement": None, "path": None}
     try:
@@ -309,7 +309,7 @@ def deployment_lines(root: Path, lambda_record=None) -> list[str]:
         return []
     report = read_report(path, lambda_record)
     if "constraint" in report.columns:
-        return vector_lines(report, path)
+        return vector_lines(report, path, root)
     first = report.iloc[0]
     lines = ["", f"After deployment ({path}): lambda on streams of visits (Best-of-N on each visit's candidates), "
                  f"tau = {first['tau']:g}"]
@@ -322,14 +322,16 @@ def deployment_lines(root: Path, lambda_record=None) -> list[str]:
     return lines + ["", DEPLOYMENT_READING]
 
 
-def vector_lines(report: pd.DataFrame, path) -> list[str]:
+def vector_lines(report: pd.DataFrame, path, root: Path | None = None) -> list[str]:
     """The "After deployment" section for the vector lambda (deployment.follows: constraints): per scenario and
     arm, each constraint's mean and worst-window cost against its tau, and the online arms' certificates."""
     lines = ["", f"After deployment ({path}): the vector lambda of the constraints on streams of visits (one row per "
                  "arm and constraint; no reweighted arm: the covariate-shift weights are scalar only)"]
     for scenario, rows in report.groupby("scenario", sort=False):
+        shift = [] if root is None or "auc" not in rows.columns else [
+            shift_line(read_shift(root / "deployment" / scenario / "shift.json", rows, path))]
         lines += ["", f"  {scenario}: T = {int(rows['T'].iloc[0])} visits, windows of {int(rows['window'].iloc[0])}",
-                  f"    {'arm':18} {'constraint':12} {'tau':>8}  {'mean cost':>9}  {'worst window':>12}  "
+                  *shift, f"    {'arm':18} {'constraint':12} {'tau':>8}  {'mean cost':>9}  {'worst window':>12}  "
                   f"{'certificate':>11}  {'reward':>8}  verdict"]
         for r in rows.to_dict("records"):
             verdict = ("met" if r["met"] else "violated") + ("" if r["window_met"] is not False else ", a window above")

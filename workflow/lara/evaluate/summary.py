@@ -185,9 +185,12 @@ def read_run(root: Path) -> str:
     """The summary of the run whose outputs are in ``root`` (``results/{experiment}``), after checking its files
     agree (:func:`check_agreement`)."""
     from lara.calibrate.record import read_lambda
+    from lara.evaluate.constraints_summary import constraints_lines
     from lara.evaluate.deployment_report import deployment_lines
     from lara.read.files import DataError, read_table
 
+    if not (root / "calibration" / "lambda.json").exists() and (root / "constraints" / "lambda.json").exists():
+        return constraints_run(root)  # the constraints stage alone (the real-text experiment)
     lam = read_lambda(root / "calibration" / "lambda.json")
     audit_path = root / "eval" / "constraint_audit.json"
     try:
@@ -202,12 +205,23 @@ def read_run(root: Path) -> str:
     lines += decoder_lines(audit)
     if "by_lambda" not in audit:
         lines.append(f"constraint audit ({audit_path}): {audit.get('question', 'none')}")
-    lines += method_lines(summary, summary_path) + deployment_lines(root, lam)
+    lines += method_lines(summary, summary_path) + constraints_lines(root) + deployment_lines(root, lam)
     figures = sorted((root / "figures").glob("*.png"))
     lines += ["", "figures: " + (", ".join(str(f) for f in figures) or "none yet"),
               "  (lara trail FIGURE checks a figure against the data, code and settings it was made from)", "",
               READING]
     return "\n".join(lines)
+
+
+def constraints_run(root: Path) -> str:
+    """A run of the constraints stage alone: its record, audit, coverage study and deployment."""
+    from lara.evaluate.constraints_summary import constraints_lines
+    from lara.evaluate.deployment_report import deployment_lines
+
+    figures = sorted((root / "figures").glob("*.png"))
+    return "\n".join([f"{root}: what this run found (the several-constraints stage; no scalar calibration)",
+                      *constraints_lines(root), *deployment_lines(root),
+                      "", "figures: " + (", ".join(str(f) for f in figures) or "none yet")])
 
 
 def add_arguments(parser) -> None:
