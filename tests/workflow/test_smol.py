@@ -30,7 +30,7 @@ def test_the_smol_dag_runs_every_stage_on_smollm2(smol_workflow):
         assert rule in counts, rule
     assert counts["train_partial_model"] == counts["train_value_model"] == "2"
     assert counts["decode_rgtg"] == "12"  # ARGS, PARGS, CD-Q at lambda 0, lambda-hat, lambda*, max
-    assert counts["select_bon"] == "6"  # Best-of-N also at the certified lambdas (crc, ltt: the toy's cost_bounds)
+    assert counts["select_bon"] == "7"  # Best-of-N also at the certified lambdas (crc, ltt, ltt_wsr: the toy's bounds)
     assert f"lara train-sft --model {BASE} " in proc.stdout
 
 

@@ -151,7 +151,7 @@ def test_the_run_certifies_lambda_audits_it_and_measures_coverage(toy_run):
     res = toy_run / "results" / "tiny"
     lam = json.loads((res / "calibration" / "lambda.json").read_text())
     procs = lam["procedures"]
-    assert set(procs) == {"bootstrap", "crc", "ltt"} and lam["guarantee"]["procedure"] == "bootstrap"
+    assert set(procs) == {"bootstrap", "crc", "ltt", "ltt_wsr"} and lam["guarantee"]["procedure"] == "bootstrap"
     assert lam["lambda_star"] == procs["bootstrap"]["lambda"]
     assert lam["guarantee"]["cost_bounds"] == [-8.0, 8.0] and lam["guarantee"]["clipped_fraction"] is not None
     assert procs["ltt"]["feasible"] and procs["ltt"]["p_value"] <= 0.1
@@ -170,7 +170,7 @@ def test_the_run_certifies_lambda_audits_it_and_measures_coverage(toy_run):
     cov = json.loads((res / "calibration" / "coverage.json").read_text())
     assert cov["population"]["n_prompts"] == 200 + 256 and cov["population"]["samples_per_prompt"] == 20
     table = pd.read_csv(res / "calibration" / "coverage.csv")
-    assert set(table["procedure"]) == {"bootstrap", "crc", "ltt"} and (table["repeats"] == 200).all()
+    assert set(table["procedure"]) == {"bootstrap", "crc", "ltt", "ltt_wsr"} and (table["repeats"] == 200).all()
     ltt = table[table["procedure"] == "ltt"]
     assert (ltt["violation_lo"] <= 0.1).all()  # within delta, up to the study's binomial interval
     assert (table.groupby("procedure")["reward_given_up"].min() > -1.0).all()
