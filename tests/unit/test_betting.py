@@ -62,3 +62,20 @@ def test_the_ltt_lambda_is_the_fixed_sequence_over_every_stretch():
     assert at <= tau + 1e-12
     # not reachable at all: lambda_max, not feasible
     assert betting_ltt_lambda(st, mean_end - 10.0, delta, lam_max, bounds, seed) == (lam_max, False)
+
+
+def test_a_mean_above_tau_is_never_certified_however_the_wealth_ran():
+    """Small losses first in the test's order run the wealth past 1 / delta early; the mean of all of them is above
+    tau all the same: not rejected (a certificate is never below its own mean)."""
+    n = 100
+    order = prompt_order(n, 0)
+    losses = np.empty(n)
+    losses[order[:15]] = 0.0  # the first 15 tested: no loss at all
+    losses[order[15:]] = 0.83  # the rest: well above tau
+    assert losses.mean() > 0.5
+    assert not betting_rejects(losses, 0.5, 0.1, (0.0, 1.0), order)
+    from lara.calibrate.betting import betting_p_values, wealth_path
+
+    x = losses[order]
+    assert wealth_path(x, 0.5, 0.1).max() >= 10  # the wealth did run past 1 / delta
+    assert betting_p_values(losses, 0.5, 0.1, (0.0, 1.0), order) == 1.0

@@ -274,3 +274,20 @@ def test_following_the_constraints_needs_constraints():
     (problem,) = deployment_follows_constraints(config)
     assert problem.startswith("deployment.follows: constraints") and "calibration.constraints is empty" in problem
     assert deployment_follows_constraints(config | {"deployment": {"follows": "scalar", "scenarios": []}}) == []
+
+
+def test_a_probability_constraints_stream_holds_its_loss(tmp_path):
+    """A probability constraint (P(c > threshold) <= tau) is followed on its loss 1[c > threshold]: the stream's
+    cost column, and with it the online lambda and every arm, hold what the vector lambda was calibrated on."""
+    from lara.constraints.spec import parse
+    from lara.deploy.stream import read_pool
+
+    write_inputs(tmp_path)
+    cons = parse([{"name": "hate", "cost": "hatesonar", "tau": -0.5},
+                  {"name": "offensive", "cost": "hatesonar", "kind": "probability", "threshold": 0.0, "tau": 0.3}])
+    pool = read_pool(tmp_path / "pool.parquet", tmp_path / "scores.parquet", 4, cons)
+    scores = pd.read_parquet(tmp_path / "scores.parquet")
+    live = pool.cost[pool.mask]
+    assert set(np.unique(live[:, 1])) == {0.0, 1.0}  # the loss, not the score
+    assert live[:, 1].sum() == (scores["cost_offensive"] > 0).sum()
+    assert np.allclose(np.sort(live[:, 0]), np.sort(scores["cost_hate"]))  # a mean constraint keeps its cost

@@ -15,13 +15,13 @@ import pytest
 
 from lara.constraints.spec import Constraint, from_arg, parse, to_json
 from lara.settings import ConfigError
-from lara.toy.world import CATEGORY_OF, all_requests, oracle_scores
+from lara.toy.world import CATEGORY_OF, all_requests, oracle_score, oracle_scores
 
 from .test_constraints_faults import K, lara, refused, write_samples
 
 COSTS = ("--cost", "violence=oracle", "--cost", "harmful=oracle:cost")
 EVALS = ("--evaluation", "violence=oracle", "--evaluation", "harmful=oracle:cost")
-JUDGE = "oracle:reward"  # the oracle's helpfulness: a scorer the decoder never saw, with its own ordering
+JUDGE = "oracle:crime"  # the oracle's crime harm: a score the decoder never saw (it was held to violence and cost)
 
 
 def cons_at(tau_violence: float, alpha: float) -> list[Constraint]:
@@ -122,11 +122,13 @@ def test_the_audit_states_a_rate_with_its_exact_interval_and_the_judges_verdicts
     hat = pd.read_parquet(d / "bon_hat.parquet").set_index("prompt_id")
     zero = zero.loc[hat.index]
     (paired,) = [p for p in judged["paired"] if p["constraint"] == "harmful"]
-    help_hat, harm_hat = oracle_scores(hat["prompt"], hat["response"])
-    help_zero, harm_zero = oracle_scores(zero["prompt"], zero["response"])
+    _, harm_hat = oracle_scores(hat["prompt"], hat["response"])
+    _, harm_zero = oracle_scores(zero["prompt"], zero["response"])
     assert paired["scorer"]["mean"] == pytest.approx(float(np.mean((harm_hat > 0) * 1.0 - (harm_zero > 0))))
     (j,) = paired["judges"]
-    assert j["mean"] == pytest.approx(float(np.mean(help_hat - help_zero)))
+    crime_hat = [oracle_score(p, r).category("crime") for p, r in zip(hat["prompt"], hat["response"], strict=True)]
+    crime_zero = [oracle_score(p, r).category("crime") for p, r in zip(zero["prompt"], zero["response"], strict=True)]
+    assert j["mean"] == pytest.approx(float(np.mean(np.subtract(crime_hat, crime_zero))))
     scorer_better, judge_better = paired["scorer"]["ci95"][1] < 0, j["ci95"][1] < 0
     assert j["verdict"] == ("no scorer improvement" if not scorer_better else
                             "carries" if judge_better else "does not carry")
@@ -184,7 +186,7 @@ def test_fig1_per_constraint_draws_each_judge_beside_the_scorers(chain, tmp_path
     record = json.loads((d / "audit.json").read_text())
     means = {r["setting"]: r["judge0_mean"] for r in record["rows"] if r["constraint"] == "harmful"}
     for a in shows["audited"]:
-        assert set(a["judges"]) == {JUDGE}  # the oracle's helpfulness ignores the role: one panel
+        assert set(a["judges"]) == {JUDGE}  # a score named by the spec ignores the role: one panel
         assert a["judges"][JUDGE]["mean"] == pytest.approx(means[a["setting"]], abs=1e-4)
         assert 0.0 <= a["cost"][1] <= 1.0
 
@@ -212,3 +214,25 @@ def test_the_summary_of_a_constraints_only_run_states_rates_judges_and_certifica
     for name in ("ltt", "ltt_wsr"):
         state = "certified" if lam["procedures"][name]["feasible"] else "NOT certified"
         assert f"{name:8} lambda" in text and state in text
+
+
+@pytest.mark.parametrize(("judge", "says"), [
+    ("oracle", "for constraint violence it gives the decoding cost of constraint violence"),
+    ("oracle:cost", "for constraint violence it gives the decoding cost of constraint harmful"),
+    ("oracle:reward", "it gives a reward, not a harm score"),
+    ("reward", "one of this experiment's own trained models"),
+    ("profanity:x", "the named scorer 'profanity' takes no argument"),
+])
+def test_a_judge_the_decoder_was_held_to_is_refused(chain, capsys, judge, says):
+    d, cons = chain
+    (d / "audit.json").unlink(missing_ok=True)
+    refused(capsys, audit(d, cons, judges=(judge,)), f"--judge {judge}: {says}")
+    assert not (d / "audit.json").exists()
+    refused(capsys, audit(d, cons, judges=(JUDGE, JUDGE)), f"--judge {JUDGE}: given twice")
+
+
+def test_an_agreement_with_a_constant_side_is_recorded_as_undefined():
+    from lara.constraints.audit import _agreement
+
+    got = _agreement(np.zeros(40), np.linspace(0, 1, 40), 400, 0)
+    assert "constant" in got["undefined"] and "spearman" not in got

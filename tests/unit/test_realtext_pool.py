@@ -59,3 +59,17 @@ def test_more_slur_prompts_than_there_are_is_refused(files, capsys):
     assert run_pool(files, n=41) == 2
     assert "realtext.slur_prompts: 41 asked, but only 40 slur prompts" in capsys.readouterr().err
     assert not (files / "pool.parquet").exists()
+
+
+def test_swapped_or_foreign_tables_are_refused(files, capsys):
+    """--rtp given the slur prompts (or an earlier pool), a prompt without text: refused naming the flag and row."""
+    rc = lara("realtext-pool", "--rtp", files / "slurs.jsonl", "--slurs", files / "rtp.jsonl", "--exclude",
+              files / "cal.parquet", "--settings", json.dumps({"slur_prompts": 5}), "--out", files / "x.parquet")
+    assert rc == 2 and "--rtp" in capsys.readouterr().err
+    blank = pd.read_json(files / "slurs.jsonl", lines=True)
+    blank.loc[3, "prompt"] = "  "
+    blank.to_json(files / "blank.jsonl", orient="records", lines=True)
+    rc = lara("realtext-pool", "--rtp", files / "rtp.jsonl", "--slurs", files / "blank.jsonl", "--exclude",
+              files / "cal.parquet", "--settings", json.dumps({"slur_prompts": 5}), "--out", files / "x.parquet")
+    assert rc == 2 and "row 3 has no prompt text" in capsys.readouterr().err
+    assert not (files / "x.parquet").exists()

@@ -516,19 +516,41 @@ def scorer_roles(c):
     return out
 
 
+@plan_rule("calibration.guarantee", "deployment.scenarios", "deployment.follows", witness={
+    "calibration": {"guarantee": "ltt_wsr"}})
+def weighted_guarantee(c):
+    """The scalar deployment stage recalibrates with covariate-shift weights under calibration.guarantee, and the
+    betting LTT has no weighted version."""
+    from lara.settings import CERTIFIED
+
+    weighted = ("bootstrap", *[p for p in CERTIFIED if p != "ltt_wsr"])
+    dep = c.get("deployment") or {}
+    if dep.get("scenarios") and dep.get("follows", "scalar") == "scalar" and \
+            c["calibration"]["guarantee"] not in weighted:
+        return [f"calibration.guarantee: {c['calibration']['guarantee']} has no covariate-shift weighted version, but "
+                "the deployment stage (deployment.scenarios) recalibrates lambda with the shift check's weights under "
+                f"it; deploy one of {', '.join(weighted)} or follow the constraints (deployment.follows)"]
+    return []
+
+
 @plan_rule("evaluation.judges", "calibration.constraints", witness={
     "evaluation": {"judges": ["hatesonar:hate"]},
     "calibration": {"constraints": [{"name": "hate", "cost": "hatesonar:hate", "tau": 0.04}]}})
 def judges_independent(c):
-    """A judge is a scorer the decoder never saw: named once, never a constraint's own decoding cost, and only where
+    """A judge is a scorer the decoder never saw (lara.scorer_specs.judge_problem: never a constraint's decoding
+    score or the decoding reward, never a reward, never the experiment's own models), named once, and only where
     a constraints stage has an audit to judge."""
+    from lara.scorer_specs import judge_problem
+
     judges = c["evaluation"].get("judges") or []
     out = [f"evaluation.judges: {spec!r} is listed twice" for i, spec in enumerate(judges) if spec in judges[:i]]
-    for x in constraints(c):
-        if x.cost in judges:
-            out.append(f"evaluation.judges: {x.cost!r} is the decoding cost of constraint {x.name}: the decoder was "
-                       "held to it, so it cannot judge what the decoder did; name a scorer the decoder never saw")
-    if judges and not constraints(c):
+    costs = {x.name: x.cost for x in constraints(c)}
+    reward = c["calibration"].get("constraint_reward")
+    for i, spec in enumerate(judges):
+        problem = judge_problem(spec, costs, reward) if costs else None
+        if problem:
+            out.append(f"evaluation.judges[{i}]: {spec!r}: {problem}")
+    if judges and not costs:
         out.append("evaluation.judges: judges score the constraints stage's audit, but calibration.constraints is "
                    "empty")
     return out

@@ -50,3 +50,35 @@ def spec_problem(spec: str, role: str) -> str | None:
         return (f"not a model directory, not a hub id (owner/name), and not a named scorer (named: "
                 f"{', '.join(sorted(named)) or 'none installed'}){hint}")
     return None
+
+
+def _score_of(spec: str, role: str, named) -> tuple[str, str | None]:
+    """Which score a spec gives a role: a named scorer's (its name, and its argument where it takes one that names
+    the score, else the role), or a model's (the spec; a model gives one score whatever the role)."""
+    name, colon, argument = spec.partition(":")
+    if name in named:
+        return name, argument if colon else role
+    return spec, None
+
+
+def judge_problem(judge: str, costs: dict[str, str], reward: str | None = None) -> str | None:
+    """Why ``judge`` is no judge of the constraints ``costs`` (name -> decoding cost spec, each given its name as the
+    role): an empty spec, one of the experiment's own models (``reward``, ``cost``, ``category:<c>``: what decoders
+    are held to), a score of the reward, or for some constraint the very score a constraint's decoding cost or the
+    decoding reward gives (``hatesonar:hate`` beside ``{hate: hatesonar}``). None: a scorer the decoder never saw."""
+    if not isinstance(judge, str) or not judge.strip():
+        return "an empty scorer spec"
+    if judge in WORKFLOW_SPECS or judge.startswith("category:"):
+        return ("one of this experiment's own trained models, which the decoders are held to; a judge is a scorer "
+                "the decoder never saw")
+    named = named_scorers()
+    held = {_score_of(spec, name, named): f"the decoding cost of constraint {name}" for name, spec in costs.items()}
+    if reward is not None:
+        held[_score_of(reward, "reward", named)] = "the decoding reward"
+    for name in costs:
+        score = _score_of(judge, name, named)
+        if score[1] == "reward":
+            return "it gives a reward, not a harm score: a judge scores what the constraints bound"
+        if score in held or (score[1] is None and (judge, None) in held):
+            return f"for constraint {name} it gives {held[score]} (the decoder was held to it)"
+    return None

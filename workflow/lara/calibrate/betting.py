@@ -45,7 +45,9 @@ def betting_p_values(losses: np.ndarray, tau: float, delta: float, bounds, order
     """The p-value of "expected loss > tau" for each row of ``losses`` (..., n): min(1, 1 / the gambler's largest
     wealth), the losses in ``bounds`` taken in the order ``order`` (indices into the last axis: a permutation of the
     n prompts, or any sequence of them drawn independently of the losses). Valid at every level (Ville's
-    inequality); the bets are tuned for level ``delta``."""
+    inequality); the bets are tuned for level ``delta``. Where the losses' own mean is above tau the p-value is 1:
+    a wealth that ran up early on a few small losses never certifies a lambda whose calibration mean misses tau
+    (a test that rejects less often than a valid one is valid)."""
     lo, hi = (float(b) for b in bounds)
     a = (tau - lo) / (hi - lo)
     losses = np.asarray(losses, dtype=float)
@@ -54,7 +56,9 @@ def betting_p_values(losses: np.ndarray, tau: float, delta: float, bounds, order
     if a >= 1:
         return np.zeros(losses.shape[:-1])
     x = np.clip((losses[..., order] - lo) / (hi - lo), 0.0, 1.0)
-    return np.minimum(1.0, 1.0 / wealth_path(x, a, delta).max(axis=-1))
+    p = np.minimum(1.0, 1.0 / wealth_path(x, a, delta).max(axis=-1))
+    # a mean above tau is never certified, however the wealth ran: p = 1 there (rejecting less often keeps the level)
+    return np.where(x.mean(axis=-1) <= a + 1e-12, p, 1.0)
 
 
 def betting_rejects(losses: np.ndarray, tau: float, delta: float, bounds, order: np.ndarray) -> np.ndarray:

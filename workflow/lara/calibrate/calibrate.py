@@ -290,6 +290,9 @@ def unequal_weights(weights, s: CalibrationSettings) -> np.ndarray | None:
         raise ValueError("a covariate-shift weighted calibration (--weights) is exact for Best-of-N only "
                          "(calibration.mode: bon); soft mode's tilted cost is a ratio estimate, not a mean of "
                          "per-prompt losses")
+    if weights is not None and s.guarantee not in ("bootstrap", *WEIGHTED):
+        raise ValueError(f"calibration.guarantee: {s.guarantee} has no covariate-shift weighted version (weighted: "
+                         f"bootstrap, {', '.join(WEIGHTED)}), so a reweighted calibration cannot deploy it")
     return None if weights is None or equal_weights(weights) else np.asarray(weights, dtype=float)
 
 

@@ -38,7 +38,8 @@ HELP = "held-out audit of several constraints: per-constraint and joint verdicts
 
 
 def joint_verdict(costs: np.ndarray, tau, rows: list[dict], n_boot: int, seed: int) -> dict:
-    """(P, m) held-out costs: the bootstrap bound of max_j (mean_j - tau_j) and the joint verdict."""
+    """(P, m) held-out costs: the bootstrap bound of max_j (mean_j - tau_j) and the joint verdict (met only where
+    every constraint's own verdict is met too)."""
     from lara.evaluate.intervals import MIN_PROMPTS, ONE_SIDED, TOO_FEW, VERDICTS, bootstrap_means
 
     excess = bootstrap_means(costs, n_boot, seed) - np.asarray(tau)[None, :]
@@ -47,8 +48,8 @@ def joint_verdict(costs: np.ndarray, tau, rows: list[dict], n_boot: int, seed: i
     point = float((costs.mean(axis=0) - np.asarray(tau)).max())
     if len(costs) < MIN_PROMPTS:
         verdict = TOO_FEW
-    elif upper <= 0:
-        verdict = VERDICTS[0]
+    elif upper <= 0 and all(r["verdict"] == VERDICTS[0] for r in rows):  # (never met where one constraint is not:
+        verdict = VERDICTS[0]                                             # a rate's exact interval may be wider)
     elif any(r["verdict"] == VERDICTS[2] for r in rows):
         verdict = VERDICTS[2]
     else:
@@ -87,6 +88,21 @@ def audit(outputs: list[pd.DataFrame], constraints, n_boot: int, seed: int, judg
     return pd.DataFrame(rows), joint
 
 
+def check_judges(judges: list[str], costs: dict, reward: str, constraints) -> None:
+    """Each ``--judge`` is named once, is a scorer the decoder never saw (never a constraint's decoding score or the
+    decoding reward: :func:`lara.scorer_specs.judge_problem`) and takes each constraint's name as its role."""
+    from lara.config import ConfigError
+    from lara.scorer_specs import judge_problem, spec_problem
+
+    for i, spec in enumerate(judges):
+        if spec in judges[:i]:
+            raise ConfigError(f"--judge {spec}: given twice")
+        problem = judge_problem(spec, costs, reward) or next(
+            (p for c in constraints if (p := spec_problem(spec, c.name))), None)
+        if problem:
+            raise ConfigError(f"--judge {spec}: {problem}")
+
+
 def carried(scorer: dict, judge: dict) -> str:
     """Whether a decoder's improvement under its scorer (a paired difference against lambda = 0, lower is better)
     shows under a judge too."""
@@ -95,10 +111,23 @@ def carried(scorer: dict, judge: dict) -> str:
     return "carries" if judge["ci95"][1] < 0 else "does not carry"
 
 
+def _agreement(scorer, judge, n_boot: int, seed: int) -> dict:
+    """The agreement record, or why it is undefined (a constant side: a probability constraint whose decoders never
+    pick a response above the threshold; too few defined resamples)."""
+    from lara.evaluate.agreement import agreement, agreement_problem
+
+    problem = agreement_problem(scorer, judge)
+    if problem is None:
+        try:
+            return agreement(scorer, judge, n_boot, seed).to_dict()
+        except ValueError as exc:
+            problem = str(exc)
+    return {"undefined": problem}
+
+
 def judge_report(outputs: list[pd.DataFrame], constraints, judges: list[str], n_boot: int, seed: int) -> dict:
     """Every setting against its decoder at lambda = 0 under the decoding scorer and each judge (paired on the
     prompts), and each judge's agreement with each constraint's scorer on all audited responses."""
-    from lara.evaluate.agreement import agreement
     from lara.evaluate.intervals import paired_difference
 
     zero = {str(df["method"].iloc[0]): df.set_index("prompt_id") for df in outputs
@@ -122,11 +151,15 @@ def judge_report(outputs: list[pd.DataFrame], constraints, judges: list[str], n_
     pooled = pd.concat(outputs, ignore_index=True)
     for c in constraints:
         for j, spec in enumerate(judges):
-            found = agreement(pooled[f"score_{c.name}"].to_numpy(float), pooled[judge_column(c, j)].to_numpy(float),
-                              n_boot, seed)
-            agree.append({"constraint": c.name, "judge": spec, "responses": "every audited output, pooled",
-                          **found.to_dict()})
-    return {"specs": list(judges), "paired": paired, "agreement": agree}
+            scorer, judge = pooled[f"score_{c.name}"].to_numpy(float), pooled[judge_column(c, j)].to_numpy(float)
+            row = {"constraint": c.name, "judge": spec, "responses": "every audited output, pooled", "n": len(scorer)}
+            agree.append(row | _agreement(scorer, judge, n_boot, seed))
+    missing = sorted({str(df["method"].iloc[0]) for df in outputs} - set(zero))
+    note = (f"no lambda = 0 output of {', '.join(missing)} was audited: its settings have no paired differences"
+            if missing else None)
+    if note:
+        log.warning("judges: %s", note)
+    return {"specs": list(judges), "paired": paired, "agreement": agree, "note": note}
 
 
 def add_arguments(parser) -> None:
@@ -228,6 +261,10 @@ def log_audit(table: pd.DataFrame, joint: list[dict], judged: dict | None) -> No
                      row["method"], row["setting"], row["constraint"], row["scorer"]["mean"], *row["scorer"]["ci95"],
                      jr["judge"], jr["mean"], *jr["ci95"], jr["verdict"])
     for a in (judged or {}).get("agreement", []):
+        if "undefined" in a:
+            log.info("agreement of %s's scorer and judge %s on %d responses: undefined (%s)", a["constraint"],
+                     a["judge"], a["n"], a["undefined"])
+            continue
         log.info("agreement of %s's scorer and judge %s on %d responses: Spearman %.3f [%.3f, %.3f], top decile "
                  "%.3f [%.3f, %.3f]", a["constraint"], a["judge"], a["n"], a["spearman"], *a["spearman_ci"],
                  a["top_decile"], *a["top_decile_ci"])
@@ -251,6 +288,7 @@ def run(args) -> None:
     costs = cost_specs(args.cost, constraints)
     evals = cost_specs(args.evaluation, constraints, "--evaluation")
     check_scorers(record, args.reward, costs, args.lambda_json)
+    check_judges(args.judge, costs, args.reward, constraints)
     identity.distinct_files(args.responses, "--responses")
     scorers: dict = {}
 

@@ -205,6 +205,11 @@ def vector_calibrate(scores: VectorScores, constraints, s: CalibrationSettings) 
     if len(constraints) > 1 and s.guarantee == "crc":
         raise ConfigError("calibration.guarantee: crc bounds one risk; with several constraints use bootstrap or ltt "
                           "(ltt holds every constraint at once)")
+    for j, c in enumerate(constraints):
+        if c.kind == "probability" and not scores.costs[..., j][scores.mask].any():
+            raise ConfigError(f"calibration.constraints.{c.name}.threshold: {c.threshold:g}: no calibration response "
+                              f"scores above it, so the loss 1[c > threshold] is 0 for every one and there is "
+                              "nothing to calibrate (a threshold in the cost's units?)")
     tau = [c.tau for c in constraints]
     k_min = int(scores.mask.sum(axis=1).min())
     n = s.bon_n

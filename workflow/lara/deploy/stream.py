@@ -82,7 +82,8 @@ class Pool:
 def read_pool(pool_path, scores_path, n: int, constraints=None) -> Pool:
     """The pool's prompts with their scored candidates; every prompt needs at least ``n`` of them. With
     ``constraints`` the scores are lara score-constraints' (a cost_<name> column per constraint, scored for
-    exactly these constraints) and the pool's costs are (P, K, m)."""
+    exactly these constraints) and the pool's costs are (P, K, m), each constraint's loss
+    (:meth:`lara.constraints.spec.Constraint.loss`)."""
     from lara.calibrate.calibrate import load_scores
     from lara.read.files import read_table
 
@@ -120,7 +121,9 @@ def read_pool(pool_path, scores_path, n: int, constraints=None) -> Pool:
         out["cost"][row, col] = scores["cost"].to_numpy(float)
     else:
         out["cost"] = np.zeros((len(pool), k, len(columns)))
-        out["cost"][row, col] = scores[list(columns)].to_numpy(float)
+        # each constraint's loss (a probability constraint's 1[c > threshold]): what the vector lambda was
+        # calibrated on, so the stream, the online lambda and every arm see what the calibration saw
+        out["cost"][row, col] = np.stack([c.loss(scores[c.column]) for c in constraints], axis=1)
     out["sample_id"][row, col] = scores["sample_id"].to_numpy(np.int64)
     out["mask"][row, col] = True
     return Pool(pool["prompt_id"].to_numpy(object), pool["prompt"].to_numpy(object), pool["stratum"].to_numpy(object),

@@ -57,9 +57,13 @@ def audit_lines(path: Path, audit: dict) -> list[str]:
                 lost.append(f"{row['method']} at {row['setting']} on {row['constraint']} ({j['judge']})")
     if lost:
         lines.append("  The scorer's improvement does NOT carry to the judge for: " + "; ".join(lost))
+    if judged.get("note"):
+        lines.append(f"  note: {judged['note']}")
     for a in judged["agreement"]:
-        lines.append(f"  agreement of {a['constraint']}'s scorer and {a['judge']} on {a['n']} responses: Spearman "
-                     f"{_ci(a['spearman'], a['spearman_ci'])}, top decile {_ci(a['top_decile'], a['top_decile_ci'])}")
+        said = (f"undefined ({a['undefined']})" if "undefined" in a else
+                f"Spearman {_ci(a['spearman'], a['spearman_ci'])}, top decile "
+                f"{_ci(a['top_decile'], a['top_decile_ci'])}")
+        lines.append(f"  agreement of {a['constraint']}'s scorer and {a['judge']} on {a['n']} responses: {said}")
     return lines
 
 

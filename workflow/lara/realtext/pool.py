@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +40,23 @@ class RealTextSettings(Settings):
                                      "deployment pool's held_out stratum (each is sampled K times from pi_ref).",
                                 minimum=1)
     seed: int = seed_setting()
+
+
+def checked(df, path: str, flag: str, category) -> pd.DataFrame:
+    """A prompt table as its step wrote it: every prompt a non-empty string, each category ``category`` (a
+    predicate on the category column), one row per prompt (a repeat is dropped, as the steps write none)."""
+    from lara.data.errors import DataError
+    from lara.data.text import prompt_key
+
+    bad = ~df["prompt"].map(lambda p: isinstance(p, str) and bool(p.strip()))
+    if bad.any():
+        raise DataError(f"{flag} {path}: row {int(bad.to_numpy().nonzero()[0][0])} has no prompt text (column prompt)")
+    wrong = ~df["category"].map(lambda c: isinstance(c, str) and category(c))
+    if wrong.any():
+        i = int(wrong.to_numpy().nonzero()[0][0])
+        raise DataError(f"{flag} {path}: row {i} has category {df['category'].iloc[i]!r}: not a table of "
+                        f"{'lara rtp-prompts (rtp_*)' if flag == '--rtp' else 'lara slur-prompts (slur)'}")
+    return df.loc[~df["prompt"].map(prompt_key).duplicated()].reset_index(drop=True)
 
 
 def pool(rtp, slurs, excluded: set, n_slurs: int, seed: int):
@@ -78,8 +98,10 @@ def run(args) -> None:
     from lara.read.files import read_table, write_table
 
     s = read_settings(args, RealTextSettings)
-    rtp = read_table(args.rtp, required=("prompt", "category"))
-    slurs = read_table(args.slurs, required=("prompt", "category"))
+    rtp = checked(read_table(args.rtp, required=("prompt", "category")), args.rtp, "--rtp",
+                  lambda c: c.startswith("rtp_"))
+    slurs = checked(read_table(args.slurs, required=("prompt", "category")), args.slurs, "--slurs",
+                    lambda c: c == "slur")
     excluded = {prompt_key(p) for path in args.exclude for p in read_table(path, required=("prompt",))["prompt"]}
     table = pool(rtp, slurs, excluded, s.slur_prompts, s.seed)
     counts = table["stratum"].value_counts().to_dict()
