@@ -521,9 +521,9 @@ def scorer_roles(c):
 def weighted_guarantee(c):
     """The scalar deployment stage recalibrates with covariate-shift weights under calibration.guarantee, and the
     betting LTT has no weighted version."""
-    from lara.settings import CERTIFIED
+    from lara.settings import WEIGHTED
 
-    weighted = ("bootstrap", *[p for p in CERTIFIED if p != "ltt_wsr"])
+    weighted = ("bootstrap", *WEIGHTED)
     dep = c.get("deployment") or {}
     if dep.get("scenarios") and dep.get("follows", "scalar") == "scalar" and \
             c["calibration"]["guarantee"] not in weighted:

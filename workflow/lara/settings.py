@@ -439,6 +439,7 @@ COST_RESOLUTION = 1e-6
 # lambda* when calibration.cost_bounds are given: conformal risk control, Learn then Test with Hoeffding-Bentkus
 # p-values, and Learn then Test with betting p-values (Waudby-Smith & Ramdas)
 CERTIFIED = ("crc", "ltt", "ltt_wsr")
+WEIGHTED = ("crc", "ltt")  # those with a covariate-shift weighted version (lara.calibrate.certify)
 
 # the largest seed: every library's generator takes it, with room for the streams derived from it (seed + 1);
 # numpy's legacy seeding and torch's CUDA generators stop at 2**32 - 1

@@ -58,10 +58,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lara.settings import CERTIFIED
+from lara.settings import CERTIFIED, WEIGHTED
 
 PROCEDURES = ("bootstrap", *CERTIFIED)
-WEIGHTED = ("crc", "ltt")  # the certified procedures with a covariate-shift weighted version
 
 
 def clip_costs(cost: np.ndarray, mask: np.ndarray, bounds) -> tuple[np.ndarray, dict]:

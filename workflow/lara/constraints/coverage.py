@@ -62,6 +62,7 @@ OUTPUTS = ("out", "table")
 
 VECTOR_PROCEDURES = ("hat", "bootstrap", "ltt", "ltt_wsr")  # several constraints: lara calibrate-vector's
 SCALAR_PROCEDURES = ("hat", "bootstrap", "crc", "ltt", "ltt_wsr")  # one constraint: the scalar calibration's
+LTT_BOUNDS = {"ltt": "Hoeffding-Bentkus", "ltt_wsr": "betting"}  # each LTT procedure's p-values
 STREAM = 27  # the scalar study's random stream ([seed, 27]): one constraint draws exactly what it draws
 
 
@@ -153,10 +154,10 @@ def promises(m: int, cal: CalibrationSettings) -> dict:
                                     "heuristic upper bound)", "bound": None},
            **{name: {"promise": f"joint violation rate <= delta = {cal.delta:g} (every constraint at once, for the "
                                 f"costs clipped to their bounds; an uncertified draw deploys nothing; {how})",
-                     "bound": cal.delta} for name, how in (("ltt", "Hoeffding-Bentkus"), ("ltt_wsr", "betting"))}}
+                     "bound": cal.delta} for name, how in LTT_BOUNDS.items()}}
     if m == 1:
         out["crc"] = {"promise": "mean over draws of the population's clipped cost <= tau", "bound": None}
-        for name, how in (("ltt", "Hoeffding-Bentkus"), ("ltt_wsr", "betting")):
+        for name, how in LTT_BOUNDS.items():
             out[name]["promise"] = (f"violation rate <= delta = {cal.delta:g} (for the costs clipped to their "
                                     f"bounds; {how})")
     return out
