@@ -246,3 +246,21 @@ def test_prompt_features_end_to_end(tiny_world, tmp_path):
     assert all(f[c].dtype == np.float32 for c in f.columns[1:])
     np.testing.assert_allclose(outs[1].iloc[:, 1:], f.iloc[:, 1:], atol=1e-5)
     assert outs[1].equals(outs[2])
+
+
+def test_a_stream_of_constraint_costs_is_checked_by_its_prompts_alone(tmp_path):
+    """The shift check reads which prompts a stream visits, not its costs: a stream of the vector lambda's constraint
+    costs (deployment.follows: constraints) gets exactly the check the same visits with one cost column get."""
+    from lara.read.files import read_metadata, read_table, write_table
+
+    write_inputs(tmp_path, shift=1.0)
+    rc, _, err = shift_check(tmp_path)
+    assert rc == 0, err
+    scalar = json.loads((tmp_path / "shift.json").read_text())
+    stream = read_table(tmp_path / "stream.parquet")
+    vector = stream.drop(columns=["cost"]).assign(cost_hate=0.1, cost_offensive=0.2)
+    write_table(vector, tmp_path / "stream.parquet", read_metadata(tmp_path / "stream.parquet"))
+    rc, _, err = shift_check(tmp_path)
+    assert rc == 0, err
+    again = json.loads((tmp_path / "shift.json").read_text())
+    assert again["auc"] == scalar["auc"] and again["p_value"] == scalar["p_value"]

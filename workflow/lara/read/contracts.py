@@ -95,6 +95,10 @@ SUMMARY = Expect("summary.csv (lara aggregate)", columns=("method", "setting"))
 COVERAGE = Expect("a coverage study (lara coverage)", JSON)
 REPORT = Expect("the deployment report (lara deployment-report)", columns=("scenario", "arm"))
 TRACE = Expect("an arm trace (lara deploy-arms --trace)", kinds=("deployment_trace",), columns=("t",))
+# what the shift check reads of a stream: the prompts it visits, whether its costs are one column or one per
+# constraint (deployment.follows: scalar or constraints)
+STREAM_PROMPTS = Expect("a scenario's stream (lara make-stream): the prompts it visits", kinds=("stream",),
+                        roles=("deployment",), columns=("t", "prompt_id"), stamped=True)
 # the deployment stage following the vector lambda (--constraints; deployment.follows: constraints)
 VSCORES_DEPLOY = Expect("the deployment pool's constraint scores (lara score-constraints)",
                         kinds=("constraint_scores",), roles=("deployment",),
@@ -186,7 +190,7 @@ CONTRACTS: dict[str, Command] = {
     "deployment-report": Command({"--arms": many(ARMS), "--shift": many(SHIFT)},
                                  note="one scenario per arms table: no agreement across scenarios"),
     "prompt-features": Command({"--model": MODEL, "--prompts": many(ANY_TABLE)}),
-    "shift-check": Command({"--features": FEATURES, "--calibration": PROMPTS_CAL, "--deployment": STREAM}),
+    "shift-check": Command({"--features": FEATURES, "--calibration": PROMPTS_CAL, "--deployment": STREAM_PROMPTS}),
     "category-pairs": Command({"--input": PREFERENCES}),
     "score-constraints": Command({"--input": SAMPLES}),
     "calibrate-vector": Command({"--scores": VSCORES_CAL}),
