@@ -35,7 +35,10 @@ def test_the_vector_lambda_meets_every_tau_on_the_calibration_scores(toy_run):
     assert np.all(expected_vector(w.reward, w.costs, w.mask, hat, n).mean(axis=0) <= tau + 1e-9)
     assert np.any(expected_vector(w.reward, w.costs, w.mask, 0.999 * hat, n).mean(axis=0) > tau)
     at_zero = expected_vector(w.reward, w.costs, w.mask, np.zeros(len(cs)), n).mean(axis=0)
-    assert np.all(at_zero > tau)  # the toy's taus are chosen so both bind
+    assert np.all(at_zero > tau)  # the toy's taus are chosen so every one binds
+    if len(cs) != 2:  # the 2-D brute-force check is made for two constraints only
+        assert "brute_force" not in rec
+        return
     bf = rec["brute_force"]
     for name in ("hat", "bootstrap"):
         assert bf[name]["feasible"] and bf[name]["reward"] <= bf["best"]["reward"] + 0.05
