@@ -24,7 +24,7 @@ def smol_workflow(workflow_copy, smollm2):
 def test_the_smol_dag_runs_every_stage_on_smollm2(smol_workflow):
     proc = run_snakemake(smol_workflow, "-n", "--printshellcmds", *CONFIGS)
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, flags=re.M))
-    assert int(counts["total"]) == 99 and "make_toy_model" not in counts  # the base is SmolLM2, not the toy
+    assert int(counts["total"]) == 102 and "make_toy_model" not in counts  # the base is SmolLM2, not the toy
     for rule in ("train_sft", "train_reward_model", "train_cost_model", "train_safe_rlhf", "train_safedpo",
                  "calibrate_lambda", "select_bon", "figure_lambda_sweep", "evaluate_decoded", "coverage"):
         assert rule in counts, rule
