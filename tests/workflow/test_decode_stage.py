@@ -50,8 +50,8 @@ def test_changing_tau_reruns_only_calibration_and_the_calibrated_branches(toy_ru
     counts = jobs(proc.stdout)
     assert counts.get("calibrate_lambda") == 1
     # lambda-hat and lambda* come from lambda.json: the hat and star settings of every decoder (and Best-of-N's
-    # certified crc and ltt settings); the coverage study is calibrated for tau too
-    assert counts.get("coverage") == 1 and counts.get("select_bon") == 4
+    # certified crc, ltt and ltt_wsr settings); the coverage study is calibrated for tau too
+    assert counts.get("coverage") == 1 and counts.get("select_bon") == 5
     assert counts.get("decode_rgtg") == 6 and counts.get("bon_sweep") == 1
     assert not {"train_sft", "train_reward_model", "train_cost_model", "train_safedpo", "sample", "score"} & set(counts)
     # Safe-RLHF's budget is tau: the one baseline held to it retrains and is sampled again, nothing else

@@ -184,14 +184,15 @@ def test_plot_option_reruns_only_the_figures(toy_run, tmp_path):
 
 def test_tau_reruns_only_the_calibrated_evaluations_and_safe_rlhf_s(toy_run, tmp_path):
     counts, outputs = dry_run(toy_run, *override(tmp_path, "calibration:\n  tau: -0.25\n"))
-    # 4 decoders at hat and star, and Best-of-N at its certified crc and ltt
-    assert counts.get("evaluate_decoded") == 10 and counts.get("judge_decoded") == 10
+    # 4 decoders at hat and star, and Best-of-N at its certified crc, ltt and ltt_wsr
+    assert counts.get("evaluate_decoded") == 11 and counts.get("judge_decoded") == 11
     assert counts.get("aggregate") == 1 and counts.get("figure_tradeoff") == 1
     assert "train_safedpo" not in counts
     # and Safe-RLHF, whose budget is tau: retrained, so its evaluation reruns too (the only policy that does)
     assert counts.get("evaluate_policy") == 1 and counts.get("judge_policy") == 1
     evals = {o for o in outputs if "/eval/" in o and o.endswith(".parquet")}
-    assert evals and all(any(f"/{s}/" in o for s in ("star", "hat", "crc", "ltt", "safe_rlhf")) for o in evals)
+    assert evals and all(any(f"/{s}/" in o for s in ("star", "hat", "crc", "ltt", "ltt_wsr", "safe_rlhf"))
+                         for o in evals)
 
 
 def test_without_a_judge_its_jobs_are_skipped_with_a_message(toy_run, tmp_path):
