@@ -117,7 +117,7 @@ def test_editing_a_step_module_reruns_that_step_and_its_downstream(toy_run, tmp_
     append(lara / "calibrate" / "dual.py", "\nANOTHER_EDIT = 1\n")
     counts, outputs = dry_run(toy_run, env=env)
     # the decodes at lambda-hat and lambda* (and Best-of-N at the certified lambdas) read the rewritten lambda.json
-    assert counts.get("calibrate_lambda") == 1 and counts.get("decode_rgtg") == 6 and counts.get("select_bon") == 4
+    assert counts.get("calibrate_lambda") == 1 and counts.get("decode_rgtg") == 6 and counts.get("select_bon") == 5
     assert not TRAINING & set(counts) and "sample" not in counts
 
 
