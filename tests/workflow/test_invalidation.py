@@ -147,18 +147,19 @@ def test_a_module_of_later_steps_reruns_exactly_those_steps_and_their_downstream
     counts, _ = dry_run(toy_run, env=env)
     # Best-of-N's zero and max settings depend on no calibration: they rerun for their own code alone;
     # the token-level decodes rerun only at hat and star (their lambda.json is rewritten), never at zero or max
-    # (and the coverage study, which computes with it, and Best-of-N at the certified crc and ltt); the deployment
-    # streams read their scored pool with it (lara.calibrate.calibrate.load_scores): each scenario's stream, its
-    # online runs, shift check, weighted lambda and arms, and the report and its figure, never the pool's sampling
-    assert counts == {"calibrate_lambda": 1, "calibrate_lambda_for_n": 2, "calibrate_soft": 3, "select_bon": 6,
+    # (and the coverage study, which computes with it, and Best-of-N at the certified crc, ltt and ltt_wsr); the
+    # deployment streams read their scored pool with it (lara.calibrate.calibrate.load_scores): each scenario's
+    # stream, its online runs, shift check, weighted lambda and arms, and the report and its figure, never the
+    # pool's sampling
+    assert counts == {"calibrate_lambda": 1, "calibrate_lambda_for_n": 2, "calibrate_soft": 3, "select_bon": 7,
                       "bon_sweep": 1, "coverage": 1, "figure_coverage": 1,
-                      "decode_rgtg": 6, "evaluate_decoded": 12, "judge_decoded": 12, "aggregate": 1,
+                      "decode_rgtg": 6, "evaluate_decoded": 13, "judge_decoded": 13, "aggregate": 1,
                       "figure_lambda_sweep": 1, "figure_tradeoff": 1, "figure_calibration": 1,
                       "figure_decoders": 1, "make_stream": 4, "online": 12, "shift_check": 4, "calibrate_weighted": 4,
                       "deploy_arms": 4, "deployment_report": 1, "figure_deployment": 1,
                       # the constraints stage computes with it too: its calibration, both decoders' module, the
                       # audit, the coverage study and the two figures (never its training or scoring)
-                      "calibrate_vector": 1, "decode_vector_bon": 4, "decode_vector_args": 2, "audit_constraints": 1,
+                      "calibrate_vector": 1, "decode_vector_bon": 5, "decode_vector_args": 2, "audit_constraints": 1,
                       "coverage_vector": 1, "figure_constraints": 1, "figure_constraints_sweep": 1}, counts
     assert own_code_changed(toy_run, env) == {"calibrate_lambda", "calibrate_lambda_for_n", "calibrate_soft",
                                               "select_bon", "coverage", "make_stream", "calibrate_vector",
