@@ -236,3 +236,14 @@ def test_an_agreement_with_a_constant_side_is_recorded_as_undefined():
 
     got = _agreement(np.zeros(40), np.linspace(0, 1, 40), 400, 0)
     assert "constant" in got["undefined"] and "spearman" not in got
+
+
+def test_a_threshold_above_every_calibration_score_is_named(chain, tmp_path, capsys):
+    d, cons = chain
+    high = parse([{"name": "violence", "cost": "category:violence", "tau": cons[0].tau},
+                  {"name": "harmful", "cost": "oracle:cost", "kind": "probability", "threshold": 100.0, "tau": 0.1}])
+    s = {"tau": cons[0].tau, "bon_n": K, "bootstrap": 200, "lambda_search_max": 20.0, "seed": 0}
+    refused(capsys, lara("calibrate-vector", "--scores", d / "calibration_scores.parquet", "--constraints",
+                         to_json(high), "--settings", json.dumps(s), "--out", tmp_path / "l.json"),
+            "calibration.constraints.harmful.threshold: 100: no calibration response scores above it")
+    assert not (tmp_path / "l.json").exists()

@@ -196,6 +196,18 @@ def brute_force(scores: VectorScores, tau, n, points, top: float, grid: int = BR
     return out
 
 
+def check_losses(scores: VectorScores, constraints) -> None:
+    """A probability constraint whose loss is 0 for every calibration response has nothing to calibrate: its
+    threshold lies above every score (in other units than the cost's?)."""
+    from lara.config import ConfigError
+
+    for j, c in enumerate(constraints):
+        if c.kind == "probability" and not scores.costs[..., j][scores.mask].any():
+            raise ConfigError(f"calibration.constraints.{c.name}.threshold: {c.threshold:g}: no calibration response "
+                              "scores above it, so the loss 1[c > threshold] is 0 for every one and there is "
+                              "nothing to calibrate (a threshold in the cost's units?)")
+
+
 def vector_calibrate(scores: VectorScores, constraints, s: CalibrationSettings) -> dict:
     from lara.calibrate.vector import expected_vector
     from lara.config import ConfigError
@@ -205,11 +217,7 @@ def vector_calibrate(scores: VectorScores, constraints, s: CalibrationSettings) 
     if len(constraints) > 1 and s.guarantee == "crc":
         raise ConfigError("calibration.guarantee: crc bounds one risk; with several constraints use bootstrap or ltt "
                           "(ltt holds every constraint at once)")
-    for j, c in enumerate(constraints):
-        if c.kind == "probability" and not scores.costs[..., j][scores.mask].any():
-            raise ConfigError(f"calibration.constraints.{c.name}.threshold: {c.threshold:g}: no calibration response "
-                              f"scores above it, so the loss 1[c > threshold] is 0 for every one and there is "
-                              "nothing to calibrate (a threshold in the cost's units?)")
+    check_losses(scores, constraints)
     tau = [c.tau for c in constraints]
     k_min = int(scores.mask.sum(axis=1).min())
     n = s.bon_n
@@ -283,6 +291,7 @@ def run(args) -> None:
     role = identity.expect_role(args.scores, "--scores", "calibration", "calibrating on the prompts the audit holds "
                                 "out makes the audit in-sample")
     scores = load_vector_scores(args.scores, constraints)
+    check_losses(scores, constraints)
     from lara.calibrate.calibrate import check_calibration_data
 
     for j, c in enumerate(constraints):
