@@ -247,3 +247,16 @@ def test_a_threshold_above_every_calibration_score_is_named(chain, tmp_path, cap
                          to_json(high), "--settings", json.dumps(s), "--out", tmp_path / "l.json"),
             "calibration.constraints.harmful.threshold: 100: no calibration response scores above it")
     assert not (tmp_path / "l.json").exists()
+
+
+def test_each_certificate_states_the_tested_prompts_own_mean_and_it_meets_tau(chain):
+    """A vector LTT's certificate is about its test half: the record states that half's mean clipped cost at the
+    certified lambda, never above tau where certified (the all-prompt decoder cost may differ)."""
+    d, _ = chain
+    record = json.loads((d / "lambda.json").read_text())
+    for name in ("ltt", "ltt_wsr"):
+        p = record["procedures"][name]
+        if p["feasible"]:
+            assert all(m <= t + 1e-12 for m, t in zip(p["tested_mean_cost"], record["tau"], strict=True))
+        else:
+            assert p["tested_mean_cost"] is None

@@ -167,7 +167,7 @@ def ltt_along(reward, costs, mask, direction, tau, n: int | None, grid, delta: f
     clipped = np.stack([np.clip(costs[..., j], b[j, 0], b[j, 1]) for j in range(m)], axis=2)
     d = np.asarray(direction, dtype=float)
     order = prompt_order(len(reward), seed)
-    chosen, p_at = None, None
+    chosen, p_at, mean_at = None, None, None
     for s in sorted(np.asarray(grid, dtype=float), reverse=True):
         c = combined(costs, s * d)
         v = expected(reward, c, mask, [1.0], n, *[clipped[..., j] for j in range(m)])[:, :, 0]  # (m, P)
@@ -177,9 +177,11 @@ def ltt_along(reward, costs, mask, direction, tau, n: int | None, grid, delta: f
             p = max(float(betting_p_values(v[j], tau[j], delta, b[j], order)) for j in range(m))
         if p > delta:
             break
-        chosen, p_at = float(s), p
+        chosen, p_at, mean_at = float(s), p, v.mean(axis=1).tolist()
+    # (mean_at: the tested prompts' own mean clipped cost at the certified lambda, what the certificate is about;
+    # never above tau where certified)
     return {"s": chosen, "lambda": None if chosen is None else (chosen * d).tolist(), "p_value": p_at,
-            "delta": delta, "p_values": p_values}
+            "delta": delta, "p_values": p_values, "tested_mean_cost": mean_at}
 
 
 def bootstrap_along(reward, costs, mask, direction, tau, n: int | None, s_max: float, replicates: int, seed: int,
