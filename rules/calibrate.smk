@@ -199,3 +199,27 @@ rule calibrate_lambda_for_n:
         code=step_code("calibrate"),
     shell:
         "lara calibrate --scores {input.scores:q} --settings {params.settings:q}" " --out {output:q} > {log:q} 2>&1"
+
+
+# Pruned Best-of-N's own lambda (decode.bon_prune; docs/pruned.md): its expected cost per calibration prompt on a
+# lambda grid from the calibration samples' prefix scores (rules/decode.smk: score_prefixes), the stable root, the
+# bootstrap lambda* and, with calibration.cost_bounds, the certified lambdas (LTT in a fixed sequence down the grid)
+rule calibrate_prune:
+    input:
+        scores="results/{exp}/calibration/prefix_scores.parquet",
+    output:
+        "results/{exp}/calibration/lambda_bon_prune.json",
+    log:
+        "logs/{exp}/calibrate_prune.log",
+    benchmark:
+        "benchmarks/{exp}/calibrate_prune.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("calibrate_lambda")
+    resources:
+        **job_resources("calibrate_lambda"),
+    params:
+        settings=step_settings("decode.bon_prune"),
+        code=step_code("calibrate-prune"),
+    shell:
+        "lara calibrate-prune --scores {input.scores:q} --settings {params.settings:q} --out {output:q} > {log:q} 2>&1"

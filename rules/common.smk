@@ -132,7 +132,7 @@ WILDCARDS = {
     "policy": _alternatives(POLICIES),
     "safe_rlhf_model": _alternatives(TRAINED_POLICIES["safe_rlhf"]),
     "safedpo_model": _alternatives(TRAINED_POLICIES["safedpo"]),
-    "decoder": "bon|args|pargs|cdq",
+    "decoder": "bon|bon_prune|args|pargs|cdq",
     "figure": "[a-z_]+",
 }
 
@@ -315,9 +315,19 @@ DIRECT_METHODS = (
 CERTIFIED_SETTINGS = certified_settings(config)
 
 
+# decode.bon_prune: pruned Best-of-N (docs/pruned.md), beside Best-of-N, with its own lambda record: its hat, star and
+# certified settings read calibration/lambda_bon_prune.json (never Best-of-N's lambda.json)
+PRUNE = bool(config["decode"]["bon_prune"]["checkpoints"]) and "bon" in config["decode"]["methods"]
+PRUNE_LAMBDA = f"{RESULTS}/calibration/lambda_bon_prune.json"
+DECODED_METHODS = list(config["decode"]["methods"]) + (["bon_prune"] if PRUNE else [])
+
+
 def method_settings(method):
     """The lambda settings a method is decoded at: every one of DECODE_SETTINGS, `direct` for a token-level
-    decoder calibrated for itself, and the certified lambdas for Best-of-N."""
+    decoder calibrated for itself, and the certified lambdas for Best-of-N; pruned Best-of-N at every setting but
+    another tau's lambda* (it is calibrated for the main tau only) and at its own certified lambdas."""
+    if method == "bon_prune":
+        return [s for s in DECODE_SETTINGS if not s.startswith("star_tau_")] + CERTIFIED_SETTINGS
     extra = ["direct"] if method in DIRECT_METHODS else CERTIFIED_SETTINGS if method == "bon" else []
     return DECODE_SETTINGS + [e for e in extra if e not in DECODE_SETTINGS]
 
@@ -355,15 +365,17 @@ def setting_lambda_json(setting, method=None):
     method's own calibration for `direct`."""
     if setting == "direct":
         return direct_lambda_json(method)
+    if method == "bon_prune":
+        return PRUNE_LAMBDA if setting in CALIBRATED else None
     tau = setting_tau(setting)
     if tau is not None:
         return tau_lambda_json(tau)
     return f"{RESULTS}/calibration/lambda.json" if setting in CALIBRATED else None
 
 
-def lambda_input(wildcards):
+def lambda_input(wildcards, method=None):
     """The lambda.json of a calibrated setting only: zero/max/literal jobs never wait on calibration."""
-    path = setting_lambda_json(wildcards.lam, wildcards.get("method"))
+    path = setting_lambda_json(wildcards.lam, method or wildcards.get("method"))
     return [path] if path else []
 
 
@@ -432,7 +444,7 @@ BON_SWEEP = f"{RESULTS}/decode/bon/sweep.csv" if BON_STAR else []
 def decoding_models(wildcards):
     """The decoding reward and cost models that score an output for the constraint audit (tau's units);
     none for Best-of-N, whose candidates they scored already."""
-    if wildcards.get("decoder") == "bon":
+    if wildcards.get("decoder") in ("bon", "bon_prune"):
         return []
     return [f"{RESULTS}/models/reward", f"{RESULTS}/models/cost"]
 
@@ -440,7 +452,7 @@ def decoding_models(wildcards):
 def eval_outputs(kind):
     """Every evaluation output of one kind (scores or judge): decoders x lambda settings, then policies."""
     d = config["decode"]
-    return [f"{RESULTS}/eval/{m}/{lam}/{kind}.parquet" for m in d["methods"] for lam in method_settings(m)] + [
+    return [f"{RESULTS}/eval/{m}/{lam}/{kind}.parquet" for m in DECODED_METHODS for lam in method_settings(m)] + [
         f"{RESULTS}/eval/{p}/{kind}.parquet" for p in d["policies"]
     ]
 
@@ -501,7 +513,9 @@ def final_outputs():
     targets += [f"{RESULTS}/models/{stage}_{kind}" for stage in ("partial", "value") for kind in ("reward", "cost")]
     targets.append(f"{RESULTS}/calibration/lambda.json")
     targets += tau_lambda_inputs() + [direct_lambda_json(m) for m in DIRECT_METHODS]
-    for method in config["decode"]["methods"]:
+    if PRUNE:
+        targets.append(PRUNE_LAMBDA)
+    for method in DECODED_METHODS:
         if method == "bon":
             targets.append(f"{RESULTS}/decode/bon/sweep.csv")
         targets += [f"{RESULTS}/decode/{method}/{lam}/responses.parquet" for lam in method_settings(method)]

@@ -75,3 +75,56 @@ rule decode_rgtg:
         "lara rgtg --method {wildcards.method:q} --policy {input.sft:q} --reward {input.reward:q} --cost {input.cost:q}"
         " --prompts {input.prompts:q} {params.options} --settings {params.settings:q}"
         " --out {output:q} > {log:q} 2>&1"
+
+
+# Pruned Best-of-N (decode.bon_prune; docs/pruned.md): the prefixes of the sampled responses (calibration samples,
+# the test prompts' N candidates) scored at its checkpoints by the partial models; the decoder's own lambda from the
+# calibration prefixes (rules/calibrate.smk: calibrate_prune); its choice on the same N candidates as Best-of-N's,
+# with the tokens it would have generated
+rule score_prefixes:
+    input:
+        scores="results/{exp}/{pool}/scores.parquet",
+        sft="results/{exp}/models/sft",
+        reward="results/{exp}/models/partial_reward",
+        cost="results/{exp}/models/partial_cost",
+    output:
+        "results/{exp}/{pool}/prefix_scores.parquet",
+    log:
+        "logs/{exp}/score_prefixes_{pool}.log",
+    benchmark:
+        "benchmarks/{exp}/score_prefixes_{pool}.tsv"
+    wildcard_constraints:
+        pool="calibration|bon",
+    conda:
+        "../envs/train.yaml"
+    threads: job_threads("score")
+    resources:
+        **job_resources("score"),
+    params:
+        settings=step_settings("decode.bon_prune"),
+        code=step_code("score-prefixes"),
+    shell:
+        "lara score-prefixes --input {input.scores:q} --tokenizer {input.sft:q} --reward {input.reward:q}"
+        " --cost {input.cost:q} --settings {params.settings:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule select_bon_prune:
+    input:
+        candidates="results/{exp}/bon/prefix_scores.parquet",
+        lam=lambda w: lambda_input(w, "bon_prune"),
+    output:
+        "results/{exp}/decode/bon_prune/{lam}/responses.parquet",
+    log:
+        "logs/{exp}/select_bon_prune_{lam}.log",
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("select_bon")
+    resources:
+        **job_resources("select_bon"),
+    params:
+        options=lambda w: lambda_options(w.lam, "bon_prune"),
+        settings=step_settings("decode.bon_prune"),
+        code=step_code("select-bon-prune"),
+    shell:
+        "lara select-bon-prune --candidates {input.candidates:q} {params.options} --settings {params.settings:q}"
+        " --out {output:q} > {log:q} 2>&1"

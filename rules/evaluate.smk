@@ -81,6 +81,7 @@ rule aggregate:
         lam=BON_STAR_LAMBDA,
         sweep=BON_SWEEP,
         taus=tau_lambda_inputs(),
+        prune=[PRUNE_LAMBDA] if PRUNE else [],
     output:
         summary="results/{exp}/eval/summary.csv",
         audit="results/{exp}/eval/constraint_audit.json",
@@ -93,7 +94,12 @@ rule aggregate:
         **job_resources("aggregate"),
     params:
         settings=step_settings("aggregate"),
-        audit=opts(bon_star=BON_STAR_EVAL or None, lambda_json=BON_STAR_LAMBDA or None, sweep=BON_SWEEP or None),
+        audit=opts(
+            bon_star=BON_STAR_EVAL or None,
+            lambda_json=BON_STAR_LAMBDA or None,
+            sweep=BON_SWEEP or None,
+            prune_lambda_json=PRUNE_LAMBDA if PRUNE else None,
+        ),
         code=step_code("aggregate"),
     shell:
         "lara aggregate --scores {input.scores:q} --judge {input.judge:q} {params.audit} --tau-lambda-json {input.taus:q}"

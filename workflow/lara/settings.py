@@ -363,6 +363,7 @@ SECTIONS: dict[str, str] = {
     "decode.rgtg.args": "lara.decode.rgtg:ARGSSettings",
     "decode.rgtg.pargs": "lara.decode.rgtg:PARGSSettings",
     "decode.rgtg.cdq": "lara.decode.rgtg:CDQSettings",
+    "decode.bon_prune": "lara.decode.prune:PruneSettings",
     "evaluation": "lara.evaluate.evaluate:EvaluationSettings",
     "evaluation.judge": "lara.evaluate.judge:JudgeSettings",
     "figures": "lara.evaluate.figures:FigureSettings",

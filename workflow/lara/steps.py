@@ -35,9 +35,12 @@ COMMANDS: dict[str, str] = {
     "calibrate": "lara.calibrate.calibrate",
     "calibrate-decoder": "lara.calibrate.direct",
     "coverage": "lara.calibrate.coverage",
+    "score-prefixes": "lara.decode.prefixes",
+    "calibrate-prune": "lara.calibrate.prune_record",
     # decoding
     "select-bon": "lara.decode.bon",
     "bon-sweep": "lara.decode.sweep",
+    "select-bon-prune": "lara.decode.prune",
     "rgtg": "lara.decode.rgtg",
     "generate-policy": "lara.decode.policy",
     # after deployment: the shift scenarios, the online lambda, the arms
@@ -68,5 +71,5 @@ COMMANDS: dict[str, str] = {
 # the steps that run torch models: they get deterministic algorithms and exactly the job's threads
 TORCH_COMMANDS = {"make-toy-model", "import-gguf", "train-sft", "train-reward", "train-cost", "train-partial",
                   "train-value", "train-safe-rlhf", "train-safedpo", "sample", "score", "rgtg", "generate-policy",
-                  "evaluate", "calibrate-decoder", "prompt-features", "score-constraints",
+                  "evaluate", "calibrate-decoder", "prompt-features", "score-prefixes", "score-constraints",
                   "decode-vector"}

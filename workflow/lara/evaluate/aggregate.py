@@ -28,7 +28,7 @@ import pandas as pd
 
 from lara.calibrate.record import LambdaRecord, check_budget, overpenalised_note, read_lambda, setting_tau, tau_name
 from lara.evaluate.intervals import check_replicates, cost_audit, mean_interval, paired_difference
-from lara.settings import Settings, add_settings_arguments, cross_key, read_settings, seed_setting, setting
+from lara.settings import CERTIFIED, Settings, add_settings_arguments, cross_key, read_settings, seed_setting, setting
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +158,45 @@ PAIRS = (("star", "zero"), ("star", "max"), ("star", "hat"), ("direct", "star"),
 PAIRED_METRICS = ("decoder_reward", "decoder_cost", "helpfulness", "harmfulness")
 
 
+PRUNED = "bon_prune"
+
+
+def pruned_audit(scores: pd.DataFrame, record: LambdaRecord, decoders: list[dict], n_boot: int, seed: int) -> dict:
+    """Pruned Best-of-N beside full Best-of-N: its record (schedule, lambdas, procedures with the held-out verdict at
+    each), its tokens per prompt at each setting against full Best-of-N's on the same candidates, and per setting
+    the paired difference pruned - full, each at its own lambda of that setting (star: each decoder's own lambda*)."""
+    from lara.read.files import DataError
+
+    mine = scores[scores["method"] == PRUNED]
+    if "tokens" not in mine.columns or not np.isfinite(mine["tokens"].to_numpy(dtype=float)).all():
+        raise DataError(f"--scores ({PRUNED}): no token counts (column tokens); decode it with lara select-bon-prune")
+    full = {k: v.set_index("prompt_id") for k, v in scores[scores["method"] == "bon"].groupby("setting")}
+    deployed = (record.get("guarantee") or {}).get("procedure", "bootstrap")
+    held = {r["setting"]: {k: v for k, v in r.items() if k not in ("method", "setting")} for r in decoders
+            if r["method"] == PRUNED}
+    procedures = []
+    for name, entry in (record.get("procedures") or {}).items():
+        setting = "star" if name == deployed else name if name != "bootstrap" else None
+        procedures.append({"procedure": name, "deployed": name == deployed, "lambda": entry["lambda"],
+                           "feasible": entry.get("feasible", True), "statement": entry.get("statement"),
+                           "setting": setting, "held_out": held.get(setting)})
+    settings = []
+    for named, g in mine.groupby("setting", sort=False):
+        tokens, tokens_full = float(g["tokens"].mean()), float(g["tokens_full"].mean())
+        row = {"setting": named, "lambda": float(g["lambda"].iloc[0]), "tokens": tokens, "tokens_full": tokens_full,
+               "token_ratio": tokens_full / tokens if tokens > 0 else None, "paired_vs_full": []}
+        if named in full:
+            left, right = g.set_index("prompt_id").align(full[named], join="inner", axis=0)
+            for metric in PAIRED_METRICS:
+                if metric in left.columns and np.isfinite(left[metric].to_numpy(dtype=float)).any():
+                    row["paired_vs_full"].append({"metric": metric, "comparison": f"{PRUNED} {named} - bon {named}",
+                                                  **paired_difference(left[metric], right[metric], n_boot, seed)})
+        settings.append(row)
+    return {"lambda_json": record.path, "decoder": record.decoder, "lambda_hat": record.lambda_hat,
+            "lambda_star": record.lambda_star, "status": record.status, "procedures": procedures,
+            "settings": settings}
+
+
 def paired_audit(scores: pd.DataFrame, n_boot: int, seed: int) -> list[dict]:
     """Per decoder, lambda* minus each other setting on the same test prompts (a bootstrap of the
     per-prompt differences), for every metric both outputs have."""
@@ -205,6 +244,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--bon-star", default=None, help="evaluated Best-of-N at lambda* (for the audit)")
     parser.add_argument("--lambda-json", default=None)
     parser.add_argument("--sweep", default=None, help="the Best-of-N sweep.csv: the audit at every lambda")
+    parser.add_argument("--prune-lambda-json", default=None,
+                        help="pruned Best-of-N's own record (lambda_bon_prune.json): its outputs' lambdas are checked "
+                        "against it and the audit's `pruned` section compares it with full Best-of-N")
     parser.add_argument("--tau-lambda-json", nargs="*", default=[],
                         help="the lambda.json of each other listed calibration.tau (audited at its star_tau_<tau> "
                         "setting; the audit's `taus`)")
@@ -235,9 +277,11 @@ def read_scores(args) -> tuple[pd.DataFrame, dict]:
     return scores.drop(columns="_file"), next(iter(sets.values()))
 
 
-def check_settings_lambdas(scores: pd.DataFrame, main: LambdaRecord | None, others: list[LambdaRecord]) -> None:
+def check_settings_lambdas(scores: pd.DataFrame, main: LambdaRecord | None, others: list[LambdaRecord],
+                           prune: LambdaRecord | None = None) -> None:
     """Each output decoded at a setting that reads a lambda record (star, hat, crc, ltt, star_tau_<tau>) was decoded
-    at that record's lambda: a file labelled star but decoded at another lambda is refused."""
+    at that record's lambda (pruned Best-of-N: its own record, --prune-lambda-json): a file labelled star but decoded
+    at another lambda is refused, and so is a pruned decoder's output without its record."""
     from lara import identity
     from lara.read.files import DataError
 
@@ -245,6 +289,11 @@ def check_settings_lambdas(scores: pd.DataFrame, main: LambdaRecord | None, othe
     for (method, named), g in scores.groupby(["method", "setting"], sort=False):
         own = setting_tau(named)
         record = by_tau.get(tau_name(own)) if own is not None else main
+        if method == PRUNED:
+            record = prune
+            if record is None and named in ("hat", "star", *CERTIFIED):
+                raise DataError(f"--scores ({method} at {named}): the pruned decoder's lambda is its own; pass its "
+                                "record (--prune-lambda-json lambda_bon_prune.json)")
         want = identity.record_value(record, named) if record is not None else None
         if want is None or "lambda" not in g.columns:
             continue
@@ -386,7 +435,10 @@ def run(args) -> None:
         check_judged(judge, scores, args.judge)
         check_judged_responses(args.judge, args.scores)
     main = read_lambda(args.lambda_json) if args.lambda_json else None
-    check_settings_lambdas(scores, main, [read_lambda(p) for p in args.tau_lambda_json])
+    prune = read_lambda(args.prune_lambda_json) if args.prune_lambda_json else None
+    if prune is not None:
+        check_budget(prune, s.tau, key="calibration.tau (the pruned decoder's record)")
+    check_settings_lambdas(scores, main, [read_lambda(p) for p in args.tau_lambda_json], prune)
     summary = summarise(scores, judge, s.bootstrap, s.seed)
     audit = {"question": "no Best-of-N at lambda* in this experiment"}
     if args.bon_star:
@@ -396,10 +448,17 @@ def run(args) -> None:
     if args.bon_star:
         audit["procedures"] = procedure_audit(lam, audit["decoders"])
     audit_taus(args, s, audit)
+    if prune is not None and (scores["method"] == PRUNED).any():
+        audit["pruned"] = pruned_audit(scores, prune, audit["decoders"], s.bootstrap, s.seed)
+        for r in audit["pruned"]["settings"]:
+            log.info("pruned Best-of-N at %s (lambda %.4g): %.1f tokens per prompt, full Best-of-N %.1f (ratio %s)",
+                     r["setting"], r["lambda"], r["tokens"], r["tokens_full"],
+                     "-" if r["token_ratio"] is None else f"{r['token_ratio']:.2f}")
     log_audit(audit, summary)
     write_table(summary, args.out)
     audit[identity.KEY] = identity.stamp(
         "audit", args.audit, tau=s.tau, lambda_record=identity.file_digest(args.lambda_json) if main else None,
         test_prompts=test_prompts.record(), summary=identity.file_digest(args.out),
-        made_from={"--lambda-json": args.lambda_json, "--sweep": args.sweep, "--bon-star": args.bon_star})
+        made_from={"--lambda-json": args.lambda_json, "--sweep": args.sweep, "--bon-star": args.bon_star,
+                   "--prune-lambda-json": args.prune_lambda_json})
     write_json(args.audit, audit)

@@ -38,6 +38,7 @@ class EvaluationSettings(Settings):
 
 
 KEEP = ("prompt_id", "prompt", "response", "method", "setting", "lambda")
+SPENT = ("tokens", "tokens_full", "prefix_scored", "full_scored")
 
 
 def add_arguments(parser) -> None:
@@ -63,6 +64,9 @@ def run(args) -> None:
         raise DataError("--decoder-reward and --decoder-cost go together: the audit needs both decoding models")
     df = read_table(args.responses, required=KEEP)
     out = df[list(KEEP)].copy()
+    for col in SPENT:  # what a pruned decoder spent (lara select-bon-prune), kept for the audit's token counts
+        if col in df.columns:
+            out[col] = df[col]
     # an evaluation scorer on the hub is read from its fetched snapshot (lara.hub), recorded as id@commit
     local, recorded = {}, {}
     for role in ("reward_model", "cost_model"):

@@ -1,0 +1,330 @@
+"""Pruned Best-of-N, and its lambda calibrated for itself. Pure numpy, no I/O.
+
+The decoder (``decode.bon_prune``) draws N candidates from pi_ref as one batch. At each checkpoint t_j (a
+number of generated tokens) the candidates still alive are scored on their first t_j tokens by the partial
+reward and cost models, ranked by r_p - lam c_p and all but the best m_j are stopped; the survivors are
+generated to the end and the final choice is the Best-of-N choice among them by r - lam c with the full models.
+Every ranking is Best-of-N's (:func:`lara.calibrate.bestofn.order`): ties go to the lower cost, then to the lower
+sample index. A stopped candidate cost min(its length, t_j) tokens; a survivor its whole length.
+
+**Calibration for itself.** A calibration sample is a full response from pi_ref: its first t_j tokens are exactly
+the prefix the decoder would have generated, so the decoder's choice over any N of a prompt's K samples is known
+from their prefix scores and full scores, with no extra generation. A prompt's loss at lam is the decoder's cost
+(clipped to ``bounds`` for the certificates) averaged over N-subsets of its K samples: all C(K, N) of them when
+there are at most ``max_subsets`` (exact; K = N is one subset), otherwise ``max_subsets`` subsets drawn uniformly
+(seeded, the same subsets at every lam: an unbiased estimate of the exact expectation; its standard error is
+recorded). Either way the loss is an unbiased estimate of the decoder's expected cost on that prompt.
+
+**The cost need not be monotone in lam**: a larger lam can stop, at a checkpoint, a candidate whose full
+response was the safe one. So lambda is searched on a grid of ``grid_points`` lambdas in [0, Lambda] (every
+deployed lambda is a grid point, where the decoder is evaluated exactly) and every search takes the *stable*
+root: the smallest grid lambda from which on, up to Lambda, the constraint holds (for a monotone curve the
+ordinary root). So:
+
+* lambda-hat: the stable root of the calibration mean; lambda*: the ``quantile`` of its prompt bootstrap;
+* LTT (Hoeffding-Bentkus or betting p-values): fixed-sequence testing from Lambda down the grid, stopped at the
+  first lambda not rejected. Fixed-sequence testing controls the error for any fixed order, monotone or not,
+  so P(E[loss(lam_ltt)] <= tau) >= 1 - delta over the calibration draw;
+* CRC needs a non-increasing loss: it is applied to each prompt's upper envelope max_{mu >= lam} loss(mu)
+  (non-increasing, never below the loss), so its statement holds for the decoder's own loss, conservatively.
+
+The λ of full Best-of-N is never reused here: it is a different decoder.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+
+from lara.calibrate.bestofn import order, select
+
+SUBSET_SEED = 47  # the subsets drawn when C(K, N) > max_subsets come from [seed, SUBSET_SEED]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Checkpoints in generated tokens (increasing) and how many candidates survive each (non-increasing, each
+    below the number alive before it: a checkpoint that stops nothing is refused)."""
+
+    n: int
+    checkpoints: tuple[int, ...]
+    keep: tuple[int, ...]
+
+    def __post_init__(self):
+        if not self.checkpoints or len(self.checkpoints) != len(self.keep):
+            raise ValueError(f"a pruning schedule needs as many keep counts as checkpoints, got "
+                             f"{list(self.checkpoints)} and {list(self.keep)}")
+        steps = zip(self.checkpoints, self.checkpoints[1:], strict=False)
+        if any(t < 1 for t in self.checkpoints) or any(b <= a for a, b in steps):
+            raise ValueError(f"checkpoints {list(self.checkpoints)} are not increasing token counts >= 1")
+        alive = self.n
+        for t, m in zip(self.checkpoints, self.keep, strict=True):
+            if not 1 <= m < alive:
+                raise ValueError(f"keep {m} at checkpoint {t}: must be >= 1 and below the {alive} candidates alive "
+                                 "there (a checkpoint that stops nothing costs prefix scores for nothing)")
+            alive = m
+
+    def describe(self) -> str:
+        steps = ", ".join(f"{m} after {t} tokens" for t, m in zip(self.checkpoints, self.keep, strict=True))
+        return f"pruned Best-of-{self.n} (keep {steps})"
+
+    def as_dict(self) -> dict:
+        return {"n": self.n, "checkpoints": list(self.checkpoints), "keep": list(self.keep)}
+
+
+def make_schedule(n: int, checkpoints, keep, max_new_tokens: int) -> Schedule:
+    """A schedule from config values: a checkpoint is a token count (int >= 1) or a fraction of max_new_tokens
+    (a float in (0, 1), rounded up); a keep is a count (int >= 1) or a fraction of N (a float in (0, 1), rounded
+    up)."""
+    def whole_or_fraction(v, what):
+        v = float(v)
+        if not (0 < v < 1 or (v >= 1 and v.is_integer())):
+            raise ValueError(f"{what} {v:g} is neither a whole number >= 1 nor a fraction in (0, 1)")
+        return v
+
+    def tokens(v):
+        v = whole_or_fraction(v, "checkpoint")
+        return int(v) if v >= 1 else max(1, math.ceil(v * max_new_tokens))
+
+    def count(v):
+        v = whole_or_fraction(v, "keep")
+        return int(v) if v >= 1 else max(1, math.ceil(v * n))
+
+    return Schedule(int(n), tuple(tokens(v) for v in checkpoints), tuple(count(v) for v in keep))
+
+
+@dataclass(frozen=True)
+class PrefixScores:
+    """Per prompt its K samples (equal K): full reward and cost, generated length in tokens, and the prefix
+    reward and cost at each checkpoint of a schedule (P, K, J)."""
+
+    reward: np.ndarray
+    cost: np.ndarray
+    length: np.ndarray
+    prefix_reward: np.ndarray
+    prefix_cost: np.ndarray
+
+    @property
+    def shape(self):
+        return self.reward.shape
+
+    def take(self, rows) -> PrefixScores:
+        return PrefixScores(*(a[rows] for a in (self.reward, self.cost, self.length, self.prefix_reward,
+                                                 self.prefix_cost)))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the decoder does on rows of N candidates at one lam."""
+
+    pick: np.ndarray  # (R,) column of the chosen candidate
+    tokens: np.ndarray  # (R,) tokens generated
+    prefix_scored: np.ndarray  # (R,) prefixes scored (each by the partial reward and the partial cost model)
+    full_scored: np.ndarray  # (R,) finished candidates scored by the full models
+
+
+def run(reward, cost, length, prefix_reward, prefix_cost, lam: float, schedule: Schedule) -> Outcome:
+    """The pruned decoder on rows (R, N) of candidates: stop all but the best keep[j] at checkpoint j by the
+    prefix scores, choose among the survivors by the full scores."""
+    rows, n = reward.shape
+    if n != schedule.n:
+        raise ValueError(f"the schedule is for N = {schedule.n}, the rows hold {n} candidates")
+    alive = np.ones((rows, n), dtype=bool)
+    tokens = np.zeros(rows, dtype=np.int64)
+    scored = np.zeros(rows, dtype=np.int64)
+    r_idx = np.arange(rows)[:, None]
+    for j, (t, m) in enumerate(zip(schedule.checkpoints, schedule.keep, strict=True)):
+        ranked = order(prefix_reward[..., j], prefix_cost[..., j], lam, alive)
+        kept = np.zeros_like(alive)
+        kept[r_idx, ranked[:, :m]] = True
+        stopped = alive & ~kept
+        tokens += np.where(stopped, np.minimum(length, t), 0).sum(axis=1)
+        scored += alive.sum(axis=1)
+        alive = kept
+    tokens += np.where(alive, length, 0).sum(axis=1)
+    pick = select(reward, cost, lam, alive)
+    return Outcome(pick, tokens, scored, alive.sum(axis=1))
+
+
+def subsets(k: int, n: int, max_subsets: int, seed: int) -> tuple[np.ndarray, bool]:
+    """(S, n) sorted column sets of the N-subsets of K columns: every one when C(K, N) <= max_subsets (exact),
+    else max_subsets drawn uniformly without replacement within a subset (seeded)."""
+    if not 1 <= n <= k:
+        raise ValueError(f"pruned Best-of-N needs 1 <= N <= K, got N = {n}, K = {k}")
+    if math.comb(k, n) <= max_subsets:
+        return np.array(list(combinations(range(k), n)), dtype=np.int64).reshape(-1, n), True
+    rng = np.random.default_rng([seed, SUBSET_SEED])
+    return np.sort(np.argsort(rng.random((max_subsets, k)), axis=1)[:, :n], axis=1), False
+
+
+@dataclass(frozen=True)
+class Curves:
+    """Per prompt and grid lambda (P, L): the decoder's expected cost, clipped cost, reward and tokens over the
+    subsets; the subsets' count and whether they are all of them; the per-prompt standard error of the cost
+    estimate (zero when exact)."""
+
+    grid: np.ndarray
+    cost: np.ndarray
+    clipped: np.ndarray
+    reward: np.ndarray
+    tokens: np.ndarray
+    prefix_scored: np.ndarray
+    full_scored: np.ndarray
+    n_subsets: int
+    exact: bool
+    cost_se: np.ndarray  # (P, L)
+
+
+def gather(ps: PrefixScores, cols: np.ndarray) -> PrefixScores:
+    """Rows (P * S, N): every prompt's samples at each subset's columns (subset-major within a prompt)."""
+    p, _ = ps.shape
+    s, n = cols.shape
+
+    def g(a):
+        out = a[:, cols]  # (P, S, N, ...)
+        return out.reshape(p * s, n, *a.shape[2:])
+
+    return PrefixScores(*(g(a) for a in (ps.reward, ps.cost, ps.length, ps.prefix_reward, ps.prefix_cost)))
+
+
+def curves(ps: PrefixScores, schedule: Schedule, grid, bounds=None, max_subsets: int = 500, seed: int = 0) -> Curves:
+    """The decoder's per-prompt expectations at every lambda of ``grid`` (module docstring)."""
+    grid = np.asarray(grid, dtype=float)
+    p, k = ps.shape
+    cols, exact = subsets(k, schedule.n, max_subsets, seed)
+    s = len(cols)
+    rows = gather(ps, cols)
+    clip = rows.cost if bounds is None else np.clip(rows.cost, float(bounds[0]), float(bounds[1]))
+    shape = (p, len(grid))
+    out = {name: np.empty(shape) for name in ("cost", "clipped", "reward", "tokens", "prefix", "full", "se")}
+    at = np.arange(len(rows.reward))
+    for li, lam in enumerate(grid):
+        o = run(rows.reward, rows.cost, rows.length, rows.prefix_reward, rows.prefix_cost, float(lam), schedule)
+        chosen = {"cost": rows.cost[at, o.pick], "clipped": clip[at, o.pick], "reward": rows.reward[at, o.pick],
+                  "tokens": o.tokens, "prefix": o.prefix_scored, "full": o.full_scored}
+        for name, v in chosen.items():
+            out[name][:, li] = v.reshape(p, s).mean(axis=1)
+        if not exact and s > 1:
+            out["se"][:, li] = chosen["clipped"].reshape(p, s).std(axis=1, ddof=1) / math.sqrt(s)
+        else:
+            out["se"][:, li] = 0.0
+    return Curves(grid, out["cost"], out["clipped"], out["reward"], out["tokens"], out["prefix"], out["full"], s,
+                  exact, out["se"])
+
+
+def brute_force(ps: PrefixScores, schedule: Schedule, lam: float, bounds=None) -> dict:
+    """The decoder's expected cost, reward and tokens per prompt, written out plainly: every N-subset of every
+    prompt in turn, each checkpoint a Python sort by (score, cost, sample index). Independent of :func:`run` and
+    :func:`curves`, which must equal it where they are exact (exact ties aside: this one has no tolerance)."""
+    p, k = ps.shape
+    res = {"cost": np.zeros(p), "reward": np.zeros(p), "tokens": np.zeros(p)}
+    combos = list(combinations(range(k), schedule.n))
+    for i in range(p):
+        for cols in combos:
+            alive, spent = list(cols), 0
+            for j, (t, m) in enumerate(zip(schedule.checkpoints, schedule.keep, strict=True)):
+                ranked = sorted(alive, key=lambda a: (-(ps.prefix_reward[i, a, j] - lam * ps.prefix_cost[i, a, j]),
+                                                      ps.prefix_cost[i, a, j], a))
+                spent += sum(min(int(ps.length[i, a]), t) for a in ranked[m:])
+                alive = ranked[:m]
+            spent += sum(int(ps.length[i, a]) for a in alive)
+            best = min(alive, key=lambda a: (-(ps.reward[i, a] - lam * ps.cost[i, a]), ps.cost[i, a], a))
+            cost = ps.cost[i, best] if bounds is None else min(max(ps.cost[i, best], bounds[0]), bounds[1])
+            res["cost"][i] += cost / len(combos)
+            res["reward"][i] += ps.reward[i, best] / len(combos)
+            res["tokens"][i] += spent / len(combos)
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# Searches on the grid
+
+
+def stable_root(ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For rows of ``ok`` (B, L) over an increasing grid: the index of the smallest grid point from which on
+    every point is ok, and a status (0 found, 1 inactive: every point ok, from lam = 0; 2 infeasible: the
+    last point is not ok, index L - 1 reported)."""
+    ok = np.atleast_2d(ok)
+    b, n_lam = ok.shape
+    bad = ~ok
+    any_bad = bad.any(axis=1)
+    last_bad = n_lam - 1 - np.argmax(bad[:, ::-1], axis=1)
+    idx = np.where(any_bad, last_bad + 1, 0)
+    status = np.where(any_bad, 0, 1).astype(np.int8)
+    infeasible = idx >= n_lam
+    status[infeasible] = 2
+    idx = np.minimum(idx, n_lam - 1)
+    return idx, status
+
+
+def _slack(tau: float) -> float:
+    return 1e-12 * max(1.0, abs(tau))
+
+
+def bootstrap_roots(v: np.ndarray, tau: float, replicates: int, seed: int,
+                    block: int = 500) -> tuple[np.ndarray, np.ndarray]:
+    """The stable root's grid index and status (:func:`stable_root`) of ``replicates`` prompt-bootstrap replicates
+    of the mean curve of ``v`` (P, L); an infeasible replicate at the last index."""
+    p = v.shape[0]
+    rng = np.random.default_rng(seed)
+    out = np.empty(replicates, dtype=np.int64)
+    status = np.empty(replicates, dtype=np.int8)
+    for b0 in range(0, replicates, block):
+        m = min(block, replicates - b0)
+        w = rng.multinomial(p, np.full(p, 1.0 / p), size=m) / p
+        out[b0:b0 + m], status[b0:b0 + m] = stable_root((w @ v) <= tau + _slack(tau))
+    return out, status
+
+
+def envelope(v: np.ndarray) -> np.ndarray:
+    """Per row (P, L) the upper envelope max_{mu >= lam} v(mu): non-increasing in lam, never below v."""
+    return np.maximum.accumulate(v[:, ::-1], axis=1)[:, ::-1]
+
+
+@dataclass(frozen=True)
+class Search:
+    index: int
+    status: int  # 0 found, 1 inactive, 2 infeasible
+
+    def lam(self, grid) -> float:
+        return float(grid[self.index])
+
+    @property
+    def feasible(self) -> bool:
+        return self.status != 2
+
+
+def hat(c: Curves, tau: float) -> Search:
+    idx, st = stable_root(c.cost.mean(axis=0)[None] <= tau + _slack(tau))
+    return Search(int(idx[0]), int(st[0]))
+
+
+def crc(c: Curves, tau: float, bounds) -> Search:
+    from lara.calibrate.certify import crc_threshold
+
+    thr = crc_threshold(tau, c.clipped.shape[0], bounds)
+    idx, st = stable_root(envelope(c.clipped).mean(axis=0)[None] <= thr + _slack(thr))
+    return Search(int(idx[0]), int(st[0]))
+
+
+def ltt(c: Curves, tau: float, delta: float, bounds, p_values: str = "hb", seed: int = 0) -> Search:
+    """Fixed-sequence Learn then Test from the top of the grid down (module docstring)."""
+    n = c.clipped.shape[0]
+    if p_values == "hb":
+        from lara.calibrate.certify import ltt_threshold
+
+        thr = ltt_threshold(tau, n, delta, bounds)
+        if thr is None:
+            return Search(len(c.grid) - 1, 2)
+        rejected = c.clipped.mean(axis=0) <= thr
+    elif p_values == "wsr":
+        from lara.calibrate.betting import betting_p_values, prompt_order
+
+        rejected = betting_p_values(c.clipped.T, tau, delta, bounds, prompt_order(n, seed)) <= delta
+    else:
+        raise ValueError(f"p_values: hb or wsr, got {p_values!r}")
+    idx, st = stable_root(rejected[None])
+    return Search(int(idx[0]), int(st[0]))

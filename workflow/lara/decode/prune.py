@@ -1,0 +1,300 @@
+"""Pruned Best-of-N (``decode.bon_prune``): N candidates drawn as one batch, all but the best few stopped at stated
+checkpoints by the partial reward and cost models (``r_p - lambda c_p``), the final choice by ``r - lambda c`` among
+the survivors (:mod:`lara.calibrate.pruned` has the decoder's definition and its calibration).
+
+Two ways in, one decoder:
+
+* ``lara select-bon-prune`` runs it on the N candidates already drawn for a test prompt (the ``bon`` pool, its
+  prefixes scored by ``lara score-prefixes``): the decoder's choice on those draws, and the tokens and scorer
+  calls it would have spent (a stopped candidate cost min(its length, the checkpoint) tokens). This is how the
+  workflow audits it, on the same draws as full Best-of-N.
+* :func:`generate_pruned` generates with the stopping actually done (the survivors continue from their KV cache,
+  stopped candidates leave the batch): what a deployment runs, and what ``benchmarks/bon_prune.py`` times.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+import numpy as np
+
+from lara.settings import Settings, add_settings_arguments, cross_key, read_settings, seed_setting, setting
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PruneSettings(Settings):
+    """decode.bon_prune: the pruned Best-of-N decoder and its own calibration (an empty schedule: no such
+    decoder)."""
+
+    SECTION: ClassVar[str] = "decode.bon_prune"
+
+    checkpoints: list[float] = setting(
+        [], "Where candidates are stopped, in generated tokens (an integer) or as a fraction of "
+            "generation.max_new_tokens (a number in (0, 1), rounded up); increasing. Empty: no pruned decoder.",
+        exclusive_minimum=0)
+    keep: list[float] = setting(
+        [], "How many candidates survive each checkpoint: a count (an integer) or a fraction of N (a number in "
+            "(0, 1), rounded up); each below the number alive before it.", exclusive_minimum=0)
+    grid_points: int = setting(501, "Lambdas of the calibration grid on [0, calibration.lambda_search_max] (the "
+                                    "pruned decoder's cost need not be monotone in lambda: it is searched on this "
+                                    "grid and every deployed lambda is a grid point).", minimum=2)
+    max_subsets: int = setting(500, "The decoder's expected cost over N of a prompt's K samples is exact over all "
+                                    "C(K, N) subsets when there are at most this many (K = N: one), else over this "
+                                    "many drawn uniformly (its standard error recorded).", minimum=1)
+    n: int = setting(20, "Best-of-N candidates.", minimum=2, key="decode.bon_n")
+    max_new_tokens: int = setting(48, "Longest response in tokens (fractions of it are checkpoints).", minimum=1,
+                                  key="generation.max_new_tokens")
+    tau: float = setting(0.0, "The cost budget.", key="calibration.tau")
+    lambda_search_max: float = setting(5.0, "The end of the search interval.", exclusive_minimum=0,
+                                       key="calibration.lambda_search_max")
+    bootstrap: int = setting(10000, "Bootstrap replicates over prompts.", minimum=1, key="calibration.bootstrap")
+    quantile: float = setting(0.975, "Bootstrap quantile deployed as lambda*.", exclusive_minimum=0,
+                              exclusive_maximum=1, key="calibration.quantile")
+    guarantee: Literal["bootstrap", "crc", "ltt", "ltt_wsr"] = setting(
+        "bootstrap", "The procedure whose lambda is deployed as lambda*.", key="calibration.guarantee")
+    delta: float = setting(0.1, "LTT's error probability.", exclusive_minimum=0, exclusive_maximum=1,
+                           key="calibration.delta")
+    cost_bounds: list[float] | None = setting(None, "[lo, hi] the certificates clip the cost to.", length=2,
+                                              key="calibration.cost_bounds")
+    seed: int = seed_setting()
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.checkpoints)
+
+    def schedule(self):
+        from lara.calibrate.pruned import make_schedule
+
+        return make_schedule(self.n, self.checkpoints, self.keep, self.max_new_tokens)
+
+    @cross_key("decode.bon_prune.checkpoints", "decode.bon_prune.keep", "decode.bon_n",
+               "generation.max_new_tokens", witness={"decode": {"bon_prune": {"checkpoints": [4, 2], "keep": [4, 2]}}})
+    def schedule_valid(self):
+        if not self.checkpoints and not self.keep:
+            return None
+        try:
+            schedule = self.schedule()
+        except ValueError as exc:
+            return f"decode.bon_prune: {exc} (checkpoints {self.checkpoints}, keep {self.keep}, N = {self.n})"
+        if schedule.checkpoints[-1] >= self.max_new_tokens:
+            return (f"decode.bon_prune.checkpoints: the last checkpoint, {schedule.checkpoints[-1]} tokens, is not "
+                    f"below generation.max_new_tokens = {self.max_new_tokens}: every candidate would be finished "
+                    "there, and stopping it saves nothing")
+        return None
+
+
+def prefix_columns(checkpoints) -> list[tuple[int, str, str]]:
+    """(checkpoint, reward column, cost column) of a prefix-scores table, one per checkpoint."""
+    return [(int(t), f"prefix_reward_{int(t)}", f"prefix_cost_{int(t)}") for t in checkpoints]
+
+
+# ---------------------------------------------------------------------------------------------
+# The table of candidates with their prefix scores
+
+
+def read_prefix_scores(path, schedule, where: str):
+    """(ids, PrefixScores, row index (P, K), the table) of a ``lara score-prefixes`` table for ``schedule``: its
+    checkpoints must be the schedule's (named in the table's identity and columns)."""
+    from lara.calibrate.pruned import PrefixScores
+    from lara.decode.bon import score_matrix
+    from lara.read.files import DataError, read_table, require_in_range
+
+    cols = prefix_columns(schedule.checkpoints)
+    needed = ("prompt_id", "sample_id", "reward", "cost", "n_tokens", *[c for _, r, k in cols for c in (r, k)])
+    df = read_table(path, required=needed)
+    require_in_range(df, [c for c in needed[2:]], path)
+    have = sorted(int(c.rsplit("_", 1)[1]) for c in df.columns if c.startswith("prefix_reward_"))
+    if have != [t for t, _, _ in cols]:
+        raise DataError(f"{where} {path}: prefix scores at {have} tokens, but decode.bon_prune.checkpoints are "
+                        f"{[t for t, _, _ in cols]} tokens: rescore the prefixes (lara score-prefixes)")
+    n_tok = df["n_tokens"].to_numpy(float)
+    if (n_tok < 1).any() or (n_tok != np.round(n_tok)).any():
+        raise DataError(f"{where} {path}: column 'n_tokens' holds a value that is not a whole number >= 1")
+    try:
+        ids, reward, cost, index = score_matrix(df)
+    except ValueError as exc:
+        raise DataError(f"{where} {path}: {exc}") from None
+    flat = index.ravel()
+    length = df.loc[flat, "n_tokens"].to_numpy(np.int64).reshape(index.shape)
+    pr = np.stack([df.loc[flat, r].to_numpy(float).reshape(index.shape) for _, r, _ in cols], axis=-1)
+    pc = np.stack([df.loc[flat, c].to_numpy(float).reshape(index.shape) for _, _, c in cols], axis=-1)
+    return ids, PrefixScores(reward, cost, length, pr, pc), index, df
+
+
+# ---------------------------------------------------------------------------------------------
+# lara select-bon-prune
+
+HELP = "select the pruned Best-of-N candidate (decode.bon_prune) at a named lambda setting, with its token count"
+
+
+def add_arguments(parser) -> None:
+    from lara.calibrate.record import add_lambda_arguments
+
+    parser.add_argument("--candidates", required=True,
+                        help="the N candidates per test prompt with their prefix scores (lara score-prefixes)")
+    add_lambda_arguments(parser)
+    add_settings_arguments(parser, PruneSettings)
+    parser.add_argument("--out", required=True, help="output parquet: one response per prompt")
+
+
+def check_record(lambda_json, schedule, setting_name: str) -> None:
+    """A lambda read from a record must have been calibrated for this very pruned decoder (its N and schedule):
+    full Best-of-N's record, or one for another schedule, is refused."""
+    if setting_name in ("zero", "max") or not lambda_json:
+        return
+    from lara.calibrate.record import parse_setting, read_lambda
+    from lara.read.files import DataError
+
+    if parse_setting(setting_name) is not None:
+        return
+    decoder = read_lambda(lambda_json).decoder
+    if decoder.get("kind") != "pruned_best_of_n":
+        raise DataError(f"--lambda-json {lambda_json}: calibrated for {decoder.get('kind')!r}, not for the pruned "
+                        "Best-of-N decoder: its lambda is calibrated for itself (lara calibrate-prune), never "
+                        "borrowed from full Best-of-N")
+    if decoder.get("schedule") != schedule.as_dict():
+        raise DataError(f"--lambda-json {lambda_json}: calibrated for {decoder.get('schedule')}, but the decoder's "
+                        f"schedule is {schedule.as_dict()} (decode.bon_prune, decode.bon_n): recalibrate")
+
+
+def run(args) -> None:
+    from lara import identity
+    from lara.calibrate.pruned import run as run_pruned
+    from lara.calibrate.record import resolve_lambda
+    from lara.read.files import write_table
+
+    s = read_settings(args, PruneSettings)
+    if not s.enabled:
+        from lara.settings import ConfigError
+
+        raise ConfigError("decode.bon_prune.checkpoints is empty: there is no pruned decoder to run")
+    schedule = s.schedule()
+    ids, ps, index, df = read_prefix_scores(args.candidates, schedule, "--candidates")
+    if ps.shape[1] != schedule.n:
+        from lara.read.files import DataError
+
+        raise DataError(f"--candidates {args.candidates}: {ps.shape[1]} candidates per prompt, but the decoder draws "
+                        f"N = {schedule.n} (decode.bon_n)")
+    lam = resolve_lambda(args.setting, args.overpenalised_lambda, args.lambda_json)
+    check_record(args.lambda_json, schedule, args.setting)
+    prompts = identity.prompt_set(df, f"--candidates {args.candidates}")
+    o = run_pruned(ps.reward, ps.cost, ps.length, ps.prefix_reward, ps.prefix_cost, lam, schedule)
+    rows = np.arange(len(ids))
+    chosen = df.loc[index[rows, o.pick]].copy()
+    chosen["method"], chosen["setting"], chosen["lambda"] = "bon_prune", args.setting, lam
+    chosen["tokens"] = o.tokens
+    chosen["tokens_full"] = ps.length.sum(axis=1)  # what full Best-of-N generated on the same draws
+    chosen["prefix_scored"], chosen["full_scored"] = o.prefix_scored, o.full_scored
+    drop = [c for c in chosen.columns if c.startswith("prefix_reward_") or c.startswith("prefix_cost_")]
+    chosen = chosen.drop(columns=drop)
+    log.info("%s at lambda=%s (%.6g): mean reward %.4f, mean cost %.4f; %.1f tokens per prompt (full Best-of-%d: "
+             "%.1f, ratio %.2f)", schedule.describe(), args.setting, lam, chosen["reward"].mean(),
+             chosen["cost"].mean(), chosen["tokens"].mean(), schedule.n, chosen["tokens_full"].mean(),
+             chosen["tokens_full"].sum() / max(1, chosen["tokens"].sum()))
+    made = identity.decoded_identity("responses", args.out, "bon_prune", args.setting, lam, args.lambda_json,
+                                     n=schedule.n, role=identity.role_of(args.candidates),
+                                     prompts=prompts.record(), made_from={"--candidates": args.candidates})
+    write_table(chosen.reset_index(drop=True), args.out, {"setting": args.setting, "lambda": lam,
+                                                          "schedule": schedule.as_dict(),
+                                                          "candidates": args.candidates, identity.KEY: made})
+
+
+# ---------------------------------------------------------------------------------------------
+# Generating with the stopping done (benchmarks/bon_prune.py; a deployment)
+
+
+@dataclass
+class Generated:
+    """One prompt's pruned (or full) Best-of-N generation: the chosen response, its full scores, and what it
+    spent."""
+
+    response: str
+    reward: float
+    cost: float
+    tokens: int  # tokens generated over all candidates
+    policy_steps: int  # batched forward passes of the policy
+    scorer_calls: int  # sequences scored (prefix and full, each by two models)
+    seconds: float
+    extra: dict = field(default_factory=dict)
+
+
+def generate_pruned(policy, tokenizer, prompt: str, schedule, lam: float, scorers: dict, *, temperature: float,
+                    top_k: int, max_new_tokens: int, generator=None) -> Generated:
+    """Generate N candidates for ``prompt`` as one batch, stopping all but the best ``keep[j]`` at checkpoint j by
+    the partial scorers (``scorers['prefix_reward']``, ``['prefix_cost']``: objects with ``score(prompts,
+    responses)``), and choose among the survivors by the full ones (``['reward']``, ``['cost']``). ``schedule`` None:
+    full Best-of-N. Tokens are sampled at ``temperature`` from the top ``top_k`` (the pool sampler's rule); a
+    stopped candidate leaves the batch and its KV cache rows are dropped."""
+    import torch
+
+    from lara.calibrate.bestofn import order, select
+
+    t0 = time.perf_counter()
+    n = schedule.n if schedule is not None else scorers["n"]
+    device = next(policy.parameters()).device
+    from lara.scoring import encode
+
+    head = encode(tokenizer, prompt, "", False)
+    ids = torch.tensor([head] * n, device=device)
+    eos = tokenizer.eos_token_id
+    checkpoints = dict(zip(schedule.checkpoints, schedule.keep, strict=True)) if schedule is not None else {}
+    alive = list(range(n))  # candidate index of each batch row
+    tokens = [[] for _ in range(n)]
+    done = [False] * n
+    past, steps, scored = None, 0, 0
+    inp = ids
+    with torch.inference_mode():
+        for t in range(1, max_new_tokens + 1):
+            out = policy(input_ids=inp, past_key_values=past, use_cache=True)
+            steps += 1
+            past = out.past_key_values
+            logits = out.logits[:, -1].float() / max(temperature, 1e-6)
+            top = torch.topk(logits, min(top_k, logits.shape[-1]))
+            probs = torch.softmax(top.values, dim=-1)
+            pick = top.indices.gather(1, torch.multinomial(probs, 1, generator=generator))
+            for row, cand in enumerate(alive):
+                if not done[cand]:
+                    tok = int(pick[row, 0])
+                    tokens[cand].append(tok)
+                    done[cand] = tok == eos
+            if all(done[c] for c in alive):
+                break
+            if t in checkpoints and len(alive) > checkpoints[t]:
+                texts = [tokenizer.decode(tokens[c], skip_special_tokens=True) for c in alive]
+                pr = scorers["prefix_reward"].score([prompt] * len(alive), texts)
+                pc = scorers["prefix_cost"].score([prompt] * len(alive), texts)
+                scored += 2 * len(alive)
+                ranked = order(np.asarray(pr)[None], np.asarray(pc)[None], lam)[0]
+                keep_rows = sorted(ranked[:checkpoints[t]].tolist())
+                alive = [alive[r] for r in keep_rows]
+                past = _keep_cache(past, keep_rows)
+                pick = pick[keep_rows]
+            inp = pick
+    texts = [tokenizer.decode([x for x in tokens[c] if x != eos], skip_special_tokens=True) for c in alive]
+    r = np.asarray(scorers["reward"].score([prompt] * len(alive), texts), dtype=float)
+    c = np.asarray(scorers["cost"].score([prompt] * len(alive), texts), dtype=float)
+    scored += 2 * len(alive)
+    best = int(select(r[None], c[None], lam)[0])
+    return Generated(texts[best], float(r[best]), float(c[best]), sum(len(x) for x in tokens), steps, scored,
+                     time.perf_counter() - t0)
+
+
+def _keep_cache(past, rows):
+    """The KV cache of the kept batch rows only."""
+    import torch
+
+    idx = torch.tensor(rows, device=past.layers[0].keys.device if hasattr(past, "layers") else "cpu")
+    if hasattr(past, "batch_select_indices"):
+        past.batch_select_indices(idx)
+        return past
+    if hasattr(past, "layers"):
+        for layer in past.layers:
+            layer.keys = layer.keys[idx]
+            layer.values = layer.values[idx]
+        return past
+    return tuple(tuple(t[idx] for t in layer) for layer in past)
