@@ -223,3 +223,28 @@ rule calibrate_prune:
         code=step_code("calibrate-prune"),
     shell:
         "lara calibrate-prune --scores {input.scores:q} --settings {params.settings:q} --out {output:q} > {log:q} 2>&1"
+
+
+# The pruned decoder's coverage study (decode.bon_prune with calibration.cost_bounds): repeated calibrations on draws
+# from the calibration and test prompts' prefix scores, each procedure's lambda read off the population's own curves
+rule coverage_prune:
+    input:
+        scores=[f"results/{{exp}}/{pool}/prefix_scores.parquet" for pool in ("calibration", "bon")],
+    output:
+        json="results/{exp}/calibration/coverage_bon_prune.json",
+        table="results/{exp}/calibration/coverage_bon_prune.csv",
+    log:
+        "logs/{exp}/coverage_prune.log",
+    benchmark:
+        "benchmarks/{exp}/coverage_prune.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("coverage")
+    resources:
+        **job_resources("coverage"),
+    params:
+        settings=step_settings("coverage-prune"),
+        code=step_code("coverage-prune"),
+    shell:
+        "lara coverage-prune --scores {input.scores:q} --settings {params.settings:q} --out {output.json:q}"
+        " --table {output.table:q} > {log:q} 2>&1"

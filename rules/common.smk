@@ -515,6 +515,8 @@ def final_outputs():
     targets += tau_lambda_inputs() + [direct_lambda_json(m) for m in DIRECT_METHODS]
     if PRUNE:
         targets.append(PRUNE_LAMBDA)
+        if CERTIFIED_SETTINGS:
+            targets += [f"{RESULTS}/calibration/coverage_bon_prune.{ext}" for ext in ("json", "csv")]
     for method in DECODED_METHODS:
         if method == "bon":
             targets.append(f"{RESULTS}/decode/bon/sweep.csv")

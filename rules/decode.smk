@@ -128,3 +128,24 @@ rule select_bon_prune:
     shell:
         "lara select-bon-prune --candidates {input.candidates:q} {params.options} --settings {params.settings:q}"
         " --out {output:q} > {log:q} 2>&1"
+
+
+rule bon_prune_sweep:
+    input:
+        candidates="results/{exp}/bon/prefix_scores.parquet",
+        lam="results/{exp}/calibration/lambda_bon_prune.json",
+    output:
+        "results/{exp}/decode/bon_prune/sweep.csv",
+    log:
+        "logs/{exp}/bon_prune_sweep.log",
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("bon_sweep")
+    resources:
+        **job_resources("bon_sweep"),
+    params:
+        settings=step_settings("bon-prune-sweep"),
+        code=step_code("bon-prune-sweep"),
+    shell:
+        "lara bon-prune-sweep --candidates {input.candidates:q} --lambda-json {input.lam:q} --settings {params.settings:q}"
+        " --out {output:q} > {log:q} 2>&1"

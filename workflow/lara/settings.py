@@ -393,6 +393,8 @@ def renamed_message(key: str) -> str:
 STEPS: dict[str, str] = {
     "score": "lara.score:ScoreSettings",
     "bon-sweep": "lara.decode.sweep:SweepSettings",
+    "coverage-prune": "lara.calibrate.prune_coverage:PruneCoverageSettings",
+    "bon-prune-sweep": "lara.decode.prune_sweep:PruneSweepSettings",
     "aggregate": "lara.evaluate.aggregate:AuditSettings",
     "calibrate-decoder": "lara.calibrate.direct:DirectSettings",
     "prompt-features": "lara.deploy.features:FeatureSettings",

@@ -37,10 +37,12 @@ COMMANDS: dict[str, str] = {
     "coverage": "lara.calibrate.coverage",
     "score-prefixes": "lara.decode.prefixes",
     "calibrate-prune": "lara.calibrate.prune_record",
+    "coverage-prune": "lara.calibrate.prune_coverage",
     # decoding
     "select-bon": "lara.decode.bon",
     "bon-sweep": "lara.decode.sweep",
     "select-bon-prune": "lara.decode.prune",
+    "bon-prune-sweep": "lara.decode.prune_sweep",
     "rgtg": "lara.decode.rgtg",
     "generate-policy": "lara.decode.policy",
     # after deployment: the shift scenarios, the online lambda, the arms

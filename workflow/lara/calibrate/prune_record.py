@@ -140,7 +140,8 @@ def run(args) -> None:
     from lara import identity
     from lara.calibrate.record import write_lambda
     from lara.decode.prune import read_prefix_scores
-    from lara.provenance import code_version, sha256_file
+    from lara.io import sha256_file
+    from lara.provenance import code_version
     from lara.read.files import DataError
     from lara.settings import ConfigError
 

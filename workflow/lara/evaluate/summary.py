@@ -155,6 +155,43 @@ def decoder_lines(audit: dict) -> list[str]:
     return lines
 
 
+def pruned_lines(root: Path, audit: dict) -> list[str]:
+    """Pruned Best-of-N (decode.bon_prune): its own lambdas and promises with the held-out verdicts, its tokens
+    against full Best-of-N's on the same candidates, the paired differences, and its coverage study."""
+    pr = audit.get("pruned")
+    if not pr:
+        return []
+    sched = (pr.get("decoder") or {}).get("schedule") or {}
+    steps = ", ".join(f"{m} after {t} tokens" for t, m in zip(sched.get("checkpoints", []), sched.get("keep", []),
+                                                                   strict=False))
+    lines = ["", f"pruned Best-of-{sched.get('n')} (keep {steps}; its own lambda, {pr['lambda_json']}): lambda-hat "
+             f"{pr['lambda_hat']:.4g}, lambda* {pr['lambda_star']:.4g} ({pr['status']})"]
+    for r in pr["procedures"]:
+        h = r["held_out"]
+        test = f"; held out: cost {_interval(h['mean_cost'], *h['ci95'])}, {h['verdict']}" if h else ""
+        lines.append(f"  {r['procedure']:9} lambda {r['lambda']:.4g}: {r['statement']}{test}")
+    lines.append(f"  {'setting':8} {'lambda':>8} {'tokens':>8} {'full BoN':>8} {'ratio':>6}  pruned - full Best-of-N "
+                 "(each at its own lambda of that setting)")
+    for r in pr["settings"]:
+        diffs = "; ".join(f"{d['metric']} {_interval(d['mean'], *d['ci95'])}" for d in r["paired_vs_full"]
+                          if d["metric"] in ("decoder_reward", "decoder_cost"))
+        ratio = "-" if r["token_ratio"] is None else f"{r['token_ratio']:.2f}"
+        lines.append(f"  {r['setting']:8} {r['lambda']:8.4g} {r['tokens']:8.1f} {r['tokens_full']:8.1f} {ratio:>6}  "
+                     f"{diffs}")
+    cov = root / "calibration" / "coverage_bon_prune.json"
+    if cov.exists():
+        from lara.read.files import json_file
+
+        data = json_file(cov, mapping=False)
+        lines.append(f"  coverage ({cov}): {data['population']['n_prompts']} prompts as the population; P(population "
+                     f"cost > tau) over {data['rows'][0]['repeats'] if data['rows'] else 0} draws per size "
+                     f"(delta = {data['delta']:g}):")
+        for r in data["rows"]:
+            lines.append(f"    {r['procedure']:9} n {r['n_prompts']:4d}  certified {r['certified_share']:.2f}  "
+                         f"violations {_interval(r['violation_rate'], r['violation_lo'], r['violation_hi'])}")
+    return lines
+
+
 def method_lines(summary, path: Path) -> list[str]:
     import pandas as pd
 
@@ -202,7 +239,7 @@ def read_run(root: Path) -> str:
     summary = read_table(summary_path, required=("method", "setting", "helpfulness", "harmfulness"))
     check_agreement(root, lam, audit, summary_path)
     lines = calibration_lines(root, lam, audit) + coverage_lines(root) + [""] + sweep_lines(audit, audit_path)
-    lines += decoder_lines(audit)
+    lines += decoder_lines(audit) + pruned_lines(root, audit)
     if "by_lambda" not in audit:
         lines.append(f"constraint audit ({audit_path}): {audit.get('question', 'none')}")
     lines += method_lines(summary, summary_path) + constraints_lines(root) + deployment_lines(root, lam)

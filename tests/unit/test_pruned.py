@@ -1,0 +1,135 @@
+"""Pruned Best-of-N (lara.calibrate.pruned): the vectorised decoder against a plain per-subset loop, the stable
+root on non-monotone curves, and the certificates' promises on a population whose cost is not monotone in lambda."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from lara.calibrate import pruned as pr
+
+
+def world(p=25, k=7, j=2, seed=1, ties=True):
+    rng = np.random.default_rng(seed)
+    r = rng.normal(size=(p, k))
+    c = rng.normal(size=(p, k))
+    length = rng.integers(2, 30, size=(p, k))
+    prr = r[..., None] + rng.normal(size=(p, k, j))
+    pc = c[..., None] + rng.normal(size=(p, k, j))
+    if ties:  # a prompt whose prefixes all tie at the first checkpoint: the lower sample index goes on
+        prr[0, :, 0] = 0.5
+        pc[0, :, 0] = 0.25
+    return pr.PrefixScores(r, c, length, prr, pc)
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.3, 1.7, 4.0])
+def test_curves_equal_every_subset_run_plainly(lam):
+    ps = world()
+    sched = pr.Schedule(4, (5, 12), (3, 2))
+    cv = pr.curves(ps, sched, [lam], bounds=(-1.0, 1.0), max_subsets=10_000)
+    assert cv.exact and cv.n_subsets == math.comb(7, 4)
+    bf = pr.brute_force(ps, sched, lam, bounds=(-1.0, 1.0))
+    np.testing.assert_allclose(cv.clipped[:, 0], bf["cost"], atol=1e-12)
+    np.testing.assert_allclose(cv.reward[:, 0], bf["reward"], atol=1e-12)
+    np.testing.assert_allclose(cv.tokens[:, 0], bf["tokens"], atol=1e-9)
+    assert (cv.cost_se == 0).all()
+
+
+def test_one_subset_when_k_equals_n_and_tokens_counted():
+    ps = world(k=5)
+    sched = pr.Schedule(5, (4,), (1,))
+    o = pr.run(ps.reward, ps.cost, ps.length, ps.prefix_reward, ps.prefix_cost, 0.0, sched)
+    # one survivor after 4 tokens: 4 stopped candidates cost min(length, 4), the survivor its whole length
+    kept = np.argmax(ps.prefix_reward[..., 0], axis=1)
+    assert (o.pick == kept).all()
+    want = np.minimum(ps.length, 4).sum(axis=1) - np.minimum(ps.length[np.arange(25), kept], 4) \
+        + ps.length[np.arange(25), kept]
+    np.testing.assert_array_equal(o.tokens, want)
+    assert (o.prefix_scored == 5).all() and (o.full_scored == 1).all()
+    cv = pr.curves(ps, sched, [0.0])
+    assert cv.exact and cv.n_subsets == 1
+    np.testing.assert_allclose(cv.cost[:, 0], ps.cost[np.arange(25), kept])
+
+
+def test_sampled_subsets_are_unbiased_within_their_error():
+    ps = world(p=40, k=9, seed=3, ties=False)
+    sched = pr.Schedule(4, (6,), (2,))
+    exact = pr.curves(ps, sched, [0.5], bounds=(-2, 2), max_subsets=1000)
+    drawn = pr.curves(ps, sched, [0.5], bounds=(-2, 2), max_subsets=60, seed=11)
+    assert exact.exact and not drawn.exact and drawn.n_subsets == 60
+    err = drawn.clipped[:, 0] - exact.clipped[:, 0]
+    se = drawn.cost_se[:, 0]
+    assert (se > 0).any()
+    # the mean over prompts of the estimate is within 4 standard errors of the exact one
+    assert abs(err.mean()) <= 4 * math.sqrt((se ** 2).sum()) / len(se) + 1e-12
+
+
+def test_stable_root_takes_the_last_stretch():
+    ok = np.array([[False, True, False, True, True],   # met at 1, broken at 2: from 3 on
+                   [True, True, True, True, True],     # inactive
+                   [True, True, True, True, False],    # the end misses: infeasible
+                   [False, False, False, False, True]])
+    idx, status = pr.stable_root(ok)
+    assert idx.tolist() == [3, 0, 4, 4]
+    assert status.tolist() == [0, 1, 2, 0]
+
+
+def test_envelope_is_monotone_and_above():
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=(6, 30))
+    e = pr.envelope(v)
+    assert (e >= v).all()
+    assert (np.diff(e, axis=1) <= 0).all()
+    assert (e[:, -1] == v[:, -1]).all()
+
+
+def test_schedule_refusals_name_the_problem():
+    with pytest.raises(ValueError, match="below the 4 candidates alive"):
+        pr.Schedule(20, (3, 10), (4, 5))
+    with pytest.raises(ValueError, match="increasing"):
+        pr.Schedule(20, (10, 3), (4, 2))
+    with pytest.raises(ValueError, match="as many keep counts"):
+        pr.Schedule(20, (3,), (4, 2))
+    with pytest.raises(ValueError, match="neither a whole number"):
+        pr.make_schedule(20, [3.5], [2], 48)
+    s = pr.make_schedule(20, [0.1, 0.5], [0.2, 0.1], 48)
+    assert s.checkpoints == (5, 24) and s.keep == (4, 2)
+
+
+def bump_population(p=3000, seed=0):
+    """Per prompt a 0/1 loss on a grid whose mean dips below tau, rises in a bump above it, and falls again (a pruned
+    decoder stopping the safe candidate at some lambdas): its mean crosses tau three times."""
+    rng = np.random.default_rng(seed)
+    grid = np.linspace(0, 5, 51)
+    base = 0.55 - 0.25 * np.minimum(grid, 1.2) / 1.2 + 0.3 * np.exp(-((grid - 2.5) / 0.4) ** 2) \
+        - 0.2 * np.maximum(grid - 3.0, 0) / 2.0
+    u = rng.random((p, 1))  # one uniform per prompt: its loss is 1 where the curve is above it
+    return grid, (u < base[None]).astype(float)
+
+
+def test_certificates_hold_where_the_cost_is_not_monotone():
+    grid, pop = bump_population()
+    tau, delta, bounds = 0.4, 0.1, (0.0, 1.0)
+    mean = pop.mean(axis=0)
+    bump = grid[np.argmax(mean)]
+    assert (mean[grid < 2.0] < tau - 0.05).any() and mean.max() > tau + 0.1  # below tau, then above it again
+    rng = np.random.default_rng(5)
+    viol = {"ltt": 0, "ltt_wsr": 0}
+    crc_costs, found = [], []
+    reps, n = 300, 200
+    for rep in range(reps):
+        sub = pop[rng.integers(0, len(pop), size=n)]
+        zero = np.zeros_like(sub)
+        cv = pr.Curves(grid, sub, sub, -sub, zero, zero, zero, 1, True, zero)
+        for name, p in (("ltt", "hb"), ("ltt_wsr", "wsr")):
+            s = pr.ltt(cv, tau, delta, bounds, p, seed=rep)
+            viol[name] += bool(s.feasible and mean[s.index] > tau)
+            found.append(s.lam(grid) if s.feasible else None)
+        crc_costs.append(mean[pr.crc(cv, tau, bounds).index])
+        # the stable root of lambda-hat never stops in the dip before the bump
+        assert pr.hat(cv, tau).lam(grid) > bump
+    assert viol["ltt"] / reps <= delta and viol["ltt_wsr"] / reps <= delta
+    assert np.mean(crc_costs) <= tau
+    assert all(lam > bump for lam in found if lam is not None) and any(lam is not None for lam in found)
