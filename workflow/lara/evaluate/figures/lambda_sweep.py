@@ -10,7 +10,27 @@ from lara.evaluate.figures.common import Drawn, FigureSettings, theme
 from lara.evaluate.intervals import VERDICTS
 
 
-def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: FigureSettings):
+def draw_pruned(axes, prune: pd.DataFrame, colour) -> None:
+    """Pruned Best-of-N's curve on both panels (dashed, its own lambda-hat and lambda* and certified lambdas marked),
+    labelled with its tokens against full Best-of-N's at its lambda*."""
+    g = prune[prune["label"] == "grid"].sort_values("lambda")
+    star = prune[prune["label"] == "lambda_star"]
+    ratio = f", {float(star['token_ratio'].iloc[0]):.1f}x fewer tokens at its $\\lambda^*$" if len(star) else ""
+    n = int(prune["n"].iloc[0])
+    for ax, col in ((axes[0], "mean_reward"), (axes[1], "mean_cost")):
+        ax.plot(g["lambda"], g[col], ls="--", marker=".", ms=4, lw=1.4, color=colour,
+                label=f"pruned Best-of-{n}{ratio}")
+        ax.fill_between(g["lambda"], g[f"{col}_lo"], g[f"{col}_hi"], color=colour, alpha=0.08, lw=0)
+        marks = {"lambda_hat": ("o", "its $\\hat\\lambda$"), "lambda_star": ("*", "its $\\lambda^*$"),
+                 "ltt": ("s", "its LTT $\\lambda$"), "ltt_wsr": ("^", "its LTT (betting) $\\lambda$")}
+        for label, (marker, title) in marks.items():
+            r = prune[prune["label"] == label]
+            if len(r):
+                ax.plot(r["lambda"], r[col], marker=marker, ms=9, ls="none", mfc="white", mew=1.6, color=colour,
+                        label=f"pruned: {title} = {float(r['lambda'].iloc[0]):.3g}")
+
+
+def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: FigureSettings, prune: pd.DataFrame | None = None):
     """Fig. 1: Best-of-N mean reward and cost on the test prompts against lambda, one curve (with its
     bootstrap 95 % band) per N; tau, the decoder's lambda-hat (with its bootstrap band) and lambda*,
     each other N's lambda* as a marker, and shading where the audit says the decoder's N meets tau."""
@@ -66,6 +86,8 @@ def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: FigureSettings):
         positive = np.sort(sweep.loc[sweep["lambda"] > 0, "lambda"].unique())
         if len(positive) and positive[-1] / positive[0] > 20:  # a small lambda* next to a wide grid
             ax.set_xscale("symlog", linthresh=positive[0])
+    if prune is not None:
+        draw_pruned(axes, prune, pal[len(sizes) % len(pal)])
     tau = lam["tau"]
     axes[1].axhline(tau, color="black", ls="--", lw=1.2, label=f"$\\tau$ = {tau:g}")
     if "verdict" in sweep.columns:
@@ -99,4 +121,25 @@ def figure(args, opts: FigureSettings, lam: dict) -> Drawn:
         args.sweep)
     check_sweep(sweep, read_lambda(args.lambda_json), f"--sweep {args.sweep}")
     sizes = sorted(int(n) for n in sweep["n"].unique())
-    return Drawn(lambda_sweep(sweep, lam, opts), {"sizes": sizes} if sizes else {})
+    prune = None
+    if getattr(args, "prune_sweep", None):
+        prune = read_prune_sweep(args.prune_sweep, sweep, lam)
+    extra = ({"sizes": sizes} if sizes else {}) | ({"pruned": True} if prune is not None else {})
+    return Drawn(lambda_sweep(sweep, lam, opts, prune), extra)
+
+
+def read_prune_sweep(path, sweep: pd.DataFrame, lam: dict) -> pd.DataFrame:
+    """The pruned decoder's sweep, checked: every number finite, its tau the figure's, its prompts the Best-of-N
+    sweep's (the same test prompts' candidates)."""
+    from lara.read.files import DataError, read_table, require_finite, require_rows
+
+    cols = ("n", "lambda", "label", "mean_reward", "mean_cost", "mean_reward_lo", "mean_reward_hi", "mean_cost_lo",
+            "mean_cost_hi", "token_ratio", "tau", "prompt_set")
+    prune = require_finite(require_rows(read_table(path, required=cols), path), cols[1:2] + cols[3:11], path)
+    if (prune["tau"] != lam["tau"]).any():
+        raise DataError(f"--prune-sweep {path}: audited against tau = {prune['tau'].iloc[0]:g}, but the figure's "
+                        f"lambda.json is for tau = {lam['tau']:g}")
+    if "prompt_set" in sweep.columns and set(prune["prompt_set"]) != set(sweep["prompt_set"]):
+        raise DataError(f"--prune-sweep {path}: made on other test prompts than --sweep (prompt-set digests "
+                        f"{sorted(set(prune['prompt_set']))} and {sorted(set(sweep['prompt_set']))})")
+    return prune
