@@ -230,7 +230,8 @@ CONTRACTS: dict[str, Command] = {
                           "--prune-lambda-json": LAMBDA_PRUNED},
                          note="--tau-lambda-json: one record per tau; --prune-lambda-json: pruned Best-of-N's own "
                               "record; the outputs agree with --lambda-json"),
-    "figure": Command({"--sweep": SWEEP, "--prune-sweep": PRUNE_SWEEP, "--lambda-json": LAMBDA_ANY, "--summary": SUMMARY, "--audit": AUDIT,
+    "figure": Command({"--sweep": SWEEP, "--prune-sweep": PRUNE_SWEEP, "--lambda-json": LAMBDA_ANY,
+                       "--summary": SUMMARY, "--audit": AUDIT,
                        "--coverage": COVERAGE, "--report": REPORT, "--traces": many(TRACE)}),
     "trail": Command({"figure": source("a figure with its provenance sidecar")}),
     "summary": Command({"results": source("a results folder (read through its files' own contracts)")}),
@@ -239,7 +240,8 @@ CONTRACTS: dict[str, Command] = {
 
 # the inputs whose fields are compared across flags ("bon-sweep", "deployment-report" combine several by design)
 NO_AGREEMENT = {"bon-sweep": ("--lambda-json", "--soft-lambda-json", "--tau-lambda-json"),
-                "deployment-report": ("--arms", "--shift"), "aggregate": ("--tau-lambda-json", "--prune-lambda-json"),
+                "deployment-report": ("--arms", "--shift"),
+                "aggregate": ("--tau-lambda-json", "--prune-lambda-json"),
                 "coverage": ("--scores",), "coverage-vector": ("--scores",), "coverage-prune": ("--scores",)}
 
 

@@ -81,7 +81,8 @@ NEEDS = {"lambda_sweep": ("sweep", "lambda_json"), "tradeoff": ("summary",), "ca
          "constraints_sweep": ("lambda_json", "scores", "audit", "constraints")}
 # the kinds whose --lambda-json is the vector record (read by their own figure), not a scalar lambda.json
 VECTOR_KINDS = ("constraints", "constraints_sweep")
-INPUTS = ("sweep", "prune_sweep", "summary", "audit", "coverage", "report", "scores", "lambda_json", "experiment_settings")
+INPUTS = ("sweep", "prune_sweep", "summary", "audit", "coverage", "report", "scores", "lambda_json",
+          "experiment_settings")
 
 OUTPUTS = ("png", "pdf", "provenance")  # the files this step writes (checked first: lara.cli.check_outputs)
 
