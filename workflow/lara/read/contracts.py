@@ -241,7 +241,7 @@ CONTRACTS: dict[str, Command] = {
 # the inputs whose fields are compared across flags ("bon-sweep", "deployment-report" combine several by design)
 NO_AGREEMENT = {"bon-sweep": ("--lambda-json", "--soft-lambda-json", "--tau-lambda-json"),
                 "deployment-report": ("--arms", "--shift"),
-                "aggregate": ("--tau-lambda-json", "--prune-lambda-json"),
+                "aggregate": ("--tau-lambda-json",),
                 "coverage": ("--scores",), "coverage-vector": ("--scores",), "coverage-prune": ("--scores",)}
 
 
@@ -316,6 +316,20 @@ def disagreement(name: str, where: str, value, first, first_where: str) -> str:
             "of one run agree")
 
 
+# decoders calibrated for themselves with a record of their own (lara calibrate-prune): their outputs agree on the
+# record with each other and with that record, not with the run's main lambda.json
+OWN_RECORD = {"bon_prune": "pruned_best_of_n"}
+
+
+def _own_record(art) -> str | None:
+    """The decoder whose own record ``art`` is, or was decoded with (None: the run's main record)."""
+    method = art.identity.get("method")
+    if method in OWN_RECORD:
+        return method
+    kind = (art.identity.get("decoder") or {}).get("kind") if isinstance(art.identity.get("decoder"), dict) else None
+    return next((m for m, k in OWN_RECORD.items() if k == kind), None)
+
+
 def agree(command: str, arts: dict) -> None:
     """Whatever two inputs of ``command`` both state must agree: the first disagreement names both inputs."""
     row = CONTRACTS[command]
@@ -334,9 +348,10 @@ def agree(command: str, arts: dict) -> None:
                 value = _value(art, name, expect)
                 if value is None:
                     continue
-                if name in seen and not _same(seen[name][0], value):
-                    raise DataError(disagreement(name, art.where, value, *seen[name]))
-                seen.setdefault(name, (value, art.where))
+                key = f"{name} ({_own_record(art)})" if name == "lambda_record" and _own_record(art) else name
+                if key in seen and not _same(seen[key][0], value):
+                    raise DataError(disagreement(name, art.where, value, *seen[key]))
+                seen.setdefault(key, (value, art.where))
     if len(experiments) > 1:
         (a, wa), (b, wb) = list(experiments.items())[:2]
         raise DataError(f"{wb}: experiment {b!r}, but {wa} is of experiment {a!r}; inputs of one run agree")
