@@ -224,78 +224,62 @@ class Generated:
     extra: dict = field(default_factory=dict)
 
 
-def generate_pruned(policy, tokenizer, prompt: str, schedule, lam: float, scorers: dict, *, temperature: float,
-                    top_k: int, max_new_tokens: int, generator=None) -> Generated:
-    """Generate N candidates for ``prompt`` as one batch, stopping all but the best ``keep[j]`` at checkpoint j by
+def generate_pruned(policy, tokenizer, prompt: str, n: int, schedule, lam: float, scorers: dict, *,
+                    temperature: float, top_k: int, max_new_tokens: int, generator=None) -> Generated:
+    """Generate ``n`` candidates for ``prompt`` as one batch, stopping all but the best ``keep[j]`` at checkpoint j by
     the partial scorers (``scorers['prefix_reward']``, ``['prefix_cost']``: objects with ``score(prompts,
-    responses)``), and choose among the survivors by the full ones (``['reward']``, ``['cost']``). ``schedule`` None:
-    full Best-of-N. Tokens are sampled at ``temperature`` from the top ``top_k`` (the pool sampler's rule); a
-    stopped candidate leaves the batch and its KV cache rows are dropped."""
+    responses)``), and choose among the survivors by the full ones (``['reward']``, ``['cost']``), ties as Best-of-N's.
+    ``schedule`` None: full Best-of-n (``extra`` then holds every candidate's full reward and cost). Tokens are drawn
+    at ``temperature`` from the top ``top_k`` (the pool sampler's rule); a stopped candidate leaves the batch and its
+    rows of the KV cache are dropped."""
     import torch
+    from transformers import DynamicCache
 
     from lara.calibrate.bestofn import order, select
-
-    t0 = time.perf_counter()
-    n = schedule.n if schedule is not None else scorers["n"]
-    device = next(policy.parameters()).device
+    from lara.decode.rgtg import _cache_keyword
     from lara.scoring import encode
 
+    t0 = time.perf_counter()
+    if schedule is not None and schedule.n != n:
+        raise ValueError(f"the schedule is for N = {schedule.n}, asked for {n} candidates")
+    device = next(policy.parameters()).device
     head = encode(tokenizer, prompt, "", False)
-    ids = torch.tensor([head] * n, device=device)
+    inp = torch.tensor([head] * n, device=device)
     eos = tokenizer.eos_token_id
     checkpoints = dict(zip(schedule.checkpoints, schedule.keep, strict=True)) if schedule is not None else {}
-    alive = list(range(n))  # candidate index of each batch row
-    tokens = [[] for _ in range(n)]
+    alive = list(range(n))  # the candidate of each batch row
+    tokens: list[list[int]] = [[] for _ in range(n)]
     done = [False] * n
-    past, steps, scored = None, 0, 0
-    inp = ids
+    cache, kw = DynamicCache(), _cache_keyword(policy)
+    steps, scored = 0, 0
     with torch.inference_mode():
         for t in range(1, max_new_tokens + 1):
-            out = policy(input_ids=inp, past_key_values=past, use_cache=True)
+            logits = policy(input_ids=inp, use_cache=True, **{kw: cache}).logits[:, -1].float()
             steps += 1
-            past = out.past_key_values
-            logits = out.logits[:, -1].float() / max(temperature, 1e-6)
-            top = torch.topk(logits, min(top_k, logits.shape[-1]))
-            probs = torch.softmax(top.values, dim=-1)
-            pick = top.indices.gather(1, torch.multinomial(probs, 1, generator=generator))
+            top = torch.topk(logits / max(temperature, 1e-6), min(top_k, logits.shape[-1]))
+            draw = torch.multinomial(torch.softmax(top.values, dim=-1).cpu(), 1, generator=generator).to(device)
+            pick = top.indices.gather(1, draw)
             for row, cand in enumerate(alive):
                 if not done[cand]:
-                    tok = int(pick[row, 0])
-                    tokens[cand].append(tok)
-                    done[cand] = tok == eos
+                    tokens[cand].append(int(pick[row, 0]))
+                    done[cand] = tokens[cand][-1] == eos
             if all(done[c] for c in alive):
                 break
             if t in checkpoints and len(alive) > checkpoints[t]:
-                texts = [tokenizer.decode(tokens[c], skip_special_tokens=True) for c in alive]
-                pr = scorers["prefix_reward"].score([prompt] * len(alive), texts)
-                pc = scorers["prefix_cost"].score([prompt] * len(alive), texts)
+                texts = [tokenizer.decode(tokens[c], skip_special_tokens=True).strip() for c in alive]
+                pr = np.asarray(scorers["prefix_reward"].score([prompt] * len(alive), texts), dtype=float)
+                pc = np.asarray(scorers["prefix_cost"].score([prompt] * len(alive), texts), dtype=float)
                 scored += 2 * len(alive)
-                ranked = order(np.asarray(pr)[None], np.asarray(pc)[None], lam)[0]
-                keep_rows = sorted(ranked[:checkpoints[t]].tolist())
+                keep_rows = sorted(order(pr[None], pc[None], lam)[0][:checkpoints[t]].tolist())
                 alive = [alive[r] for r in keep_rows]
-                past = _keep_cache(past, keep_rows)
+                cache.batch_select_indices(torch.tensor(keep_rows, device=device))
                 pick = pick[keep_rows]
             inp = pick
-    texts = [tokenizer.decode([x for x in tokens[c] if x != eos], skip_special_tokens=True) for c in alive]
+    texts = [tokenizer.decode([x for x in tokens[c] if x != eos], skip_special_tokens=True).strip() for c in alive]
     r = np.asarray(scorers["reward"].score([prompt] * len(alive), texts), dtype=float)
     c = np.asarray(scorers["cost"].score([prompt] * len(alive), texts), dtype=float)
     scored += 2 * len(alive)
     best = int(select(r[None], c[None], lam)[0])
+    extra = {"reward": r.tolist(), "cost": c.tolist()} if schedule is None else {}
     return Generated(texts[best], float(r[best]), float(c[best]), sum(len(x) for x in tokens), steps, scored,
-                     time.perf_counter() - t0)
-
-
-def _keep_cache(past, rows):
-    """The KV cache of the kept batch rows only."""
-    import torch
-
-    idx = torch.tensor(rows, device=past.layers[0].keys.device if hasattr(past, "layers") else "cpu")
-    if hasattr(past, "batch_select_indices"):
-        past.batch_select_indices(idx)
-        return past
-    if hasattr(past, "layers"):
-        for layer in past.layers:
-            layer.keys = layer.keys[idx]
-            layer.values = layer.values[idx]
-        return past
-    return tuple(tuple(t[idx] for t in layer) for layer in past)
+                     time.perf_counter() - t0, extra)
