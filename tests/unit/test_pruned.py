@@ -133,3 +133,38 @@ def test_certificates_hold_where_the_cost_is_not_monotone():
     assert viol["ltt"] / reps <= delta and viol["ltt_wsr"] / reps <= delta
     assert np.mean(crc_costs) <= tau
     assert all(lam > bump for lam in found if lam is not None) and any(lam is not None for lam in found)
+
+
+def test_generating_with_the_stopping_done(tiny_world):
+    """generate_pruned on a tiny random policy with the toy oracle as every scorer: the choice is the Best-of-N choice
+    among the survivors, the tokens are every candidate's, a stopped candidate has at most its checkpoint's tokens,
+    and a seeded generator repeats the run; schedule None is full Best-of-N with every candidate's scores."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lara.calibrate.bestofn import select
+    from lara.decode.prune import generate_pruned
+    from lara.scoring import load_scorer
+
+    tok = AutoTokenizer.from_pretrained(tiny_world["base"])
+    policy = AutoModelForCausalLM.from_pretrained(tiny_world["base"]).eval()
+    scorers = {k: load_scorer("oracle", role="reward" if "reward" in k else "cost")
+               for k in ("reward", "cost", "prefix_reward", "prefix_cost")}
+    prompt = tiny_world["world"]["prompts"][0]["prompt"]
+    sched = pr.Schedule(8, (3, 6), (4, 2))
+    gen = {"temperature": 1.0, "top_k": 20, "max_new_tokens": 24}
+    runs = [generate_pruned(policy, tok, prompt, 8, sched, 0.5, scorers, generator=torch.Generator().manual_seed(s),
+                            **gen) for s in (1, 1, 2)]
+    assert runs[0].response == runs[1].response and runs[0].tokens == runs[1].tokens
+    full = generate_pruned(policy, tok, prompt, 8, None, 0.5, scorers, generator=torch.Generator().manual_seed(1),
+                           **gen)
+    assert len(full.extra["reward"]) == 8
+    r, c = np.asarray(full.extra["reward"]), np.asarray(full.extra["cost"])
+    assert full.reward == pytest.approx(r[select(r[None], c[None], 0.5)[0]])
+    for run in runs:
+        # 6 candidates stop at 3 tokens at most, 2 more at 6 at most, 2 run on: never more than full generation
+        assert run.tokens <= 6 * 3 + 2 * 6 + 2 * gen["max_new_tokens"]
+        assert run.scorer_calls == 2 * (8 + 4) + 2 * 2 or run.policy_steps <= 6
+    assert np.mean([x.tokens for x in runs]) < full.tokens or full.policy_steps <= 3
+    with pytest.raises(ValueError, match="schedule is for N = 8"):
+        generate_pruned(policy, tok, prompt, 6, sched, 0.5, scorers, **gen)
