@@ -49,7 +49,9 @@ def test_unrelated_training_key_reruns_only_its_stage(toy_run, tmp_path):
     counts, outputs = dry_run(toy_run, *override(tmp_path, "train:\n  partial:\n    prefixes_per_pair: 5\n"))
     assert counts.get("train_partial_model") == 2 and counts.get("decode_rgtg") == 4  # pargs x 4 settings
     assert not {"train_sft", "train_reward_model", "calibrate_lambda", "select_bon"} & set(counts)
-    assert all("/pargs/" in o for o in outputs if "/decode/" in o)
+    # PARGS's partial models also score pruned Best-of-N's prefixes: its calibration and decodes rerun, Best-of-N's not
+    assert counts.get("score_prefixes") == 2 and counts.get("calibrate_prune") == 1
+    assert all("/pargs/" in o or "/bon_prune/" in o for o in outputs if "/decode/" in o)
 
 
 def test_one_method_s_decoding_settings_rerun_only_that_method(toy_run, tmp_path):
@@ -153,17 +155,22 @@ def test_a_module_of_later_steps_reruns_exactly_those_steps_and_their_downstream
     # pool's sampling
     assert counts == {"calibrate_lambda": 1, "calibrate_lambda_for_n": 2, "calibrate_soft": 3, "select_bon": 7,
                       "bon_sweep": 1, "coverage": 1, "figure_coverage": 1,
-                      "decode_rgtg": 6, "evaluate_decoded": 13, "judge_decoded": 13, "aggregate": 1,
+                      "decode_rgtg": 6, "evaluate_decoded": 20, "judge_decoded": 20, "aggregate": 1,
                       "figure_lambda_sweep": 1, "figure_tradeoff": 1, "figure_calibration": 1,
                       "figure_decoders": 1, "make_stream": 4, "online": 12, "shift_check": 4, "calibrate_weighted": 4,
                       "deploy_arms": 4, "deployment_report": 1, "figure_deployment": 1,
                       # the constraints stage computes with it too: its calibration, both decoders' module, the
                       # audit, the coverage study and the two figures (never its training or scoring)
                       "calibrate_vector": 1, "decode_vector_bon": 5, "decode_vector_args": 2, "audit_constraints": 1,
-                      "coverage_vector": 1, "figure_constraints": 1, "figure_constraints_sweep": 1}, counts
+                      "coverage_vector": 1, "figure_constraints": 1, "figure_constraints_sweep": 1,
+                      # pruned Best-of-N ranks with Best-of-N's order: its prefix scoring (its settings' module),
+                      # calibration, decodes at every setting, sweep and coverage study
+                      "score_prefixes": 2, "calibrate_prune": 1, "select_bon_prune": 7, "bon_prune_sweep": 1,
+                      "coverage_prune": 1}, counts
     assert own_code_changed(toy_run, env) == {"calibrate_lambda", "calibrate_lambda_for_n", "calibrate_soft",
                                               "select_bon", "coverage", "make_stream", "calibrate_vector",
-                                              "coverage_vector"}
+                                              "coverage_vector", "score_prefixes", "calibrate_prune",
+                                              "select_bon_prune", "bon_prune_sweep", "coverage_prune"}
 
 
 def test_execution_settings_rerun_nothing_and_a_plot_option_only_the_settings_table_and_figures(toy_run, tmp_path):
