@@ -168,8 +168,8 @@ def finish(runs, lams, tau, n, schedule, meta) -> dict:
 
 def realtext(args) -> dict:
     from lara.calibrate import bestofn
-    from lara.calibrate.pruned import PrefixScores, make_schedule
     from lara.calibrate.prune_record import calibrate as calibrate_pruned
+    from lara.calibrate.pruned import PrefixScores, make_schedule
     from lara.decode.prefixes import prefixes
     from lara.decode.prune import PruneSettings
     from lara.read.files import read_table
