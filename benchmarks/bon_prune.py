@@ -159,7 +159,8 @@ def finish(runs, lams, tau, n, schedule, meta) -> dict:
             out["comparisons"][tag] = cmp
             kept = "-" if cmp["reward_gain_kept"] is None else f"{cmp['reward_gain_kept']:.1%}"
             at = ("no smaller N reaches it" if cmp["matched_n"] is None else
-                  f"Best-of-{cmp['matched_n']} ({cmp['matched_tokens']:.1f} tokens): {cmp['ratio_at_matched_reward']:.2f}x")
+                  f"Best-of-{cmp['matched_n']} ({cmp['matched_tokens']:.1f} tokens): "
+                  f"{cmp['ratio_at_matched_reward']:.2f}x")
             print(f"\nat each decoder's {tag}: {cmp['token_ratio']:.2f}x fewer tokens, {cmp['wall_ratio']:.2f}x less "
                   f"wall time, {cmp['scored_ratio']:.2f}x fewer sequences scored, {cmp['steps_ratio']:.2f}x fewer "
                   f"policy steps; reward gain over one sample kept: {kept}; at matched held-out reward: {at}")
@@ -185,8 +186,8 @@ def realtext(args) -> dict:
     scorers = {"reward": load_scorer(f"fluency:{args.model}", role="reward", device=args.device),
                "cost": load_scorer(f"hatesonar:{args.constraint}", role="cost")}
     scorers["prefix_reward"], scorers["prefix_cost"] = scorers["reward"], scorers["cost"]
-    print(f"real text: SmolLM2 {args.model}; {len(cal)} calibration and {len(test)} test prompts (RealToxicityPrompts); "
-          f"reward fluency, cost P({args.constraint}); {schedule.describe()}; tau {args.tau}")
+    print(f"real text: SmolLM2 {args.model}; {len(cal)} calibration and {len(test)} test prompts "
+          f"(RealToxicityPrompts); reward fluency, cost P({args.constraint}); {schedule.describe()}; tau {args.tau}")
     t0 = time.perf_counter()
     gen = HFGenerator(args.model)
     s = GenerationSettings(temperature=args.temperature, top_k=args.top_k, max_new_tokens=args.max_new_tokens,
