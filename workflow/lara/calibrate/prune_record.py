@@ -23,6 +23,7 @@ HELP = "calibrate lambda for the pruned Best-of-N decoder itself (decode.bon_pru
 KIND = "pruned_best_of_n"
 QUANTILES = (0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.975)
 STATUS = {0: "found", 1: "inactive", 2: "infeasible"}
+MAX_CLIPPED = 0.01  # as lara calibrate: the largest share of calibration costs the bounds may clip for a certificate
 
 
 def add_arguments(parser) -> None:
@@ -159,6 +160,13 @@ def run(args) -> None:
     log.info("%d prompts x %d samples; %s; grid of %d lambdas on [0, %g]", ps.shape[0], ps.shape[1],
              schedule.describe(), s.grid_points, s.lambda_search_max)
     result = calibrate(ps, s)
+    clipped = result["guarantee"]["clipped_fraction"]
+    share = 0.0 if not clipped else clipped["below"] + clipped["above"]
+    if s.guarantee != "bootstrap" and share > MAX_CLIPPED:
+        raise DataError(f"--scores {args.scores}: calibration.guarantee {s.guarantee}: calibration.cost_bounds "
+                        f"{s.cost_bounds} clip {share:.1%} of the calibration costs (more than {MAX_CLIPPED:.0%}): the "
+                        "certificate would be about a cost the model rarely gives; widen the bounds (fixed before "
+                        "seeing these costs)")
     if not result["feasible"]:
         msg = (f"the pruned decoder's {s.guarantee} lambda reaches tau = {s.tau} at no grid lambda in [0, "
                f"{s.lambda_search_max}] (calibration mean cost {result['curves']['mean_cost'][-1]:.6g} at the end)")
