@@ -7,7 +7,7 @@
 rule figure_lambda_sweep:
     input:
         sweep="results/{exp}/decode/bon/sweep.csv",
-        prune=["results/{exp}/decode/bon_prune/sweep.csv"] if PRUNE else [],
+        prune=["results/{exp}/decode/bon_prune/sweep.csv", PRUNE_LAMBDA] if PRUNE else [],
         lam="results/{exp}/calibration/lambda.json",
         settings="results/{exp}/settings.tsv",
     output:
@@ -28,7 +28,10 @@ rule figure_lambda_sweep:
         **job_resources("figures"),
     params:
         **figure_params(),
-        options=opts(prune_sweep=f"results/{EXP}/decode/bon_prune/sweep.csv" if PRUNE else None),
+        options=opts(
+            prune_sweep=f"results/{EXP}/decode/bon_prune/sweep.csv" if PRUNE else None,
+            prune_lambda_json=PRUNE_LAMBDA if PRUNE else None,
+        ),
     shell:
         "lara figure --kind lambda_sweep --sweep {input.sweep:q} --lambda-json {input.lam:q} --settings {params.settings:q}"
         " {params.options}"

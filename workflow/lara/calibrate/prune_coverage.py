@@ -19,7 +19,15 @@ import numpy as np
 import pandas as pd
 
 from lara.evaluate.intervals import clopper_pearson
-from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
+from lara.settings import (
+    Settings,
+    add_settings_arguments,
+    cross_key,
+    ordered_bounds,
+    read_settings,
+    seed_setting,
+    setting,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +65,10 @@ class PruneCoverageSettings(Settings):
 
         return make_schedule(self.n, self.checkpoints, self.keep, self.max_new_tokens)
 
+    @cross_key("calibration.cost_bounds", witness={"calibration": {"cost_bounds": [1.0, -1.0]}})
+    def bounds_ordered(self):
+        return ordered_bounds(self.cost_bounds, "calibration.cost_bounds")
+
 
 def add_arguments(parser) -> None:
     parser.add_argument("--scores", nargs="+", required=True,
@@ -76,7 +88,7 @@ def population(paths, s: PruneCoverageSettings):
     grid = np.linspace(0.0, s.lambda_search_max, s.grid_points)
     parts, seen = [], set()
     for path in paths:
-        ids, ps, _, _ = read_prefix_scores(path, schedule, "--scores")
+        ids, ps, _, _ = read_prefix_scores(path, schedule, "--scores", s.max_new_tokens)
         twice = seen & set(map(str, ids))
         if twice:
             raise DataError(f"--scores {path}: prompt {sorted(twice)[0]!r} is in another table too: each population "
@@ -158,6 +170,10 @@ def run(args) -> None:
         from lara.settings import ConfigError
 
         raise ConfigError("decode.bon_prune.checkpoints is empty: there is no pruned decoder to study")
+    if not s.n_prompts:
+        from lara.settings import ConfigError
+
+        raise ConfigError("coverage.n_prompts is empty: no calibration size to study")
     pop = population(args.scores, s)
     log.info("population: %d prompts; %s; %d repeats per size %s", pop.clipped.shape[0], s.schedule().describe(),
              s.repeats, s.n_prompts)

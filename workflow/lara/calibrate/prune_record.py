@@ -152,7 +152,7 @@ def run(args) -> None:
     schedule = s.schedule()
     role = identity.expect_role(args.scores, "--scores", "calibration", "the samples of the calibration prompts: "
                                 "calibrating on the prompts the audit holds out makes the audit in-sample")
-    _, ps, _, df = read_prefix_scores(args.scores, schedule, "--scores")
+    _, ps, _, df = read_prefix_scores(args.scores, schedule, "--scores", s.max_new_tokens)
     if ps.shape[1] < schedule.n:
         raise DataError(f"--scores {args.scores}: K = {ps.shape[1]} samples per prompt, fewer than the decoder's "
                         f"N = {schedule.n} (decode.bon_n)")

@@ -41,6 +41,21 @@ def prefixes(tokenizer, prompts, responses, t: int) -> list[str]:
     return out
 
 
+def check_role(spec: str, role: str) -> None:
+    """A trained scorer states its role (lara_scorer.json): a cost model given as --reward (or the reverse) is
+    refused; a named scorer takes the role it is given."""
+    from pathlib import Path
+
+    from lara.read.files import DataError, json_file
+    from lara.scoring import SCORER_FILE
+
+    meta = Path(spec) / SCORER_FILE
+    if meta.is_file():
+        stated = json_file(meta, mapping=False).get("role")
+        if stated not in (None, role):
+            raise DataError(f"--{role} {spec}: a {stated} model ({meta}), given as the partial {role} scorer")
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("--input", required=True, help="scored samples (prompt_id, sample_id, prompt, response, "
                                                        "n_tokens, reward, cost: lara score)")
@@ -68,6 +83,12 @@ def run(args) -> None:
     require_in_range(df, ("reward", "cost", "n_tokens"), args.input)
     if df.duplicated(["prompt_id", "sample_id"]).any():
         raise DataError(f"--input {args.input}: a (prompt_id, sample_id) appears twice")
+    from lara.decode.prune import check_lengths, check_scores
+
+    check_scores(df, ("reward", "cost"), f"--input {args.input}")
+    check_lengths(df, s.max_new_tokens, f"--input {args.input}")
+    for col in ("reward", "cost"):
+        check_role(getattr(args, col), col)
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     scorers = {col: load_scorer(spec, role=col, batch_size=args.batch_size)
                for col, spec in (("reward", args.reward), ("cost", args.cost))}

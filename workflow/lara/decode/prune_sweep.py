@@ -87,8 +87,13 @@ def run(args) -> None:
     schedule = s.schedule()
     rec = read_lambda(args.lambda_json)
     check_budget(rec, s.tau)
-    check_record(args.lambda_json, schedule, "star")
-    ids, ps, _, df = read_prefix_scores(args.candidates, schedule, "--candidates")
+    check_record(args.lambda_json, schedule, "star", s.tau)
+    ids, ps, _, df = read_prefix_scores(args.candidates, schedule, "--candidates", s.max_new_tokens)
+    if ps.shape[1] != schedule.n:
+        from lara.read.files import DataError
+
+        raise DataError(f"--candidates {args.candidates}: {ps.shape[1]} candidates per prompt, but the decoder draws "
+                        f"N = {schedule.n} (decode.bon_n)")
     prompts = identity.prompt_set(df, f"--candidates {args.candidates}")
     lams, labels = [float(x) for x in s.lambda_grid], ["grid"] * len(s.lambda_grid)
     lams += [rec.lambda_hat, rec.lambda_star]

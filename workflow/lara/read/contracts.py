@@ -230,7 +230,8 @@ CONTRACTS: dict[str, Command] = {
                           "--prune-lambda-json": LAMBDA_PRUNED},
                          note="--tau-lambda-json: one record per tau; --prune-lambda-json: pruned Best-of-N's own "
                               "record; the outputs agree with --lambda-json"),
-    "figure": Command({"--sweep": SWEEP, "--prune-sweep": PRUNE_SWEEP, "--lambda-json": LAMBDA_ANY,
+    "figure": Command({"--sweep": SWEEP, "--prune-sweep": PRUNE_SWEEP, "--prune-lambda-json": LAMBDA_PRUNED,
+                       "--lambda-json": LAMBDA_ANY,
                        "--summary": SUMMARY, "--audit": AUDIT,
                        "--coverage": COVERAGE, "--report": REPORT, "--traces": many(TRACE)}),
     "trail": Command({"figure": source("a figure with its provenance sidecar")}),

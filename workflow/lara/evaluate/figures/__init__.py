@@ -81,8 +81,8 @@ NEEDS = {"lambda_sweep": ("sweep", "lambda_json"), "tradeoff": ("summary",), "ca
          "constraints_sweep": ("lambda_json", "scores", "audit", "constraints")}
 # the kinds whose --lambda-json is the vector record (read by their own figure), not a scalar lambda.json
 VECTOR_KINDS = ("constraints", "constraints_sweep")
-INPUTS = ("sweep", "prune_sweep", "summary", "audit", "coverage", "report", "scores", "lambda_json",
-          "experiment_settings")
+INPUTS = ("sweep", "prune_sweep", "prune_lambda_json", "summary", "audit", "coverage", "report", "scores",
+          "lambda_json", "experiment_settings")
 
 OUTPUTS = ("png", "pdf", "provenance")  # the files this step writes (checked first: lara.cli.check_outputs)
 
@@ -92,6 +92,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--sweep", default=None, help="Best-of-N sweep.csv (lambda_sweep)")
     parser.add_argument("--prune-sweep", default=None,
                         help="pruned Best-of-N's sweep.csv (lambda_sweep, optional: lara bon-prune-sweep)")
+    parser.add_argument("--prune-lambda-json", default=None,
+                        help="pruned Best-of-N's own record, which --prune-sweep was made with (lambda_sweep)")
     parser.add_argument("--lambda-json", default=None,
                         help="lambda.json (lambda_sweep, calibration; tradeoff: optional; constraints, "
                         "constraints_sweep: the vector record, constraints/lambda.json)")

@@ -123,19 +123,44 @@ def figure(args, opts: FigureSettings, lam: dict) -> Drawn:
     sizes = sorted(int(n) for n in sweep["n"].unique())
     prune = None
     if getattr(args, "prune_sweep", None):
-        prune = read_prune_sweep(args.prune_sweep, sweep, lam)
+        prune = read_prune_sweep(args.prune_sweep, sweep, lam, getattr(args, "prune_lambda_json", None))
     extra = ({"sizes": sizes} if sizes else {}) | ({"pruned": True} if prune is not None else {})
     return Drawn(lambda_sweep(sweep, lam, opts, prune), extra)
 
 
-def read_prune_sweep(path, sweep: pd.DataFrame, lam: dict) -> pd.DataFrame:
-    """The pruned decoder's sweep, checked: every number finite, its tau the figure's, its prompts the Best-of-N
-    sweep's (the same test prompts' candidates)."""
+def read_prune_sweep(path, sweep: pd.DataFrame, lam: dict, record_path) -> pd.DataFrame:
+    """The pruned decoder's sweep, checked: made with its record (--prune-lambda-json: the sweep's record digest, its
+    N, each calibrated row's lambda), every number finite, tokens and their ratio consistent, its tau the figure's, its
+    prompts the Best-of-N sweep's (the same test prompts' candidates)."""
+    from lara.calibrate.record import read_lambda
+    from lara.decode.prune import check_record_values
+    from lara.identity import file_digest
     from lara.read.files import DataError, read_table, require_finite, require_rows
 
+    if not record_path:
+        raise DataError(f"--prune-sweep {path}: pass the pruned decoder's record it was made with "
+                        "(--prune-lambda-json lambda_bon_prune.json)")
+    rec = read_lambda(record_path)
+    if rec.decoder.get("kind") != "pruned_best_of_n":
+        raise DataError(f"--prune-lambda-json {record_path}: not a pruned Best-of-N record (lara calibrate-prune)")
+    check_record_values(rec)
     cols = ("n", "lambda", "label", "mean_reward", "mean_cost", "mean_reward_lo", "mean_reward_hi", "mean_cost_lo",
-            "mean_cost_hi", "token_ratio", "tau", "prompt_set")
-    prune = require_finite(require_rows(read_table(path, required=cols), path), cols[1:2] + cols[3:11], path)
+            "mean_cost_hi", "tokens", "tokens_full", "token_ratio", "tau", "prompt_set", "record")
+    prune = require_finite(require_rows(read_table(path, required=cols), path), cols[1:2] + cols[3:13], path)
+    if set(prune["record"]) != {file_digest(record_path)}:
+        raise DataError(f"--prune-sweep {path}: made with another record than --prune-lambda-json {record_path}")
+    if set(prune["n"]) != {rec.decoder.get("n")}:
+        raise DataError(f"--prune-sweep {path}: Best-of-{sorted(set(prune['n']))} rows, but the record is for "
+                        f"N = {rec.decoder.get('n')}")
+    want = {"lambda_hat": rec.lambda_hat, "lambda_star": rec.lambda_star}
+    for label, value in want.items():
+        rows = prune[prune["label"] == label]
+        if len(rows) != 1 or not np.isclose(float(rows["lambda"].iloc[0]), value, rtol=1e-9, atol=1e-12):
+            raise DataError(f"--prune-sweep {path}: its {label} row is not the record's {label} = {value:g} (one row)")
+    ratio = prune["tokens_full"] / prune["tokens"]
+    if ((prune["tokens"] > prune["tokens_full"]) | ~np.isclose(prune["token_ratio"], ratio, rtol=1e-6)).any():
+        raise DataError(f"--prune-sweep {path}: tokens, tokens_full and token_ratio do not agree (a pruned decoder "
+                        "generates at most full Best-of-N's tokens)")
     if (prune["tau"] != lam["tau"]).any():
         raise DataError(f"--prune-sweep {path}: audited against tau = {prune['tau'].iloc[0]:g}, but the figure's "
                         f"lambda.json is for tau = {lam['tau']:g}")
