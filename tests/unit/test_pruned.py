@@ -168,3 +168,29 @@ def test_generating_with_the_stopping_done(tiny_world):
     assert np.mean([x.tokens for x in runs]) < full.tokens or full.policy_steps <= 3
     with pytest.raises(ValueError, match="schedule is for N = 8"):
         generate_pruned(policy, tok, prompt, 6, sched, 0.5, scorers, **gen)
+
+
+def test_prefix_tables_and_settings_refused_where_a_wrong_answer_would_follow():
+    """The hostile inputs that once passed: prefix scores that are NaN, infinite, booleans or text, lengths beyond
+    max_new_tokens, reversed or equal cost bounds."""
+    import pandas as pd
+
+    from lara.decode.prune import PruneSettings, check_lengths, check_scores
+    from lara.read.files import DataError
+    from lara.settings import ConfigError
+
+    df = pd.DataFrame({"prompt_id": ["a", "a"], "prefix_reward_2": [0.1, 0.2], "n_tokens": [3, 48]})
+    check_scores(df, ["prefix_reward_2"], "t")
+    check_lengths(df, 48, "t")
+    for bad in ([np.nan, 0.2], [np.inf, 0.2], [True, False], ["0.1", "0.2"]):
+        with pytest.raises(DataError, match="prefix_reward_2"):
+            check_scores(df.assign(prefix_reward_2=bad), ["prefix_reward_2"], "t")
+    for bad in ([0, 3], [3, 49], [2.5, 3], [np.nan, 3], [-1, 3]):
+        with pytest.raises(DataError, match="n_tokens"):
+            check_lengths(df.assign(n_tokens=bad), 48, "t")
+    base = dict(n=20, max_new_tokens=48, tau=-0.5, lambda_search_max=5.0, bootstrap=100, quantile=0.975,
+                guarantee="bootstrap", delta=0.1, checkpoints=[2, 3], keep=[6, 3])
+    PruneSettings(**base, cost_bounds=[-8.0, 8.0])
+    for bounds in ([8.0, -8.0], [0.0, 0.0]):
+        with pytest.raises(ConfigError, match="cost_bounds"):
+            PruneSettings(**base, cost_bounds=bounds)

@@ -119,7 +119,7 @@ def check_lengths(df, max_new_tokens: int, where: str) -> None:
     bad = ~np.isfinite(n_tok) | (n_tok < 1) | (n_tok != np.round(n_tok)) | (n_tok > max_new_tokens)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise DataError(f"{where}: column 'n_tokens' holds {df['n_tokens'].iloc[i]!r} (row {i}, prompt "
+        raise DataError(f"{where}: column 'n_tokens' holds {str(df['n_tokens'].iloc[i])} (row {i}, prompt "
                         f"{str(df['prompt_id'].iloc[i])!r}), not a whole number in [1, generation.max_new_tokens = "
                         f"{max_new_tokens}]")
 
