@@ -101,7 +101,7 @@ rule score_prefixes:
     resources:
         **job_resources("score"),
     params:
-        settings=step_settings("decode.bon_prune"),
+        settings=step_settings("score-prefixes"),
         code=step_code("score-prefixes"),
     shell:
         "lara score-prefixes --input {input.scores:q} --tokenizer {input.sft:q} --reward {input.reward:q}"
@@ -123,7 +123,7 @@ rule select_bon_prune:
         **job_resources("select_bon"),
     params:
         options=lambda w: lambda_options(w.lam, "bon_prune"),
-        settings=step_settings("decode.bon_prune"),
+        settings=step_settings("select-bon-prune"),
         code=step_code("select-bon-prune"),
     shell:
         "lara select-bon-prune --candidates {input.candidates:q} {params.options} --settings {params.settings:q}"

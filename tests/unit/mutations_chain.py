@@ -339,7 +339,8 @@ def build(root: Path) -> Chain:
     base("calibrate-prune", "--scores", f["prefix_cal"], "--settings", json.dumps(prune), "--allow-infeasible",
          "--out", f["lambda_prune"])
     base("select-bon-prune", "--candidates", f["prefix_test"], "--setting", "star", "--overpenalised-lambda", 50,
-         "--lambda-json", f["lambda_prune"], "--settings", json.dumps(prune), "--out", R / "decode/bon_prune.parquet")
+         "--lambda-json", f["lambda_prune"], "--settings", json.dumps(schedule), "--out",
+         R / "decode/bon_prune.parquet")
     base("bon-prune-sweep", "--candidates", f["prefix_test"], "--lambda-json", f["lambda_prune"], "--settings",
          json.dumps(schedule | {"tau": tau, "lambda_grid": [0, 1, 4], "bootstrap": BOOT, "seed": 0}),
          "--out", R / "bon/prune_sweep.csv")

@@ -184,8 +184,10 @@ def test_plot_option_reruns_only_the_figures(toy_run, tmp_path):
 
 def test_tau_reruns_only_the_calibrated_evaluations_and_safe_rlhf_s(toy_run, tmp_path):
     counts, outputs = dry_run(toy_run, *override(tmp_path, "calibration:\n  tau: -0.25\n"))
-    # 4 decoders at hat and star, and Best-of-N at its certified crc, ltt and ltt_wsr
-    assert counts.get("evaluate_decoded") == 11 and counts.get("judge_decoded") == 11
+    # 4 decoders at hat and star, Best-of-N at its certified crc, ltt and ltt_wsr, and pruned Best-of-N at its own hat,
+    # star, crc, ltt and ltt_wsr (its zero and max, and its prefix scores, read no tau)
+    assert counts.get("evaluate_decoded") == 16 and counts.get("judge_decoded") == 16
+    assert counts.get("calibrate_prune") == 1 and counts.get("select_bon_prune") == 5 and "score_prefixes" not in counts
     assert counts.get("aggregate") == 1 and counts.get("figure_tradeoff") == 1
     assert "train_safedpo" not in counts
     # and Safe-RLHF, whose budget is tau: retrained, so its evaluation reruns too (the only policy that does)

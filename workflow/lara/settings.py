@@ -394,6 +394,8 @@ STEPS: dict[str, str] = {
     "score": "lara.score:ScoreSettings",
     "bon-sweep": "lara.decode.sweep:SweepSettings",
     "coverage-prune": "lara.calibrate.prune_coverage:PruneCoverageSettings",
+    "score-prefixes": "lara.decode.prune:PruneScheduleSettings",
+    "select-bon-prune": "lara.decode.prune:PruneScheduleSettings",
     "bon-prune-sweep": "lara.decode.prune_sweep:PruneSweepSettings",
     "aggregate": "lara.evaluate.aggregate:AuditSettings",
     "calibrate-decoder": "lara.calibrate.direct:DirectSettings",

@@ -17,7 +17,7 @@ import logging
 
 import numpy as np
 
-from lara.decode.prune import PruneSettings, prefix_columns
+from lara.decode.prune import PruneScheduleSettings, prefix_columns
 from lara.settings import add_settings_arguments, read_settings
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--reward", required=True, help="the partial reward scorer (a model directory or named scorer)")
     parser.add_argument("--cost", required=True, help="the partial cost scorer")
     parser.add_argument("--batch-size", type=int, default=32)
-    add_settings_arguments(parser, PruneSettings)
+    add_settings_arguments(parser, PruneScheduleSettings)
     parser.add_argument("--out", required=True, help="output parquet: the input + prefix_reward_<t>, prefix_cost_<t>")
 
 
@@ -75,7 +75,7 @@ def run(args) -> None:
     from lara.scoring import load_scorer, score_table
     from lara.settings import ConfigError
 
-    s = read_settings(args, PruneSettings)
+    s = read_settings(args, PruneScheduleSettings)
     if not s.enabled:
         raise ConfigError("decode.bon_prune.checkpoints is empty: no prefixes to score")
     schedule = s.schedule()

@@ -102,6 +102,29 @@ class PruneSettings(Settings):
         return None
 
 
+@dataclass(frozen=True)
+class PruneScheduleSettings(Settings):
+    """The pruned decoder's schedule alone: what scoring the prefixes (lara score-prefixes) and running the decoder on
+    drawn candidates (lara select-bon-prune) read. Its lambda comes from its record, so a new tau or bootstrap reruns
+    neither the prefix scores nor its zero and max settings."""
+
+    n: int = setting(help="Best-of-N candidates.", minimum=2, key="decode.bon_n")
+    max_new_tokens: int = setting(help="Longest response in tokens (fractions of it are checkpoints).", minimum=1,
+                                  key="generation.max_new_tokens")
+    checkpoints: list[float] = setting(help="The schedule's checkpoints.", exclusive_minimum=0,
+                                       key="decode.bon_prune.checkpoints")
+    keep: list[float] = setting(help="The schedule's survivors.", exclusive_minimum=0, key="decode.bon_prune.keep")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.checkpoints)
+
+    def schedule(self):
+        from lara.calibrate.pruned import make_schedule
+
+        return make_schedule(self.n, self.checkpoints, self.keep, self.max_new_tokens)
+
+
 def prefix_columns(checkpoints) -> list[tuple[int, str, str]]:
     """(checkpoint, reward column, cost column) of a prefix-scores table, one per checkpoint."""
     return [(int(t), f"prefix_reward_{int(t)}", f"prefix_cost_{int(t)}") for t in checkpoints]
@@ -176,7 +199,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--candidates", required=True,
                         help="the N candidates per test prompt with their prefix scores (lara score-prefixes)")
     add_lambda_arguments(parser)
-    add_settings_arguments(parser, PruneSettings)
+    add_settings_arguments(parser, PruneScheduleSettings)
     parser.add_argument("--out", required=True, help="output parquet: one response per prompt")
 
 
@@ -242,7 +265,7 @@ def run(args) -> None:
     from lara.calibrate.record import resolve_lambda
     from lara.read.files import write_table
 
-    s = read_settings(args, PruneSettings)
+    s = read_settings(args, PruneScheduleSettings)
     if not s.enabled:
         from lara.settings import ConfigError
 
@@ -255,7 +278,7 @@ def run(args) -> None:
         raise DataError(f"--candidates {args.candidates}: {ps.shape[1]} candidates per prompt, but the decoder draws "
                         f"N = {schedule.n} (decode.bon_n)")
     lam = resolve_lambda(args.setting, args.overpenalised_lambda, args.lambda_json)
-    check_record(args.lambda_json, schedule, args.setting, s.tau)
+    check_record(args.lambda_json, schedule, args.setting)
     prompts = identity.prompt_set(df, f"--candidates {args.candidates}")
     o = run_pruned(ps.reward, ps.cost, ps.length, ps.prefix_reward, ps.prefix_cost, lam, schedule)
     rows = np.arange(len(ids))
