@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
+from lara.decode.prune import Scheduled
 from lara.evaluate.intervals import clopper_pearson
 from lara.settings import (
     Settings,
@@ -37,7 +38,7 @@ PROCEDURES = ("bootstrap", "crc", "ltt", "ltt_wsr")
 
 
 @dataclass(frozen=True)
-class PruneCoverageSettings(Settings):
+class PruneCoverageSettings(Scheduled, Settings):
     """What the pruned decoder's coverage study reads (coverage, calibration and decode.bon_prune keys)."""
 
     checkpoints: list[float] = setting(help="The schedule's checkpoints.", exclusive_minimum=0,
@@ -59,11 +60,6 @@ class PruneCoverageSettings(Settings):
     n_prompts: list[int] = setting([50, 100, 200], "Calibration sizes n.", minimum=1, key="coverage.n_prompts")
     bootstrap: int = setting(1000, "Bootstrap replicates inside each draw.", minimum=1, key="coverage.bootstrap")
     seed: int = seed_setting()
-
-    def schedule(self):
-        from lara.calibrate.pruned import make_schedule
-
-        return make_schedule(self.n, self.checkpoints, self.keep, self.max_new_tokens)
 
     @cross_key("calibration.cost_bounds", witness={"calibration": {"cost_bounds": [1.0, -1.0]}})
     def bounds_ordered(self):

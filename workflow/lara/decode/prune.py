@@ -35,8 +35,22 @@ from lara.settings import (
 log = logging.getLogger(__name__)
 
 
+class Scheduled:
+    """What every settings class holding the schedule's keys (checkpoints, keep, n, max_new_tokens) derives from
+    them: whether there is a pruned decoder, and its :class:`~lara.calibrate.pruned.Schedule`."""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.checkpoints)
+
+    def schedule(self):
+        from lara.calibrate.pruned import make_schedule
+
+        return make_schedule(self.n, self.checkpoints, self.keep, self.max_new_tokens)
+
+
 @dataclass(frozen=True)
-class PruneSettings(Settings):
+class PruneSettings(Scheduled, Settings):
     """decode.bon_prune: the pruned Best-of-N decoder and its own calibration (an empty schedule: no such
     decoder)."""
 
@@ -72,15 +86,6 @@ class PruneSettings(Settings):
                                     "many drawn uniformly (its standard error recorded).", minimum=1)
     seed: int = seed_setting()
 
-    @property
-    def enabled(self) -> bool:
-        return bool(self.checkpoints)
-
-    def schedule(self):
-        from lara.calibrate.pruned import make_schedule
-
-        return make_schedule(self.n, self.checkpoints, self.keep, self.max_new_tokens)
-
     @cross_key("calibration.cost_bounds", witness={"calibration": {"cost_bounds": [1.0, -1.0]}})
     def bounds_ordered(self):
         return ordered_bounds(self.cost_bounds, "calibration.cost_bounds")
@@ -103,7 +108,7 @@ class PruneSettings(Settings):
 
 
 @dataclass(frozen=True)
-class PruneScheduleSettings(Settings):
+class PruneScheduleSettings(Scheduled, Settings):
     """The pruned decoder's schedule alone: what scoring the prefixes (lara score-prefixes) and running the decoder on
     drawn candidates (lara select-bon-prune) read. Its lambda comes from its record, so a new tau or bootstrap reruns
     neither the prefix scores nor its zero and max settings."""
@@ -114,15 +119,6 @@ class PruneScheduleSettings(Settings):
     checkpoints: list[float] = setting(help="The schedule's checkpoints.", exclusive_minimum=0,
                                        key="decode.bon_prune.checkpoints")
     keep: list[float] = setting(help="The schedule's survivors.", exclusive_minimum=0, key="decode.bon_prune.keep")
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.checkpoints)
-
-    def schedule(self):
-        from lara.calibrate.pruned import make_schedule
-
-        return make_schedule(self.n, self.checkpoints, self.keep, self.max_new_tokens)
 
 
 def prefix_columns(checkpoints) -> list[tuple[int, str, str]]:

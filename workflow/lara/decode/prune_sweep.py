@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from lara.decode.prune import Scheduled
 from lara.settings import CERTIFIED, Settings, add_settings_arguments, read_settings, seed_setting, setting
 
 log = logging.getLogger(__name__)
@@ -18,7 +19,7 @@ HELP = "pruned Best-of-N (decode.bon_prune) on the test candidates at every lamb
 
 
 @dataclass(frozen=True)
-class PruneSweepSettings(Settings):
+class PruneSweepSettings(Scheduled, Settings):
     """What the pruned decoder's sweep reads (decode.bon_prune's schedule, the sweep's grid, the audit's budget)."""
 
     checkpoints: list[float] = setting(help="The schedule's checkpoints.", exclusive_minimum=0,
@@ -31,11 +32,6 @@ class PruneSweepSettings(Settings):
                                        key="decode.lambda_grid")
     bootstrap: int = setting(2000, "Bootstrap replicates over test prompts.", minimum=1, key="evaluation.bootstrap")
     seed: int = seed_setting()
-
-    def schedule(self):
-        from lara.calibrate.pruned import make_schedule
-
-        return make_schedule(self.n, self.checkpoints, self.keep, self.max_new_tokens)
 
 
 def add_arguments(parser) -> None:
