@@ -2,7 +2,7 @@
 the settings' cross-key rules (or its schema), every rule is reached by :func:`lara.config.validate`, and
 validate builds exactly the settings the plan hands the jobs.
 
-* each rule (a settings class's :func:`lara.settings.cross_key` method or a :data:`lara.config_plan.PLAN_RULES`
+* each rule (a settings class's :func:`lara.settings.cross_key` method or a :data:`lara.config.plan.PLAN_RULES`
   entry) carries a witness, a config overlay on config/config.yaml that breaks it: validate refuses every witness
   with the rule's own message, and a settings rule's class refuses it too when built as a rule builds it;
 * no settings class refuses anything on its own (no ``__post_init__`` but the base's, no ``raise`` in a method);
@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from lara import config_plan, config_table
 from lara.config import ConfigError, load_schema, load_yaml, merge, settings_json, validate
+from lara.config import plan as config_plan
+from lara.config import table as config_table
 from lara.settings import SECTIONS, STEPS, Settings, settings_class
 
 from ..conftest import REPO, copy_workflow, run_snakemake
@@ -211,7 +212,7 @@ def test_validate_builds_every_settings_a_job_is_given(dry_workflow, tmp_path, o
 
 
 def test_docs_hold_the_current_table_of_rules():
-    """docs/faults.md prints every rule with its witness and message (`python -m lara.config_table`)."""
+    """docs/faults.md prints every rule with its witness and message (`python -m lara.config.table`)."""
     import os
 
     here = os.getcwd()
@@ -220,7 +221,7 @@ def test_docs_hold_the_current_table_of_rules():
         table = config_table.rules_markdown()
     finally:
         os.chdir(here)
-    assert table in (REPO / "docs" / "faults.md").read_text(), "regenerate: python -m lara.config_table"
+    assert table in (REPO / "docs" / "faults.md").read_text(), "regenerate: python -m lara.config.table"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -267,7 +267,7 @@ def test_a_dry_run_following_the_constraints_plans_the_vector_deployment(tmp_pat
 
 
 def test_following_the_constraints_needs_constraints():
-    from lara.config_plan import deployment_follows_constraints
+    from lara.config.plan import deployment_follows_constraints
 
     config = {"deployment": {"follows": "constraints", "scenarios": [{"name": "a"}]},
               "calibration": {"constraints": []}}

@@ -55,7 +55,7 @@ def test_data_stage_and_sft_from_an_offline_hub_cache(tiny_world, tmp_path):
                              "n_calibration": 20, "n_test": 20}},
         "train": {"sft": {"max_steps": 4, "batch_size": 8, "max_length": 64, "save_steps": 2}},
         # an experiment on the hub's texts states its own scorers (the toy oracle is refused where neither prompts
-        # nor model are the toy world's: lara.config_plan.oracle_on_toy_text); no constraints or deployment stage
+        # nor model are the toy world's: lara.config.plan.oracle_on_toy_text); no constraints or deployment stage
         "evaluation": {"reward_model": "lara-test/tiny-base", "cost_model": "lara-test/tiny-base",
                        "judge": {"model": None}},
         "calibration": {"constraints": []}, "deployment": {"scenarios": []}}))

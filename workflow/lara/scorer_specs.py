@@ -1,6 +1,6 @@
 """Scorer specs as the configuration writes them, judged without loading a model: the named scorers (entry points
 of ``lara.scorers``) and what a spec may say to one (:func:`spec_problem`). :mod:`lara.scoring` loads them;
-:mod:`lara.config_plan` checks every spec of a configuration with this module alone (no model library imported)."""
+:mod:`lara.config.plan` checks every spec of a configuration with this module alone (no model library imported)."""
 
 from __future__ import annotations
 

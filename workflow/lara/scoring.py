@@ -392,7 +392,7 @@ def load_scorer(spec: str, role: str = "reward", **kwargs) -> Scorer:
     named = named_scorers()
     if spec in named:
         return named[spec].load()(role=role, **kwargs)
-    from lara.config_refs import require_model
+    from lara.config.refs import require_model
     from lara.settings import ConfigError
 
     name, colon, argument = spec.partition(":")

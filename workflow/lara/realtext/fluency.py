@@ -119,7 +119,7 @@ def fluency_role_problem(role: str, argument: str | None = None) -> str | None:
 def fluency_scorer(role: str = "reward", argument: str | None = None, batch_size: int = 16, dtype: str = "float32",
                    device: str | None = None, **_options) -> FluencyScorer:
     """Factory of the named scorer ``fluency``: ``fluency:<causal LM directory>`` (e.g. the imported SmolLM2)."""
-    from lara.config_refs import require_model
+    from lara.config.refs import require_model
     from lara.settings import ConfigError
 
     problem = fluency_role_problem(role, argument)
@@ -130,4 +130,4 @@ def fluency_scorer(role: str = "reward", argument: str | None = None, batch_size
 
 
 fluency_scorer.check = fluency_role_problem  # lara.scoring.spec_problem
-fluency_scorer.argument_is_model = True  # lara.config_refs: its argument is a model folder, checked as a reference
+fluency_scorer.argument_is_model = True  # lara.config.refs: its argument is a model folder, checked as a reference

@@ -28,7 +28,7 @@ from lara.settings import ConfigError
 TOY_CATEGORIES = ("violence", "crime")
 DECODERS = ("bon", "args", "pargs", "cdq")  # decode.methods: their outputs and method names are their own
 MODEL_FOLDERS = ("base", "sft", "reward", "cost", "partial_reward", "partial_cost", "value_reward", "value_cost")
-# (lara.config_refs.MODEL_FOLDERS adds the base policies, whose names check_policies keeps for them)
+# (lara.config.refs.MODEL_FOLDERS adds the base policies, whose names check_policies keeps for them)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,8 +129,8 @@ def settings_runs(config: dict) -> list[tuple[str, dict]]:
 
 def settings_problems(config: dict, schema: dict) -> list[str]:
     """Each step's settings, built as its rules hand them over, refused now as its job would refuse them."""
-    from lara.config_schema import section
-    from lara.config_steps import settings_json
+    from lara.config.schema import section
+    from lara.config.steps import settings_json
     from lara.settings import settings_class
 
     found: dict[str, list[dict]] = {}  # a problem's text -> the derived values of the runs that have it
@@ -157,7 +157,7 @@ def variant_runs(config: dict, schema: dict, with_names: bool = False) -> list:
     """The settings of each policy variant's jobs: its base section with the variant's overrides (as the rules'
     ``policy_settings`` builds them; a policy is sampled with seed + 2). ``with_names``: ``(policy, part, section,
     settings)`` tuples instead of the settings alone."""
-    from lara.config_steps import settings_json, variant_settings
+    from lara.config.steps import settings_json, variant_settings
 
     out = []
     for policy in config["decode"]["policies"]:
@@ -433,7 +433,7 @@ def toy_categories_labelled(c):
 @plan_rule("reference_policy", "base_model.name_or_path",
            witness={"reference_policy": "base", "base_model": {"name_or_path": "HuggingFaceTB/SmolLM2-135M-Instruct"}})
 def base_reference_is_local(c):
-    from lara.config_refs import looks_local
+    from lara.config.refs import looks_local
 
     name = c["base_model"]["name_or_path"]
     if c.get("reference_policy") == "base" and name != "toy" and not looks_local(name) and not Path(name).is_dir():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lara.config_schema import section
+from lara.config.schema import section
 from lara.settings import ConfigError
 
 

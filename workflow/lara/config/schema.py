@@ -1,6 +1,6 @@
 """The configuration's schema (``config/schema.yaml``, with the step settings' keys from ``settings.schema.yaml``)
 and the paths into it and into a configuration: what :mod:`lara.config` and the modules it is made of
-(:mod:`lara.config_layers`, :mod:`lara.config_refs`) share, importing nothing of them."""
+(:mod:`lara.config.layers`, :mod:`lara.config.refs`) share, importing nothing of them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from lara.read.yamlfile import read_yaml
 from lara.settings import ConfigError
 
 # package data (installed with `pip install .`); config/schema.yaml in a checkout is a link to it
-SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "schema.yaml"
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "schema.yaml"
 SETTINGS_SCHEMA = "settings.schema.yaml"  # generated from the step settings (lara.settings), beside the schema
 
 

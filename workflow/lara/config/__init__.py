@@ -6,8 +6,8 @@ the key as a dotted path (``calibration.bootstrap: -1 is less than the minimum o
 The Snakefile calls :func:`validate` before any job is scheduled.
 
 Its parts, whose names are this module's too (every caller imports them from here): the schema file and the
-paths into it (:mod:`lara.config_schema`), the layers a configuration is merged from and the experiment they
-name (:mod:`lara.config_layers`), the models and data sets it names (:mod:`lara.config_refs`); config files are
+paths into it (:mod:`lara.config.schema`), the layers a configuration is merged from and the experiment they
+name (:mod:`lara.config.layers`), the models and data sets it names (:mod:`lara.config.refs`); config files are
 read strictly by :mod:`lara.read.yamlfile`.
 """
 
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import yaml
 
-# the parts of the configuration in their own modules (none imports lara.config); re-exported: callers import them
-# from here
-from lara.config_layers import (  # noqa: F401 (re-exported)
+# the parts of the configuration, this package's modules (none imports a name defined here); re-exported: callers
+# import them from here
+from lara.config.layers import (  # noqa: F401 (re-exported)
     EXECUTION_SECTIONS,
     EXTENDS,
     MODULE_CONFIG,
@@ -40,9 +40,9 @@ from lara.config_layers import (  # noqa: F401 (re-exported)
     result_layers,
     settings_table,
 )
-from lara.config_messages import origin_of, problem_origin, unknown_key_hint
-from lara.config_plan import constraints, taus  # noqa: F401 (re-exported)
-from lara.config_refs import (  # noqa: F401 (re-exported)
+from lara.config.messages import origin_of, problem_origin, unknown_key_hint
+from lara.config.plan import constraints, taus  # noqa: F401 (re-exported)
+from lara.config.refs import (  # noqa: F401 (re-exported)
     check_references,
     looks_local,
     model_vocab_size,
@@ -50,8 +50,8 @@ from lara.config_refs import (  # noqa: F401 (re-exported)
     references,
     require_model,
 )
-from lara.config_schema import SCHEMA_PATH, SETTINGS_SCHEMA, _resolve, load_schema, section  # noqa: F401
-from lara.config_steps import (  # noqa: F401 (re-exported)
+from lara.config.schema import SCHEMA_PATH, SETTINGS_SCHEMA, _resolve, load_schema, section  # noqa: F401
+from lara.config.steps import (  # noqa: F401 (re-exported)
     BASE_POLICIES,
     TRAIN_SECTIONS,
     settings_json,
@@ -153,7 +153,7 @@ def validate(config: dict, schema: dict | None = None, source: str = "config", l
              root: Path | None = None) -> dict:
     """Return ``config`` with defaults filled in, or raise :class:`ConfigError` naming every
     offending key (and, given ``layer_list``, the file or ``--config`` that set it). After the schema: every
-    step's settings as the plan hands them over and every rule between sections (:mod:`lara.config_plan`), and,
+    step's settings as the plan hands them over and every rule between sections (:mod:`lara.config.plan`), and,
     given ``root`` (the folder relative paths are read from), every model, data set and scorer it names
     (:func:`check_references`). ``lara validate-config`` and the Snakefile call it with ``root``."""
     old = [renamed_message(k) for k in RENAMED if _has_key(config, k)]
@@ -183,7 +183,7 @@ def _has_key(config: dict, dotted: str) -> bool:
 def _cross_checks(config: dict, schema: dict, root: Path | None = None) -> list[str]:
     """What a JSON Schema cannot state: the constraint list parsed, the policy variants, every step's settings as
     its rules build them, the rules between sections, the launch plans and (given ``root``) the references."""
-    from lara import config_plan
+    from lara.config import plan as config_plan
 
     problems = config_plan.constraints_parse(config) or check_policies(config, schema)
     if problems:

@@ -1,6 +1,6 @@
 """How a rule hands a step its settings: the keys of its section, the other sections' values it borrows, the
 values the rule derives (:func:`step_settings`), and a policy variant's overrides (:func:`variant_settings`).
-:mod:`lara.config` re-exports these names; :mod:`lara.config_plan` builds every step's settings with them."""
+:mod:`lara.config` re-exports these names; :mod:`lara.config.plan` builds every step's settings with them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import dataclasses
 import functools
 import json
 
-from lara.config_schema import _resolve, section
+from lara.config.schema import _resolve, section
 from lara.settings import SECTIONS, ConfigError, settings_class
 
 BASE_POLICIES = ("sft", "safe_rlhf", "safedpo")

@@ -10,7 +10,7 @@ import json
 import re
 from pathlib import Path
 
-from lara.config_schema import _resolve, load_schema
+from lara.config.schema import _resolve, load_schema
 from lara.data.errors import DataError
 from lara.read.yamlfile import yaml_file
 from lara.settings import SECTIONS, ConfigError, check_nesting, shown

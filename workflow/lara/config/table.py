@@ -1,5 +1,5 @@
 """The table of every cross-key rule :func:`lara.config.validate` runs, each with its witness (a configuration on
-config/config.yaml that breaks it) and what validate says of it: ``python -m lara.config_table`` prints it,
+config/config.yaml that breaks it) and what validate says of it: ``python -m lara.config.table`` prints it,
 docs/faults.md holds it and tests/unit/test_config_judged.py keeps it current."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import copy
 import json
 from pathlib import Path
 
-from lara import config_plan
 from lara.config import ConfigError, load_yaml, merge, validate
+from lara.config import plan as config_plan
 from lara.settings import SECTIONS, STEPS, settings_class
 
 
