@@ -13,7 +13,7 @@ from lara import hub
 from lara.calibrate.record import literal_name, parse_setting, parse_tau_name, setting_tau, tau_name
 from lara.codehash import named_scorer_modules, step_code  # a rule's code param: its step's import closure
 from lara.runtime import cpu_kernel_environment
-from lara.config.plan import certified_settings
+from lara.config.runs import certified_settings
 from lara.settings import CERTIFIED
 from snakemake.logging import logger
 

@@ -20,6 +20,7 @@ import pytest
 
 from lara.config import ConfigError, load_schema, load_yaml, merge, settings_json, validate
 from lara.config import plan as config_plan
+from lara.config import runs as config_runs
 from lara.config import table as config_table
 from lara.settings import SECTIONS, STEPS, Settings, settings_class
 
@@ -197,8 +198,8 @@ def _validated_settings(overlay: str | None) -> set[str]:
     config = validate(merge(copy.deepcopy(TOY), {} if overlay is None else __import__("yaml").safe_load(overlay)))
     schema = load_schema()
     out = {json.dumps(json.loads(settings_json(config, name, schema, **derived)), sort_keys=True)
-           for name, derived in config_plan.settings_runs(config)}
-    out |= {json.dumps(v, sort_keys=True) for v in config_plan.variant_runs(config, schema)}
+           for name, derived in config_runs.settings_runs(config)}
+    out |= {json.dumps(v, sort_keys=True) for v in config_runs.variant_runs(config, schema)}
     return out
 
 

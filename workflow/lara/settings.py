@@ -500,7 +500,7 @@ def cross_key(*keys: str, witness: dict):
     """Mark a method of a :class:`Settings` class as one of its cross-key rules: it returns the problem (a line
     that starts with the config key) or None. The settings' only refusals are their schema and these rules, run
     whenever the settings are built: by the step, and by :func:`lara.config.validate`, which builds every step's
-    settings as the rules hand them over before any job (:mod:`lara.config.plan`)."""
+    settings as the rules hand them over before any job (:mod:`lara.config.runs`)."""
     def mark(method):
         method.cross_key = CrossKey(tuple(keys), witness)
         return method

@@ -41,7 +41,6 @@ from lara.config.layers import (  # noqa: F401 (re-exported)
     settings_table,
 )
 from lara.config.messages import origin_of, problem_origin, unknown_key_hint
-from lara.config.plan import constraints, taus  # noqa: F401 (re-exported)
 from lara.config.refs import (  # noqa: F401 (re-exported)
     check_references,
     looks_local,
@@ -50,6 +49,7 @@ from lara.config.refs import (  # noqa: F401 (re-exported)
     references,
     require_model,
 )
+from lara.config.runs import constraints, taus  # noqa: F401 (re-exported)
 from lara.config.schema import SCHEMA_PATH, SETTINGS_SCHEMA, _resolve, load_schema, section  # noqa: F401
 from lara.config.steps import (  # noqa: F401 (re-exported)
     BASE_POLICIES,
@@ -153,9 +153,9 @@ def validate(config: dict, schema: dict | None = None, source: str = "config", l
              root: Path | None = None) -> dict:
     """Return ``config`` with defaults filled in, or raise :class:`ConfigError` naming every
     offending key (and, given ``layer_list``, the file or ``--config`` that set it). After the schema: every
-    step's settings as the plan hands them over and every rule between sections (:mod:`lara.config.plan`), and,
-    given ``root`` (the folder relative paths are read from), every model, data set and scorer it names
-    (:func:`check_references`). ``lara validate-config`` and the Snakefile call it with ``root``."""
+    step's settings as the plan hands them over (:mod:`lara.config.runs`), every rule between sections
+    (:mod:`lara.config.plan`), and, given ``root`` (the folder relative paths are read from), every model, data set
+    and scorer it names (:func:`check_references`). ``lara validate-config`` and the Snakefile call it with ``root``."""
     old = [renamed_message(k) for k in RENAMED if _has_key(config, k)]
     if old:
         lines = "\n".join(f"  - {p}" for p in old)
@@ -183,12 +183,12 @@ def _has_key(config: dict, dotted: str) -> bool:
 def _cross_checks(config: dict, schema: dict, root: Path | None = None) -> list[str]:
     """What a JSON Schema cannot state: the constraint list parsed, the policy variants, every step's settings as
     its rules build them, the rules between sections, the launch plans and (given ``root``) the references."""
-    from lara.config import plan as config_plan
+    from lara.config import plan, runs
 
-    problems = config_plan.constraints_parse(config) or check_policies(config, schema)
+    problems = plan.constraints_parse(config) or check_policies(config, schema)
     if problems:
         return problems
-    problems = config_plan.settings_problems(config, schema) + config_plan.plan_problems(config)
+    problems = runs.settings_problems(config, schema) + plan.plan_problems(config)
     problems += _launch_checks(config)
     if root is not None:
         problems += check_references(config, root, scorers=named_scorer_names())

@@ -1,6 +1,6 @@
 """How a rule hands a step its settings: the keys of its section, the other sections' values it borrows, the
 values the rule derives (:func:`step_settings`), and a policy variant's overrides (:func:`variant_settings`).
-:mod:`lara.config` re-exports these names; :mod:`lara.config.plan` builds every step's settings with them."""
+:mod:`lara.config` re-exports these names; :mod:`lara.config.runs` builds every step's settings with them."""
 
 from __future__ import annotations
 
