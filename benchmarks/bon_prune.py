@@ -57,7 +57,7 @@ def decode_all(policy, tok, prompts, n, schedule, lams: dict, scorers, gen: dict
 
 
 def summarise(runs: dict, tau: float, n_boot: int = 2000) -> dict:
-    from lara.evaluate.intervals import interval, verdict
+    from lara.stats import interval, verdict
 
     rows = {}
     for name, gens in runs.items():
@@ -169,10 +169,9 @@ def finish(runs, lams, tau, n, schedule, meta) -> dict:
 
 def realtext(args) -> dict:
     from lara.calibrate import bestofn
-    from lara.calibrate.prune_record import calibrate as calibrate_pruned
-    from lara.calibrate.pruned import PrefixScores, make_schedule
+    from lara.calibrate.procedures import calibrate as calibrate_decoder
+    from lara.calibrate.pruned import PrefixScores, PrunedBestOfN, PruneSettings, make_schedule
     from lara.decode.prefixes import prefixes
-    from lara.decode.prune import PruneSettings
     from lara.read.files import read_table
     from lara.sample import GenerationSettings, HFGenerator
     from lara.scoring import load_scorer
@@ -209,7 +208,8 @@ def realtext(args) -> dict:
     settings = PruneSettings(n=n, max_new_tokens=args.max_new_tokens, tau=args.tau, lambda_search_max=args.lambda_max,
                              bootstrap=2000, quantile=0.975, guarantee="bootstrap", delta=0.1, cost_bounds=[0.0, 1.0],
                              checkpoints=list(schedule.checkpoints), keep=list(schedule.keep), seed=args.seed)
-    rec = calibrate_pruned(ps, settings)
+    rec = calibrate_decoder(PrunedBestOfN(ps, schedule, settings.max_subsets, settings.seed), settings, ps.cost,
+                            "the benchmark's calibration samples")
     mask = np.ones(shape, dtype=bool)
     st = bestofn.steps(ps.reward, ps.cost, mask, n, args.lambda_max)
     boot = np.random.default_rng(args.seed).multinomial(len(cal), np.full(len(cal), 1 / len(cal)), size=2000)

@@ -121,7 +121,7 @@ rule calibrate_lambda_tau:
         "lara calibrate --scores {input.scores:q} --settings {params.settings:q}" " --out {output:q} > {log:q} 2>&1"
 
 
-# calibration.token_level: direct: a lambda for each token-level decoder itself (lara.calibrate.direct): the
+# calibration.token_level: direct: a lambda for each token-level decoder itself (lara.decode.direct): the
 # decoder decodes the calibration prompts at the scanned lambdas, the decoding models score them, the search
 # deploys the first (then bisected) lambda whose own decode met tau; decoded as the `direct` setting. It does not
 # read lambda.json: a new bootstrap of Best-of-N's lambda* never reruns these decodes (the audit's paired

@@ -170,7 +170,7 @@ def test_config_rejects_a_best_of_n_larger_than_the_calibration_samples():
 def test_sweep_rows_are_the_decoders_choice_with_intervals_and_verdicts():
     from lara.decode.bon import sweep as argmax_sweep
     from lara.decode.sweep import sweep_table
-    from lara.evaluate.intervals import VERDICTS
+    from lara.stats import VERDICTS
 
     r, c = gaussian(4, 256, 20)
     lams = [0.0, 0.5, 2.0]

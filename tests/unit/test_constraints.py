@@ -19,7 +19,7 @@ from lara.constraints.audit import joint_verdict
 from lara.constraints.calibrate import VectorScores, brute_force, vector_calibrate
 from lara.constraints.decode import read_vector, resolve_vector, select_vector
 from lara.constraints.pairs import category_view
-from lara.evaluate.intervals import VERDICTS
+from lara.stats import VERDICTS
 
 
 def world(seed: int, prompts: int = 60, k: int = 8, m: int = 2):
@@ -241,7 +241,7 @@ def test_joint_verdict_needs_every_constraint_at_once():
     got = joint_verdict(one_over, [0.0, 0.0], [{"verdict": VERDICTS[0]}, {"verdict": VERDICTS[2]}], 2000, 0)
     assert got["verdict"] == VERDICTS[2] and got["max_excess"] == pytest.approx(one_over[:, 1].mean())
     # the simultaneous bound is at least each constraint's own one-sided bound (the same prompt resamples)
-    from lara.evaluate.intervals import bootstrap_means
+    from lara.stats import bootstrap_means
 
     edge = rng.normal(-0.05, 0.3, (200, 2))
     j = joint_verdict(edge, [0.0, 0.0], [{"verdict": VERDICTS[1]}] * 2, 2000, 0)

@@ -189,7 +189,7 @@ def test_scores_the_record_was_not_calibrated_on_are_refused(tmp_path, capsys):
 
 # -- constraints_sweep: Fig. 1 per constraint, the vector lambda's decoder on the held-out test prompts ---------
 
-TEST_PROMPTS = 30  # at least lara.evaluate.intervals.MIN_PROMPTS, so the audit gives verdicts
+TEST_PROMPTS = 30  # at least lara.stats.MIN_PROMPTS, so the audit gives verdicts
 SWEEP_TAUS = (0.0, 0.05)
 
 

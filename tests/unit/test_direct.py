@@ -1,5 +1,5 @@
 """calibration.token_level: direct — the search that calibrates lambda for a token-level decoder itself
-(lara.calibrate.direct), on synthetic cost curves, and `lara calibrate-decoder` end to end on tiny models."""
+(lara.decode.direct), on synthetic cost curves, and `lara calibrate-decoder` end to end on tiny models."""
 
 import json
 
@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lara.calibrate.direct import search
 from lara.calibrate.record import read_direct
+from lara.decode.direct import search
 
 
 def _curve(fn):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lara.evaluate import aggregate, judge
-from lara.evaluate.intervals import mean_interval
+from lara.stats import mean_interval
 
 # ---------------------------------------------------------------------------------------------
 # the oracle as judge
@@ -140,7 +140,7 @@ def _record(tau, lambda_star=0.4, n=None):
 
 
 def test_constraint_audit_verdicts_against_the_record_s_own_tau():
-    from lara.evaluate.intervals import VERDICTS
+    from lara.stats import VERDICTS
 
     met = aggregate.constraint_audit(pd.DataFrame({"decoder_cost": [-3.0, -2.5, -2.0, -3.5] * 10}), _record(-1.0),
                                      500, 0)
@@ -158,7 +158,7 @@ def test_constraint_audit_verdicts_against_the_record_s_own_tau():
 def test_a_mean_above_tau_is_violated_only_when_its_lower_bound_is():
     """The verdict is two one-sided tests: a mean a little above tau with a wide interval is inconclusive,
     not violated; the same mean on many prompts is violated."""
-    from lara.evaluate.intervals import VERDICTS, cost_audit
+    from lara.stats import VERDICTS, cost_audit
 
     rng = np.random.default_rng(3)
     noisy = rng.normal(0.0, 1.0, 40)
@@ -306,7 +306,7 @@ def test_the_decoders_figure_draws_every_decoder_against_tau(tmp_path):
     from PIL import Image
 
     from lara.cli import main
-    from lara.evaluate.intervals import VERDICTS
+    from lara.stats import VERDICTS
 
     audit = _audit_with_decoders(tmp_path)
     rc = main(["figure", "--kind", "decoders", "--audit", str(tmp_path / "audit.json"), "--lambda-json",

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from lara import identity
-from lara.evaluate.intervals import MIN_PROMPTS, TOO_FEW, VERDICTS
 from lara.read.files import read_metadata, write_table
+from lara.stats import MIN_PROMPTS, TOO_FEW, VERDICTS
 
 from ..conftest import lara_in_process
 
@@ -267,7 +267,7 @@ def test_too_few_test_prompts_get_no_verdict(run, tmp_path):
 
 
 def test_a_single_test_prompt_is_never_met(run, tmp_path):
-    from lara.evaluate.intervals import cost_audit
+    from lara.stats import cost_audit
 
     row = cost_audit([-5.0], TAU, 200, 0)
     assert row["ci95"][0] == row["ci95"][1] and row["verdict"] == TOO_FEW

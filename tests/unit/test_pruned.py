@@ -8,7 +8,9 @@ import math
 import numpy as np
 import pytest
 
+from lara.calibrate import procedures as proc
 from lara.calibrate import pruned as pr
+from lara.calibrate.decoder import Curves
 
 
 def world(p=25, k=7, j=2, seed=1, ties=True):
@@ -71,7 +73,7 @@ def test_stable_root_takes_the_last_stretch():
                    [True, True, True, True, True],     # inactive
                    [True, True, True, True, False],    # the end misses: infeasible
                    [False, False, False, False, True]])
-    idx, status = pr.stable_root(ok)
+    idx, status = proc.stable_root(ok)
     assert idx.tolist() == [3, 0, 4, 4]
     assert status.tolist() == [0, 1, 2, 0]
 
@@ -79,7 +81,7 @@ def test_stable_root_takes_the_last_stretch():
 def test_envelope_is_monotone_and_above():
     rng = np.random.default_rng(0)
     v = rng.normal(size=(6, 30))
-    e = pr.envelope(v)
+    e = proc.envelope(v)
     assert (e >= v).all()
     assert (np.diff(e, axis=1) <= 0).all()
     assert (e[:, -1] == v[:, -1]).all()
@@ -122,14 +124,14 @@ def test_certificates_hold_where_the_cost_is_not_monotone():
     for rep in range(reps):
         sub = pop[rng.integers(0, len(pop), size=n)]
         zero = np.zeros_like(sub)
-        cv = pr.Curves(grid, sub, sub, -sub, zero, zero, zero, 1, True, zero)
+        cv = Curves(grid, sub, sub, -sub, zero, zero, 1, True)
         for name, p in (("ltt", "hb"), ("ltt_wsr", "wsr")):
-            s = pr.ltt(cv, tau, delta, bounds, p, seed=rep)
+            s = proc.ltt(cv, tau, delta, bounds, p, seed=rep)
             viol[name] += bool(s.feasible and mean[s.index] > tau)
             found.append(s.lam(grid) if s.feasible else None)
-        crc_costs.append(mean[pr.crc(cv, tau, bounds).index])
+        crc_costs.append(mean[proc.crc(cv, tau, bounds).index])
         # the stable root of lambda-hat never stops in the dip before the bump
-        assert pr.hat(cv, tau).lam(grid) > bump
+        assert proc.hat(cv, tau).lam(grid) > bump
     assert viol["ltt"] / reps <= delta and viol["ltt_wsr"] / reps <= delta
     assert np.mean(crc_costs) <= tau
     assert all(lam > bump for lam in found if lam is not None) and any(lam is not None for lam in found)
@@ -175,7 +177,8 @@ def test_prefix_tables_and_settings_refused_where_a_wrong_answer_would_follow():
     max_new_tokens, reversed or equal cost bounds."""
     import pandas as pd
 
-    from lara.decode.prune import PruneSettings, check_lengths, check_scores
+    from lara.calibrate.pruned import PruneSettings
+    from lara.read.candidates import check_lengths, check_scores
     from lara.read.files import DataError
     from lara.settings import ConfigError
 
@@ -188,9 +191,13 @@ def test_prefix_tables_and_settings_refused_where_a_wrong_answer_would_follow():
     for bad in ([0, 3], [3, 49], [2.5, 3], [np.nan, 3], [-1, 3]):
         with pytest.raises(DataError, match="n_tokens"):
             check_lengths(df.assign(n_tokens=bad), 48, "t")
-    base = dict(n=20, max_new_tokens=48, tau=-0.5, lambda_search_max=5.0, bootstrap=100, quantile=0.975,
+    base = dict(n=20, max_new_tokens=48, tau=-0.5, lambda_search_max=5.0, bootstrap=200, quantile=0.975,
                 guarantee="bootstrap", delta=0.1, checkpoints=[2, 3], keep=[6, 3])
     PruneSettings(**base, cost_bounds=[-8.0, 8.0])
+    with pytest.raises(ConfigError, match="calibration.bootstrap: 100 replicates"):  # the floor every decoder has
+        PruneSettings(**base | {"bootstrap": 100}, cost_bounds=[-8.0, 8.0])
+    with pytest.raises(ConfigError, match="needs calibration.cost_bounds"):
+        PruneSettings(**base | {"guarantee": "ltt"}, cost_bounds=None)
     for bounds in ([8.0, -8.0], [0.0, 0.0]):
         with pytest.raises(ConfigError, match="cost_bounds"):
             PruneSettings(**base, cost_bounds=bounds)

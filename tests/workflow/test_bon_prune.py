@@ -44,13 +44,15 @@ def test_the_recorded_curve_is_the_decoder_on_the_calibration_samples(toy_run):
     """The record's mean cost at lambda* recomputed from the prefix-score table, and the vectorised decoder equal
     to the plain per-subset loop on real toy prompts."""
     from lara.calibrate.record import read_lambda
-    from lara.decode.prune import read_prefix_scores
+    from lara.read.candidates import read_prefix_scores
 
     res = toy_run / "results" / "tiny"
     rec = read_lambda(res / "calibration" / "lambda_bon_prune.json")
     s = rec.decoder["schedule"]
     schedule = pruned.Schedule(s["n"], tuple(s["checkpoints"]), tuple(s["keep"]))
-    _, ps, _, _ = read_prefix_scores(res / "calibration" / "prefix_scores.parquet", schedule, "--scores")
+    table = res / "calibration" / "prefix_scores.parquet"
+    _, arrays, _, _ = read_prefix_scores(table, schedule.checkpoints, "--scores")
+    ps = pruned.PrefixScores(*arrays)
     cv = pruned.curves(ps, schedule, [rec.lambda_hat, rec.lambda_star])
     assert cv.cost[:, 1].mean() == pytest.approx(rec.get("decoder_cost_at_lambda_star"), abs=1e-9)
     assert cv.tokens[:, 1].mean() == pytest.approx(rec.get("tokens")["at_lambda_star"], abs=1e-9)

@@ -49,7 +49,7 @@ def audit_has(audit: dict, method: str, setting: str) -> bool:
 
 
 def test_every_decoded_output_is_audited_per_constraint_and_jointly(toy_run):
-    from lara.evaluate.intervals import VERDICTS
+    from lara.stats import VERDICTS
 
     res = toy_run / "results/tiny/constraints"
     cs = constraints_of(toy_run)

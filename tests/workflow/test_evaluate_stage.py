@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lara.evaluate.intervals import VERDICTS
+from lara.stats import VERDICTS
 
 from ..conftest import run_snakemake
 from .test_invalidation import dry_run, override

@@ -33,7 +33,7 @@ COMMANDS: dict[str, str] = {
     "score": "lara.score",
     # calibration
     "calibrate": "lara.calibrate.calibrate",
-    "calibrate-decoder": "lara.calibrate.direct",
+    "calibrate-decoder": "lara.decode.direct",
     "coverage": "lara.calibrate.coverage",
     "score-prefixes": "lara.decode.prefixes",
     "calibrate-prune": "lara.calibrate.prune_record",

@@ -41,6 +41,7 @@ from lara.calibrate.certify import (
     weighted_certified_lambda,
     weighted_p_value,
 )
+from lara.calibrate.decoder import MIN_PROMPTS
 from lara.calibrate.dual import (
     InputError,
     PromptScores,
@@ -50,6 +51,7 @@ from lara.calibrate.dual import (
     mean_cost,
     solve,
 )
+from lara.calibrate.procedures import MAX_CLIPPED, QUANTILES, CalibrationRules
 from lara.calibrate.record import write_lambda
 from lara.io import sha256_file
 from lara.provenance import code_version
@@ -59,7 +61,6 @@ from lara.settings import (
     Settings,
     add_settings_arguments,
     cross_key,
-    ordered_bounds,
     read_settings,
     seed_setting,
     setting,
@@ -67,12 +68,10 @@ from lara.settings import (
 
 log = logging.getLogger(__name__)
 
-MAX_CLIPPED = 0.01  # the largest share of calibration costs cost_bounds may clip for a deployed certified lambda
-QUANTILES = (0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.975)
 
 
 @dataclass(frozen=True)
-class CalibrationSettings(Settings):
+class CalibrationSettings(CalibrationRules, Settings):
     """calibration: the dual calibration of lambda (the K samples per prompt are the sampler's key)."""
 
     SECTION: ClassVar[str] = "calibration"
@@ -117,29 +116,12 @@ class CalibrationSettings(Settings):
                                minimum=2, config=False)
 
 
-    @cross_key("calibration.cost_bounds", witness={"calibration": {"cost_bounds": [1.0, -1.0]}})
-    def bounds_ordered(self):
-        return ordered_bounds(self.cost_bounds, "calibration.cost_bounds")
-
-    @cross_key("calibration.guarantee", "calibration.cost_bounds",
-               witness={"calibration": {"guarantee": "ltt", "cost_bounds": None}})
-    def guarantee_bounded(self):
-        if self.guarantee != "bootstrap" and self.cost_bounds is None:
-            return (f"calibration.guarantee: {self.guarantee} needs calibration.cost_bounds ([lo, hi], fixed before "
-                    "the calibration samples are seen): its guarantee holds for a bounded cost")
-
     @cross_key("calibration.guarantee", "calibration.mode", witness={"calibration": {"guarantee": "crc",
                                                                                      "mode": "soft"}})
     def guarantee_exact(self):
         if self.guarantee != "bootstrap" and self.mode != "bon":
             return (f"calibration.guarantee: {self.guarantee} is exact for Best-of-N only (calibration.mode: bon); "
                     "soft mode deploys the bootstrap's lambda*")
-
-    @cross_key("calibration.tau", witness={"calibration": {"tau": 1e-9}})
-    def tau_resolved(self):
-        if self.tau != 0 and abs(self.tau) < COST_RESOLUTION:
-            return (f"calibration.tau: {self.tau:g} is within {COST_RESOLUTION:g} of 0, below the resolution the "
-                    "calibration compares costs with; rescale the costs and tau")
 
     @cross_key("calibration.lambda_search_max", witness={"calibration": {"lambda_search_max": 1e13,
                                                                          "tolerance": 1e-8}})
@@ -157,16 +139,7 @@ class CalibrationSettings(Settings):
                     f"({self.lambda_search_max:g}): the bisection would not resolve lambda; use at most "
                     f"{self.lambda_search_max * 1e-3:g}")
 
-    @cross_key("calibration.bootstrap", "calibration.quantile",
-               witness={"calibration": {"bootstrap": 100, "quantile": 0.975}})
-    def bootstrap_resolves(self):
-        from lara.evaluate.intervals import quantile_replicates_problem
 
-        problem = quantile_replicates_problem(self.bootstrap, self.quantile, "calibration.bootstrap", "the deployed")
-        return f"{problem} (nothing was computed)" if problem else None
-
-
-MIN_CALIBRATION_PROMPTS = 2  # a bootstrap over prompts of one prompt resamples nothing: no lambda* is stated
 LAMBDA_SEARCH_LIMIT = 1e12  # beyond it the search's grids lose their resolution
 
 
@@ -439,9 +412,9 @@ def check_calibration_data(n_prompts: int, counts, costs, taus, s, where) -> Non
     and a bisection tolerance that resolves lambda on [0, Lambda]."""
     from lara.config import ConfigError
 
-    if n_prompts < MIN_CALIBRATION_PROMPTS:
+    if n_prompts < MIN_PROMPTS:
         raise DataError(f"{where}: {n_prompts} distinct prompt(s); a calibration needs at least "
-                        f"{MIN_CALIBRATION_PROMPTS} (its bootstrap resamples prompts): no lambda* is stated")
+                        f"{MIN_PROMPTS} (its bootstrap resamples prompts): no lambda* is stated")
     counts = np.asarray(counts)
     if s.mode == "bon" and s.bon_n is None and counts.min() != counts.max():
         raise DataError(f"{where}: prompts have {int(counts.min())} to {int(counts.max())} samples; Best-of-N's N "

@@ -35,16 +35,15 @@ import pandas as pd
 
 from lara.calibrate.certify import CERTIFIED, PROCEDURES, certified_lambda, clip_costs, clipped_steps
 from lara.calibrate.dual import PromptScores
-from lara.evaluate.intervals import clopper_pearson
+from lara.calibrate.procedures import CoverageRules
 from lara.settings import (
     Settings,
     add_settings_arguments,
-    cross_key,
-    ordered_bounds,
     read_settings,
     seed_setting,
     setting,
 )
+from lara.stats import clopper_pearson
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +52,7 @@ OUTPUTS = ("out", "table")
 
 
 @dataclass(frozen=True)
-class CoverageSettings(Settings):
+class CoverageSettings(CoverageRules, Settings):
     """coverage: the repeated-calibration study of lara.calibrate.coverage."""
 
     SECTION: ClassVar[str] = "coverage"
@@ -77,17 +76,6 @@ class CoverageSettings(Settings):
     bootstrap: int = setting(1000, "Bootstrap replicates of the bootstrap procedure inside each draw (the deployed "
                                    "calibration uses calibration.bootstrap).", minimum=1)
     seed: int = seed_setting()
-
-    @cross_key("calibration.cost_bounds", witness={"calibration": {"cost_bounds": [2.0, 2.0]}})
-    def bounds_ordered(self):
-        return ordered_bounds(self.cost_bounds, "calibration.cost_bounds")
-
-    @cross_key("coverage.bootstrap", "calibration.quantile", witness={"coverage": {"bootstrap": 100}})
-    def bootstrap_resolves(self):
-        from lara.evaluate.intervals import quantile_replicates_problem
-
-        return quantile_replicates_problem(self.bootstrap, self.quantile, "coverage.bootstrap",
-                                           "each draw's bootstrap procedure's")
 
 
 def population_curves(pop: PromptScores, n: int, lams: np.ndarray, clip: np.ndarray) -> np.ndarray:
@@ -233,6 +221,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara.calibrate.calibrate import load_scores
+    from lara.calibrate.procedures import check_sizes
     from lara.io import sha256_file, write_json
     from lara.provenance import code_version
     from lara.read.files import DataError, write_table
@@ -243,6 +232,7 @@ def run(args) -> None:
 
         raise ConfigError("calibration.cost_bounds: the coverage study compares CRC and LTT with the bootstrap; they "
                           "need fixed cost bounds [lo, hi]")
+    check_sizes(s.n_prompts)
     parts = [load_scores(p) for p in args.scores]
     ids = np.concatenate([p.prompt_ids for p in parts])
     if len(np.unique(ids)) != len(ids):

@@ -28,7 +28,9 @@ ordinary root). So:
 * CRC needs a non-increasing loss: it is applied to each prompt's upper envelope max_{mu >= lam} loss(mu)
   (non-increasing, never below the loss), so its statement holds for the decoder's own loss, conservatively.
 
-The λ of full Best-of-N is never reused here: it is a different decoder.
+The searches, the certificates and the record are the calibration core's (:mod:`lara.calibrate.procedures`); this
+module is the decoder (:class:`PrunedBestOfN`, an instance of :mod:`lara.calibrate.decoder`'s interface), its
+settings and its table of prefix scores. The λ of full Best-of-N is never reused here: it is a different decoder.
 """
 
 from __future__ import annotations
@@ -36,10 +38,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from itertools import combinations
+from typing import ClassVar, Literal
 
 import numpy as np
 
 from lara.calibrate.bestofn import order, select
+from lara.calibrate.decoder import Curves
+from lara.calibrate.procedures import CalibrationRules
+from lara.settings import Settings, cross_key, seed_setting, setting
 
 SUBSET_SEED = 47  # the subsets drawn when C(K, N) > max_subsets come from [seed, SUBSET_SEED]
 
@@ -160,24 +166,6 @@ def subsets(k: int, n: int, max_subsets: int, seed: int) -> tuple[np.ndarray, bo
     return np.sort(np.argsort(rng.random((max_subsets, k)), axis=1)[:, :n], axis=1), False
 
 
-@dataclass(frozen=True)
-class Curves:
-    """Per prompt and grid lambda (P, L): the decoder's expected cost, clipped cost, reward and tokens over the
-    subsets; the subsets' count and whether they are all of them; the per-prompt standard error of the cost
-    estimate (zero when exact)."""
-
-    grid: np.ndarray
-    cost: np.ndarray
-    clipped: np.ndarray
-    reward: np.ndarray
-    tokens: np.ndarray
-    prefix_scored: np.ndarray
-    full_scored: np.ndarray
-    n_subsets: int
-    exact: bool
-    cost_se: np.ndarray  # (P, L)
-
-
 def gather(ps: PrefixScores, cols: np.ndarray) -> PrefixScores:
     """Rows (P * S, N): every prompt's samples at each subset's columns (subset-major within a prompt)."""
     p, _ = ps.shape
@@ -211,8 +199,8 @@ def curves(ps: PrefixScores, schedule: Schedule, grid, bounds=None, max_subsets:
             out["se"][:, li] = chosen["clipped"].reshape(p, s).std(axis=1, ddof=1) / math.sqrt(s)
         else:
             out["se"][:, li] = 0.0
-    return Curves(grid, out["cost"], out["clipped"], out["reward"], out["tokens"], out["prefix"], out["full"], s,
-                  exact, out["se"])
+    return Curves(grid, out["cost"], out["clipped"], out["reward"], out["tokens"], out["se"], s, exact,
+                  {"prefix_scored": out["prefix"], "full_scored": out["full"]})
 
 
 def brute_force(ps: PrefixScores, schedule: Schedule, lam: float, bounds=None) -> dict:
@@ -240,91 +228,132 @@ def brute_force(ps: PrefixScores, schedule: Schedule, lam: float, bounds=None) -
 
 
 # ---------------------------------------------------------------------------------------------
-# Searches on the grid
+# Its settings, and the decoder as the calibration core's instance
 
 
-def stable_root(ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For rows of ``ok`` (B, L) over an increasing grid: the index of the smallest grid point from which on
-    every point is ok, and a status (0 found, 1 inactive: every point ok, from lam = 0; 2 infeasible: the
-    last point is not ok, index L - 1 reported)."""
-    ok = np.atleast_2d(ok)
-    b, n_lam = ok.shape
-    bad = ~ok
-    any_bad = bad.any(axis=1)
-    last_bad = n_lam - 1 - np.argmax(bad[:, ::-1], axis=1)
-    idx = np.where(any_bad, last_bad + 1, 0)
-    status = np.where(any_bad, 0, 1).astype(np.int8)
-    infeasible = idx >= n_lam
-    status[infeasible] = 2
-    idx = np.minimum(idx, n_lam - 1)
-    return idx, status
+class Scheduled:
+    """What every settings class holding the schedule's keys (checkpoints, keep, n, max_new_tokens) derives from
+    them: whether there is a pruned decoder, and its :class:`~lara.calibrate.pruned.Schedule`."""
 
+    @property
+    def enabled(self) -> bool:
+        return bool(self.checkpoints)
 
-def _slack(tau: float) -> float:
-    return 1e-12 * max(1.0, abs(tau))
-
-
-def bootstrap_roots(v: np.ndarray, tau: float, replicates: int, seed: int,
-                    block: int = 500) -> tuple[np.ndarray, np.ndarray]:
-    """The stable root's grid index and status (:func:`stable_root`) of ``replicates`` prompt-bootstrap replicates
-    of the mean curve of ``v`` (P, L); an infeasible replicate at the last index."""
-    p = v.shape[0]
-    rng = np.random.default_rng(seed)
-    out = np.empty(replicates, dtype=np.int64)
-    status = np.empty(replicates, dtype=np.int8)
-    for b0 in range(0, replicates, block):
-        m = min(block, replicates - b0)
-        w = rng.multinomial(p, np.full(p, 1.0 / p), size=m) / p
-        out[b0:b0 + m], status[b0:b0 + m] = stable_root((w @ v) <= tau + _slack(tau))
-    return out, status
-
-
-def envelope(v: np.ndarray) -> np.ndarray:
-    """Per row (P, L) the upper envelope max_{mu >= lam} v(mu): non-increasing in lam, never below v."""
-    return np.maximum.accumulate(v[:, ::-1], axis=1)[:, ::-1]
+    def schedule(self):
+        return make_schedule(self.n, self.checkpoints, self.keep, self.max_new_tokens)
 
 
 @dataclass(frozen=True)
-class Search:
-    index: int
-    status: int  # 0 found, 1 inactive, 2 infeasible
+class PruneSettings(Scheduled, CalibrationRules, Settings):
+    """decode.bon_prune: the pruned Best-of-N decoder and its own calibration (an empty schedule: no such
+    decoder)."""
 
-    def lam(self, grid) -> float:
-        return float(grid[self.index])
+    SECTION: ClassVar[str] = "decode.bon_prune"
 
-    @property
-    def feasible(self) -> bool:
-        return self.status != 2
+    n: int = setting(help="Best-of-N candidates.", minimum=2, key="decode.bon_n")
+    max_new_tokens: int = setting(help="Longest response in tokens (fractions of it are checkpoints).", minimum=1,
+                                  key="generation.max_new_tokens")
+    tau: float = setting(help="The cost budget.", key="calibration.tau")
+    lambda_search_max: float = setting(help="The end of the search interval.", exclusive_minimum=0,
+                                       key="calibration.lambda_search_max")
+    bootstrap: int = setting(help="Bootstrap replicates over prompts.", minimum=1, key="calibration.bootstrap")
+    quantile: float = setting(help="Bootstrap quantile deployed as lambda*.", exclusive_minimum=0,
+                              exclusive_maximum=1, key="calibration.quantile")
+    guarantee: Literal["bootstrap", "crc", "ltt", "ltt_wsr"] = setting(
+        help="The procedure whose lambda is deployed as lambda*.", key="calibration.guarantee")
+    delta: float = setting(help="LTT's error probability.", exclusive_minimum=0, exclusive_maximum=1,
+                           key="calibration.delta")
+    cost_bounds: list[float] | None = setting(help="[lo, hi] the certificates clip the cost to.", length=2,
+                                              key="calibration.cost_bounds")
+    checkpoints: list[float] = setting(
+        [], "Where candidates are stopped, in generated tokens (an integer) or as a fraction of "
+            "generation.max_new_tokens (a number in (0, 1), rounded up); increasing. Empty: no pruned decoder.",
+        exclusive_minimum=0)
+    keep: list[float] = setting(
+        [], "How many candidates survive each checkpoint: a count (an integer) or a fraction of N (a number in "
+            "(0, 1), rounded up); each below the number alive before it.", exclusive_minimum=0)
+    grid_points: int = setting(501, "Lambdas of the calibration grid on [0, calibration.lambda_search_max] (the "
+                                    "pruned decoder's cost need not be monotone in lambda: it is searched on this "
+                                    "grid and every deployed lambda is a grid point).", minimum=2)
+    max_subsets: int = setting(500, "The decoder's expected cost over N of a prompt's K samples is exact over all "
+                                    "C(K, N) subsets when there are at most this many (K = N: one), else over this "
+                                    "many drawn uniformly (its standard error recorded).", minimum=1)
+    seed: int = seed_setting()
+
+    @cross_key("decode.bon_prune.checkpoints", "decode.bon_prune.keep", "decode.bon_n",
+               "generation.max_new_tokens", witness={"decode": {"bon_prune": {"checkpoints": [4, 2], "keep": [4, 2]}}})
+    def schedule_valid(self):
+        if not self.checkpoints and not self.keep:
+            return None
+        try:
+            schedule = self.schedule()
+        except ValueError as exc:
+            return (f"decode.bon_prune.checkpoints: {exc} (checkpoints {self.checkpoints}, keep {self.keep}, N = "
+                    f"{self.n})")
+        if schedule.checkpoints[-1] >= self.max_new_tokens:
+            return (f"decode.bon_prune.checkpoints: the last checkpoint, {schedule.checkpoints[-1]} tokens, is not "
+                    f"below generation.max_new_tokens = {self.max_new_tokens}: every candidate would be finished "
+                    "there, and stopping it saves nothing")
+        return None
 
 
-def hat(c: Curves, tau: float) -> Search:
-    idx, st = stable_root(c.cost.mean(axis=0)[None] <= tau + _slack(tau))
-    return Search(int(idx[0]), int(st[0]))
+@dataclass(frozen=True)
+class PruneScheduleSettings(Scheduled, Settings):
+    """The pruned decoder's schedule alone: what scoring the prefixes (lara score-prefixes) and running the decoder on
+    drawn candidates (lara select-bon-prune) read. Its lambda comes from its record, so a new tau or bootstrap reruns
+    neither the prefix scores nor its zero and max settings."""
+
+    n: int = setting(help="Best-of-N candidates.", minimum=2, key="decode.bon_n")
+    max_new_tokens: int = setting(help="Longest response in tokens (fractions of it are checkpoints).", minimum=1,
+                                  key="generation.max_new_tokens")
+    checkpoints: list[float] = setting(help="The schedule's checkpoints.", exclusive_minimum=0,
+                                       key="decode.bon_prune.checkpoints")
+    keep: list[float] = setting(help="The schedule's survivors.", exclusive_minimum=0, key="decode.bon_prune.keep")
 
 
-def crc(c: Curves, tau: float, bounds) -> Search:
-    from lara.calibrate.certify import crc_threshold
+# ---------------------------------------------------------------------------------------------
+# lara select-bon-prune
 
-    thr = crc_threshold(tau, c.clipped.shape[0], bounds)
-    idx, st = stable_root(envelope(c.clipped).mean(axis=0)[None] <= thr + _slack(thr))
-    return Search(int(idx[0]), int(st[0]))
+HELP = "select the pruned Best-of-N candidate (decode.bon_prune) at a named lambda setting, with its token count"
 
 
-def ltt(c: Curves, tau: float, delta: float, bounds, p_values: str = "hb", seed: int = 0) -> Search:
-    """Fixed-sequence Learn then Test from the top of the grid down (module docstring)."""
-    n = c.clipped.shape[0]
-    if p_values == "hb":
-        from lara.calibrate.certify import ltt_threshold
+@dataclass(frozen=True)
+class PrunedBestOfN:
+    """Pruned Best-of-N on the calibration samples with their prefix scores: an instance of
+    :class:`lara.calibrate.decoder.Decoder` (the scorers it reads, full and partial, are its inputs' identity)."""
 
-        thr = ltt_threshold(tau, n, delta, bounds)
-        if thr is None:
-            return Search(len(c.grid) - 1, 2)
-        rejected = c.clipped.mean(axis=0) <= thr
-    elif p_values == "wsr":
-        from lara.calibrate.betting import betting_p_values, prompt_order
+    ps: PrefixScores | None
+    schedule: Schedule
+    max_subsets: int = 500
+    seed: int = 0
+    kind: ClassVar[str] = "pruned_best_of_n"
+    mode: ClassVar[str] = "bon_prune"
+    record: ClassVar[str] = "lambda_bon_prune.json"
 
-        rejected = betting_p_values(c.clipped.T, tau, delta, bounds, prompt_order(n, seed)) <= delta
-    else:
-        raise ValueError(f"p_values: hb or wsr, got {p_values!r}")
-    idx, st = stable_root(rejected[None])
-    return Search(int(idx[0]), int(st[0]))
+    @classmethod
+    def from_settings(cls, st: dict, ps: PrefixScores | None = None) -> PrunedBestOfN:
+        schedule = make_schedule(st["n"], st["checkpoints"], st["keep"], st["max_new_tokens"])
+        return cls(ps, schedule, st.get("max_subsets", 500), st.get("seed", 0))
+
+    def identity(self) -> dict:
+        k = {} if self.ps is None else {"k": int(self.ps.shape[1])}
+        return {"kind": self.kind, "n": self.schedule.n, **k, "schedule": self.schedule.as_dict()}
+
+    def describe(self) -> str:
+        return self.schedule.describe()
+
+    def curves(self, grid, bounds) -> Curves:
+        return curves(self.ps, self.schedule, grid, bounds, self.max_subsets, self.seed)
+
+    def full_tokens(self) -> float:
+        return float(self.ps.length.mean(axis=1).mean() * self.schedule.n)  # full Best-of-N on an N-subset
+
+
+def decoder_from_table(path, s, where: str) -> tuple[PrunedBestOfN, np.ndarray, np.ndarray, object]:
+    """The pruned decoder of settings ``s`` on a ``lara score-prefixes`` table: (decoder, prompt ids, costs (P, K),
+    the table)."""
+    from lara.read.candidates import read_prefix_scores
+
+    schedule = s.schedule()
+    ids, arrays, _, df = read_prefix_scores(path, schedule.checkpoints, where, s.max_new_tokens)
+    return PrunedBestOfN(PrefixScores(*arrays), schedule, s.max_subsets, s.seed), ids, arrays[1], df

@@ -292,12 +292,12 @@ def resolve_lambda(name: str, overpenalised: float, lambda_json: str | Path | No
     return record.lambda_star if name == "star" else record.lambda_hat
 
 
-DIRECT_KIND = "token_level_direct"  # the record `lara calibrate-decoder` writes (lara.calibrate.direct)
+DIRECT_KIND = "token_level_direct"  # the record `lara calibrate-decoder` writes (lara.decode.direct)
 
 
 def read_direct(path: str | Path) -> dict:
-    """A ``direct_<method>.json`` (lara.calibrate.direct), checked: its kind, a finite lambda_star >= 0, a tau.
-    Read here, not in lara.calibrate.direct, so a decoder's code closure stays the reader's alone."""
+    """A ``direct_<method>.json`` (lara.decode.direct), checked: its kind, a finite lambda_star >= 0, a tau.
+    Read here, not in lara.decode.direct, so a decoder's code closure stays the reader's alone."""
     from lara.read.files import DataError, json_file
 
     data = json_file(Path(path), f"{path} (a decoder calibration)", mapping=False)

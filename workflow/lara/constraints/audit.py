@@ -2,14 +2,14 @@
 
 For every decoded output (method, setting) on the test prompts: the decoding cost of each constraint (tau's
 units; the constraint's cost scorer) with its mean, bootstrap 95 % interval, one-sided bounds and verdict
-(:func:`lara.evaluate.intervals.cost_audit`); the joint verdict from the same prompt resamples: met when the
+(:func:`lara.stats.cost_audit`); the joint verdict from the same prompt resamples: met when the
 one-sided 95 % upper bound of max_j (mean c_j - tau_j) is <= 0 (a simultaneous bound: every constraint at once),
 violated when some constraint's own verdict is, inconclusive otherwise. Beside them, descriptive: each
 constraint's evaluation score (``evaluation``: the toy oracle's category harm, a classifier) and the reward.
 
 A **probability constraint** (``kind: probability``) is audited on its loss 1[c > threshold]: its rate, with the
 exact Clopper-Pearson interval, and the verdict from the Clopper-Pearson one-sided 95 % bounds
-(:func:`lara.evaluate.intervals.rate_audit`).
+(:func:`lara.stats.rate_audit`).
 
 **Judges** (``--judge SPEC``, ``evaluation.judges``: scorers the decoder never saw, given each constraint's name as
 their role): each output's mean judge score per constraint with its interval; per decoder, every setting against
@@ -40,7 +40,7 @@ HELP = "held-out audit of several constraints: per-constraint and joint verdicts
 def joint_verdict(costs: np.ndarray, tau, rows: list[dict], n_boot: int, seed: int) -> dict:
     """(P, m) held-out costs: the bootstrap bound of max_j (mean_j - tau_j) and the joint verdict (met only where
     every constraint's own verdict is met too)."""
-    from lara.evaluate.intervals import MIN_PROMPTS, ONE_SIDED, TOO_FEW, VERDICTS, bootstrap_means
+    from lara.stats import MIN_PROMPTS, ONE_SIDED, TOO_FEW, VERDICTS, bootstrap_means
 
     excess = bootstrap_means(costs, n_boot, seed) - np.asarray(tau)[None, :]
     worst = excess.max(axis=1)
@@ -64,7 +64,7 @@ def judge_column(c, j: int) -> str:
 def audit(outputs: list[pd.DataFrame], constraints, n_boot: int, seed: int, judges: list[str] = ()
           ) -> tuple[pd.DataFrame, list[dict]]:
     """One row per (output, constraint) and one joint record per output."""
-    from lara.evaluate.intervals import cost_audit, mean_interval, rate_audit
+    from lara.stats import cost_audit, mean_interval, rate_audit
 
     rows, joint = [], []
     tau = [c.tau for c in constraints]
@@ -128,7 +128,7 @@ def _agreement(scorer, judge, n_boot: int, seed: int) -> dict:
 def judge_report(outputs: list[pd.DataFrame], constraints, judges: list[str], n_boot: int, seed: int) -> dict:
     """Every setting against its decoder at lambda = 0 under the decoding scorer and each judge (paired on the
     prompts), and each judge's agreement with each constraint's scorer on all audited responses."""
-    from lara.evaluate.intervals import paired_difference
+    from lara.stats import paired_difference
 
     zero = {str(df["method"].iloc[0]): df.set_index("prompt_id") for df in outputs
             if str(df["setting"].iloc[0]) == "zero"}
@@ -275,11 +275,11 @@ def run(args) -> None:
     from lara.constraints.decode import read_vector
     from lara.constraints.score import cost_specs
     from lara.constraints.spec import from_arg
-    from lara.evaluate.intervals import check_replicates
     from lara.io import write_json
     from lara.provenance import code_version
     from lara.read.files import DataError, require_finite, write_table
     from lara.scoring import load_scorer, score_table
+    from lara.stats import check_replicates
 
     s = read_settings(args, AuditSettings)
     check_replicates(s.bootstrap)

@@ -52,8 +52,8 @@ import pandas as pd
 
 from lara.calibrate.calibrate import CalibrationSettings
 from lara.calibrate.coverage import CoverageSettings, Curves, calibrate_draw, draw
-from lara.evaluate.intervals import clopper_pearson
 from lara.settings import SEED_MAX, ConfigError, add_settings_arguments, read_settings
+from lara.stats import clopper_pearson
 
 log = logging.getLogger(__name__)
 

@@ -15,35 +15,9 @@ import numpy as np
 import pandas as pd
 
 from lara.calibrate.record import add_lambda_arguments, read_lambda, resolve_lambda
+from lara.read.candidates import score_matrix
 
 log = logging.getLogger(__name__)
-
-
-def score_matrix(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(prompt ids, reward, cost, row index) as (P,), (P, N), (P, N), (P, N) arrays; every
-    prompt must have the same number of candidates."""
-    if df.empty:
-        raise ValueError("the table has no rows: no candidates to choose from")
-    df = df.sort_values(["prompt_id", "sample_id"], kind="stable")
-    for col in ("reward", "cost"):
-        bad = np.flatnonzero(~np.isfinite(df[col].to_numpy(float)))
-        if len(bad):
-            raise ValueError(f"column {col!r} holds a non-finite value ({df[col].iloc[bad[0]]}) for prompt "
-                             f"{str(df['prompt_id'].iloc[bad[0]])!r}, sample {df['sample_id'].iloc[bad[0]]}"
-                             + (f" and {len(bad) - 1} more rows" if len(bad) > 1 else ""))
-    dup = df.duplicated(["prompt_id", "sample_id"], keep=False)
-    if dup.any():
-        first = df[dup].iloc[0]
-        raise ValueError(f"{int(dup.sum())} rows repeat a (prompt_id, sample_id), e.g. ({str(first['prompt_id'])!r}, "
-                         f"{first['sample_id']})")
-    sizes = df.groupby("prompt_id", sort=False).size()
-    if sizes.nunique() != 1:
-        raise ValueError(f"prompts have different numbers of candidates ({sizes.min()}..{sizes.max()})")
-    n = int(sizes.iloc[0])
-    ids = sizes.index.to_numpy()
-    shape = (len(ids), n)
-    return (ids, df["reward"].to_numpy(float).reshape(shape), df["cost"].to_numpy(float).reshape(shape),
-            df.index.to_numpy().reshape(shape))
 
 
 def select(reward: np.ndarray, cost: np.ndarray, lams) -> np.ndarray:

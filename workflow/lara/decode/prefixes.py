@@ -17,7 +17,8 @@ import logging
 
 import numpy as np
 
-from lara.decode.prune import PruneScheduleSettings, prefix_columns
+from lara.calibrate.pruned import PruneScheduleSettings
+from lara.read.candidates import prefix_columns
 from lara.settings import add_settings_arguments, read_settings
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ def run(args) -> None:
     require_in_range(df, ("reward", "cost", "n_tokens"), args.input)
     if df.duplicated(["prompt_id", "sample_id"]).any():
         raise DataError(f"--input {args.input}: a (prompt_id, sample_id) appears twice")
-    from lara.decode.prune import check_lengths, check_scores
+    from lara.read.candidates import check_lengths, check_scores
 
     check_scores(df, ("reward", "cost"), f"--input {args.input}")
     check_lengths(df, s.max_new_tokens, f"--input {args.input}")
@@ -104,7 +105,8 @@ def run(args) -> None:
         log.info("checkpoint %d tokens: %.1f%% of the responses are longer; prefix reward mean %.4f, cost mean %.4f",
                  t, 100 * cut, df[r_col].mean(), df[c_col].mean())
     made = identity.stamp("prefix_scores", args.out, **identity.inherit(identity.read_identity(args.input), "role",
-                                                                         "per_prompt", "prompts"),
+                                                                         "per_prompt", "prompts", "reward_scorer",
+                                                                         "cost_scorer"),
                           checkpoints=list(schedule.checkpoints), prefix_reward_scorer=args.reward,
                           prefix_cost_scorer=args.cost, made_from={"--input": args.input})
     write_table(df, args.out, {"input": args.input, "checkpoints": list(schedule.checkpoints), identity.KEY: made})

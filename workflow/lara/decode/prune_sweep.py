@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from lara.decode.prune import Scheduled
+from lara.calibrate.pruned import Scheduled
 from lara.settings import CERTIFIED, Settings, add_settings_arguments, read_settings, seed_setting, setting
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def sweep(ps, schedule, lams, labels, tau: float, n_boot: int, seed: int) -> pd.
     """One row per lambda: the pruned decoder's mean reward and cost on the prompts with bootstrap intervals, the
     verdict against tau, and its tokens per prompt against full Best-of-N's on the same candidates."""
     from lara.calibrate.pruned import run as run_pruned
-    from lara.evaluate.intervals import interval, verdict
+    from lara.stats import interval, verdict
 
     at = np.arange(ps.shape[0])
     picks, tokens = [], []
@@ -73,18 +73,21 @@ def sweep(ps, schedule, lams, labels, tau: float, n_boot: int, seed: int) -> pd.
 
 def run(args) -> None:
     from lara import identity
+    from lara.calibrate.pruned import PrefixScores, PrunedBestOfN
     from lara.calibrate.record import check_budget, read_lambda
-    from lara.decode.prune import check_record, read_prefix_scores
-    from lara.evaluate.intervals import check_replicates
+    from lara.decode.prune import check_record
+    from lara.read.candidates import read_prefix_scores
     from lara.read.files import write_table
+    from lara.stats import check_replicates
 
     s = read_settings(args, PruneSweepSettings)
     check_replicates(s.bootstrap)
     schedule = s.schedule()
     rec = read_lambda(args.lambda_json)
     check_budget(rec, s.tau)
-    check_record(args.lambda_json, schedule, "star", s.tau)
-    ids, ps, _, df = read_prefix_scores(args.candidates, schedule, "--candidates", s.max_new_tokens)
+    check_record(args.lambda_json, PrunedBestOfN(None, schedule), "star", s.tau)
+    ids, arrays, _, df = read_prefix_scores(args.candidates, schedule.checkpoints, "--candidates", s.max_new_tokens)
+    ps = PrefixScores(*arrays)
     if ps.shape[1] != schedule.n:
         from lara.read.files import DataError
 

@@ -7,7 +7,7 @@ candidates (exact: the rank average of :mod:`lara.calibrate.bestofn`; N = M is t
 ``lara select-bon`` picks), averaged over test prompts, with a percentile bootstrap 95 % interval
 over prompts. The verdict compares the cost with tau through its one-sided 95 % bounds
 (``mean_cost_lower``, ``mean_cost_upper``): met, violated or inconclusive
-(:mod:`lara.evaluate.intervals`). Rows labelled
+(:mod:`lara.stats`). Rows labelled
 ``lambda_hat``/``lambda_star`` are each N's calibrated values (from the lambda.json calibrated for
 that N); rows labelled ``soft_beta=B`` apply the lambda* of a soft-mode calibration (the paper's
 Algorithm 1 at beta = B, ``--soft-lambda-json``) to Best-of-N at the largest N, so the audit holds the
@@ -26,9 +26,9 @@ import numpy as np
 import pandas as pd
 
 from lara.calibrate.certify import CERTIFIED
-from lara.decode.bon import score_matrix
-from lara.evaluate.intervals import interval, verdict
+from lara.read.candidates import score_matrix
 from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
+from lara.stats import interval, verdict
 
 log = logging.getLogger(__name__)
 
@@ -140,8 +140,8 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.evaluate.intervals import check_replicates
     from lara.read.files import DataError, read_table, require_in_range, write_table
+    from lara.stats import check_replicates
 
     s = read_settings(args, SweepSettings)
     check_replicates(s.bootstrap)

@@ -11,7 +11,7 @@ that calibration used (tau is in its units; ``lara evaluate`` keeps it as ``deco
 decoding reward model's ``decoder_reward``): Best-of-N at lambda* first (the calibrated claim), then
 every decoder at every lambda setting (``decoders``). Each has its mean cost, the bootstrap 95 %
 interval, the one-sided 95 % bounds and the verdict (met, inconclusive, violated:
-:mod:`lara.evaluate.intervals`). ``paired`` holds, per decoder, the differences lambda* - 0,
+:mod:`lara.stats`). ``paired`` holds, per decoder, the differences lambda* - 0,
 lambda* - max and lambda* - lambda-hat on the same prompts, in decoder reward and cost and in the
 evaluation scores. With ``--sweep`` (the Best-of-N sweep), the same verdict at every lambda of the
 sweep for the decoder's N (``by_lambda``) and for the other N drawn in Fig. 1 (``by_n``), and for
@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 
 from lara.calibrate.record import LambdaRecord, check_budget, overpenalised_note, read_lambda, setting_tau, tau_name
-from lara.evaluate.intervals import check_replicates, cost_audit, mean_interval, paired_difference
 from lara.settings import CERTIFIED, Settings, add_settings_arguments, cross_key, read_settings, seed_setting, setting
+from lara.stats import check_replicates, cost_audit, mean_interval, paired_difference
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class AuditSettings(Settings):
 
     @cross_key("evaluation.bootstrap", witness={"evaluation": {"bootstrap": 100}})
     def intervals_resolved(self):
-        from lara.evaluate.intervals import replicates_problem
+        from lara.stats import replicates_problem
 
         return replicates_problem(self.bootstrap)
 

@@ -106,7 +106,7 @@ def agreement(scorer_scores, judge_scores, n_boot: int = 2000, seed: int = 0) ->
     different lengths, fewer than MIN_ITEMS items, a constant side, or too few replicates for a 95 % interval."""
     from scipy.stats import spearmanr
 
-    from lara.evaluate.intervals import BOUNDS, replicates_problem
+    from lara.stats import BOUNDS, replicates_problem
 
     problem = agreement_problem(scorer_scores, judge_scores) or replicates_problem(int(n_boot), "n_boot")
     if problem:

@@ -22,6 +22,8 @@ FOLDER, SOURCE, CONFIG = "folder", "source", "config"  # read by their own loade
 
 SCORERS = ("reward_scorer", "cost_scorers")  # the scorers a constraint score, vector record or decode was made with
 SCALAR_SCORERS = ("reward_scorer", "cost_scorer")  # the scorers of lara score, the lambda record and the streams
+PREFIX_SCORERS = ("prefix_reward_scorer", "prefix_cost_scorer")  # pruned Best-of-N's partial scorers
+FULL_BON = ("best_of_n", "gibbs_tilt")  # the decoders of lara calibrate's record (bon mode, soft mode)
 
 SAMPLES = Expect("samples of pi_ref (lara sample)", kinds=("samples",), columns=("prompt_id", "sample_id", "response"),
                  unit="response")
@@ -55,17 +57,19 @@ STREAM = Expect("a scenario's stream (lara make-stream)", kinds=("stream",), rol
                 columns=("t", "prompt_id", "sample_id", "reward", "cost"), numbers=("reward", "cost"),
                 agree=("scenario", "stream", "tau", "n", "window", "batch_size", *SCALAR_SCORERS), stamped=True)
 LAMBDA = Expect("a calibration record (lara calibrate)", JSON, kinds=("lambda", "lambda_weighted"),
-                keys=("lambda_hat", "lambda_star", "tau"), agree=("lambda_record", "tau", "n", *SCALAR_SCORERS))
+                keys=("lambda_hat", "lambda_star", "tau"), agree=("lambda_record", "tau", "n", *SCALAR_SCORERS),
+                decoders=FULL_BON)
 LAMBDA_DECODER = Expect("a calibration record (lara calibrate, or lara calibrate-decoder for this decoder)", JSON,
                         kinds=("lambda", "lambda_weighted", "token_level_direct"), keys=("lambda_star", "tau"),
-                        agree=("lambda_record", "tau"))
+                        agree=("lambda_record", "tau"), decoders=FULL_BON)
 LAMBDA_ANY = Expect("a calibration record (lara calibrate or calibrate-vector)", JSON,
                     kinds=("lambda", "lambda_weighted", "lambda_vector"), keys=("tau",))
 LAMBDA_PLAIN = Expect("the calibration record (lara calibrate, not weighted: the fixed arms' baseline)", JSON,
                       kinds=("lambda",), keys=("lambda_hat", "lambda_star", "tau"),
-                      agree=("lambda_record", "tau", "n", *SCALAR_SCORERS))
+                      agree=("lambda_record", "tau", "n", *SCALAR_SCORERS), decoders=FULL_BON)
 LAMBDA_WEIGHTED = Expect("a weighted calibration record (lara calibrate --weights)", JSON,
-                         kinds=("lambda_weighted",), keys=("lambda_star", "tau"), agree=("tau", "n", "scenario"))
+                         kinds=("lambda_weighted",), keys=("lambda_star", "tau"), agree=("tau", "n", "scenario"),
+                         decoders=FULL_BON)
 LAMBDA_VECTOR = Expect("a vector lambda record (lara calibrate-vector)", JSON, kinds=("lambda_vector",),
                        agree=("lambda_record", "tau", "n", *SCORERS))
 WEIGHTS = Expect("covariate-shift weights (lara shift-check --weights)", kinds=("shift_weights",),
@@ -116,16 +120,19 @@ SCORES_TOKENS = Expect("scored samples with their lengths in tokens (lara sample
 PREFIXES_CAL = Expect("the calibration prompts' samples with their prefix scores (lara score-prefixes)",
                       kinds=("prefix_scores",), roles=("calibration",),
                       columns=("prompt_id", "sample_id", "reward", "cost", "n_tokens"),
-                      numbers=("reward", "cost", "n_tokens"), unit="response", agree=SCALAR_SCORERS)
+                      numbers=("reward", "cost", "n_tokens"), unit="response",
+                      agree=(*SCALAR_SCORERS, *PREFIX_SCORERS))
 PREFIXES_TEST = Expect("the test prompts' candidates with their prefix scores (lara score-prefixes)",
                        kinds=("prefix_scores",), roles=("test",),
                        columns=("prompt_id", "sample_id", "reward", "cost", "n_tokens"),
-                       numbers=("reward", "cost", "n_tokens"), unit="response", agree=SCALAR_SCORERS)
+                       numbers=("reward", "cost", "n_tokens"), unit="response",
+                       agree=(*SCALAR_SCORERS, *PREFIX_SCORERS))
 PREFIXES_ANY = Expect("samples with their prefix scores (lara score-prefixes)", kinds=("prefix_scores",),
                       columns=("prompt_id", "sample_id", "reward", "cost", "n_tokens"),
                       numbers=("reward", "cost", "n_tokens"), unit="response")
 LAMBDA_PRUNED = Expect("pruned Best-of-N's own record (lara calibrate-prune)", JSON, kinds=("lambda",),
-                       keys=("lambda_hat", "lambda_star", "tau"), agree=("lambda_record", "tau", *SCALAR_SCORERS))
+                       keys=("lambda_hat", "lambda_star", "tau"),
+                       agree=("lambda_record", "tau", *SCALAR_SCORERS, *PREFIX_SCORERS), decoders=("pruned_best_of_n",))
 PRUNE_SWEEP = Expect("pruned Best-of-N's sweep (lara bon-prune-sweep)",
                      columns=("n", "lambda", "label", "tokens", "token_ratio"),
                      numbers=("lambda", "tokens", "token_ratio"))

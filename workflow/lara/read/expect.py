@@ -41,6 +41,7 @@ class Expect:
     agree: tuple[str, ...] = ()  # identity fields that must agree with the command's other inputs naming them
     stamped: bool = False  # only a step writes it: a copy without its identity (metadata stripped) is refused
     keys: tuple[str, ...] = field(default=())  # JSON records: top-level keys it must have
+    decoders: tuple[str, ...] = ()  # calibration records: the decoders (decoder.kind) it may be calibrated for
 
     def describe(self) -> str:
         parts = [self.fmt]
@@ -58,6 +59,8 @@ class Expect:
             parts.append(f"one {self.unit} per candidate")
         if self.per_prompt:
             parts.append(f"{self.per_prompt} row(s) per prompt")
+        if self.decoders:
+            parts.append("calibrated for " + "|".join(self.decoders))
         if self.stamped:
             parts.append("written by its step only")
         return "; ".join(parts)
@@ -169,6 +172,18 @@ def identity_checks(found: dict, expect: Expect, where: str) -> None:
         raise DataError(f"{where}: role {role}, expected {' or '.join(expect.roles)} ({expect.what})")
 
 
+def decoder_check(data: dict, expect: Expect, where: str) -> None:
+    """A calibration record is about one decoder (its ``decoder.kind``): a command that decodes, sweeps or audits
+    another refuses it, whichever pair of decoders it is (a lambda is calibrated for the decoder that uses it)."""
+    decoder = data.get("decoder")
+    if not expect.decoders or (decoder is None and "lambda_star" not in data):
+        return
+    kind = decoder.get("kind") if isinstance(decoder, dict) else None
+    if kind not in expect.decoders:
+        raise DataError(f"{where}: calibrated for the decoder {kind!r}, expected {' or '.join(expect.decoders)} "
+                        f"({expect.what}): a lambda is calibrated for the decoder that uses it, never borrowed")
+
+
 def read(path: str | Path, flag: str, expect: Expect):
     """``path`` given to ``flag``, read once and checked against ``expect``: an Artifact (``df`` for a table,
     ``data`` for a JSON record; ``identity``), or a DataError naming ``flag`` and ``path``."""
@@ -183,6 +198,7 @@ def read(path: str | Path, flag: str, expect: Expect):
             raise DataError(f"{where}: missing key(s) {', '.join(missing)} ({expect.what})")
         found = data.get(identity.KEY) if isinstance(data.get(identity.KEY), dict) else {}
         identity_checks(found, expect, where)
+        decoder_check(data, expect, where)
         return identity.Artifact(flag, str(path), found, None, data)
     df = files.read_table(path, required=expect.columns, where=where)
     files.require_rows(df, where)

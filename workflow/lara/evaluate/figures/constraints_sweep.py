@@ -11,7 +11,7 @@ import numpy as np
 
 from lara.evaluate.figures.common import MARKERS, Drawn, FigureSettings, log, theme
 from lara.evaluate.figures.vector import RAY_POINTS, meets, search_max, vec
-from lara.evaluate.intervals import VERDICTS
+from lara.stats import VERDICTS
 
 SWEEP_MARKERS = MARKERS | {"soft": "X", "bootstrap": "P", "ltt": "s"}  # an audited setting's marker
 METHOD_NAMES = {"bon": "Best-of-N", "args": "ARGS"}

@@ -15,7 +15,7 @@ def decoders(audit: dict, lam: dict, opts: FigureSettings):
     filled marker where the audit's verdict is met (one-sided 95 %), hollow where it is not."""
     import matplotlib.pyplot as plt
 
-    from lara.evaluate.intervals import VERDICTS
+    from lara.stats import VERDICTS
 
     pal = theme(opts)
     rows = pd.DataFrame(audit["decoders"])

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from lara.evaluate.figures.common import Drawn, FigureSettings, theme
-from lara.evaluate.intervals import VERDICTS
+from lara.stats import VERDICTS
 
 
 def draw_pruned(axes, prune: pd.DataFrame, colour) -> None:
@@ -92,7 +92,7 @@ def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: FigureSettings, prune: pd
     axes[1].axhline(tau, color="black", ls="--", lw=1.2, label=f"$\\tau$ = {tau:g}")
     if "verdict" in sweep.columns:
         g = sweep[(sweep["n"] == main_n) & (sweep["label"] == "grid")].sort_values("lambda")
-        met = g[g["verdict"] == VERDICTS[0]]  # the sweep's own verdict (lara.evaluate.intervals)
+        met = g[g["verdict"] == VERDICTS[0]]  # the sweep's own verdict (lara.stats)
         if len(met):
             axes[1].axvspan(met["lambda"].min(), g["lambda"].max(), color="green", alpha=0.08,
                             label=f"audit: N = {main_n} meets $\\tau$ (95%)")
@@ -132,8 +132,9 @@ def read_prune_sweep(path, sweep: pd.DataFrame, lam: dict, record_path) -> pd.Da
     """The pruned decoder's sweep, checked: made with its record (--prune-lambda-json: the sweep's record digest, its
     N, each calibrated row's lambda), every number finite, tokens and their ratio consistent, its tau the figure's, its
     prompts the Best-of-N sweep's (the same test prompts' candidates)."""
+    from lara.calibrate.procedures import check_record_values
+    from lara.calibrate.pruned import PrunedBestOfN
     from lara.calibrate.record import read_lambda
-    from lara.decode.prune import check_record_values
     from lara.identity import file_digest
     from lara.read.files import DataError, read_table, require_finite, require_rows
 
@@ -143,7 +144,7 @@ def read_prune_sweep(path, sweep: pd.DataFrame, lam: dict, record_path) -> pd.Da
     rec = read_lambda(record_path)
     if rec.decoder.get("kind") != "pruned_best_of_n":
         raise DataError(f"--prune-lambda-json {record_path}: not a pruned Best-of-N record (lara calibrate-prune)")
-    check_record_values(rec)
+    check_record_values(rec, PrunedBestOfN)
     cols = ("n", "lambda", "label", "mean_reward", "mean_cost", "mean_reward_lo", "mean_reward_hi", "mean_cost_lo",
             "mean_cost_hi", "tokens", "tokens_full", "token_ratio", "tau", "prompt_set", "record")
     prune = require_finite(require_rows(read_table(path, required=cols), path), cols[1:2] + cols[3:13], path)

@@ -15,7 +15,7 @@ def taus(audit: dict, opts: FigureSettings):
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    from lara.evaluate.intervals import VERDICTS
+    from lara.stats import VERDICTS
 
     pal = theme(opts)
     rows = sorted(audit["taus"], key=lambda r: r["tau"])

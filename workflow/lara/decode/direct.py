@@ -118,10 +118,10 @@ def run(args) -> None:
     from lara.calibrate.record import read_lambda
     from lara.config import require_model
     from lara.decode.rgtg import METHOD_SETTINGS, decode, load_models
-    from lara.evaluate.intervals import cost_audit
     from lara.io import atomic_output, write_json
     from lara.read.files import DataError, read_table
     from lara.scoring import load_scorer
+    from lara.stats import cost_audit
 
     s = read_settings(args, DirectSettings)
     ds = METHOD_SETTINGS[args.method].from_json(args.decoder_settings, origin="--decoder-settings")
@@ -154,7 +154,7 @@ def run(args) -> None:
     found = search(evaluate, grid, s.tau, s.refine_steps)
     record = {"kind": KIND, "method": args.method, "tau": s.tau, **found, "n_prompts": len(df),
               "search": "scan 0 and decode.lambda_grid upwards to the first lambda that meets tau, then bisect "
-                        "the bracket; deploys a lambda whose own decode met tau (lara.calibrate.direct)",
+                        "the bracket; deploys a lambda whose own decode met tau (lara.decode.direct)",
               "decoder_settings": ds.section(), "prompts": args.prompts,
               "heuristic": None if heuristic is None else {"lambda_star": heuristic.lambda_star,
                                                             "lambda_json": args.heuristic_lambda_json,
