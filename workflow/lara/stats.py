@@ -3,7 +3,7 @@ sweep (``lara bon-sweep``), the summary and constraint audit (``lara aggregate``
 
 A percentile interval of a mean over prompts: each replicate reweights the prompts by their
 multiplicities in a resample with replacement (the calibration's own resampler,
-:func:`lara.calibrate.dual.resample_weights`), so the means of every column come from one matrix
+:func:`resample_weights`, the calibration bootstrap's too), so the means of every column come from one matrix
 product. The same replicates give the two-sided 95 % interval (drawn as bands, written ``ci95``)
 and the one-sided 95 % bounds that the verdict reads:
 
@@ -42,10 +42,18 @@ def min_replicates(tail: float) -> int:
     return math.ceil(MIN_TAIL / tail - 1e-9)
 
 
+def resample_weights(rng: np.random.Generator, n: int, b: int) -> np.ndarray:
+    """(b, n) prompt weights n_bi / N of b bootstrap resamples of n prompts."""
+    idx = rng.integers(0, n, size=(b, n), dtype=np.int32)
+    w = np.empty((b, n))
+    for i in range(b):  # row by row: the counts stay in cache (3x faster than one flat bincount)
+        w[i] = np.bincount(idx[i], minlength=n)
+    w *= 1.0 / n
+    return w
+
+
 def bootstrap_means(per_prompt: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
     """(n_boot, L) means over prompt resamples of per-prompt values (P, L)."""
-    from lara.calibrate.dual import resample_weights
-
     return resample_weights(np.random.default_rng(seed), per_prompt.shape[0], n_boot) @ per_prompt
 
 

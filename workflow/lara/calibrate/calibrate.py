@@ -51,7 +51,7 @@ from lara.calibrate.dual import (
     mean_cost,
     solve,
 )
-from lara.calibrate.procedures import MAX_CLIPPED, QUANTILES, CalibrationRules
+from lara.calibrate.procedures import MAX_CLIPPED, QUANTILES, CalibrationRules, check_clipping
 from lara.calibrate.record import write_lambda
 from lara.io import sha256_file
 from lara.provenance import code_version
@@ -451,34 +451,6 @@ def check_inputs(args, s: CalibrationSettings) -> tuple[PromptScores, dict]:
                           **identity.inherit(identity.read_identity(args.scores), "reward_scorer", "cost_scorer"),
                           made_from={"--scores": args.scores, "--weights": weighted})
     return scores, made
-
-
-def check_clipping(result: dict, s: CalibrationSettings, allow: bool, path) -> None:
-    """A certified lambda is about the clipped cost: deployed with more than MAX_CLIPPED of the calibration costs
-    clipped, it certifies a cost the model rarely gives; refused unless allowed (and then said in its statement)."""
-    frac = result["guarantee"]["clipped_fraction"]
-    total = 0.0 if not frac else frac["below"] + frac["above"]
-    if total <= MAX_CLIPPED:
-        return
-    note = (f"cost_bounds {s.cost_bounds} clip {total:.1%} of the calibration costs (more than {MAX_CLIPPED:.0%}): "
-            "the certificate is about the clipped cost")
-    flag_clipping(result, note, s.guarantee, allow, path)
-
-
-def flag_clipping(result: dict, note: str, guarantee: str, allow: bool, where, bounds: str = "calibration.cost_bounds"
-                  ) -> None:
-    """Bounds that clip too much (``note`` says how much): every certified procedure's statement says so, and a
-    certified guarantee deployed with them is refused unless allowed (then its statement says so too)."""
-    for name in CERTIFIED:
-        p = result["procedures"].get(name)
-        if p and p.get("statement"):
-            p["statement"] += f"; {note}"
-    if guarantee in CERTIFIED:
-        if not allow:
-            raise DataError(f"{where}: calibration.guarantee {guarantee}: {note}; widen {bounds} (fixed before seeing "
-                            "these costs) or pass --allow-clipping")
-        result["guarantee"]["statement"] += f"; {note}"
-    log.warning("%s", note)
 
 
 def run(args) -> None:

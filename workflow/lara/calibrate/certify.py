@@ -243,10 +243,12 @@ def weighted_certified_lambda(clipped_steps, weights, procedure: str, tau: float
 
 def statement(procedure: str, *, lam: float, tau: float, n_prompts: int, bon_n: int | None, feasible: bool,
               delta: float | None = None, bounds=None, quantile: float | None = None,
-              replicates: int | None = None, clipped: float | None = None, ess: float | None = None) -> str:
-    """The guarantee that comes with a deployed lambda, in one plain sentence (``ess``: the effective sample size
-    of unequal covariate-shift weights, for the weighted procedures' statements)."""
-    decoder = f"Best-of-{bon_n}" if bon_n else "Best-of-N (N = each prompt's K)"
+              replicates: int | None = None, clipped: float | None = None, ess: float | None = None,
+              decoder: str | None = None, how: str = "") -> str:
+    """The guarantee that comes with a deployed lambda, in one plain sentence, for every decoder (``decoder``: its
+    name, else full Best-of-``bon_n``; ``how``: how its losses were searched and averaged, said at the end; ``ess``:
+    the effective sample size of unequal covariate-shift weights, for the weighted procedures' statements)."""
+    decoder = decoder or (f"Best-of-{bon_n}" if bon_n else "Best-of-N (N = each prompt's K)")
     clip = "" if bounds is None else f" (costs clipped to [{bounds[0]:g}, {bounds[1]:g}]" + (
         f"; {clipped:.2%} of the calibration costs lay outside them)" if clipped is not None else ")")
     if not feasible:
@@ -260,14 +262,14 @@ def statement(procedure: str, *, lam: float, tau: float, n_prompts: int, bon_n: 
                     "betting p-values, Waudby-Smith & Ramdas 2024, the prompts in one seeded order")
         return (f"with probability >= {1 - delta:.3g} over the draw of the {n_prompts:,} calibration prompts, "
                 f"{decoder} at lambda = {lam:.6g} has expected cost{clip} <= tau = {tau:g} on prompts from the "
-                f"same distribution (Learn then Test, {p_values}, fixed-sequence testing)")
+                f"same distribution (Learn then Test, {p_values}, fixed-sequence testing{how})")
     if procedure == "crc":
         return (f"averaged over the draw of the {n_prompts:,} calibration prompts and of a new prompt from the same "
                 f"distribution, {decoder} at lambda = {lam:.6g} has expected cost{clip} <= tau = {tau:g} "
-                "(conformal risk control)")
+                f"(conformal risk control{how})")
     return (f"no finite-sample guarantee: lambda* = {lam:.6g} is the {quantile:g} quantile of {replicates:,} "
             f"bootstrap replicates of lambda-hat over the {n_prompts:,} calibration prompts (a heuristic upper "
-            f"confidence bound on the lambda that meets tau = {tau:g} for {decoder})")
+            f"confidence bound on the lambda that meets tau = {tau:g} for {decoder}{how})")
 
 
 def _weighted_statement(procedure, lam, tau, n_prompts, decoder, clip, delta, quantile, replicates, ess) -> str:

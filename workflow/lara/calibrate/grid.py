@@ -43,7 +43,7 @@ def calibrate_command(args, cls, from_table, scorers: tuple[str, ...] = ()) -> N
     log.info("%d prompts x %d samples; %s; grid of %d lambdas on [0, %g]", len(ids), cost.shape[1],
              decoder.describe(), s.grid_points, s.lambda_search_max)
     result = procedures.calibrate(decoder, s, cost, where)
-    procedures.check_clipping(result, s, where)
+    procedures.check_clipping(result, s, False, where)
     if not result["feasible"]:
         msg = (f"{decoder.describe()}: the {s.guarantee} lambda reaches tau = {s.tau} at no grid lambda in [0, "
                f"{s.lambda_search_max}] (calibration mean cost {result['curves']['mean_cost'][-1]:.6g} at the end)")

@@ -21,6 +21,7 @@ the decoder that reads it (:func:`check_record`) are made here for every decoder
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -189,28 +190,20 @@ def searches(c: Curves, s, seed: int, boot_idx: np.ndarray | None = None, hat_se
 
 
 def statement(procedure: str, lam: float, s, decoder, c: Curves, feasible: bool, clipped: dict | None) -> str:
-    """The guarantee of one procedure's lambda for ``decoder``, in one sentence, with the share of costs its bounds
-    clip and how its loss averages over subsets."""
-    name, n_prompts, draws = decoder.describe(), c.n_prompts, subset_statement(c, decoder.identity()["n"])
-    if not feasible:
-        return (f"no guarantee: {procedure} reached tau = {s.tau:g} at no lambda of the grid on [0, "
-                f"{s.lambda_search_max:g}] with {n_prompts:,} calibration prompts")
-    clip = ("" if clipped is None else f" (costs clipped to [{s.cost_bounds[0]:g}, {s.cost_bounds[1]:g}]; "
-            f"{clipped['below'] + clipped['above']:.2%} of the calibration costs clipped)")
-    if procedure in ("ltt", "ltt_wsr"):
-        p = "Hoeffding-Bentkus" if procedure == "ltt" else "betting (Waudby-Smith & Ramdas 2024)"
-        return (f"with probability >= {1 - s.delta:.3g} over the draw of the {n_prompts:,} calibration prompts, "
-                f"{name} at lambda = {lam:.6g} has expected cost{clip} <= tau = {s.tau:g} on prompts from the same "
-                f"distribution (Learn then Test, {p} p-values, fixed-sequence testing down a {len(c.grid)}-point "
-                f"grid, valid without monotonicity; losses {draws}; the scorers fixed)")
-    if procedure == "crc":
-        return (f"averaged over the draw of the {n_prompts:,} calibration prompts and a new prompt, {name} at "
-                f"lambda = {lam:.6g} has expected cost{clip} <= tau = {s.tau:g} (conformal risk control on each "
-                f"prompt's upper envelope max over lambda' >= lambda of its loss, which makes it monotone; losses "
-                f"{draws})")
-    return (f"no finite-sample guarantee: lambda* = {lam:.6g} is the {s.quantile:g} quantile (a grid point, rounded "
-            f"up) of {s.bootstrap:,} bootstrap replicates of lambda-hat for {name} over the {n_prompts:,} "
-            f"calibration prompts (losses {draws})")
+    """The guarantee of one procedure's lambda for ``decoder``, in one sentence (the one writer of every decoder's
+    statements, :func:`lara.calibrate.certify.statement`), with the share of costs its bounds clip and how the loss
+    was searched and averaged over subsets."""
+    from lara.calibrate.certify import statement as one_statement
+
+    draws = subset_statement(c, decoder.identity()["n"])
+    how = {"crc": f"; on each prompt's upper envelope over lambda, which makes it monotone; losses {draws}",
+           "bootstrap": f"; a grid point, rounded up; losses {draws}"}.get(
+        procedure, f", down a {len(c.grid)}-point grid, valid without monotonicity; losses {draws}")
+    return one_statement(procedure, lam=lam, tau=s.tau, n_prompts=c.n_prompts, bon_n=None, feasible=feasible,
+                         delta=s.delta, bounds=s.cost_bounds if procedure != "bootstrap" else None,
+                         quantile=s.quantile, replicates=s.bootstrap,
+                         clipped=None if clipped is None else clipped["below"] + clipped["above"],
+                         decoder=decoder.describe(), how=how)
 
 
 def check_floors(n_prompts: int, k: int, c: Curves | None, decoder, where: str) -> None:
@@ -303,15 +296,32 @@ def check_sizes(n_prompts) -> None:
                           "resamples prompts)")
 
 
-def check_clipping(result: dict, s, where: str) -> None:
-    """A certificate deployed on bounds that clip more than MAX_CLIPPED of the calibration costs is about a cost the
-    model rarely gives: refused."""
-    clipped = result["guarantee"]["clipped_fraction"]
-    share = 0.0 if not clipped else clipped["below"] + clipped["above"]
-    if s.guarantee != "bootstrap" and share > MAX_CLIPPED:
-        raise DataError(f"{where}: calibration.guarantee {s.guarantee}: calibration.cost_bounds {s.cost_bounds} clip "
-                        f"{share:.1%} of the calibration costs (more than {MAX_CLIPPED:.0%}): the certificate would be "
-                        "about a cost the model rarely gives; widen the bounds (fixed before seeing these costs)")
+def check_clipping(result: dict, s, allow: bool, path) -> None:
+    """A certified lambda is about the clipped cost: deployed with more than MAX_CLIPPED of the calibration costs
+    clipped, it certifies a cost the model rarely gives; refused unless allowed (and then said in its statement)."""
+    frac = result["guarantee"]["clipped_fraction"]
+    total = 0.0 if not frac else frac["below"] + frac["above"]
+    if total <= MAX_CLIPPED:
+        return
+    note = (f"cost_bounds {s.cost_bounds} clip {total:.1%} of the calibration costs (more than {MAX_CLIPPED:.0%}): "
+            "the certificate is about the clipped cost")
+    flag_clipping(result, note, s.guarantee, allow, path)
+
+
+def flag_clipping(result: dict, note: str, guarantee: str, allow: bool, where, bounds: str = "calibration.cost_bounds"
+                  ) -> None:
+    """Bounds that clip too much (``note`` says how much): every certified procedure's statement says so, and a
+    certified guarantee deployed with them is refused unless allowed (then its statement says so too)."""
+    for name in PROCEDURES[1:]:
+        p = result["procedures"].get(name)
+        if p and p.get("statement"):
+            p["statement"] += f"; {note}"
+    if guarantee in PROCEDURES[1:]:
+        if not allow:
+            raise DataError(f"{where}: calibration.guarantee {guarantee}: {note}; widen {bounds} (fixed before seeing "
+                            "these costs) or pass --allow-clipping")
+        result["guarantee"]["statement"] += f"; {note}"
+    logging.getLogger(__name__).warning("%s", note)
 
 
 # ---------------------------------------------------------------------------------------------

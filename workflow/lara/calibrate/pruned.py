@@ -16,17 +16,8 @@ there are at most ``max_subsets`` (exact; K = N is one subset), otherwise ``max_
 recorded). Either way the loss is an unbiased estimate of the decoder's expected cost on that prompt.
 
 **The cost need not be monotone in lam**: a larger lam can stop, at a checkpoint, a candidate whose full
-response was the safe one. So lambda is searched on a grid of ``grid_points`` lambdas in [0, Lambda] (every
-deployed lambda is a grid point, where the decoder is evaluated exactly) and every search takes the *stable*
-root: the smallest grid lambda from which on, up to Lambda, the constraint holds (for a monotone curve the
-ordinary root). So:
-
-* lambda-hat: the stable root of the calibration mean; lambda*: the ``quantile`` of its prompt bootstrap;
-* LTT (Hoeffding-Bentkus or betting p-values): fixed-sequence testing from Lambda down the grid, stopped at the
-  first lambda not rejected. Fixed-sequence testing controls the error for any fixed order, monotone or not,
-  so P(E[loss(lam_ltt)] <= tau) >= 1 - delta over the calibration draw;
-* CRC needs a non-increasing loss: it is applied to each prompt's upper envelope max_{mu >= lam} loss(mu)
-  (non-increasing, never below the loss), so its statement holds for the decoder's own loss, conservatively.
+response was the safe one; the calibration core searches a grid for the stable root and certifies with fixed-sequence
+LTT and CRC on the upper envelope (:mod:`lara.calibrate.procedures`).
 
 The searches, the certificates and the record are the calibration core's (:mod:`lara.calibrate.procedures`); this
 module is the decoder (:class:`PrunedBestOfN`, an instance of :mod:`lara.calibrate.decoder`'s interface), its

@@ -154,10 +154,10 @@ def clipped_fractions(scores: VectorScores, bounds) -> list[float]:
 
 
 def check_clipping(result: dict, constraints, s: CalibrationSettings, allow: bool, path) -> None:
-    """As the scalar calibration (:func:`lara.calibrate.calibrate.check_clipping`): bounds that clip more than
+    """As the scalar calibration (:func:`lara.calibrate.procedures.check_clipping`): bounds that clip more than
     MAX_CLIPPED of some constraint's calibration costs make the certificate one about a cost the model rarely
     gives; a deployed certified lambda is then refused unless allowed, and every certified statement says it."""
-    from lara.calibrate.calibrate import MAX_CLIPPED, flag_clipping
+    from lara.calibrate.procedures import MAX_CLIPPED, flag_clipping
 
     frac = result["guarantee"].get("clipped_fraction") or []
     over = [f"{c.name} {f:.1%}" for c, f in zip(constraints, frac, strict=False) if f > MAX_CLIPPED]

@@ -295,8 +295,11 @@ def check_settings_lambdas(scores: pd.DataFrame, main: LambdaRecord | None, othe
                 raise DataError(f"--scores ({method} at {named}): the pruned decoder's lambda is its own; pass its "
                                 "record (--prune-lambda-json lambda_bon_prune.json)")
         want = identity.record_value(record, named) if record is not None else None
-        if want is None or "lambda" not in g.columns:
+        if want is None:
             continue
+        if "lambda" not in g.columns or g["lambda"].isna().any():
+            raise DataError(f"--scores ({method} at {named}): no lambda column (or an empty one): an output of a "
+                            f"calibrated setting states the lambda it was decoded at; evaluate the decoder's output")
         lam = pd.unique(g["lambda"])
         if len(lam) != 1 or not np.isclose(float(lam[0]), want[0], rtol=1e-9, atol=1e-12):
             shown = ", ".join(f"{x:.6g}" for x in lam)

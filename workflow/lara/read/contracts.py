@@ -32,6 +32,10 @@ SCORES_CAL = Expect("the calibration prompts' scored samples (lara score)", kind
 SCORES_TEST = Expect("scored candidates to decode (lara score)", kinds=("scores",),
                      columns=("prompt_id", "sample_id", "reward", "cost"), numbers=("reward", "cost"), unit="response",
                      agree=SCALAR_SCORERS)
+# the sweep's verdicts are a held-out audit: its candidates are the test prompts', never the calibration prompts'
+SCORES_HELD_OUT = Expect("the test prompts' scored candidates (lara score on the bon pool)", kinds=("scores",),
+                         roles=("test",), columns=("prompt_id", "sample_id", "reward", "cost"),
+                         numbers=("reward", "cost"), unit="response", agree=SCALAR_SCORERS)
 SCORES_ANY = Expect("scored samples (lara score)", kinds=("scores",), columns=("prompt_id", "reward", "cost"),
                     numbers=("reward", "cost"), unit="response")
 SCORES_DEPLOY = Expect("the deployment pool's scored candidates (lara score)", kinds=("scores",),
@@ -85,8 +89,9 @@ RESPONSES_VECTOR = Expect("decoded responses (lara decode-vector)", kinds=("resp
                           columns=("prompt_id", "response"), per_prompt=1,
                           agree=("lambda_record", "tau", *SCORERS))
 EVALUATION = Expect("evaluated responses (lara evaluate)", kinds=("evaluation",),
-                    columns=("prompt_id", "method", "setting"), agree=("lambda_record", "tau"))
-JUDGED = Expect("judged responses (lara judge)", kinds=("judged",), columns=("prompt_id", "method", "setting"),
+                    columns=("prompt_id", "method", "setting", "lambda"), agree=("lambda_record", "tau"))
+JUDGED = Expect("judged responses (lara judge)", kinds=("judged",),
+                columns=("prompt_id", "method", "setting", "lambda"),
                 stamped=True)
 SWEEP = Expect("the Best-of-N sweep (lara bon-sweep)", columns=("n", "lambda", "label"))
 ARMS = Expect("a scenario's arms (lara deploy-arms)", columns=("scenario", "arm", "tau", "mean_cost", "met"),
@@ -205,7 +210,7 @@ CONTRACTS: dict[str, Command] = {
     "select-bon": Command({"--candidates": SCORES_TEST, "--lambda-json": LAMBDA}),
     "select-bon-prune": Command({"--candidates": PREFIXES_TEST, "--lambda-json": LAMBDA_PRUNED}),
     "bon-prune-sweep": Command({"--candidates": PREFIXES_TEST, "--lambda-json": LAMBDA_PRUNED}),
-    "bon-sweep": Command({"--candidates": SCORES_TEST, "--lambda-json": many(LAMBDA),
+    "bon-sweep": Command({"--candidates": SCORES_HELD_OUT, "--lambda-json": many(LAMBDA),
                           "--soft-lambda-json": many(LAMBDA), "--tau-lambda-json": many(LAMBDA)},
                          note="records for several N and taus: no agreement across them"),
     "rgtg": Command({"--policy": POLICY, "--prompts": PROMPTS, "--lambda-json": LAMBDA_DECODER}),
