@@ -624,9 +624,10 @@ CONSTRAINT_MODELS = scorer_inputs([config["calibration"]["constraint_reward"], *
 )
 # LTT (and the vector coverage study) run when every constraint has cost bounds, as in the scalar calibration
 CONSTRAINT_BOUNDS = lara_constraints.bounds(CONSTRAINTS, config["calibration"]["cost_bounds"])
+# ARGS follows the vector lambda only where decode.methods runs ARGS at all
 VECTOR_SETTINGS = {
     "bon": ["zero", "hat", "star", *(["ltt", "ltt_wsr"] if CONSTRAINT_BOUNDS else [])],
-    "args": ["zero", "star"],
+    **({"args": ["zero", "star"]} if "args" in config["decode"]["methods"] else {}),
 }
 
 

@@ -143,7 +143,7 @@ rule decode_vector_args:
         "logs/{exp}/decode_vector_args_{vsetting}.log",
     wildcard_constraints:
         exp=CONSTRAINTS_EXP,
-        vsetting="|".join(VECTOR_SETTINGS["args"]),
+        vsetting="|".join(VECTOR_SETTINGS.get("args", [])),
     conda:
         "../envs/train.yaml"
     threads: job_threads("decode_rgtg")

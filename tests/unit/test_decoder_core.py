@@ -496,7 +496,7 @@ def refuses_every(cal: Calibrated, kind: str, tmp_path) -> list[str]:
 # feasible=bool(data["feasible"]); LambdaRecord.procedure_lambda: `entry.get("feasible") is False`), so the text
 # "false" reads as feasible: a product gap, listed so the suite stays green and the gap visible (strict: its fix
 # fails the mark until it is taken off)
-KNOWN_GAPS = {"a boolean as text": "lara.calibrate.record.read_lambda accepts a boolean written as text"}
+KNOWN_GAPS: dict[str, str] = {}  # mutation kind -> why it passes today (each an xfail until fixed)
 
 
 @pytest.mark.parametrize(("name", "guarantee"), CASES)
@@ -507,7 +507,6 @@ def test_an_edited_record_is_refused(name, guarantee, kind, tmp_path):
     assert not passed, f"{kind}: accepted {passed}"
 
 
-@pytest.mark.xfail(strict=True, reason=KNOWN_GAPS["a boolean as text"])
 @pytest.mark.parametrize("name", NAMES)
 def test_an_uncertified_lambda_is_not_certified_by_writing_false_as_text(name, tmp_path):
     """Where the gap above does harm: a procedure that certified nothing, its feasible written as the text "false"

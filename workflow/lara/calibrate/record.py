@@ -115,7 +115,7 @@ def read_lambda(path: str | Path, allow_uncertified: bool = False) -> LambdaReco
                         f"{_shown_number(w.get('min_ess'))} (too few calibration prompts resemble the deployment "
                         "prompts); no decoder deploys it (docs/shift.md)")
     return LambdaRecord(path=str(path), lambda_hat=lam_hat, lambda_star=lam_star, tau=tau, mode=str(data["mode"]),
-                        decoder=data["decoder"], feasible=bool(data["feasible"]), status=str(data["status"]),
+                        decoder=data["decoder"], feasible=data["feasible"] is True, status=str(data["status"]),
                         data=data)
 
 
@@ -129,11 +129,28 @@ def _number(value) -> float:
     return float(value)
 
 
+BOOLEANS = ("feasible", "certified", "exact", "monotone")  # wherever they stand in a record: true, false or null
+
+
+def _booleans(value, where: str = "") -> list[str]:
+    """The keys named in BOOLEANS, at any depth, whose value is neither a boolean nor null (the text "false" is no
+    false: read as a truth value it would deploy what certified nothing)."""
+    if isinstance(value, dict):
+        bad = [f"{where}{k}" for k, v in value.items() if k in BOOLEANS and v is not None and not isinstance(v, bool)]
+        return bad + [b for k, v in value.items() if k != "timing_s" for b in _booleans(v, f"{where}{k}.")]
+    return []
+
+
 def _check_values(data: dict, path) -> None:
-    """What a writer guarantees and an edit can break: the deployed lambda* is the lambda of the record's own
-    deploying procedure: its bootstrap quantile (bootstrap.quantiles holds the deployed quantile's value) or its
-    certified lambda (procedures.<crc|ltt|ltt_wsr>.lambda)."""
+    """What a writer guarantees and an edit can break: every flag a boolean, and the deployed lambda* is the lambda
+    of the record's own deploying procedure: its bootstrap quantile (bootstrap.quantiles holds the deployed
+    quantile's value) or its certified lambda (procedures.<crc|ltt|ltt_wsr>.lambda)."""
     from lara.read.files import DataError
+
+    flags = _booleans(data)
+    if flags:
+        raise DataError(f"{path}: {', '.join(flags[:3])}: not true or false (a flag written as text or a number); "
+                        "rerun the calibration (decoders deploy only what it computed)")
 
     procedure = (data.get("guarantee") or {}).get("procedure", "bootstrap")
     if procedure != "bootstrap":

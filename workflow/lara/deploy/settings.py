@@ -8,6 +8,7 @@ from typing import ClassVar, Literal
 from lara.data.ingest import SourceSettings
 from lara.settings import Settings, cross_key, seed_setting, setting
 
+NAME_LIMIT = 40  # characters of a step size written in its online arm's file names (online_<eta>.parquet)
 STRATA = ("benign", "harmful", "held_out")  # a deployment prompt's stratum (lara.toy.world.stratum)
 
 
@@ -51,6 +52,16 @@ class DeploymentSettings(Settings):
         if self.bon_n > self.samples_per_prompt:
             return (f"deployment.samples_per_prompt: {self.samples_per_prompt} < decode.bon_n ({self.bon_n}): every "
                     "visit draws N of a prompt's K candidates")
+
+    @cross_key("deployment.step_size", witness={"deployment": {"step_size": 1e-300}})
+    def step_size_named(self):
+        from lara.calibrate.record import literal_name
+
+        name = literal_name(self.step_size)
+        if len(name) > NAME_LIMIT:
+            return (f"deployment.step_size: {self.step_size:g} is written {name[:10]}... ({len(name)} characters) in "
+                    f"its online arm's file names (online_<eta>), more than {NAME_LIMIT}; use a step size written "
+                    "in fewer digits (e.g. 0.05)")
 
     @cross_key("deployment.window", "deployment.stream_length", witness={"deployment": {"stream_length": 400}})
     def window_in_stream(self):
