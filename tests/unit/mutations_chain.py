@@ -216,7 +216,8 @@ def write_prefixes(scores: Path, out: Path, checkpoints=(2,)) -> None:
     made = identity.stamp("prefix_scores", out, **identity.inherit(identity.read_identity(scores), "role",
                                                                    "per_prompt", "prompts", "reward_scorer",
                                                                    "cost_scorer"),
-                          checkpoints=list(checkpoints), made_from={"--input": scores})
+                          checkpoints=list(checkpoints), prefix_reward_scorer="hand: reward + noise",
+                          prefix_cost_scorer="hand: cost + noise", made_from={"--input": scores})
     write_table(df, out, {"input": str(scores), "checkpoints": list(checkpoints), identity.KEY: made})
 
 

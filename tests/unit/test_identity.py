@@ -456,7 +456,7 @@ def test_the_identity_helpers_count_distinct_prompts():
 def test_a_score_that_overflows_is_named_at_the_input(run, tmp_path, command):
     df = pd.read_parquet(run / "cal.parquet")
     df.loc[5, "cost"] = 1e300  # finite, but lambda * c and its square overflow
-    _write_scores(tmp_path / "s.parquet", df, "calibration")
+    _write_scores(tmp_path / "s.parquet", df, "calibration" if command == "calibrate" else "test")
     flag = {"calibrate": "--scores"}.get(command, "--candidates")
     extra = {"calibrate": ["--tau", TAU, "--bootstrap", 200], "select-bon": ["--setting", "zero",
                                                                              "--overpenalised-lambda", 5],

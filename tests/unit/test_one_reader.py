@@ -200,6 +200,23 @@ def test_whatever_two_inputs_state_must_agree(tmp_path):
         agree("deploy-arms", {"--candidates": d, "--online": [c]})
 
 
+def test_a_weighted_lambda_of_another_calibration_set_is_not_deployed_beside_lambda_star(tmp_path):
+    """deploy-arms compares the fixed arm's record with the weighted one: calibrated on the same calibration samples
+    (their table's digest), or the weighted arm answers another question."""
+    from lara.identity import Artifact
+
+    def record(flag, kind, digest):
+        ident = {"kind": kind, "tau": 0.1, "made_from": {"--scores": digest}}
+        path = tmp_path / f"{flag[2:]}_{digest}.json"
+        path.write_text("{}")
+        return Artifact(flag, str(path), ident, None, {"tau": 0.1, "decoder": {"kind": "best_of_n", "n": 20}})
+
+    plain = record("--lambda-json", "lambda", "aaaa")
+    agree("deploy-arms", {"--lambda-json": plain, "--weighted": record("--weighted", "lambda_weighted", "aaaa")})
+    with pytest.raises(DataError, match="made for another calibration_set"):
+        agree("deploy-arms", {"--lambda-json": plain, "--weighted": record("--weighted", "lambda_weighted", "bbbb")})
+
+
 def test_the_check_reads_each_declared_input_once(tmp_path, monkeypatch):
     path = tmp_path / "s.parquet"
     files.write_table(_scores(), path, {"identity": {"kind": "scores", "role": "calibration"}})

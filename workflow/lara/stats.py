@@ -118,6 +118,26 @@ def verdict(lower: float, upper: float, tau: float, n: int | None = None) -> str
     return VERDICTS[0] if upper <= tau else VERDICTS[2] if lower > tau else VERDICTS[1]
 
 
+def verdict_problems(doc, tau: float | None = None, n: int | None = None, where: str = "") -> list[str]:
+    """Every verdict in ``doc`` (an audit, at any depth) that its own one-sided 95 % bounds, tau and prompt count do
+    not give: a verdict is read only with its check, so an edited one is found wherever it stands."""
+    out = []
+    if isinstance(doc, dict):
+        tau = doc.get("tau", tau) if isinstance(doc.get("tau", tau), (int, float)) else tau
+        n = next((doc[k] for k in ("n_prompts", "n_test_prompts") if isinstance(doc.get(k), int)), n)
+        bounds = doc.get("one_sided95")
+        stated = isinstance(doc.get("verdict"), str) and isinstance(bounds, list) and len(bounds) == 2
+        if stated and tau is not None and doc["verdict"] != verdict(bounds[0], bounds[1], tau, n):
+            out.append(f"{where or 'the audit'}: verdict {doc['verdict']!r}, but its own bounds {bounds} and tau "
+                       f"{tau:g} give {verdict(bounds[0], bounds[1], tau, n)!r}")
+        for k, v in doc.items():
+            out += verdict_problems(v, tau, n, f"{where}.{k}" if where else k)
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            out += verdict_problems(v, tau, n, f"{where}[{i}]")
+    return out
+
+
 def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
     """The exact (Clopper-Pearson) two-sided ``level`` interval of a binomial rate from k successes in n trials."""
     from scipy.stats import beta

@@ -224,7 +224,8 @@ def brute_force(ps: PrefixScores, schedule: Schedule, lam: float, bounds=None) -
 
 class Scheduled:
     """What every settings class holding the schedule's keys (checkpoints, keep, n, max_new_tokens) derives from
-    them: whether there is a pruned decoder, and its :class:`~lara.calibrate.pruned.Schedule`."""
+    them: whether there is a pruned decoder, its :class:`~lara.calibrate.pruned.Schedule`, and the one check of it
+    (every command that reads the schedule refuses a bad one naming the key, before any model is loaded)."""
 
     @property
     def enabled(self) -> bool:
@@ -232,6 +233,22 @@ class Scheduled:
 
     def schedule(self):
         return make_schedule(self.n, self.checkpoints, self.keep, self.max_new_tokens)
+
+    @cross_key("decode.bon_prune.checkpoints", "decode.bon_prune.keep", "decode.bon_n",
+               "generation.max_new_tokens", witness={"decode": {"bon_prune": {"checkpoints": [4, 2], "keep": [4, 2]}}})
+    def schedule_valid(self):
+        if not self.checkpoints and not self.keep:
+            return None
+        try:
+            schedule = self.schedule()
+        except ValueError as exc:
+            return (f"decode.bon_prune.checkpoints: {exc} (checkpoints {self.checkpoints}, keep {self.keep}, N = "
+                    f"{self.n})")
+        if schedule.checkpoints[-1] >= self.max_new_tokens:
+            return (f"decode.bon_prune.checkpoints: the last checkpoint, {schedule.checkpoints[-1]} tokens, is not "
+                    f"below generation.max_new_tokens = {self.max_new_tokens}: every candidate would be finished "
+                    "there, and stopping it saves nothing")
+        return None
 
 
 @dataclass(frozen=True)
@@ -270,22 +287,6 @@ class PruneSettings(Scheduled, CalibrationRules, Settings):
                                     "C(K, N) subsets when there are at most this many (K = N: one), else over this "
                                     "many drawn uniformly (its standard error recorded).", minimum=1)
     seed: int = seed_setting()
-
-    @cross_key("decode.bon_prune.checkpoints", "decode.bon_prune.keep", "decode.bon_n",
-               "generation.max_new_tokens", witness={"decode": {"bon_prune": {"checkpoints": [4, 2], "keep": [4, 2]}}})
-    def schedule_valid(self):
-        if not self.checkpoints and not self.keep:
-            return None
-        try:
-            schedule = self.schedule()
-        except ValueError as exc:
-            return (f"decode.bon_prune.checkpoints: {exc} (checkpoints {self.checkpoints}, keep {self.keep}, N = "
-                    f"{self.n})")
-        if schedule.checkpoints[-1] >= self.max_new_tokens:
-            return (f"decode.bon_prune.checkpoints: the last checkpoint, {schedule.checkpoints[-1]} tokens, is not "
-                    f"below generation.max_new_tokens = {self.max_new_tokens}: every candidate would be finished "
-                    "there, and stopping it saves nothing")
-        return None
 
 
 @dataclass(frozen=True)

@@ -40,21 +40,42 @@ HELP = "held-out audit of several constraints: per-constraint and joint verdicts
 def joint_verdict(costs: np.ndarray, tau, rows: list[dict], n_boot: int, seed: int) -> dict:
     """(P, m) held-out costs: the bootstrap bound of max_j (mean_j - tau_j) and the joint verdict (met only where
     every constraint's own verdict is met too)."""
-    from lara.stats import MIN_PROMPTS, ONE_SIDED, TOO_FEW, VERDICTS, bootstrap_means
+    from lara.stats import ONE_SIDED, bootstrap_means
 
     excess = bootstrap_means(costs, n_boot, seed) - np.asarray(tau)[None, :]
     worst = excess.max(axis=1)
     upper = float(np.quantile(worst, ONE_SIDED[1]))
     point = float((costs.mean(axis=0) - np.asarray(tau)).max())
-    if len(costs) < MIN_PROMPTS:
-        verdict = TOO_FEW
-    elif upper <= 0 and all(r["verdict"] == VERDICTS[0] for r in rows):  # (never met where one constraint is not:
-        verdict = VERDICTS[0]                                             # a rate's exact interval may be wider)
-    elif any(r["verdict"] == VERDICTS[2] for r in rows):
-        verdict = VERDICTS[2]
-    else:
-        verdict = VERDICTS[1]
-    return {"max_excess": point, "max_excess_upper95": upper, "verdict": verdict}
+    return {"max_excess": point, "max_excess_upper95": upper,
+            "verdict": joint_rule(upper, [r["verdict"] for r in rows], len(costs))}
+
+
+def joint_rule(upper: float, verdicts: list[str], n: int) -> str:
+    """The joint verdict from the bound of the largest excess and each constraint's own verdict (the one rule: the
+    audit writes it, every reader checks it)."""
+    from lara.stats import MIN_PROMPTS, TOO_FEW, VERDICTS
+
+    if n < MIN_PROMPTS:
+        return TOO_FEW
+    if upper <= 0 and all(v == VERDICTS[0] for v in verdicts):  # (never met where one constraint is not:
+        return VERDICTS[0]                                      # a rate's exact interval may be wider)
+    return VERDICTS[2] if any(v == VERDICTS[2] for v in verdicts) else VERDICTS[1]
+
+
+def edited_verdicts(audit: dict) -> list[str]:
+    """Every verdict of a read audit that its own numbers do not give: each row's from its bounds and tau, each joint
+    verdict from its rows (:func:`joint_rule`)."""
+    from lara.stats import verdict_problems
+
+    out = verdict_problems(audit.get("rows") or [], where="rows")
+    for j in audit.get("joint") or []:
+        own = [r["verdict"] for r in audit.get("rows") or [] if (r.get("method"), r.get("setting")) ==
+               (j.get("method"), j.get("setting"))]
+        want = joint_rule(j.get("max_excess_upper95", float("inf")), own, j.get("n_prompts", 0))
+        if j.get("verdict") != want:
+            out.append(f"joint ({j.get('method')} at {j.get('setting')}): verdict {j.get('verdict')!r}, but its rows "
+                       f"and bound give {want!r}")
+    return out
 
 
 def judge_column(c, j: int) -> str:

@@ -42,19 +42,21 @@ def sweep(reward: np.ndarray, cost: np.ndarray, lams) -> pd.DataFrame:
 
 def check_calibrated_for(n: int, setting: str, lambda_json: str | Path | None) -> None:
     """A lambda read from a record calibrated for Best-of-N with another N is refused (its lambda* meets tau
-    for that N only); a soft-mode record (calibration.mode: soft deploys it on purpose) is said in the log."""
+    for that N only), and so is a soft-mode record (the Gibbs tilt's lambda: Best-of-N is calibrated in bon mode,
+    which the config requires wherever Best-of-N is decoded; the soft lambda* reaches Fig. 1 as the sweep's
+    soft_beta rows)."""
+    from lara.read.files import DataError
+
     if setting in ("zero", "max") or not (lambda_json and Path(lambda_json).is_file()):
         return
     decoder = read_lambda(lambda_json).decoder
+    if decoder.get("kind") == "gibbs_tilt":
+        raise DataError(f"--lambda-json {lambda_json}: calibrated in soft mode (the Gibbs tilt at beta = "
+                        f"{decoder.get('beta')}), not for argmax Best-of-{n}: setting {setting!r} would deploy another "
+                        "decoder's lambda (calibrate in bon mode; bon-sweep --soft-lambda-json shows the soft one)")
     if decoder.get("kind") == "best_of_n" and decoder.get("n") not in (None, n):
-        from lara.read.files import DataError
-
         raise DataError(f"--lambda-json {lambda_json}: calibrated for Best-of-{decoder['n']}, but the candidates "
                         f"give Best-of-{n}: calibrate for N = {n} (decode.bon_n) or draw N = {decoder['n']} candidates")
-    if decoder.get("kind") == "gibbs_tilt":
-        log.warning("%s was calibrated in soft mode (the Gibbs tilt at beta=%s), not for argmax Best-of-%d: "
-                    "calibrate with --mode bon --bon-n %d for the expected-cost guarantee", lambda_json,
-                    decoder.get("beta"), n, n)
 
 
 # ---------------------------------------------------------------------------------------------

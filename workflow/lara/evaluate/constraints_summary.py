@@ -33,6 +33,12 @@ def record_lines(path: Path, record: dict) -> list[str]:
 
 
 def audit_lines(path: Path, audit: dict) -> list[str]:
+    from lara.constraints.audit import edited_verdicts
+    from lara.read.files import DataError
+
+    edited = edited_verdicts(audit)
+    if edited:
+        raise DataError(f"{path}: {edited[0]}: edited after lara audit-constraints wrote it; rerun the audit")
     lines = ["", f"held-out audit ({path}): each constraint's decoding cost (tau's units; a probability constraint's "
                  "rate with its Clopper-Pearson interval) and each judge's mean score"]
     joint = {(j["method"], j["setting"]): j["verdict"].split(" (")[0] for j in audit.get("joint") or []}

@@ -238,6 +238,12 @@ def read_run(root: Path) -> str:
     summary_path = root / "eval" / "summary.csv"
     summary = read_table(summary_path, required=("method", "setting", "helpfulness", "harmfulness"))
     check_agreement(root, lam, audit, summary_path)
+    from lara.stats import verdict_problems
+
+    edited = verdict_problems(audit)
+    if edited:
+        raise DataError(f"{audit_path}: {edited[0]}" + (f" (and {len(edited) - 1} more)" if len(edited) > 1 else "")
+                        + ": edited after lara aggregate wrote it; rerun the audit")
     lines = calibration_lines(root, lam, audit) + coverage_lines(root) + [""] + sweep_lines(audit, audit_path)
     lines += decoder_lines(audit) + pruned_lines(root, audit)
     if "by_lambda" not in audit:

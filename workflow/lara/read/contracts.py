@@ -70,9 +70,10 @@ LAMBDA_ANY = Expect("a calibration record (lara calibrate or calibrate-vector)",
                     kinds=("lambda", "lambda_weighted", "lambda_vector"), keys=("tau",))
 LAMBDA_PLAIN = Expect("the calibration record (lara calibrate, not weighted: the fixed arms' baseline)", JSON,
                       kinds=("lambda",), keys=("lambda_hat", "lambda_star", "tau"),
-                      agree=("lambda_record", "tau", "n", *SCALAR_SCORERS), decoders=FULL_BON)
+                      agree=("lambda_record", "tau", "n", "calibration_set", *SCALAR_SCORERS), decoders=FULL_BON)
 LAMBDA_WEIGHTED = Expect("a weighted calibration record (lara calibrate --weights)", JSON,
-                         kinds=("lambda_weighted",), keys=("lambda_star", "tau"), agree=("tau", "n", "scenario"),
+                         kinds=("lambda_weighted",), keys=("lambda_star", "tau"),
+                         agree=("tau", "n", "scenario", "calibration_set"),
                          decoders=FULL_BON)
 LAMBDA_VECTOR = Expect("a vector lambda record (lara calibrate-vector)", JSON, kinds=("lambda_vector",),
                        agree=("lambda_record", "tau", "n", *SCORERS))
@@ -126,18 +127,19 @@ PREFIXES_CAL = Expect("the calibration prompts' samples with their prefix scores
                       kinds=("prefix_scores",), roles=("calibration",),
                       columns=("prompt_id", "sample_id", "reward", "cost", "n_tokens"),
                       numbers=("reward", "cost", "n_tokens"), unit="response",
-                      agree=(*SCALAR_SCORERS, *PREFIX_SCORERS))
+                      agree=(*SCALAR_SCORERS, *PREFIX_SCORERS), states=PREFIX_SCORERS)
 PREFIXES_TEST = Expect("the test prompts' candidates with their prefix scores (lara score-prefixes)",
                        kinds=("prefix_scores",), roles=("test",),
                        columns=("prompt_id", "sample_id", "reward", "cost", "n_tokens"),
                        numbers=("reward", "cost", "n_tokens"), unit="response",
-                       agree=(*SCALAR_SCORERS, *PREFIX_SCORERS))
+                       agree=(*SCALAR_SCORERS, *PREFIX_SCORERS), states=PREFIX_SCORERS)
 PREFIXES_ANY = Expect("samples with their prefix scores (lara score-prefixes)", kinds=("prefix_scores",),
                       columns=("prompt_id", "sample_id", "reward", "cost", "n_tokens"),
                       numbers=("reward", "cost", "n_tokens"), unit="response")
 LAMBDA_PRUNED = Expect("pruned Best-of-N's own record (lara calibrate-prune)", JSON, kinds=("lambda",),
                        keys=("lambda_hat", "lambda_star", "tau"),
-                       agree=("lambda_record", "tau", *SCALAR_SCORERS, *PREFIX_SCORERS), decoders=("pruned_best_of_n",))
+                       agree=("lambda_record", "tau", *SCALAR_SCORERS, *PREFIX_SCORERS), decoders=("pruned_best_of_n",),
+                       states=PREFIX_SCORERS)
 PRUNE_SWEEP = Expect("pruned Best-of-N's sweep (lara bon-prune-sweep)",
                      columns=("n", "lambda", "label", "tokens", "token_ratio"),
                      numbers=("lambda", "tokens", "token_ratio"))
@@ -310,6 +312,8 @@ def _value(art, name: str, expect: Expect):
         return art.data["decoder"].get("n")
     if name == "tau" and art.data is not None and "tau" in art.data:
         return art.data["tau"]
+    if name == "calibration_set":  # the calibration samples a record was calibrated on (their table's digest)
+        return (found.get("made_from") or {}).get("--scores") if isinstance(found.get("made_from"), dict) else None
     return found.get(name)
 
 

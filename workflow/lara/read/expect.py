@@ -21,6 +21,8 @@ import pandas as pd
 from lara.data.errors import DataError
 
 TABLE, JSON = "table", "json"
+WRITTEN = {"code", "settings"}  # what a lambda record a calibration wrote states beside its identity (a hand-made
+# record need not: it is read on its own numbers; one the step wrote, stripped of its identity, is an edited copy)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class Expect:
     stamped: bool = False  # only a step writes it: a copy without its identity (metadata stripped) is refused
     keys: tuple[str, ...] = field(default=())  # JSON records: top-level keys it must have
     decoders: tuple[str, ...] = ()  # calibration records: the decoders (decoder.kind) it may be calibrated for
+    states: tuple[str, ...] = ()  # identity fields it must state (what its consumers compare; absent: refused)
 
     def describe(self) -> str:
         parts = [self.fmt]
@@ -167,6 +170,10 @@ def identity_checks(found: dict, expect: Expect, where: str) -> None:
                         "a copy without its metadata cannot be told from another run's; pass the file the step wrote")
     if expect.kinds and kind is not None and kind not in expect.kinds:
         raise DataError(f"{where}: kind {kind}, expected {' or '.join(expect.kinds)} ({expect.what})")
+    unstated = [name for name in expect.states if kind is not None and found.get(name) is None]
+    if unstated:
+        raise DataError(f"{where}: states no {', '.join(unstated)} ({expect.what}): made by an older step, or edited; "
+                        "its consumers compare them with their other inputs: remake it")
     role = found.get("role", found.get("split_role"))
     if expect.roles and role is not None and role not in expect.roles:
         raise DataError(f"{where}: role {role}, expected {' or '.join(expect.roles)} ({expect.what})")
@@ -197,6 +204,10 @@ def read(path: str | Path, flag: str, expect: Expect):
         if missing:
             raise DataError(f"{where}: missing key(s) {', '.join(missing)} ({expect.what})")
         found = data.get(identity.KEY) if isinstance(data.get(identity.KEY), dict) else {}
+        if not found and set(data) >= WRITTEN and any(k.startswith("lambda") for k in expect.kinds):
+            raise DataError(f"{where}: written by a step (it states its {', '.join(sorted(WRITTEN))}) but carries no "
+                            "identity: it was removed, and with it the seal that finds an edit; pass the file the step "
+                            "wrote")
         identity_checks(found, expect, where)
         decoder_check(data, expect, where)
         return identity.Artifact(flag, str(path), found, None, data)

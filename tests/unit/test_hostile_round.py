@@ -1,0 +1,100 @@
+"""The wrong answers with exit 0 that a hostile round found after the calibration core was consolidated, each kept
+as a case that must stay refused: a verdict read without its check, a soft-mode lambda deployed as Best-of-N's, a
+pruned record or prefix table that does not state its partial scorers, a schedule check missing from a command."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lara.data.errors import DataError
+from lara.stats import VERDICTS, verdict_problems
+
+
+def audit_row(verdict, lower, upper, tau=-0.5, n=256):
+    return {"method": "bon", "setting": "zero", "n_prompts": n, "one_sided95": [lower, upper], "tau": tau,
+            "verdict": verdict}
+
+
+def test_a_verdict_its_own_bounds_do_not_give_is_found_wherever_it_stands():
+    audit = {"tau": -0.5, "n_test_prompts": 256, "by_lambda": [audit_row(VERDICTS[2], 0.52, 1.66)],
+             "decoders": [audit_row(VERDICTS[0], -1.2, -0.7)]}
+    assert verdict_problems(audit) == []
+    audit["by_lambda"][0]["verdict"] = VERDICTS[0]  # "met", against bounds entirely above tau
+    found = verdict_problems(audit)
+    assert len(found) == 1 and found[0].startswith("by_lambda[0]: verdict 'met")
+    audit["decoders"][0]["n_prompts"] = 5  # too few prompts for any verdict
+    assert any(p.startswith("decoders[0]") for p in verdict_problems(audit))
+
+
+def test_a_joint_verdict_its_rows_do_not_give_is_found():
+    from lara.constraints.audit import edited_verdicts, joint_rule
+
+    rows = [audit_row(VERDICTS[0], -2.0, -1.0) | {"constraint": c} for c in ("a", "b")]
+    joint = [{"method": "bon", "setting": "zero", "n_prompts": 256, "max_excess_upper95": -0.5,
+              "verdict": joint_rule(-0.5, [VERDICTS[0]] * 2, 256)}]
+    assert joint[0]["verdict"] == VERDICTS[0] and edited_verdicts({"rows": rows, "joint": joint}) == []
+    rows[1] = audit_row(VERDICTS[2], 0.0, 1.0) | {"constraint": "b"}  # one constraint violated: the joint is not met
+    assert edited_verdicts({"rows": rows, "joint": joint})[0].startswith("joint (bon at zero): verdict 'met")
+
+
+def test_a_soft_mode_record_is_not_deployed_as_best_of_n(tmp_path):
+    from lara.decode.bon import check_calibrated_for
+
+    record = {"lambda_hat": 0.3, "lambda_star": 0.4, "tau": -0.5, "mode": "soft", "feasible": True,
+              "status": "found", "decoder": {"kind": "gibbs_tilt", "beta": 1.0},
+              "bootstrap": {"quantile": 0.975, "quantiles": {"0.975": 0.4}}}
+    path = tmp_path / "lambda_soft.json"
+    path.write_text(json.dumps(record))
+    check_calibrated_for(20, "zero", path)  # no lambda read: nothing to refuse
+    with pytest.raises(DataError, match="calibrated in soft mode .* not for argmax Best-of-20"):
+        check_calibrated_for(20, "star", path)
+
+
+def test_a_prefix_table_or_pruned_record_that_names_no_partial_scorer_is_refused():
+    from lara.read.contracts import LAMBDA_PRUNED, PREFIXES_TEST
+    from lara.read.expect import identity_checks
+
+    named = {"kind": "prefix_scores", "role": "test", "prefix_reward_scorer": "r", "prefix_cost_scorer": "c"}
+    identity_checks(named, PREFIXES_TEST, "--candidates p.parquet")
+    with pytest.raises(DataError, match="states no prefix_cost_scorer"):
+        identity_checks({k: v for k, v in named.items() if k != "prefix_cost_scorer"}, PREFIXES_TEST, "--candidates")
+    with pytest.raises(DataError, match="states no prefix_reward_scorer"):  # a pruned record made before they were
+        identity_checks({"kind": "lambda", "prefix_cost_scorer": "c"}, LAMBDA_PRUNED, "--lambda-json r.json")
+
+
+def test_every_command_that_reads_the_schedule_refuses_a_bad_one_before_any_model():
+    from lara.calibrate.prune_coverage import PruneCoverageSettings
+    from lara.calibrate.pruned import PruneScheduleSettings, PruneSettings
+    from lara.decode.prune_sweep import PruneSweepSettings
+    from lara.settings import ConfigError
+
+    bad = {"n": 20, "max_new_tokens": 48, "checkpoints": [2, 3], "keep": [30, 3]}
+    extra = {PruneSettings: dict(tau=-0.5, lambda_search_max=5.0, bootstrap=200, quantile=0.975,
+                                 guarantee="bootstrap", delta=0.1, cost_bounds=None),
+             PruneScheduleSettings: {},
+             PruneSweepSettings: dict(tau=-0.5, lambda_grid=[0.0]),
+             PruneCoverageSettings: dict(grid_points=11, max_subsets=10, tau=-0.5, quantile=0.975, delta=0.1,
+                                         cost_bounds=[-8.0, 8.0], lambda_search_max=5.0)}
+    for cls, more in extra.items():
+        with pytest.raises(ConfigError, match="keep 30 at checkpoint 2"):
+            cls(**bad, **more)
+
+
+def test_a_record_a_calibration_wrote_is_refused_with_its_identity_removed(tmp_path):
+    """A record that states its code and settings was written by a calibration, which always stamps it: without its
+    identity (and the seal in it) any edit of its lambdas would pass, so it is refused; a hand-made record (no code,
+    no settings) is read on its own numbers."""
+    from lara.read.contracts import LAMBDA
+    from lara.read.expect import read
+
+    record = {"lambda_hat": 0.3, "lambda_star": 0.4, "tau": -0.5, "mode": "bon", "feasible": True,
+              "status": "found", "decoder": {"kind": "best_of_n", "n": 20}}
+    hand = tmp_path / "hand.json"
+    hand.write_text(json.dumps(record))
+    assert read(hand, "--lambda-json", LAMBDA).data["lambda_star"] == 0.4
+    stripped = tmp_path / "stripped.json"
+    stripped.write_text(json.dumps(record | {"code": {"git_commit": "0" * 40}, "settings": {"tau": -0.5}}))
+    with pytest.raises(DataError, match="stripped.json: written by a step .* but carries no identity"):
+        read(stripped, "--lambda-json", LAMBDA)
