@@ -45,7 +45,7 @@ def sweep(ps, schedule, lams, labels, tau: float, n_boot: int, seed: int) -> pd.
     """One row per lambda: the pruned decoder's mean reward and cost on the prompts with bootstrap intervals, the
     verdict against tau, and its tokens per prompt against full Best-of-N's on the same candidates."""
     from lara.calibrate.pruned import run as run_pruned
-    from lara.stats import interval, verdict
+    from lara.decode.sweep import held_out_table
 
     at = np.arange(ps.shape[0])
     picks, tokens = [], []
@@ -54,20 +54,14 @@ def sweep(ps, schedule, lams, labels, tau: float, n_boot: int, seed: int) -> pd.
         picks.append(o.pick)
         tokens.append(o.tokens)
     pick = np.stack(picks, axis=1)  # (P, L)
-    table = pd.DataFrame({"n": schedule.n, "lambda": np.asarray(lams, dtype=float), "label": labels})
-    for name, per_prompt in (("mean_reward", ps.reward[at[:, None], pick]), ("mean_cost", ps.cost[at[:, None], pick])):
-        mean, lo, hi, lower, upper = interval(per_prompt, n_boot, seed)
-        table[name], table[f"{name}_lo"], table[f"{name}_hi"] = mean, lo, hi
-        if name == "mean_cost":
-            table["mean_cost_lower"], table["mean_cost_upper"] = lower, upper
-    table["verdict"] = [verdict(lo, up, tau, len(at))
-                        for lo, up in zip(table["mean_cost_lower"], table["mean_cost_upper"], strict=True)]
+    table = held_out_table(pd.DataFrame({"n": schedule.n, "lambda": np.asarray(lams, dtype=float), "label": labels}),
+                           {"mean_reward": ps.reward[at[:, None], pick], "mean_cost": ps.cost[at[:, None], pick]},
+                           tau, n_boot, seed)
     spent = np.stack(tokens, axis=1)
     full = ps.length.sum(axis=1)
     table["tokens"] = spent.mean(axis=0)
     table["tokens_full"] = float(full.mean())
     table["token_ratio"] = full.sum() / np.maximum(1, spent.sum(axis=0))
-    table["tau"] = tau
     return table
 
 

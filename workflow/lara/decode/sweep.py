@@ -58,15 +58,23 @@ def sweep_table(reward: np.ndarray, cost: np.ndarray, lams, labels, n: int, tau:
     mask = np.ones_like(reward, dtype=bool)
     lams = np.asarray(lams, dtype=np.float64)
     cols = {"mean_reward": reward, "mean_cost": cost, "safe_fraction": (cost <= 0).astype(float)}
-    table = pd.DataFrame({"n": n, "lambda": lams, "label": labels})
-    for name, per_prompt in zip(cols, expected(reward, cost, mask, lams, n, *cols.values()), strict=True):
-        mean, lo, hi, lower, upper = interval(per_prompt, n_boot, seed)
+    per_prompt = dict(zip(cols, expected(reward, cost, mask, lams, n, *cols.values()), strict=True))
+    return held_out_table(pd.DataFrame({"n": n, "lambda": lams, "label": labels}), per_prompt, tau, n_boot, seed)
+
+
+def held_out_table(table: pd.DataFrame, per_prompt: dict, tau: float | None, n_boot: int, seed: int) -> pd.DataFrame:
+    """``table`` (one row per lambda) with each column of ``per_prompt`` ((P, L) per-prompt values) as a mean over the
+    test prompts with its bootstrap 95 % interval, the cost's one-sided 95 % bounds and the verdict against tau: the
+    held-out audit of every decoder's sweep (Best-of-N's, pruned Best-of-N's)."""
+    for name, values in per_prompt.items():
+        mean, lo, hi, lower, upper = interval(values, n_boot, seed)
         table[name], table[f"{name}_lo"], table[f"{name}_hi"] = mean, lo, hi
         if name == "mean_cost":
             table["mean_cost_lower"], table["mean_cost_upper"] = lower, upper
     if tau is not None:
+        n = next(iter(per_prompt.values())).shape[0]
         table["tau"] = tau
-        table["verdict"] = [verdict(lo, up, tau, reward.shape[0])
+        table["verdict"] = [verdict(lo, up, tau, n)
                             for lo, up in zip(table["mean_cost_lower"], table["mean_cost_upper"], strict=True)]
     return table
 
