@@ -637,3 +637,25 @@ def test_curves_equal_a_plain_enumeration(name):
 def test_one_data_error_class():
     """Every refusal above is one class: lara.read.files re-exports lara.data.errors' DataError."""
     assert files.DataError is DataError
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_best_of_k_on_the_grid_agrees_with_best_of_n_s_exact_kernel(k):
+    """Best-of-k through the interface (on a grid) and full Best-of-N's exact-breakpoint kernel at N = k are one
+    decoder: on a monotone curve the grid's lambda-hat is the exact lambda-hat rounded up to the next grid point."""
+    from lara.calibrate.best_of_k import BestOfK
+    from lara.calibrate.bestofn import roots, steps
+    from lara.calibrate.procedures import hat
+
+    rng = np.random.default_rng(11)
+    r = rng.normal(size=(80, 8))
+    c = 0.6 * r + rng.normal(size=(80, 8))
+    grid = np.linspace(0.0, 4.0, 401)
+    cv = BestOfK(r, c, np.full((80, 8), 10), k, 8).curves(grid, None)
+    mask = np.ones_like(r, dtype=bool)
+    for tau in np.quantile(cv.cost.mean(axis=0), [0.2, 0.5, 0.8]):
+        exact, status = roots(steps(r, c, mask, k, 4.0), np.full((1, 80), 1 / 80), float(tau), 4.0)
+        on_grid = hat(cv, float(tau))
+        assert status[0] in (0, 1) and on_grid.feasible
+        assert grid[on_grid.index] >= exact[0] - 1e-12
+        assert on_grid.index == 0 or grid[on_grid.index - 1] < exact[0] + 1e-12
