@@ -208,8 +208,8 @@ def read(path: str | Path, flag: str, expect: Expect):
             raise DataError(f"{where}: written by a step (it states its {', '.join(sorted(WRITTEN))}) but carries no "
                             "identity: it was removed, and with it the seal that finds an edit; pass the file the step "
                             "wrote")
+        decoder_check(data, expect, where)  # the decoder first: another decoder's record is named as such
         identity_checks(found, expect, where)
-        decoder_check(data, expect, where)
         return identity.Artifact(flag, str(path), found, None, data)
     df = files.read_table(path, required=expect.columns, where=where)
     files.require_rows(df, where)
