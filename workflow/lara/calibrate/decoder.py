@@ -21,7 +21,7 @@ procedures, the record, its statements, floors and identity checks are the core'
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -36,7 +36,7 @@ MIN_PROMPTS = 2  # a bootstrap over prompts of one prompt resamples nothing: no 
 class Curves:
     """Per prompt and grid lambda (P, L): a decoder's expected cost, the cost clipped to the certificates' bounds,
     reward and tokens; the per-prompt standard error of the clipped cost (zero where exact); the subsets averaged
-    and whether they are all of them; ``extra``: further per-prompt (P, L) counts a decoder reports (scorer calls)."""
+    and whether they are all of them."""
 
     grid: np.ndarray
     cost: np.ndarray
@@ -46,7 +46,6 @@ class Curves:
     cost_se: np.ndarray
     n_subsets: int
     exact: bool
-    extra: dict = field(default_factory=dict)
 
     @property
     def n_prompts(self) -> int:
@@ -60,8 +59,7 @@ class Curves:
     def take(self, rows) -> Curves:
         """The curves of the prompts ``rows`` (with repeats: a draw of prompts)."""
         return replace(self, cost=self.cost[rows], clipped=self.clipped[rows], reward=self.reward[rows],
-                       tokens=self.tokens[rows], cost_se=self.cost_se[rows],
-                       extra={k: v[rows] for k, v in self.extra.items()})
+                       tokens=self.tokens[rows], cost_se=self.cost_se[rows])
 
     @classmethod
     def stack(cls, parts: list[Curves]) -> Curves:
@@ -69,9 +67,7 @@ class Curves:
         first = parts[0]
         cat = {f: np.concatenate([getattr(c, f) for c in parts]) for f in ("cost", "clipped", "reward", "tokens",
                                                                             "cost_se")}
-        extra = {k: np.concatenate([c.extra[k] for c in parts]) for k in first.extra}
-        return cls(first.grid, **cat, n_subsets=min(c.n_subsets for c in parts),
-                   exact=all(c.exact for c in parts), extra=extra)
+        return cls(first.grid, **cat, n_subsets=min(c.n_subsets for c in parts), exact=all(c.exact for c in parts))
 
     def at(self, i: int) -> dict:
         """The decoder's calibration-set means at grid point ``i``."""

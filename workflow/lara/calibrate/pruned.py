@@ -178,20 +178,19 @@ def curves(ps: PrefixScores, schedule: Schedule, grid, bounds=None, max_subsets:
     rows = gather(ps, cols)
     clip = rows.cost if bounds is None else np.clip(rows.cost, float(bounds[0]), float(bounds[1]))
     shape = (p, len(grid))
-    out = {name: np.empty(shape) for name in ("cost", "clipped", "reward", "tokens", "prefix", "full", "se")}
+    out = {name: np.empty(shape) for name in ("cost", "clipped", "reward", "tokens", "se")}
     at = np.arange(len(rows.reward))
     for li, lam in enumerate(grid):
         o = run(rows.reward, rows.cost, rows.length, rows.prefix_reward, rows.prefix_cost, float(lam), schedule)
         chosen = {"cost": rows.cost[at, o.pick], "clipped": clip[at, o.pick], "reward": rows.reward[at, o.pick],
-                  "tokens": o.tokens, "prefix": o.prefix_scored, "full": o.full_scored}
+                  "tokens": o.tokens}
         for name, v in chosen.items():
             out[name][:, li] = v.reshape(p, s).mean(axis=1)
         if not exact and s > 1:
             out["se"][:, li] = chosen["clipped"].reshape(p, s).std(axis=1, ddof=1) / math.sqrt(s)
         else:
             out["se"][:, li] = 0.0
-    return Curves(grid, out["cost"], out["clipped"], out["reward"], out["tokens"], out["se"], s, exact,
-                  {"prefix_scored": out["prefix"], "full_scored": out["full"]})
+    return Curves(grid, out["cost"], out["clipped"], out["reward"], out["tokens"], out["se"], s, exact)
 
 
 def brute_force(ps: PrefixScores, schedule: Schedule, lam: float, bounds=None) -> dict:
