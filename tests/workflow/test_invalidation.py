@@ -113,9 +113,10 @@ def test_editing_a_step_module_reruns_that_step_and_its_downstream(toy_run, tmp_
     lara, env = package_copy(tmp_path)
     append(lara / "decode" / "sweep.py", "\nAN_EDIT = 1\n")
     counts, outputs = dry_run(toy_run, env=env)
-    # the sweep, its figure, and the audit that reads it (with the summary's and the audit's figures)
-    assert counts == {"bon_sweep": 1, "figure_lambda_sweep": 1, "aggregate": 1, "figure_tradeoff": 1,
-                      "figure_decoders": 1}, counts
+    # the sweeps (Best-of-N's and pruned Best-of-N's share its held-out table), their figure, and the audit that
+    # reads them (with the summary's and the audit's figures)
+    assert counts == {"bon_sweep": 1, "bon_prune_sweep": 1, "figure_lambda_sweep": 1, "aggregate": 1,
+                      "figure_tradeoff": 1, "figure_decoders": 1}, counts
     append(lara / "calibrate" / "dual.py", "\nANOTHER_EDIT = 1\n")
     counts, outputs = dry_run(toy_run, env=env)
     # the decodes at lambda-hat and lambda* (and Best-of-N at the certified lambdas) read the rewritten lambda.json
