@@ -26,14 +26,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lara.calibrate.certify import PROCEDURES
 from lara.calibrate.decoder import MIN_PROMPTS, MIN_SAMPLED_SUBSETS, Curves, clipped_share, subset_statement
 from lara.data.errors import DataError
-from lara.settings import COST_RESOLUTION, cross_key, ordered_bounds
+from lara.settings import CERTIFIED, COST_RESOLUTION, cross_key, ordered_bounds
 
 QUANTILES = (0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.975)
 STATUS = {0: "found", 1: "inactive", 2: "infeasible"}
 MAX_CLIPPED = 0.01  # the largest share of calibration costs the bounds may clip for a deployed certificate
-PROCEDURES = ("bootstrap", "crc", "ltt", "ltt_wsr")
 
 
 class CalibrationRules:
@@ -312,11 +312,11 @@ def flag_clipping(result: dict, note: str, guarantee: str, allow: bool, where, b
                   ) -> None:
     """Bounds that clip too much (``note`` says how much): every certified procedure's statement says so, and a
     certified guarantee deployed with them is refused unless allowed (then its statement says so too)."""
-    for name in PROCEDURES[1:]:
+    for name in CERTIFIED:
         p = result["procedures"].get(name)
         if p and p.get("statement"):
             p["statement"] += f"; {note}"
-    if guarantee in PROCEDURES[1:]:
+    if guarantee in CERTIFIED:
         if not allow:
             raise DataError(f"{where}: calibration.guarantee {guarantee}: {note}; widen {bounds} (fixed before seeing "
                             "these costs) or pass --allow-clipping")
