@@ -201,6 +201,27 @@ rule calibrate_lambda_for_n:
         "lara calibrate --scores {input.scores:q} --settings {params.settings:q}" " --out {output:q} > {log:q} 2>&1"
 
 
+# Best-of-k for each Fig. 1 size through the calibration core (lara.calibrate.best_of_k): every procedure on the
+# lambda grid of decode.bon_prune.grid_points, its tokens; the sweep audits its lambdas beside the exact calibration
+rule calibrate_best_of_k:
+    input:
+        scores="results/{exp}/calibration/scores.parquet",
+    output:
+        "results/{exp}/calibration/lambda_bon_k{k}.json",
+    log:
+        "logs/{exp}/calibrate_best_of_k{k}.log",
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("calibrate_lambda")
+    resources:
+        **job_resources("calibrate_lambda"),
+    params:
+        settings=lambda w: step_settings("calibrate-best-of-k", k=int(w.k)),
+        code=step_code("calibrate-best-of-k"),
+    shell:
+        "lara calibrate-best-of-k --scores {input.scores:q} --settings {params.settings:q} --out {output:q} > {log:q} 2>&1"
+
+
 # Pruned Best-of-N's own lambda (decode.bon_prune; docs/pruned.md): its expected cost per calibration prompt on a
 # lambda grid from the calibration samples' prefix scores (rules/decode.smk: score_prefixes), the stable root, the
 # bootstrap lambda* and, with calibration.cost_bounds, the certified lambdas (LTT in a fixed sequence down the grid)

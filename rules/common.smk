@@ -121,6 +121,7 @@ def _alternatives(names):
 WILDCARDS = {
     "exp": EXP,
     "n": "[0-9]+",
+    "k": "[0-9]+",
     "kind": "reward|cost",
     "method": "args|pargs|cdq",
     "pool": "calibration|value|bon|deployment",
@@ -339,6 +340,14 @@ def direct_lambda_json(method):
 def sweep_sizes():
     """The Best-of-N sizes of Fig. 1: decode.sweep_n plus the decoder's own N."""
     return sorted(set(config["decode"]["sweep_n"]) | {config["decode"]["bon_n"]})
+
+
+def core_lambda_inputs():
+    """Best-of-k through the calibration core for every Fig. 1 size (bon mode): records the sweep audits beside the
+    exact calibration of the same N (rules/calibrate.smk: calibrate_best_of_k)."""
+    if config["calibration"]["mode"] != "bon":
+        return []
+    return [f"{RESULTS}/calibration/lambda_bon_k{k}.json" for k in sweep_sizes()]
 
 
 def soft_lambda_inputs():

@@ -30,6 +30,7 @@ rule bon_sweep:
         lam=sweep_lambda_inputs(),
         soft=soft_lambda_inputs(),
         taus=tau_lambda_inputs(),
+        core=core_lambda_inputs(),
     output:
         "results/{exp}/decode/bon/sweep.csv",
     log:
@@ -45,7 +46,7 @@ rule bon_sweep:
         code=step_code("bon-sweep"),
     shell:
         "lara bon-sweep --candidates {input.candidates:q} --lambda-json {input.lam:q} --soft-lambda-json {input.soft:q}"
-        " --tau-lambda-json {input.taus:q}"
+        " --tau-lambda-json {input.taus:q} --k-lambda-json {input.core:q}"
         " --n {params.sizes:q} --settings {params.settings:q} --out {output:q} > {log:q} 2>&1"
 
 

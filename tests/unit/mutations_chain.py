@@ -34,7 +34,8 @@ BASELINES: dict[str, tuple[tuple[str, ...], ...]] = {
     "score": (("--input",),),
     "calibrate": (("--scores",), ("--scores", "--weights")),
     "select-bon": (("--candidates", "--lambda-json"),),
-    "bon-sweep": (("--candidates", "--lambda-json", "--tau-lambda-json"),),
+    "bon-sweep": (("--candidates", "--lambda-json", "--tau-lambda-json", "--k-lambda-json"),),
+    "calibrate-best-of-k": (("--scores",),),
     "evaluate": (("--responses",),),
     "judge": (("--responses",),),
     "aggregate": (("--scores", "--judge", "--bon-star", "--lambda-json", "--sweep"),),
@@ -306,9 +307,17 @@ def build(root: Path) -> Chain:
         f[f"bon_star_{other}"] = R / f"decode/bon_star_{other}.parquet"
         ok("select-bon", "--candidates", f["scores_test"], "--setting", "star", "--overpenalised-lambda", 50,
            "--lambda-json", f[f"lambda_{other}"], "--out", f[f"bon_star_{other}"])
+    # Best-of-2 through the calibration core (its own record), audited in the sweep beside Best-of-4
+    f["lambda_k2"] = R / "calibration/lambda_bon_k2.json"
+    base("calibrate-best-of-k", "--scores", f["scores_cal"], "--settings", json.dumps(
+        {"k": 2, "n": N, "max_new_tokens": 48, "tau": tau, "lambda_search_max": 20, "bootstrap": BOOT,
+         "quantile": 0.975, "guarantee": "bootstrap", "delta": 0.1, "cost_bounds": json.loads(BOUNDS),
+         "grid_points": 101, "seed": 0}),
+         "--allow-infeasible", "--out", f["lambda_k2"])
     f["sweep"] = R / "bon/sweep.csv"
     base("bon-sweep", "--candidates", f["scores_test"], "--lambda-json", f["lambda"], "--tau-lambda-json",
-         f["lambda_tau2"], "--lambda-grid", "[0, 1, 4]", "--tau", tau, "--bootstrap", BOOT, "--out", f["sweep"])
+         f["lambda_tau2"], "--k-lambda-json", f["lambda_k2"], "--n", 2, N, "--lambda-grid", "[0, 1, 4]", "--tau", tau,
+         "--bootstrap", BOOT, "--out", f["sweep"])
     for name in ("bon_zero", "bon_star", "bon_hat", "bon_star_tau2", "bon_star_seed1"):
         f[f"eval_{name}"] = R / f"eval/{name}_scores.parquet"
         f[f"judge_{name}"] = R / f"eval/{name}_judge.parquet"

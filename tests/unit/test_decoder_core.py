@@ -206,7 +206,7 @@ def test_record_states_every_procedure_on_the_grid(name, guarantee, tmp_path):
     cal = calibrated(name, guarantee)
     rec, c = cal.record, cal.curves
     assert set(rec["procedures"]) == set(PROCEDURES)
-    assert rec["status"] == "found" and 0 < rec["lambda_hat"] < cal.s.lambda_search_max  # the world is not trivial
+    assert rec["status"] == "interior" and 0 < rec["lambda_hat"] < cal.s.lambda_search_max  # the world is not trivial
     for p, entry in rec["procedures"].items():
         i = cal.index(entry["lambda"])
         assert isinstance(entry["feasible"], bool)
@@ -659,3 +659,32 @@ def test_best_of_k_on_the_grid_agrees_with_best_of_n_s_exact_kernel(k):
         assert status[0] in (0, 1) and on_grid.feasible
         assert grid[on_grid.index] >= exact[0] - 1e-12
         assert on_grid.index == 0 or grid[on_grid.index - 1] < exact[0] + 1e-12
+
+
+def test_best_of_k_through_the_core_is_the_exact_calibration_rounded_up_to_its_grid():
+    """Best-of-k's cost is monotone in lambda, so on the core's grid its lambda-hat, CRC and LTT lambdas are the
+    smallest grid points at or above the exact calibration's (lara calibrate at decode.bon_n = k, no grid); the
+    bootstraps draw their replicates differently, so lambda* only has to lie on the grid."""
+    from lara.calibrate.best_of_k import BestOfKSettings
+    from lara.calibrate.calibrate import CalibrationSettings
+    from lara.calibrate.calibrate import calibrate as exact_calibrate
+    from lara.calibrate.dual import PromptScores
+
+    w, k, top = world(p=80, k=6, seed=5), 3, 4.0
+    d = BestOfK(w.reward, w.cost, w.length, k=k, n=6)
+    grid = np.linspace(0.0, top, 401)
+    curve = d.curves(grid, None).cost.mean(axis=0)
+    tau = float(0.5 * (curve[0] + curve[-1]))
+    bounds = [-COST_LIMIT, COST_LIMIT]
+    common = dict(tau=tau, lambda_search_max=top, bootstrap=300, quantile=0.975, delta=0.1, cost_bounds=bounds, seed=0)
+    core = proc.calibrate(d, BestOfKSettings(k=k, n=6, max_new_tokens=48, guarantee="bootstrap", grid_points=401,
+                                             **common), w.cost, "test")
+    mask = np.ones(w.reward.shape, dtype=bool)
+    exact = exact_calibrate(PromptScores(w.reward, w.cost, mask, np.arange(80).astype(str)),
+                            CalibrationSettings(bon_n=k, **common))
+    assert core["monotone"] and core["status"] == exact["status"] == "interior"
+    pairs = [(core["lambda_hat"], exact["lambda_hat"])] + [
+        (core["procedures"][p]["lambda"], exact["procedures"][p]["lambda"]) for p in ("crc", "ltt")]
+    for got, want in pairs:
+        assert got == grid[np.searchsorted(grid, want - 1e-7)], (got, want)
+    assert core["lambda_star"] in grid and core["lambda_star"] >= core["lambda_hat"]

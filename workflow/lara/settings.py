@@ -110,6 +110,7 @@ STEPS: dict[str, str] = {
     "score": "lara.score:ScoreSettings",
     "bon-sweep": "lara.decode.sweep:SweepSettings",
     "coverage-prune": "lara.calibrate.prune_coverage:PruneCoverageSettings",
+    "calibrate-best-of-k": "lara.calibrate.best_of_k:BestOfKSettings",
     "score-prefixes": "lara.calibrate.pruned:PruneScheduleSettings",
     "select-bon-prune": "lara.calibrate.pruned:PruneScheduleSettings",
     "bon-prune-sweep": "lara.decode.prune_sweep:PruneSweepSettings",

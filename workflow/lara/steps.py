@@ -38,6 +38,7 @@ COMMANDS: dict[str, str] = {
     "score-prefixes": "lara.decode.prefixes",
     "calibrate-prune": "lara.calibrate.prune_record",
     "coverage-prune": "lara.calibrate.prune_coverage",
+    "calibrate-best-of-k": "lara.calibrate.best_of_k",
     # decoding
     "select-bon": "lara.decode.bon",
     "bon-sweep": "lara.decode.sweep",

@@ -5,16 +5,25 @@ On a prompt's K calibration samples, Best-of-k's expected cost, reward and token
 k-subset (the rank weights of :mod:`lara.calibrate.bestofn`, ties as the decoder breaks them); it generates k whole
 responses, so its tokens are k times the mean length whatever lam. Its lambda, every procedure, the record and its
 checks are the core's (:mod:`lara.calibrate.procedures`); nothing else is written for it.
+
+``lara calibrate-best-of-k --k K`` writes its record (``lambda_bon_k{K}.json``) from the calibration samples with their
+lengths; ``lara bon-sweep --k-lambda-json`` audits its lambdas on the test prompts (Fig. 1's Best-of-K curve). Full
+Best-of-K's exact calibration (``lara calibrate`` at decode.bon_n = K) searches the same monotone curve without a
+grid, so the core's lambda-hat, CRC and LTT lambdas are the exact ones rounded up to the grid.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 
 from lara.calibrate.decoder import Curves, clip
+from lara.calibrate.procedures import CalibrationRules
+from lara.settings import Settings, add_settings_arguments, seed_setting, setting
+
+HELP = "calibrate lambda for Best-of-k (k <= decode.bon_n) through the calibration core, with its tokens"
 
 
 @dataclass(frozen=True)
@@ -56,3 +65,55 @@ class BestOfK:
 
     def full_tokens(self) -> float:
         return float(self.length.mean(axis=1).mean() * self.n)
+
+
+@dataclass(frozen=True)
+class BestOfKSettings(CalibrationRules, Settings):
+    """Best-of-k's calibration on the lambda grid: the calibration section's keys, the grid of every grid decoder,
+    and k (each rule's own: one record per k)."""
+
+    k: int = setting(help="Best-of-k's k, at most decode.bon_n (full Best-of-N unless the rule sets its own k).",
+                     minimum=1, key="decode.bon_n")
+    n: int = setting(help="Full Best-of-N's N (its tokens are the reference).", minimum=1, key="decode.bon_n")
+    max_new_tokens: int = setting(help="Longest response in tokens.", minimum=1, key="generation.max_new_tokens")
+    tau: float = setting(help="The cost budget.", key="calibration.tau")
+    lambda_search_max: float = setting(help="The end of the search interval.", exclusive_minimum=0,
+                                       key="calibration.lambda_search_max")
+    bootstrap: int = setting(help="Bootstrap replicates over prompts.", minimum=1, key="calibration.bootstrap")
+    quantile: float = setting(help="Bootstrap quantile deployed as lambda*.", exclusive_minimum=0,
+                              exclusive_maximum=1, key="calibration.quantile")
+    guarantee: Literal["bootstrap", "crc", "ltt", "ltt_wsr"] = setting(
+        help="The procedure whose lambda is deployed as lambda*.", key="calibration.guarantee")
+    delta: float = setting(help="LTT's error probability.", exclusive_minimum=0, exclusive_maximum=1,
+                           key="calibration.delta")
+    cost_bounds: list[float] | None = setting(help="[lo, hi] the certificates clip the cost to.", length=2,
+                                              key="calibration.cost_bounds")
+    grid_points: int = setting(help="Lambdas of the grid on [0, calibration.lambda_search_max].", minimum=2,
+                               key="decode.bon_prune.grid_points")
+    seed: int = seed_setting()
+
+
+def from_table(path, s: BestOfKSettings, where: str):
+    """Best-of-k of settings ``s`` on scored samples with their lengths: (decoder, prompt ids, costs (P, K), table)."""
+    from lara.read.candidates import read_prefix_scores
+    from lara.settings import ConfigError
+
+    if s.k > s.n:
+        raise ConfigError(f"--settings: k = {s.k}; Best-of-k needs a k <= decode.bon_n = {s.n} (the full Best-of-N "
+                          "it is compared with)")
+    ids, (reward, cost, length, _, _), _, df = read_prefix_scores(path, (), where, s.max_new_tokens)
+    return BestOfK(reward, cost, length, s.k, s.n), ids, cost, df
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--scores", required=True, help="the calibration samples, scored, with n_tokens (lara score)")
+    add_settings_arguments(parser, BestOfKSettings)
+    parser.add_argument("--allow-infeasible", action="store_true",
+                        help="write the record when the deployed procedure cannot reach tau (feasible: false)")
+    parser.add_argument("--out", required=True, help="the record (lambda_bon_k{k}.json)")
+
+
+def run(args) -> None:
+    from lara.calibrate.grid import calibrate_command
+
+    calibrate_command(args, BestOfKSettings, from_table)

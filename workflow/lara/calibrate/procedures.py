@@ -32,7 +32,7 @@ from lara.data.errors import DataError
 from lara.settings import CERTIFIED, COST_RESOLUTION, cross_key, ordered_bounds
 
 QUANTILES = (0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.975)
-STATUS = {0: "found", 1: "inactive", 2: "infeasible"}
+STATUS = {0: "interior", 1: "inactive", 2: "infeasible"}  # the words of the exact calibration's record
 MAX_CLIPPED = 0.01  # the largest share of calibration costs the bounds may clip for a deployed certificate
 
 

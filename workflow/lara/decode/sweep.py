@@ -13,7 +13,9 @@ that N); rows labelled ``soft_beta=B`` apply the lambda* of a soft-mode calibrat
 Algorithm 1 at beta = B, ``--soft-lambda-json``) to Best-of-N at the largest N, so the audit holds the
 paper's estimator to tau beside bon mode; rows labelled ``tau=T`` apply the lambda* calibrated for another
 listed tau T (``--tau-lambda-json``) at its N, with the verdict against T (their ``tau`` column); rows
-labelled ``crc``/``ltt`` are each N's certified lambdas (recorded when calibration.cost_bounds is set).
+labelled ``crc``/``ltt`` are each N's certified lambdas (recorded when calibration.cost_bounds is set); rows labelled
+``core:P`` are procedure P's lambda of Best-of-k calibrated through the calibration core on its grid
+(``--k-lambda-json``: ``lara calibrate-best-of-k``) at N = k, audited like the others.
 """
 
 from __future__ import annotations
@@ -119,6 +121,26 @@ def read_records(args, tau: float | None, sizes: list[int], m: int) -> tuple[dic
     return calibrated, soft, other_taus
 
 
+def core_records(paths, tau: float | None, sizes: list[int]) -> dict:
+    """Best-of-k's records from the calibration core (--k-lambda-json), each checked as its decoder's (the core's
+    record check) and for a swept N = k: {k: record}."""
+    from lara.calibrate.best_of_k import BestOfK
+    from lara.calibrate.procedures import check_record
+    from lara.calibrate.record import read_lambda
+    from lara.read.files import DataError
+
+    out = {}
+    for path in paths:
+        rec = read_lambda(path)
+        decoder = BestOfK.from_settings(rec.get("settings") or {"k": rec.decoder_n, "n": 0})
+        check_record(rec, decoder, tau, f"--k-lambda-json {path}")
+        if decoder.k not in sizes or decoder.k in out:
+            raise DataError(f"--k-lambda-json {path}: Best-of-{decoder.k} is not a swept size {sizes} (decode.sweep_n)"
+                            " or has a second record; one record per swept k")
+        out[decoder.k] = rec
+    return out
+
+
 def record_column(labels: pd.Series, calibrated, soft: list) -> list[str]:
     """Each row's lambda record (the digest of the lambda.json its lambda came from; empty for the grid): the
     sweep carries which calibration each labelled row is, so its consumers can check it is theirs."""
@@ -140,6 +162,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--tau-lambda-json", nargs="*", default=[],
                         help="lambda.json files of other listed taus (calibration.tau): their lambda* at their N, rows "
                         "labelled tau=T with the verdict against T")
+    parser.add_argument("--k-lambda-json", nargs="*", default=[],
+                        help="Best-of-k records of the calibration core (lara calibrate-best-of-k), each at a swept N "
+                        "= k: every procedure's lambda, rows labelled core:PROCEDURE")
     parser.add_argument("--n", type=int, nargs="*", default=None,
                         help="Best-of-N sizes to sweep (default: the candidates per prompt)")
     add_settings_arguments(parser, SweepSettings)
@@ -166,6 +191,7 @@ def run(args) -> None:
     if too_big:
         raise DataError(f"{args.candidates}: Best-of-N sizes {too_big} need 1 <= N <= {m}, the candidates per prompt")
     calibrated, soft, other_taus = read_records(args, s.tau, sizes, m)
+    core = core_records(args.k_lambda_json, s.tau, sizes)
     grid = [float(x) for x in s.lambda_grid]
     if not grid or any(not np.isfinite(x) for x in grid):
         from lara.config import ConfigError
@@ -187,6 +213,12 @@ def run(args) -> None:
             labels += [f"soft_beta={rec.get('beta'):g}" for rec in soft]
         tables.append(sweep_table(reward, cost, lams, labels, n, s.tau, s.bootstrap, s.seed))
         tables[-1]["record"] = record_column(tables[-1]["label"], calibrated.get(n), soft)
+        if n in core:
+            at = {"hat": core[n].lambda_hat} | {name: p["lambda"] for name, p in core[n].get("procedures").items()
+                                                if p["feasible"]}
+            tables.append(sweep_table(reward, cost, list(at.values()), [f"core:{name}" for name in at], n, s.tau,
+                                      s.bootstrap, s.seed)
+                          .assign(record=identity.file_digest(core[n].path)))
     for n, rec in other_taus:
         tables.append(sweep_table(reward, cost, [rec.lambda_star], [f"tau={rec.tau:g}"], n, rec.tau, s.bootstrap,
                                   s.seed).assign(record=identity.file_digest(rec.path)))

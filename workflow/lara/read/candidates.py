@@ -86,6 +86,6 @@ def read_prefix_scores(path, checkpoints, where: str, max_new_tokens: int | None
         raise DataError(f"{where} {path}: {exc}") from None
     flat = index.ravel()
     length = df.loc[flat, "n_tokens"].to_numpy(np.int64).reshape(index.shape)
-    pr = np.stack([df.loc[flat, r].to_numpy(float).reshape(index.shape) for _, r, _ in cols], axis=-1)
-    pc = np.stack([df.loc[flat, c].to_numpy(float).reshape(index.shape) for _, _, c in cols], axis=-1)
+    pr, pc = (np.stack([df.loc[flat, c[i]].to_numpy(float).reshape(index.shape) for c in cols], axis=-1) if cols
+              else np.empty((*index.shape, 0)) for i in (1, 2))
     return ids, (reward, cost, length, pr, pc), index, df

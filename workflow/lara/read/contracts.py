@@ -63,6 +63,8 @@ STREAM = Expect("a scenario's stream (lara make-stream)", kinds=("stream",), rol
 LAMBDA = Expect("a calibration record (lara calibrate)", JSON, kinds=("lambda", "lambda_weighted"),
                 keys=("lambda_hat", "lambda_star", "tau"), agree=("lambda_record", "tau", "n", *SCALAR_SCORERS),
                 decoders=FULL_BON)
+LAMBDA_K = Expect("Best-of-k's record (lara calibrate-best-of-k)", JSON, kinds=("lambda",),
+                  keys=("lambda_hat", "lambda_star", "tau"), agree=("tau", *SCALAR_SCORERS), decoders=("best_of_k",))
 LAMBDA_DECODER = Expect("a calibration record (lara calibrate, or lara calibrate-decoder for this decoder)", JSON,
                         kinds=("lambda", "lambda_weighted", "token_level_direct"), keys=("lambda_star", "tau"),
                         agree=("lambda_record", "tau"), decoders=FULL_BON)
@@ -123,6 +125,9 @@ VONLINE = Expect("an online run's visits with the vector lambda (lara online --c
 SCORES_TOKENS = Expect("scored samples with their lengths in tokens (lara sample, lara score)", kinds=("scores",),
                        columns=("prompt_id", "sample_id", "reward", "cost", "n_tokens"),
                        numbers=("reward", "cost", "n_tokens"), unit="response")
+SCORES_CAL_TOKENS = Expect("the calibration prompts' scored samples with their lengths (lara score)", kinds=("scores",),
+                           roles=("calibration",), columns=("prompt_id", "sample_id", "reward", "cost", "n_tokens"),
+                           numbers=("reward", "cost", "n_tokens"), unit="response", agree=SCALAR_SCORERS)
 PREFIXES_CAL = Expect("the calibration prompts' samples with their prefix scores (lara score-prefixes)",
                       kinds=("prefix_scores",), roles=("calibration",),
                       columns=("prompt_id", "sample_id", "reward", "cost", "n_tokens"),
@@ -208,12 +213,14 @@ CONTRACTS: dict[str, Command] = {
     "coverage": Command({"--scores": many(SCORES_ANY)}),
     "score-prefixes": Command({"--input": SCORES_TOKENS, "--tokenizer": POLICY, "--reward": MODEL, "--cost": MODEL}),
     "calibrate-prune": Command({"--scores": PREFIXES_CAL}),
+    "calibrate-best-of-k": Command({"--scores": SCORES_CAL_TOKENS}),
     "coverage-prune": Command({"--scores": many(PREFIXES_ANY)}),
     "select-bon": Command({"--candidates": SCORES_TEST, "--lambda-json": LAMBDA}),
     "select-bon-prune": Command({"--candidates": PREFIXES_TEST, "--lambda-json": LAMBDA_PRUNED}),
     "bon-prune-sweep": Command({"--candidates": PREFIXES_TEST, "--lambda-json": LAMBDA_PRUNED}),
     "bon-sweep": Command({"--candidates": SCORES_HELD_OUT, "--lambda-json": many(LAMBDA),
-                          "--soft-lambda-json": many(LAMBDA), "--tau-lambda-json": many(LAMBDA)},
+                          "--soft-lambda-json": many(LAMBDA), "--tau-lambda-json": many(LAMBDA),
+                          "--k-lambda-json": many(LAMBDA_K)},
                          note="records for several N and taus: no agreement across them"),
     "rgtg": Command({"--policy": POLICY, "--prompts": PROMPTS, "--lambda-json": LAMBDA_DECODER}),
     "generate-policy": Command({"--policy": POLICY, "--prompts": PROMPTS}),

@@ -30,6 +30,9 @@ def draw_pruned(axes, prune: pd.DataFrame, colour) -> None:
                         label=f"pruned: {title} = {float(r['lambda'].iloc[0]):.3g}")
 
 
+CORE = "Best-of-k through the calibration core: each procedure's $\\lambda$ (grid)"
+
+
 def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: FigureSettings, prune: pd.DataFrame | None = None):
     """Fig. 1: Best-of-N mean reward and cost on the test prompts against lambda, one curve (with its
     bootstrap 95 % band) per N; tau, the decoder's lambda-hat (with its bootstrap band) and lambda*,
@@ -55,6 +58,9 @@ def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: FigureSettings, prune: pd
             if n != main_n and len(star):
                 ax.plot(star["lambda"], star[col], marker="*", ms=10, ls="none", color=colour[n],
                         label=f"$\\lambda^*$ for N = {n}")
+            core = sweep[(sweep["n"] == n) & sweep["label"].str.startswith("core:")]  # (unlabelled when empty)
+            ax.plot(core["lambda"], core[col], marker="x", ms=6, ls="none", color=colour[n],
+                    label=CORE if len(core) else None)
         soft = sweep[(sweep["n"] == main_n) & sweep["label"].str.startswith("soft_beta=")]
         for i, r in enumerate(soft.sort_values("lambda").to_dict("records")):
             ax.plot(r["lambda"], r[col], marker="X", ms=8, ls="none", color=str(0.15 + 0.25 * (i % 3)),
