@@ -14,6 +14,7 @@ COMMANDS: dict[str, str] = {
     "make-toy-model": "lara.toy.model",
     "import-gguf": "lara.gguf",
     "prepare-data": "lara.data.ingest",
+    "import-table": "lara.importer",
     "split-prompts": "lara.data.splits",
     "value-prompts": "lara.data.value_prompts",
     "rtp-prompts": "lara.realtext.prompts",

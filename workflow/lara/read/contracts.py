@@ -92,7 +92,8 @@ RESPONSES_VECTOR = Expect("decoded responses (lara decode-vector)", kinds=("resp
                           columns=("prompt_id", "response"), per_prompt=1,
                           agree=("lambda_record", "tau", *SCORERS))
 EVALUATION = Expect("evaluated responses (lara evaluate)", kinds=("evaluation",),
-                    columns=("prompt_id", "method", "setting", "lambda"), agree=("lambda_record", "tau"))
+                    columns=("prompt_id", "method", "setting", "lambda", "helpfulness", "harmfulness"),
+                    numbers=("helpfulness", "harmfulness"), agree=("lambda_record", "tau"))
 JUDGED = Expect("judged responses (lara judge)", kinds=("judged",),
                 columns=("prompt_id", "method", "setting", "lambda"),
                 stamped=True)
@@ -213,6 +214,7 @@ CONTRACTS: dict[str, Command] = {
     "coverage": Command({"--scores": many(SCORES_ANY)}),
     "score-prefixes": Command({"--input": SCORES_TOKENS, "--tokenizer": POLICY, "--reward": MODEL, "--cost": MODEL}),
     "calibrate-prune": Command({"--scores": PREFIXES_CAL}),
+    "import-table": Command({"--input": source("a table made outside the workflow (checked as its --kind's)")}),
     "calibrate-best-of-k": Command({"--scores": SCORES_CAL_TOKENS}),
     "coverage-prune": Command({"--scores": many(PREFIXES_ANY)}),
     "select-bon": Command({"--candidates": SCORES_TEST, "--lambda-json": LAMBDA}),

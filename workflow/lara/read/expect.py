@@ -147,6 +147,7 @@ def check_units(df: pd.DataFrame, column: str, where: str) -> None:
 # tables of candidates drawn from pi_ref by lara sample (and scored, or streamed): a policy draws the same response
 # twice as often as it likes, and K i.i.d. draws are what Best-of-N's exact expected cost averages over; the rows of
 # such a table are the rows as written (the identity's digest of them, lara.read.files), so a copy is refused there
+IMPORTABLE = ("prompts", "samples", "scores", "stream", "responses", "evaluation", "judged")  # import-table's kinds
 SAMPLED = ("samples", "scores", "constraint_scores", "stream", "prefix_scores")
 
 
@@ -166,8 +167,11 @@ def identity_checks(found: dict, expect: Expect, where: str) -> None:
     kind = found.get("kind")
     if expect.stamped and kind is None:
         made_by = f" ({expect.kinds[0]})" if expect.kinds else ""
+        own = (f", or bring your own through `lara import-table --kind {expect.kinds[0]}`, which checks it and states "
+               "where it came from") if expect.kinds and expect.kinds[0] in IMPORTABLE else ""
         raise DataError(f"{where}: carries no identity{made_by}: {expect.what} is only ever written by its step, and "
-                        "a copy without its metadata cannot be told from another run's; pass the file the step wrote")
+                        f"a copy without its metadata cannot be told from another run's; pass the file the step wrote"
+                        f"{own}")
     if expect.kinds and kind is not None and kind not in expect.kinds:
         raise DataError(f"{where}: kind {kind}, expected {' or '.join(expect.kinds)} ({expect.what})")
     unstated = [name for name in expect.states if kind is not None and found.get(name) is None]
