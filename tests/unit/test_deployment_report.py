@@ -173,7 +173,11 @@ def test_summary_reads_the_verdicts_and_numbers_off_the_report(tmp_path):
     _traces(root)
     _shift(root, "harmful_heavy")
     text = summarise_run(root)
-    assert text.startswith(before.split("\nfigures: ")[0])  # the offline part unchanged
+    offline = before.split("\ncalibration (", 1)[1].split("\nfigures: ")[0]
+    assert text.split("\ncalibration (", 1)[1].startswith(offline)  # the offline part unchanged
+    assert "after deployment" not in before  # ... and the headline says what broke only once there is a report
+    assert ("after deployment (2 scenarios): fixed lambda* broke tau in harmful_heavy (0.637); held tau in every "
+            "scenario: " in text.split("\ncalibration (", 1)[0])
     section = text.split("After deployment")[1]
     assert f"({report})" in text.split("After deployment")[1].splitlines()[0]
     heavy = section.split("  harmful_heavy:")[1]

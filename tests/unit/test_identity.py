@@ -403,6 +403,27 @@ def test_summary_holds_on_one_run(run, tmp_path):
     assert rc == 0 and "at lambda*: " in text
 
 
+def test_summary_opens_with_a_headline_of_at_most_fifteen_lines(run, tmp_path):
+    """The first screen: each procedure's lambda with its held-out verdict (the deployed one marked), what lambda* cost
+    in reward, every decoder's verdict at lambda*: the audit's own numbers, before the details."""
+    from lara.evaluate.summary import HEADLINE_LINES, summarise_run
+
+    root = _results(run, tmp_path)
+    text = summarise_run(root)
+    head = text.split("\n\n")[1].splitlines()
+    assert head[0].startswith("headline") and len(head) <= HEADLINE_LINES
+    audit = json.loads((root / "eval" / "constraint_audit.json").read_text())
+    for p in audit["procedures"]:
+        verdict = p["held_out"]["verdict"].split(" (")[0]
+        line = next(h for h in head if f" {p['procedure']} " in h)
+        assert f"lambda {p['lambda']:<8.4g}" in line and line.endswith(verdict)
+        assert line.lstrip().startswith("deployed") == p["deployed"]
+    at_star = next(h for h in head if h.lstrip().startswith("at lambda*"))
+    for d in audit["decoders"]:
+        if d["setting"] == "star":
+            assert d["method"] in at_star.split(d["verdict"].split(" (")[0] + ":")[1].split(";")[0]
+
+
 def test_summary_after_a_recalibration_for_a_new_tau_refuses(run, tmp_path):
     root = _results(run, tmp_path)
     assert _lara("calibrate", "--scores", run / "cal.parquet", "--tau", -0.2, "--bon-n", N, "--bootstrap", 200,

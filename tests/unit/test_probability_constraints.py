@@ -202,6 +202,11 @@ def test_the_summary_of_a_constraints_only_run_states_rates_judges_and_certifica
     text = summarise_run(d.parent)
     record = json.loads((d / "audit.json").read_text())
     assert "no scalar calibration" in text and "P(oracle:cost > 0) <= 0.1" in text
+    head = text.split("\n\n")[1].splitlines()  # the first screen: every decoded setting's joint verdict
+    assert head[0].startswith("headline") and "all at once:" in head[1]
+    for j in record["joint"]:
+        if j["setting"] != "zero":
+            assert f"{j['method']} {j['setting']}: {j['verdict'].split(' (')[0]}" in head[1]
     for r in record["rows"]:
         assert f"{r['setting']:18} {r['constraint']:10} {r['mean_cost']:.4f}" in text
     for p in record["judges"]["paired"]:

@@ -72,13 +72,80 @@ def check_agreement(root: Path, lam, audit: dict, summary_path: Path) -> None:
                         "rerun the workflow (it reruns the audit) before reading the verdicts")
 
 
+HEADLINE_LINES = 15  # the first screen: what the run found, before the details
+
+
+def _word(verdict: str) -> str:
+    return str(verdict).split(" (")[0]
+
+
+def headline(root: Path, lam, audit: dict) -> list[str]:
+    """At most HEADLINE_LINES lines: which decoder met tau at which lambda with what guarantee, what it cost in reward,
+    how every decoder stands at lambda*, and what broke after deployment; every number from the run's own files."""
+    procs = {r["procedure"]: r for r in audit.get("procedures") or []}
+    deployed = (lam.get("guarantee") or {}).get("procedure", "bootstrap")
+    n = (lam.decoder or {}).get("n")
+    lines = ["headline (the details follow):"]
+    for name, r in procs.items():
+        h = r.get("held_out") or {}
+        promise = ("no finite-sample guarantee" if name == "bootstrap" else "certified" if r.get("feasible", True)
+                   else "no certificate reached")
+        lines.append(f"  {'deployed ' if name == deployed else '         '}{name:9} lambda {r['lambda']:<8.4g} "
+                     f"({promise}): held-out cost {h.get('mean_cost', float('nan')):.3f} vs tau {lam.tau:g}, "
+                     f"{_word(h.get('verdict', 'not audited'))}")
+    paired = {(p["method"], p["metric"]): p for p in audit.get("paired") or [] if p["comparison"] == "star - zero"}
+    cost = [f"{m} {p['mean']:+.3f} [{p['ci95'][0]:.3f}, {p['ci95'][1]:.3f}]" for (meth, m), p in paired.items()
+            if meth == "bon" and m in ("decoder_reward", "helpfulness")]
+    if cost:
+        lines.append(f"  what lambda* cost Best-of-{n} against lambda = 0 (paired): {'; '.join(cost)}")
+    by = {}
+    for d in audit.get("decoders") or []:
+        if d.get("setting") in ("star", "policy"):
+            by.setdefault(_word(d["verdict"]), []).append(d["method"])
+    if by:
+        lines.append("  at lambda* (baselines: their policy): " + "; ".join(f"{v}: {', '.join(ms)}"
+                                                                            for v, ms in sorted(by.items())))
+    lines += constraints_headline(root) + deployment_headline(root)
+    return lines[:HEADLINE_LINES] + [""]
+
+
+def constraints_headline(root: Path) -> list[str]:
+    """The several constraints' joint verdict at each decoded setting, in a line (none when there is no such stage)."""
+    from lara.read.files import json_file
+
+    path = root / "constraints" / "audit.json"
+    if not path.exists():
+        return []
+    a = json_file(path, mapping=False)
+    names = ", ".join(c["name"] for c in a.get("constraints") or [])
+    joint = "; ".join(f"{j['method']} {j['setting']}: {_word(j['verdict'])}" for j in a.get("joint") or []
+                      if j.get("setting") != "zero")
+    return [f"  several constraints ({names}; vector lambda* by {a.get('procedure')}), all at once: {joint}"]
+
+
+def deployment_headline(root: Path) -> list[str]:
+    """What broke after deployment: the scenarios where fixed lambda* missed tau, and the arms that held it in all."""
+    report = root / "deployment" / "report.csv"
+    if report.exists():
+        from lara.read.expect import strict_bool
+        from lara.read.files import read_table
+
+        r = read_table(report, required=("scenario", "arm", "met", "mean_cost"))
+        r["met"] = [strict_bool(v, f"{report}: column 'met' row {i}") for i, v in enumerate(r["met"])]
+        star = r[r["arm"] == "fixed_star"]
+        broke = [f"{x.scenario} ({x.mean_cost:.3f})" for x in star.itertuples() if not x.met]
+        held = [a for a, g in r.groupby("arm", sort=False) if a != "oracle" and g["met"].all()]
+        return [f"  after deployment ({len(star)} scenarios): fixed lambda* broke tau in {', '.join(broke) or 'none'}; "
+                f"held tau in every scenario: {', '.join(held) or 'no arm'}"]
+    return []
+
+
 def calibration_lines(root: Path, lam, audit: dict) -> list[str]:
     decoder = lam.decoder
     what = (f"Best-of-{decoder.get('n')} ({lam.mode} mode)" if decoder.get("kind") == "best_of_n"
             else f"the Gibbs tilt at beta = {decoder.get('beta')} ({lam.mode} mode)")
     guarantee = lam.get("guarantee") or {"procedure": "bootstrap", "statement": ""}
-    lines = [f"{root}: what this run found", "",
-             f"calibration ({root / 'calibration' / 'lambda.json'}): for {what}, tau = {lam.tau:g}",
+    lines = [f"calibration ({root / 'calibration' / 'lambda.json'}): for {what}, tau = {lam.tau:g}",
              f"  lambda-hat = {lam.lambda_hat:.4g}, lambda* = {lam.lambda_star:.4g} (deployed: "
              f"{guarantee['procedure']}); calibration-set expected cost at lambda* "
              f"{lam.get('decoder_cost_at_lambda_star', float('nan')):.3f}"]
@@ -244,7 +311,8 @@ def read_run(root: Path) -> str:
     if edited:
         raise DataError(f"{audit_path}: {edited[0]}" + (f" (and {len(edited) - 1} more)" if len(edited) > 1 else "")
                         + ": edited after lara aggregate wrote it; rerun the audit")
-    lines = calibration_lines(root, lam, audit) + coverage_lines(root) + [""] + sweep_lines(audit, audit_path)
+    lines = [f"{root}: what this run found", "", *headline(root, lam, audit)]
+    lines += calibration_lines(root, lam, audit) + coverage_lines(root) + [""] + sweep_lines(audit, audit_path)
     lines += decoder_lines(audit) + pruned_lines(root, audit)
     if "by_lambda" not in audit:
         lines.append(f"constraint audit ({audit_path}): {audit.get('question', 'none')}")
@@ -262,8 +330,9 @@ def constraints_run(root: Path) -> str:
     from lara.evaluate.deployment_report import deployment_lines
 
     figures = sorted((root / "figures").glob("*.png"))
-    return "\n".join([f"{root}: what this run found (the several-constraints stage; no scalar calibration)",
-                      *constraints_lines(root), *deployment_lines(root),
+    head = ["headline (the details follow):", *constraints_headline(root), *deployment_headline(root), ""]
+    return "\n".join([f"{root}: what this run found (the several-constraints stage; no scalar calibration)", "",
+                      *head[:HEADLINE_LINES], *constraints_lines(root), *deployment_lines(root),
                       "", "figures: " + (", ".join(str(f) for f in figures) or "none yet")])
 
 
