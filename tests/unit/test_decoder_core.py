@@ -121,7 +121,8 @@ DECODERS = (
         {},
         (("keep", lambda: PrunedBestOfN(None, Schedule(N, (2,), (2,)))),
          ("checkpoint", lambda: PrunedBestOfN(None, Schedule(N, (4,), (3,)))),
-         ("n", lambda: PrunedBestOfN(None, Schedule(N + 2, (2,), (3,))))),
+         ("n", lambda: PrunedBestOfN(None, Schedule(N + 2, (2,), (3,)))),
+         ("ties", lambda: PrunedBestOfN(None, Schedule(N, (2,), (3,), "keep")))),
         enumerate_pruned),
     DecoderCase(
         "best_of_k",

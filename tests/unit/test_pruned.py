@@ -39,6 +39,50 @@ def test_curves_equal_every_subset_run_plainly(lam):
     assert (cv.cost_se == 0).all()
 
 
+def tied_world(p=30, k=7, seed=4):
+    """Prefix scores on a coarse scale (as short prefixes are: a few distinct texts), so many keep cuts tie."""
+    ps = world(p=p, k=k, seed=seed, ties=False)
+    return pr.PrefixScores(ps.reward, ps.cost, ps.length, np.round(ps.prefix_reward), np.round(ps.prefix_cost))
+
+
+@pytest.mark.parametrize("lam", [0.0, 1.0, 3.0])
+def test_keeping_the_ties_at_a_cut_is_the_plain_rule_and_costs_tokens(lam):
+    """ties: keep keeps every candidate whose prefix score and cost equal the last kept one's (written out plainly
+    in brute_force); it generates more tokens on average than stopping them by index, and the tied cuts are
+    counted."""
+    ps = tied_world()
+    by_index, kept = pr.Schedule(4, (5, 12), (3, 2)), pr.Schedule(4, (5, 12), (3, 2), "keep")
+    for sched in (by_index, kept):
+        cv = pr.curves(ps, sched, [lam], max_subsets=10_000)
+        bf = pr.brute_force(ps, sched, lam)
+        np.testing.assert_allclose(cv.cost[:, 0], bf["cost"], atol=1e-12)
+        np.testing.assert_allclose(cv.tokens[:, 0], bf["tokens"], atol=1e-9)
+    rows = pr.gather(ps, pr.subsets(7, 4, 10_000, 0)[0])
+    a, b = (pr.run(rows.reward, rows.cost, rows.length, rows.prefix_reward, rows.prefix_cost, lam, s)
+            for s in (by_index, kept))
+    assert b.tokens.mean() > a.tokens.mean()  # (per row it may be fewer: a tied one kept can displace a longer one)
+    assert (b.full_scored >= a.full_scored).all() and (a.full_scored == 2).all()
+    assert 0 < a.tied_cuts.mean() <= 2 and b.tied_cuts.mean() > 0
+    # a tied cut, counted by hand: the last kept and the first stopped at the first checkpoint share score and cost
+    score = rows.prefix_reward[..., 0] - lam * rows.prefix_cost[..., 0]
+    ranked = pr.order(rows.prefix_reward[..., 0], rows.prefix_cost[..., 0], lam)
+    at = np.arange(len(ranked))
+    first = (np.isclose(score[at, ranked[:, 2]], score[at, ranked[:, 3]], rtol=0, atol=1e-12)
+             & (rows.prefix_cost[at, ranked[:, 2], 0] == rows.prefix_cost[at, ranked[:, 3], 0]))
+    assert (a.tied_cuts >= first).all() and first.any()
+    d = pr.PrunedBestOfN(ps, by_index, max_subsets=10_000)
+    share = d.facts(lam)["ties"]
+    assert share == {"rule": "index", "tied_cut_share_at_lambda_star": pytest.approx(a.tied_cuts.mean() / 2)}
+
+
+def test_no_tie_no_difference():
+    ps = world(ties=False)
+    a, b = (pr.curves(ps, s, [0.0, 1.0], max_subsets=10_000) for s in (pr.Schedule(4, (5, 12), (3, 2)),
+                                                                      pr.Schedule(4, (5, 12), (3, 2), "keep")))
+    np.testing.assert_array_equal(a.cost, b.cost)
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+
+
 def test_one_subset_when_k_equals_n_and_tokens_counted():
     ps = world(k=5)
     sched = pr.Schedule(5, (4,), (1,))

@@ -66,6 +66,9 @@ class BestOfK:
     def full_tokens(self) -> float:
         return float(self.length.mean(axis=1).mean() * self.n)
 
+    def facts(self, lam: float) -> dict:
+        return {}  # nothing beyond its curves
+
 
 @dataclass(frozen=True)
 class BestOfKSettings(CalibrationRules, Settings):

@@ -89,6 +89,8 @@ class Decoder(Protocol):
 
     def full_tokens(self) -> float: ...
 
+    def facts(self, lam: float) -> dict: ...  # what its record states beyond the curves, at the deployed lambda
+
 
 def clip(cost: np.ndarray, bounds) -> np.ndarray:
     """The cost the certificates are about: clipped to ``bounds`` (none: the cost itself)."""

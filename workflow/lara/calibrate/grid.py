@@ -68,6 +68,10 @@ def calibrate_command(args, cls, from_table, scorers: tuple[str, ...] = ()) -> N
              result["tokens"]["at_lambda_star"], result["tokens"]["ratio_at_lambda_star"],
              "monotone" if result["monotone"] else "NOT monotone")
     log.info("guarantee: %s", result["guarantee"]["statement"])
+    if "ties" in result:
+        log.info("ties at the keep cuts (rule %s): %.1f%% of the cuts at lambda* fell between candidates whose "
+                 "prefixes score and cost the same", result["ties"]["rule"],
+                 100 * result["ties"]["tied_cut_share_at_lambda_star"])
     if s.cost_bounds is None:
         log.info("no certified lambdas: calibration.cost_bounds is null")
 

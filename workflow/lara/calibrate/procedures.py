@@ -280,6 +280,7 @@ def calibrate(decoder, s, cost: np.ndarray, where: str) -> dict:
         "curves": {"lambda": grid.tolist(), "mean_cost": c.cost.mean(axis=0).tolist(),
                    "mean_reward": c.reward.mean(axis=0).tolist(), "mean_tokens": c.tokens.mean(axis=0).tolist()},
         "timing_s": {"curves": t1 - t0, "bootstrap": t2 - t1, "certified": t3 - t2},
+        **decoder.facts(deployed["lambda"]),
     }
 
 

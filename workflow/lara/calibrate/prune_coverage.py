@@ -12,6 +12,7 @@ core's for every grid decoder (:func:`lara.calibrate.procedures.study`); this mo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from lara.calibrate.procedures import CoverageRules
 from lara.calibrate.pruned import Scheduled
@@ -44,6 +45,7 @@ class PruneCoverageSettings(Scheduled, CoverageRules, Settings):
     n_prompts: list[int] = setting([50, 100, 200], "Calibration sizes n.", minimum=1, key="coverage.n_prompts")
     bootstrap: int = setting(1000, "Bootstrap replicates inside each draw.", minimum=1, key="coverage.bootstrap")
     seed: int = seed_setting()
+    ties: Literal["index", "keep"] = setting("index", "A tie at a keep cut.", key="decode.bon_prune.ties")
 
 
 def add_arguments(parser) -> None:

@@ -39,6 +39,8 @@ from lara.calibrate.procedures import CalibrationRules
 from lara.settings import Settings, cross_key, seed_setting, setting
 
 SUBSET_SEED = 47  # the subsets drawn when C(K, N) > max_subsets come from [seed, SUBSET_SEED]
+TIE_RULES = ("index", "keep")  # at a keep cut, candidates whose prefixes score and cost the same as the last kept one
+# are stopped by sample index (no signal decides) or all kept (the cut moves down to where the scores differ)
 
 
 @dataclass(frozen=True)
@@ -49,8 +51,11 @@ class Schedule:
     n: int
     checkpoints: tuple[int, ...]
     keep: tuple[int, ...]
+    ties: str = "index"  # a tie at a keep cut: "index" stops by sample index; "keep" keeps every tied candidate
 
     def __post_init__(self):
+        if self.ties not in TIE_RULES:
+            raise ValueError(f"ties {self.ties!r}: one of {', '.join(TIE_RULES)}")
         if not self.checkpoints or len(self.checkpoints) != len(self.keep):
             raise ValueError(f"a pruning schedule needs as many keep counts as checkpoints, got "
                              f"{list(self.checkpoints)} and {list(self.keep)}")
@@ -66,13 +71,14 @@ class Schedule:
 
     def describe(self) -> str:
         steps = ", ".join(f"{m} after {t} tokens" for t, m in zip(self.checkpoints, self.keep, strict=True))
-        return f"pruned Best-of-{self.n} (keep {steps})"
+        return f"pruned Best-of-{self.n} (keep {steps}{'; ties at a cut kept' if self.ties == 'keep' else ''})"
 
     def as_dict(self) -> dict:
-        return {"n": self.n, "checkpoints": list(self.checkpoints), "keep": list(self.keep)}
+        rule = {} if self.ties == "index" else {"ties": self.ties}  # (the first rule's records name none)
+        return {"n": self.n, "checkpoints": list(self.checkpoints), "keep": list(self.keep), **rule}
 
 
-def make_schedule(n: int, checkpoints, keep, max_new_tokens: int) -> Schedule:
+def make_schedule(n: int, checkpoints, keep, max_new_tokens: int, ties: str = "index") -> Schedule:
     """A schedule from config values: a checkpoint is a token count (int >= 1) or a fraction of max_new_tokens
     (a float in (0, 1), rounded up); a keep is a count (int >= 1) or a fraction of N (a float in (0, 1), rounded
     up)."""
@@ -90,7 +96,7 @@ def make_schedule(n: int, checkpoints, keep, max_new_tokens: int) -> Schedule:
         v = whole_or_fraction(v, "keep")
         return int(v) if v >= 1 else max(1, math.ceil(v * n))
 
-    return Schedule(int(n), tuple(tokens(v) for v in checkpoints), tuple(count(v) for v in keep))
+    return Schedule(int(n), tuple(tokens(v) for v in checkpoints), tuple(count(v) for v in keep), ties)
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,7 @@ class Outcome:
     tokens: np.ndarray  # (R,) tokens generated
     prefix_scored: np.ndarray  # (R,) prefixes scored (each by the partial reward and the partial cost model)
     full_scored: np.ndarray  # (R,) finished candidates scored by the full models
+    tied_cuts: np.ndarray  # (R,) checkpoints whose cut fell between candidates with the same prefix score and cost
 
 
 def run(reward, cost, length, prefix_reward, prefix_cost, lam: float, schedule: Schedule) -> Outcome:
@@ -132,18 +139,36 @@ def run(reward, cost, length, prefix_reward, prefix_cost, lam: float, schedule: 
     alive = np.ones((rows, n), dtype=bool)
     tokens = np.zeros(rows, dtype=np.int64)
     scored = np.zeros(rows, dtype=np.int64)
+    tied_cuts = np.zeros(rows, dtype=np.int64)
     r_idx = np.arange(rows)[:, None]
     for j, (t, m) in enumerate(zip(schedule.checkpoints, schedule.keep, strict=True)):
-        ranked = order(prefix_reward[..., j], prefix_cost[..., j], lam, alive)
+        pr, pc = prefix_reward[..., j], prefix_cost[..., j]
+        ranked = order(pr, pc, lam, alive)
         kept = np.zeros_like(alive)
         kept[r_idx, ranked[:, :m]] = True
+        tied = alive & _tied_with(pr, pc, lam, ranked[:, m - 1])  # the last kept one's equals, itself included
+        cut = alive.sum(axis=1) > m
+        tied_cuts += cut & (tied & ~kept).any(axis=1)
+        if schedule.ties == "keep":
+            kept |= tied
         stopped = alive & ~kept
         tokens += np.where(stopped, np.minimum(length, t), 0).sum(axis=1)
         scored += alive.sum(axis=1)
         alive = kept
     tokens += np.where(alive, length, 0).sum(axis=1)
     pick = select(reward, cost, lam, alive)
-    return Outcome(pick, tokens, scored, alive.sum(axis=1))
+    return Outcome(pick, tokens, scored, alive.sum(axis=1), tied_cuts)
+
+
+def _tied_with(pr: np.ndarray, pc: np.ndarray, lam: float, last: np.ndarray) -> np.ndarray:
+    """(R, N): the candidates :func:`lara.calibrate.bestofn.order` cannot tell from the column ``last`` of each row
+    but by sample index: the same prefix score r - lam c (within its tolerance) and the same prefix cost."""
+    from lara.calibrate.bestofn import TIE_RTOL
+
+    score = pr - lam * pc
+    at = np.arange(len(last))
+    s_last, c_last = score[at, last][:, None], pc[at, last][:, None]
+    return (np.abs(score - s_last) <= TIE_RTOL * np.maximum(1.0, np.abs(s_last))) & (pc == c_last)
 
 
 def subsets(k: int, n: int, max_subsets: int, seed: int) -> tuple[np.ndarray, bool]:
@@ -204,8 +229,12 @@ def brute_force(ps: PrefixScores, schedule: Schedule, lam: float, bounds=None) -
         for cols in combos:
             alive, spent = list(cols), 0
             for j, (t, m) in enumerate(zip(schedule.checkpoints, schedule.keep, strict=True)):
-                ranked = sorted(alive, key=lambda a: (-(ps.prefix_reward[i, a, j] - lam * ps.prefix_cost[i, a, j]),
-                                                      ps.prefix_cost[i, a, j], a))
+                def key(a, i=i, j=j):
+                    return -(ps.prefix_reward[i, a, j] - lam * ps.prefix_cost[i, a, j]), ps.prefix_cost[i, a, j]
+
+                ranked = sorted(alive, key=lambda a: (*key(a), a))
+                if schedule.ties == "keep":  # every candidate equal to the last kept one is kept too
+                    m = max(q + 1 for q, a in enumerate(ranked) if q < m or key(a) == key(ranked[m - 1]))
                 spent += sum(min(int(ps.length[i, a]), t) for a in ranked[m:])
                 alive = ranked[:m]
             spent += sum(int(ps.length[i, a]) for a in alive)
@@ -231,7 +260,7 @@ class Scheduled:
         return bool(self.checkpoints)
 
     def schedule(self):
-        return make_schedule(self.n, self.checkpoints, self.keep, self.max_new_tokens)
+        return make_schedule(self.n, self.checkpoints, self.keep, self.max_new_tokens, getattr(self, "ties", "index"))
 
     @cross_key("decode.bon_prune.checkpoints", "decode.bon_prune.keep", "decode.bon_n",
                "generation.max_new_tokens", witness={"decode": {"bon_prune": {"checkpoints": [4, 2], "keep": [4, 2]}}})
@@ -279,6 +308,10 @@ class PruneSettings(Scheduled, CalibrationRules, Settings):
     keep: list[float] = setting(
         [], "How many candidates survive each checkpoint: a count (an integer) or a fraction of N (a number in "
             "(0, 1), rounded up); each below the number alive before it.", exclusive_minimum=0)
+    ties: Literal["index", "keep"] = setting(
+        "index", "A tie at a keep cut (candidates whose prefixes score and cost the same as the last one kept, so no "
+                 "signal tells them apart): index stops them by sample index; keep keeps them all (more tokens). The "
+                 "share of tied cuts is recorded either way.")
     grid_points: int = setting(501, "Lambdas of the calibration grid on [0, calibration.lambda_search_max] (the "
                                     "pruned decoder's cost need not be monotone in lambda: it is searched on this "
                                     "grid and every deployed lambda is a grid point).", minimum=2)
@@ -300,6 +333,7 @@ class PruneScheduleSettings(Scheduled, Settings):
     checkpoints: list[float] = setting(help="The schedule's checkpoints.", exclusive_minimum=0,
                                        key="decode.bon_prune.checkpoints")
     keep: list[float] = setting(help="The schedule's survivors.", exclusive_minimum=0, key="decode.bon_prune.keep")
+    ties: Literal["index", "keep"] = setting("index", "A tie at a keep cut.", key="decode.bon_prune.ties")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -323,7 +357,7 @@ class PrunedBestOfN:
 
     @classmethod
     def from_settings(cls, st: dict, ps: PrefixScores | None = None) -> PrunedBestOfN:
-        schedule = make_schedule(st["n"], st["checkpoints"], st["keep"], st["max_new_tokens"])
+        schedule = make_schedule(st["n"], st["checkpoints"], st["keep"], st["max_new_tokens"], st.get("ties", "index"))
         return cls(ps, schedule, st.get("max_subsets", 500), st.get("seed", 0))
 
     def identity(self) -> dict:
@@ -338,6 +372,15 @@ class PrunedBestOfN:
 
     def full_tokens(self) -> float:
         return float(self.ps.length.mean(axis=1).mean() * self.schedule.n)  # full Best-of-N on an N-subset
+
+    def facts(self, lam: float) -> dict:
+        """At ``lam`` (the deployed lambda), the share of keep cuts that fell between candidates whose prefixes score
+        and cost the same: cuts no signal decides (stopped by sample index, or all kept under ``ties: keep``)."""
+        cols, _ = subsets(self.ps.shape[1], self.schedule.n, self.max_subsets, self.seed)
+        rows = gather(self.ps, cols)
+        o = run(rows.reward, rows.cost, rows.length, rows.prefix_reward, rows.prefix_cost, float(lam), self.schedule)
+        share = float(o.tied_cuts.sum() / (len(o.tied_cuts) * len(self.schedule.checkpoints)))
+        return {"ties": {"rule": self.schedule.ties, "tied_cut_share_at_lambda_star": share}}
 
 
 def decoder_from_table(path, s, where: str) -> tuple[PrunedBestOfN, np.ndarray, np.ndarray, object]:

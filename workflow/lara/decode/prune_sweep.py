@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -32,6 +33,7 @@ class PruneSweepSettings(Scheduled, Settings):
                                        key="decode.lambda_grid")
     bootstrap: int = setting(2000, "Bootstrap replicates over test prompts.", minimum=1, key="evaluation.bootstrap")
     seed: int = seed_setting()
+    ties: Literal["index", "keep"] = setting("index", "A tie at a keep cut.", key="decode.bon_prune.ties")
 
 
 def add_arguments(parser) -> None:
@@ -48,11 +50,12 @@ def sweep(ps, schedule, lams, labels, tau: float, n_boot: int, seed: int) -> pd.
     from lara.decode.sweep import held_out_table
 
     at = np.arange(ps.shape[0])
-    picks, tokens = [], []
+    picks, tokens, tied = [], [], []
     for lam in lams:
         o = run_pruned(ps.reward, ps.cost, ps.length, ps.prefix_reward, ps.prefix_cost, float(lam), schedule)
         picks.append(o.pick)
         tokens.append(o.tokens)
+        tied.append(o.tied_cuts.mean() / len(schedule.checkpoints))
     pick = np.stack(picks, axis=1)  # (P, L)
     table = held_out_table(pd.DataFrame({"n": schedule.n, "lambda": np.asarray(lams, dtype=float), "label": labels}),
                            {"mean_reward": ps.reward[at[:, None], pick], "mean_cost": ps.cost[at[:, None], pick]},
@@ -62,6 +65,7 @@ def sweep(ps, schedule, lams, labels, tau: float, n_boot: int, seed: int) -> pd.
     table["tokens"] = spent.mean(axis=0)
     table["tokens_full"] = float(full.mean())
     table["token_ratio"] = full.sum() / np.maximum(1, spent.sum(axis=0))
+    table["tied_cut_share"] = tied  # keep cuts between candidates whose prefixes score and cost the same
     return table
 
 
@@ -100,7 +104,8 @@ def run(args) -> None:
     table = table.assign(record=identity.file_digest(args.lambda_json), n_prompts=prompts.n,
                          prompt_set=prompts.digest)
     for r in table.to_dict("records"):
-        log.info("lambda=%.4g (%s): reward %.4f, cost %.4f [%.4f, %.4f] %s; %.1f tokens (full %.1f, ratio %.2f)",
+        log.info("lambda=%.4g (%s): reward %.4f, cost %.4f [%.4f, %.4f] %s; %.1f tokens (full %.1f, ratio %.2f); "
+                 "tied cuts %.2f",
                  r["lambda"], r["label"], r["mean_reward"], r["mean_cost"], r["mean_cost_lo"], r["mean_cost_hi"],
-                 r["verdict"], r["tokens"], r["tokens_full"], r["token_ratio"])
+                 r["verdict"], r["tokens"], r["tokens_full"], r["token_ratio"], r["tied_cut_share"])
     write_table(table, args.out)
