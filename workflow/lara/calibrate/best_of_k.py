@@ -15,12 +15,12 @@ grid, so the core's lambda-hat, CRC and LTT lambdas are the exact ones rounded u
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 import numpy as np
 
 from lara.calibrate.decoder import Curves, clip
-from lara.calibrate.procedures import CalibrationRules
+from lara.calibrate.procedures import GridCalibration
 from lara.settings import Settings, add_settings_arguments, seed_setting, setting
 
 HELP = "calibrate lambda for Best-of-k (k <= decode.bon_n) through the calibration core, with its tokens"
@@ -71,7 +71,7 @@ class BestOfK:
 
 
 @dataclass(frozen=True)
-class BestOfKSettings(CalibrationRules, Settings):
+class BestOfKSettings(GridCalibration, Settings):
     """Best-of-k's calibration on the lambda grid: the calibration section's keys, the grid of every grid decoder,
     and k (each rule's own: one record per k)."""
 
@@ -79,18 +79,6 @@ class BestOfKSettings(CalibrationRules, Settings):
                      minimum=1, key="decode.bon_n")
     n: int = setting(help="Full Best-of-N's N (its tokens are the reference).", minimum=1, key="decode.bon_n")
     max_new_tokens: int = setting(help="Longest response in tokens.", minimum=1, key="generation.max_new_tokens")
-    tau: float = setting(help="The cost budget.", key="calibration.tau")
-    lambda_search_max: float = setting(help="The end of the search interval.", exclusive_minimum=0,
-                                       key="calibration.lambda_search_max")
-    bootstrap: int = setting(help="Bootstrap replicates over prompts.", minimum=1, key="calibration.bootstrap")
-    quantile: float = setting(help="Bootstrap quantile deployed as lambda*.", exclusive_minimum=0,
-                              exclusive_maximum=1, key="calibration.quantile")
-    guarantee: Literal["bootstrap", "crc", "ltt", "ltt_wsr"] = setting(
-        help="The procedure whose lambda is deployed as lambda*.", key="calibration.guarantee")
-    delta: float = setting(help="LTT's error probability.", exclusive_minimum=0, exclusive_maximum=1,
-                           key="calibration.delta")
-    cost_bounds: list[float] | None = setting(help="[lo, hi] the certificates clip the cost to.", length=2,
-                                              key="calibration.cost_bounds")
     grid_points: int = setting(help="Lambdas of the grid on [0, calibration.lambda_search_max].", minimum=2,
                                key="decode.bon_prune.grid_points")
     seed: int = seed_setting()

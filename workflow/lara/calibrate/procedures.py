@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from lara.calibrate.certify import PROCEDURES
 from lara.calibrate.decoder import MIN_PROMPTS, MIN_SAMPLED_SUBSETS, Curves, clipped_share, subset_statement
 from lara.data.errors import DataError
-from lara.settings import CERTIFIED, COST_RESOLUTION, cross_key, ordered_bounds
+from lara.settings import CERTIFIED, COST_RESOLUTION, cross_key, ordered_bounds, setting
 
 QUANTILES = (0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.975)
 STATUS = {0: "interior", 1: "inactive", 2: "infeasible"}  # the words of the exact calibration's record
@@ -64,6 +65,25 @@ class CalibrationRules:
 
         problem = quantile_replicates_problem(self.bootstrap, self.quantile, "calibration.bootstrap", "the deployed")
         return f"{problem} (nothing was computed)" if problem else None
+
+
+@dataclass(frozen=True)
+class GridCalibration(CalibrationRules):
+    """The calibration section's keys every decoder calibrated on a grid reads (borrowed: one value, the calibration
+    section's), with their rules."""
+
+    tau: float = setting(help="The cost budget.", key="calibration.tau")
+    lambda_search_max: float = setting(help="The end of the search interval.", exclusive_minimum=0,
+                                       key="calibration.lambda_search_max")
+    bootstrap: int = setting(help="Bootstrap replicates over prompts.", minimum=1, key="calibration.bootstrap")
+    quantile: float = setting(help="Bootstrap quantile deployed as lambda*.", exclusive_minimum=0,
+                              exclusive_maximum=1, key="calibration.quantile")
+    guarantee: Literal["bootstrap", "crc", "ltt", "ltt_wsr"] = setting(
+        help="The procedure whose lambda is deployed as lambda*.", key="calibration.guarantee")
+    delta: float = setting(help="LTT's error probability.", exclusive_minimum=0, exclusive_maximum=1,
+                           key="calibration.delta")
+    cost_bounds: list[float] | None = setting(help="[lo, hi] the certificates clip the cost to.", length=2,
+                                              key="calibration.cost_bounds")
 
 
 class CoverageRules:

@@ -35,7 +35,7 @@ import numpy as np
 
 from lara.calibrate.bestofn import order, select
 from lara.calibrate.decoder import Curves
-from lara.calibrate.procedures import CalibrationRules
+from lara.calibrate.procedures import GridCalibration
 from lara.settings import Settings, cross_key, seed_setting, setting
 
 SUBSET_SEED = 47  # the subsets drawn when C(K, N) > max_subsets come from [seed, SUBSET_SEED]
@@ -280,7 +280,7 @@ class Scheduled:
 
 
 @dataclass(frozen=True)
-class PruneSettings(Scheduled, CalibrationRules, Settings):
+class PruneSettings(Scheduled, GridCalibration, Settings):
     """decode.bon_prune: the pruned Best-of-N decoder and its own calibration (an empty schedule: no such
     decoder)."""
 
@@ -289,18 +289,6 @@ class PruneSettings(Scheduled, CalibrationRules, Settings):
     n: int = setting(help="Best-of-N candidates.", minimum=2, key="decode.bon_n")
     max_new_tokens: int = setting(help="Longest response in tokens (fractions of it are checkpoints).", minimum=1,
                                   key="generation.max_new_tokens")
-    tau: float = setting(help="The cost budget.", key="calibration.tau")
-    lambda_search_max: float = setting(help="The end of the search interval.", exclusive_minimum=0,
-                                       key="calibration.lambda_search_max")
-    bootstrap: int = setting(help="Bootstrap replicates over prompts.", minimum=1, key="calibration.bootstrap")
-    quantile: float = setting(help="Bootstrap quantile deployed as lambda*.", exclusive_minimum=0,
-                              exclusive_maximum=1, key="calibration.quantile")
-    guarantee: Literal["bootstrap", "crc", "ltt", "ltt_wsr"] = setting(
-        help="The procedure whose lambda is deployed as lambda*.", key="calibration.guarantee")
-    delta: float = setting(help="LTT's error probability.", exclusive_minimum=0, exclusive_maximum=1,
-                           key="calibration.delta")
-    cost_bounds: list[float] | None = setting(help="[lo, hi] the certificates clip the cost to.", length=2,
-                                              key="calibration.cost_bounds")
     checkpoints: list[float] = setting(
         [], "Where candidates are stopped, in generated tokens (an integer) or as a fraction of "
             "generation.max_new_tokens (a number in (0, 1), rounded up); increasing. Empty: no pruned decoder.",

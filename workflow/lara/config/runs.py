@@ -69,6 +69,7 @@ def settings_runs(config: dict) -> list[tuple[str, dict]]:
     runs += [("calibration", {"bon_n": bon_n, "tau": t}) for t in taus(config)[1:]]
     if "bon" in dec["methods"] and cal["mode"] == "bon":
         runs += [("calibration", {"bon_n": n}) for n in sorted(set(dec["sweep_n"]) - {dec["bon_n"]})]
+        runs += [("calibrate-best-of-k", {"k": k}) for k in sorted(set(dec["sweep_n"]) | {dec["bon_n"]})]
     if "bon" in dec["methods"]:
         runs += [("calibration", {"mode": "soft", "bon_n": None, "beta": b, "guarantee": "bootstrap"})
                  for b in sorted(set(cal.get("soft_betas") or []))]
