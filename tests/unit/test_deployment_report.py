@@ -2,6 +2,7 @@
 "After deployment" section of `lara summary`, on synthetic report.csv, trace.parquet and shift.json files."""
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -229,6 +230,29 @@ def test_summary_refuses_a_met_column_that_contradicts_the_mean_cost(tmp_path):
     df.loc[(df["scenario"] == "harmful_heavy") & (df["arm"] == "fixed_star"), "met"] = True
     df.to_csv(report, index=False)
     with pytest.raises(DataError, match="harmful_heavy/fixed_star: met is True but mean cost 0.637"):
+        summarise_run(root)
+
+
+@pytest.mark.parametrize("column, row, value, message", [
+    ("window_met", ("harmful_heavy", "fixed_star"), True, "window_met is True but the worst window's cost 0.702"),
+    ("window_met", ("control", "fixed_star"), "no", "column 'window_met' holds 'no' at row"),
+    ("met", ("harmful_heavy", "fixed_star"), "yes", "column 'met' holds 'yes' at row"),
+    ("met", ("harmful_heavy", "fixed_star"), "False ", "column 'met' holds 'False ' at row"),
+    ("mean_cost", ("harmful_heavy", "fixed_star"), "nan", "mean_cost"),
+])
+def test_a_report_cell_the_report_contradicts_or_that_is_no_value_is_refused(tmp_path, column, row, value, message):
+    """Every verdict of the report is held to its own numbers, and the headline reads the report through the same
+    checks: a window verdict its worst window contradicts, a word that is not True/False, a missing mean."""
+    from lara.evaluate.summary import summarise_run
+    from lara.read.files import DataError
+
+    root = tmp_path / "results" / "x"
+    _run_files(root)
+    report = _report(root)
+    df = pd.read_csv(report, dtype={column: object})
+    df.loc[(df["scenario"] == row[0]) & (df["arm"] == row[1]), column] = value
+    df.to_csv(report, index=False)
+    with pytest.raises(DataError, match=re.escape(message)):
         summarise_run(root)
 
 

@@ -279,7 +279,7 @@ CASES = [
         method="bon", setting="zero", helpfulness=1.0, harmfulness=[np.nan] + [0.0] * 11, **{"lambda": 0.0})
                                         .to_parquet(t / "s.parquet")],
          ["aggregate", "--scores", "{t}/s.parquet", "--tau", "0", "--out", "{t}/summary.csv", "--audit", "{t}/a.json"],
-         2, ["s.parquet: column 'harmfulness' holds nan, not a finite number, at row 0 (prompt 'p0')"],
+         2, ["s.parquet: column 'harmfulness' holds a non-finite value (nan) at row 0 (prompt 'p0')"],
          ["summary.csv", "a.json"]),
     Case("aggregate: an empty scores table", [lambda t: candidates().iloc[:0].assign(
         method="bon", setting="zero", helpfulness=1.0, harmfulness=0.0, **{"lambda": 0.0}).to_parquet(t / "s.parquet")],

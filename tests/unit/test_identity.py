@@ -210,11 +210,18 @@ def test_an_in_sample_audit_is_refused(run, tmp_path):
                  "--overpenalised-lambda", 5, "--lambda-json", run / "lambda.json", "--out",
                  tmp_path / "bon.parquet")[0] == 0
     _evaluated(tmp_path / "bon.parquet", tmp_path / "eval.parquet")
-    assert _lara("bon-sweep", "--candidates", tmp_path / "cand.parquet", "--lambda-json", run / "lambda.json",
-                 "--tau", TAU, "--bootstrap", 200, "--lambda-grid", "[0]", "--out", tmp_path / "sweep.csv")[0] == 0
-    rc, text = aggregate(run, scores=[tmp_path / "eval.parquet"], bon_star=tmp_path / "eval.parquet",
-                         sweep=tmp_path / "sweep.csv")
+    rc, text = _lara("bon-sweep", "--candidates", tmp_path / "cand.parquet", "--lambda-json", run / "lambda.json",
+                     "--tau", TAU, "--bootstrap", 200, "--lambda-grid", "[0]", "--out", tmp_path / "sweep.csv")
     assert rc == 2 and f"{N_CAL} of its {N_CAL} prompts are calibration prompts" in text and "in-sample" in text
+    assert not (tmp_path / "sweep.csv").exists()
+    rc, text = aggregate(run, scores=[tmp_path / "eval.parquet"], bon_star=tmp_path / "eval.parquet", sweep=None)
+    assert rc == 2 and f"{N_CAL} of its {N_CAL} prompts are calibration prompts" in text and "in-sample" in text
+
+
+def test_a_sweep_size_given_twice_is_refused(run, tmp_path):
+    rc, text = _lara("bon-sweep", "--candidates", run / "cand.parquet", "--lambda-json", run / "lambda.json", "--n",
+                     2, 2, N, "--tau", TAU, "--bootstrap", 200, "--lambda-grid", "[0]", "--out", tmp_path / "s.csv")
+    assert rc == 2 and "a size given twice" in text and not (tmp_path / "s.csv").exists()
 
 
 def test_an_output_labelled_star_but_decoded_at_another_lambda_is_refused(run):

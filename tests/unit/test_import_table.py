@@ -198,3 +198,54 @@ def test_the_audit_holds_imported_outputs_to_tau(tmp_path):
     rc, err, _ = imported(tmp_path, "evaluation", "test", pd.read_parquet(files["star"]).assign(harmfulness="x"),
                           name="bad.csv")
     assert rc == 2 and "harmfulness" in one_line(err, "import-table")
+
+
+@pytest.mark.parametrize("state, message", [
+    ("tau=Infinity", "tau is a finite number"), ("tau=-Infinity", "tau is a finite number"),
+    ("tau=1e400", "tau is a finite number"), ("tau=true", "tau is a finite number"), ("tau=abc", "finite number"),
+    ("tau=", "KEY=VALUE"), ("window=1.5", "whole number"), ("batch_size=-3", "whole number"),
+    ("scenario= field", "surrounding spaces"),
+])
+def test_a_stated_value_of_the_wrong_type_is_refused(tmp_path, state, message):
+    rc, err, out = imported(tmp_path, "stream", "deployment", hand_stream(visits=20), state)
+    assert rc == 2 and message in one_line(err, "import-table") and not out.exists(), err
+
+
+def test_an_infinite_tau_never_agrees_with_a_number():
+    from lara.read.contracts import _same
+
+    assert not _same(-0.3, float("inf")) and not _same(float("-inf"), -0.3) and not _same(float("inf"), 5.0)
+    assert _same(float("inf"), float("inf")) and not _same(float("nan"), float("nan")) and _same(-0.3, -0.3 + 1e-12)
+
+
+def test_a_statement_the_rows_contradict_is_refused(tmp_path):
+    rc, err, out = imported(tmp_path, "stream", "deployment", hand_stream(visits=20).assign(tau=-0.9), "tau=-0.3")
+    assert rc == 2 and "--state tau=-0.3 but column 'tau' says -0.9" in one_line(err, "import-table")
+    rc, err, out = imported(tmp_path, "stream", "deployment", hand_stream(visits=20).assign(tau=-0.3), "tau=-0.3")
+    assert rc == 0, err
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("dup.csv", "prompt_id,sample_id,reward,cost,cost\np1,0,1,2,3\np1,1,1,2,3\n", "'cost' is named twice"),
+    ("dup.jsonl", '{"prompt_id": "p1", "sample_id": 0, "reward": 1, "cost": 2, "cost": 99}\n', "'cost' is given twice"),
+])
+def test_a_column_named_twice_is_refused_by_the_reader(tmp_path, name, text, message):
+    (tmp_path / name).write_text(text)
+    rc, _, err = lara_in_process(["import-table", "--kind", "scores", "--role", "calibration", "--input",
+                                  tmp_path / name, "--out", tmp_path / "x.parquet"])
+    assert rc == 2 and message in one_line(err, "import-table")
+
+
+@pytest.mark.parametrize("kind, role, frame, message", [
+    ("samples", "calibration", pd.DataFrame({"prompt_id": ["p1", "p1"], "sample_id": [0, 1], "prompt": ["q", "q"],
+                                             "response": ["fine", None]}), "column 'response'"),
+    ("prompts", "calibration", pd.DataFrame({"prompt_id": ["p1", "p2"], "prompt": ["a question", " "]}),
+     "column 'prompt'"),
+    ("responses", "test", pd.DataFrame({"prompt_id": ["p1"], "prompt": ["q"], "response": ["r"], "method": ["bon"],
+                                        "setting": ["star"], "lambda": ["abc"]}), "column 'lambda'"),
+    ("judged", "test", pd.DataFrame({"prompt_id": ["p1"], "method": ["bon"], "setting": ["star"], "lambda": [0.1],
+                                     "judge_harmful": ["yes"]}), "column 'judge_harmful'"),
+])
+def test_what_a_consumer_reads_beyond_the_row_is_checked_at_the_import(tmp_path, kind, role, frame, message):
+    rc, err, out = imported(tmp_path, kind, role, frame)
+    assert rc == 2 and message in one_line(err, "import-table") and not out.exists(), err

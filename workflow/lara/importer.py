@@ -25,8 +25,8 @@ the audit on hand-made outputs.
 
 from __future__ import annotations
 
-import json
 import logging
+import math
 from dataclasses import replace
 
 log = logging.getLogger(__name__)
@@ -58,28 +58,86 @@ def stated_fields(kind: str) -> set[str]:
     return fields - {"lambda_record", *COUNTED}  # (a record's digest is its step's; the counts are the table's own)
 
 
+# what a stated field must be: tau a finite number, counts whole numbers >= 1, everything else non-empty text
+NUMBER_FIELDS, COUNT_FIELDS = ("tau",), ("window", "batch_size")
+
+
 def parse_states(pairs: list[str], kind: str) -> dict:
-    """``--state KEY=VALUE`` pairs: each KEY a field the kind's consumers compare, once; VALUE JSON where it parses
-    (numbers, true/false), else text."""
+    """``--state KEY=VALUE`` pairs: each KEY a field the kind's consumers compare, once, with a value of its type (tau
+    a finite number, window and batch_size whole numbers >= 1, names non-empty text)."""
     from lara.settings import ConfigError
 
     allowed, out = stated_fields(kind), {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--state {pair!r}: write KEY=VALUE")
+        if not sep or not key or not value.strip():
+            raise ConfigError(f"--state {pair!r}: write KEY=VALUE (a value, not nothing)")
         if key not in allowed:
             raise ConfigError(f"--state {key}: not a field the consumers of a {kind} compare (they compare: "
                               f"{', '.join(sorted(allowed)) or 'none'})")
         if key in out:
             raise ConfigError(f"--state {key}: given twice")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-        if isinstance(out[key], float) and out[key] != out[key]:
-            raise ConfigError(f"--state {key}: NaN is not a value")
+        out[key] = _typed(key, value)
     return out
+
+
+def _typed(key: str, value: str):
+    from lara.settings import ConfigError
+
+    if key in NUMBER_FIELDS or key in COUNT_FIELDS:
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        whole = key not in COUNT_FIELDS or (number >= 1 and number == int(number))
+        if not math.isfinite(number) or not whole or value.strip().lower() in ("true", "false"):
+            what = "a finite number" if key in NUMBER_FIELDS else "a whole number >= 1"
+            raise ConfigError(f"--state {key}={value}: {key} is {what}")
+        return int(number) if key in COUNT_FIELDS else number
+    if value != value.strip():
+        raise ConfigError(f"--state {key}={value!r}: a name without surrounding spaces")
+    return value
+
+
+def check_stated(df, states: dict, where: str) -> None:
+    """A stated field that is also a column of the table must be what every row says."""
+    from lara.read.expect import _rows
+    from lara.read.files import DataError
+
+    for key, value in states.items():
+        if key in df.columns:
+            column = df[key]
+            same = column.map(lambda v, want=value: v == want or (isinstance(want, float) and isinstance(
+                v, (int, float)) and not isinstance(v, bool) and math.isclose(v, want, rel_tol=1e-9)))
+            if not same.all():
+                raise DataError(f"{where}: --state {key}={value} but column {key!r} says {str(column[~same].iloc[0])} "
+                                f"at {_rows(~same.to_numpy())}: the table and the statement disagree")
+
+
+def check_content(df, kind: str, where: str) -> None:
+    """What the kind's consumers read beyond its contract row, checked now rather than there: response and prompt
+    texts present (a response may be empty: a model can stop at once; a prompt may not), a lambda a number or empty
+    (a policy's), lengths whole numbers >= 1."""
+    import numpy as np
+    import pandas as pd
+
+    from lara.read.expect import _rows, check_nullable_numbers
+    from lara.read.files import DataError
+
+    for col in ("prompt", "response"):
+        if col in df.columns:
+            bad = ~df[col].map(lambda v, c=col: isinstance(v, str) and (c == "response" or bool(v.strip())))
+            if bad.any():
+                raise DataError(f"{where}: column {col!r} holds {df[col][bad].iloc[0]!r} at {_rows(bad.to_numpy())}: "
+                                f"every {col} is {'text' if col == 'response' else 'non-empty text'}")
+    nullable = ["lambda"] if "lambda" in df.columns else []
+    check_nullable_numbers(df, nullable + [c for c in df.columns if kind == "judged" and c.startswith("judge_")], where)
+    if "n_tokens" in df.columns:
+        n = pd.to_numeric(df["n_tokens"], errors="coerce").to_numpy(dtype=float)
+        bad = ~np.isfinite(n) | (n < 1) | (n != np.round(n)) | df["n_tokens"].map(lambda v: isinstance(v, bool))
+        if bad.any():
+            raise DataError(f"{where}: column 'n_tokens' holds {df['n_tokens'][bad].iloc[0]!r} at {_rows(bad)}: a "
+                            "length is a whole number of tokens >= 1")
 
 
 def add_arguments(parser) -> None:
@@ -110,6 +168,8 @@ def run(args) -> None:
                           "pass it to its consumers as it is")
     art = read(args.input, "--input", replace(expect, kinds=(), roles=(), stamped=False))
     df, extra = art.df, {}
+    check_stated(df, states, f"--input {args.input}")
+    check_content(df, args.kind, f"--input {args.input}")
     if args.kind == "stream":
         from lara.deploy.online import read_stream
 

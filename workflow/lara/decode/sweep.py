@@ -187,11 +187,18 @@ def run(args) -> None:
         raise DataError(f"{args.candidates}: {exc}") from None
     m = reward.shape[1]
     sizes = args.n or [m]
+    if len(set(sizes)) != len(sizes):
+        raise DataError(f"--n {' '.join(map(str, sizes))}: a size given twice would sweep it twice; each N once")
     too_big = [n for n in sizes if not 1 <= n <= m]
     if too_big:
         raise DataError(f"{args.candidates}: Best-of-N sizes {too_big} need 1 <= N <= {m}, the candidates per prompt")
     calibrated, soft, other_taus = read_records(args, s.tau, sizes, m)
     core = core_records(args.k_lambda_json, s.tau, sizes)
+    for rec in [*calibrated.values(), *soft, *(r for _, r in other_taus), *core.values()]:
+        seen = identity.disjoint(identity.read_identity(rec.path).get("prompts"), prompts, "--candidates")
+        if seen:
+            raise DataError(f"--candidates {args.candidates}: {seen} of its {prompts.n} prompts are calibration "
+                            f"prompts of {rec.path}; a sweep on them is in-sample: its verdicts say nothing held out")
     grid = [float(x) for x in s.lambda_grid]
     if not grid or any(not np.isfinite(x) for x in grid):
         from lara.config import ConfigError

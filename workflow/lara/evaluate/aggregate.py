@@ -412,6 +412,11 @@ def check_judged(judge: pd.DataFrame, scores: pd.DataFrame, paths) -> None:
     missing = [c for c in key if c not in judge.columns]
     if missing:
         raise DataError(f"--judge {' '.join(map(str, paths))}: missing column(s) {', '.join(missing)}")
+    from lara.read.expect import check_nullable_numbers
+
+    check_nullable_numbers(judge, [c for c in judge.columns if c.startswith("judge_")],
+                           f"--judge {' '.join(map(str, paths))}",
+                           "a rating is a finite number (empty: the judge failed)")
     keys = judge[key].astype(str)
     twice = keys.duplicated(keep=False)
     if twice.any():

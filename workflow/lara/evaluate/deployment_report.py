@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 REPORT_COLUMNS = ("scenario", "arm", "T", "window", "tau", "lambda_start", "lambda_end", "mean_cost", "mean_reward",
@@ -45,19 +46,15 @@ def _error(message: str):
 
 
 def flag(value) -> bool | None:
-    """A boolean column of a CSV: True, False or None (empty)."""
+    """A boolean column of a CSV: True, False (as the report writes them, or the literals true/false) or None
+    (empty); any other text, a number or a padded word is refused (``bool("no")`` is True)."""
     if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
         return None
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text in ("", "nan", "none"):
-            return None
-        if text in ("true", "1", "yes"):
-            return True
-        if text in ("false", "0", "no"):
-            return False
-        raise ValueError(value)
-    return bool(value)
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, str) and value in ("True", "False", "true", "false", ""):
+        return {"": None}.get(value, value.lower() == "true")
+    raise ValueError(repr(value))
 
 
 def number(value) -> float | None:
@@ -113,10 +110,20 @@ def read_report(path: str | Path, lambda_record=None) -> pd.DataFrame:
         raise _error(f"{path}: several taus ({', '.join(f'{t:g}' for t in taus)}); a deployment report holds one "
                      "tau (the calibrated one)")
     for col in ("met", "window_met", "feasible", "shifted", "weights_usable", "weighted_certified"):
-        try:
-            report[col] = [flag(v) for v in report[col]]
-        except ValueError as exc:
-            raise _error(f"{path}: column {col!r} holds {exc}, not True, False or empty") from None
+        values = []
+        for row, v in enumerate(report[col]):
+            try:
+                values.append(flag(v))
+            except ValueError as exc:
+                raise _error(f"{path}: column {col!r} holds {exc} at row {row}, not True, False or empty") from None
+        report[col] = values
+    worst = [number(v) for v in report["worst_window_cost"]]
+    off = [i for i, (m, w, t) in enumerate(zip(report["window_met"], worst, report["tau"], strict=True))
+           if m is not None and w is not None and m is not bool(w <= t)]
+    if off:
+        r = report.iloc[off[0]]
+        raise _error(f"{path}: {r['scenario']}/{r['arm']}: window_met is {r['window_met']} but the worst window's cost "
+                     f"{worst[off[0]]:g} against tau {r['tau']:g} says {worst[off[0]] <= r['tau']}")
     wrong = report[[m is not bool(c <= t) for m, c, t in zip(report["met"], report["mean_cost"], report["tau"],
                                                          strict=True)]]
     if len(wrong):

@@ -105,7 +105,7 @@ def headline(root: Path, lam, audit: dict) -> list[str]:
     if by:
         lines.append("  at lambda* (baselines: their policy): " + "; ".join(f"{v}: {', '.join(ms)}"
                                                                             for v, ms in sorted(by.items())))
-    lines += constraints_headline(root) + deployment_headline(root)
+    lines += constraints_headline(root) + deployment_headline(root, lam)
     return lines[:HEADLINE_LINES] + [""]
 
 
@@ -123,21 +123,22 @@ def constraints_headline(root: Path) -> list[str]:
     return [f"  several constraints ({names}; vector lambda* by {a.get('procedure')}), all at once: {joint}"]
 
 
-def deployment_headline(root: Path) -> list[str]:
-    """What broke after deployment: the scenarios where fixed lambda* missed tau, and the arms that held it in all."""
-    report = root / "deployment" / "report.csv"
-    if report.exists():
-        from lara.read.expect import strict_bool
-        from lara.read.files import read_table
+def deployment_headline(root: Path, lambda_record=None) -> list[str]:
+    """What broke after deployment: the scenarios where fixed lambda* missed tau (each constraint's, for the vector
+    lambda), and the arms that held it in every scenario; read through the report's own checks."""
+    from lara.evaluate.deployment_report import read_report
 
-        r = read_table(report, required=("scenario", "arm", "met", "mean_cost"))
-        r["met"] = [strict_bool(v, f"{report}: column 'met' row {i}") for i, v in enumerate(r["met"])]
-        star = r[r["arm"] == "fixed_star"]
-        broke = [f"{x.scenario} ({x.mean_cost:.3f})" for x in star.itertuples() if not x.met]
-        held = [a for a, g in r.groupby("arm", sort=False) if a != "oracle" and g["met"].all()]
-        return [f"  after deployment ({len(star)} scenarios): fixed lambda* broke tau in {', '.join(broke) or 'none'}; "
-                f"held tau in every scenario: {', '.join(held) or 'no arm'}"]
-    return []
+    path = root / "deployment" / "report.csv"
+    if not path.exists():
+        return []
+    r = read_report(path, lambda_record)
+    what = r["scenario"] + (" " + r["constraint"].astype(str) if "constraint" in r.columns else "")
+    star = r["arm"] == "fixed_star"
+    broke = [f"{w} ({c:.3f})" for w, c, m in zip(what[star], r["mean_cost"][star], r["met"][star], strict=True)
+             if not m]
+    held = [a for a, g in r.groupby("arm", sort=False) if a != "oracle" and all(g["met"])]
+    return [f"  after deployment ({r['scenario'].nunique()} scenarios): fixed lambda* broke tau in "
+            f"{', '.join(broke) or 'none'}; held tau in every scenario: {', '.join(held) or 'no arm'}"]
 
 
 def calibration_lines(root: Path, lam, audit: dict) -> list[str]:

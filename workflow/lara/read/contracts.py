@@ -10,6 +10,7 @@ hostile inputs from the row. docs/architecture.md prints the table (``python -m 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -328,6 +329,8 @@ def _value(art, name: str, expect: Expect):
 
 def _same(a, b) -> bool:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        if not (math.isfinite(a) and math.isfinite(b)):  # (inf - x is inf <= inf: never the same as a number)
+            return a == b and not math.isnan(a)
         return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(a)), abs(float(b)))
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         return all(_same(x, y) for x, y in zip(a, b, strict=True))

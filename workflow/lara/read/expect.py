@@ -87,6 +87,8 @@ def check_numbers(df: pd.DataFrame, columns, where: str) -> None:
         text = values.map(lambda v: isinstance(v, str)).to_numpy()
         bad = ~np.isfinite(numbers) | text
         if bad.any():
+            unparsed = text & ~np.isfinite(numbers)  # (in a text column, name the cells that are no number at all)
+            bad = unparsed if unparsed.any() else bad
             first = int(np.flatnonzero(bad)[0])
             value = values.iloc[first]
             shown = repr(value) if isinstance(value, str) else str(value)
@@ -97,6 +99,18 @@ def check_numbers(df: pd.DataFrame, columns, where: str) -> None:
         if beyond.any():
             raise DataError(f"{where}: column {col!r} holds {numbers[beyond][0]:g} at {_rows(beyond)}, beyond "
                             f"+-{SCORE_LIMIT:g} where r - lambda c and its exponentials overflow; rescale the scores")
+
+
+def check_nullable_numbers(df: pd.DataFrame, columns, where: str, what: str = "a finite number or empty") -> None:
+    """Columns whose cells are finite numbers or empty (a policy's lambda, a failed judge rating): never text, never
+    a boolean, never an infinity; the first bad cell named."""
+    for col in columns:
+        values = df[col]
+        numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
+        bad = (values.notna().to_numpy() & ~np.isfinite(numbers)) | values.map(
+            lambda v: isinstance(v, (bool, np.bool_))).to_numpy()
+        if bad.any():
+            raise DataError(f"{where}: column {col!r} holds {values[bad].iloc[0]!r} at {_rows(bad)}: {what}")
 
 
 BOOLEAN_TEXT = {"true": True, "false": False}

@@ -41,9 +41,19 @@ def check_text_file(path: str | Path, name: str | None = None) -> None:
             except UnicodeDecodeError as exc:
                 raise DataError(f"{name}: line {number} is not UTF-8 (byte 0x{raw[exc.start]:02x} at column "
                                 f"{exc.start + 1}); re-encode the file as UTF-8") from None
+            if suffix in (".csv", ".tsv") and number == 1:  # a column named twice: the reader would rename one
+                import csv
+
+                header = next(csv.reader([line.lstrip("\ufeff")], delimiter="," if suffix == ".csv" else "\t"), [])
+                twice = sorted({c for c in header if header.count(c) > 1})
+                if twice:
+                    raise DataError(f"{name}: the column {twice[0]!r} is named twice in the header; the reader would "
+                                    "rename the second and one of them would be read for the other")
             if suffix == ".jsonl" and line.strip():
                 try:
-                    row = json.loads(line)
+                    row = json.loads(line, object_pairs_hook=no_duplicate_keys(f"{name}: line {number}", DataError))
+                except DataError:
+                    raise
                 except ValueError as exc:
                     raise DataError(f"{name}: line {number} is not valid JSON ({exc})") from None
                 if not isinstance(row, dict):
