@@ -249,3 +249,14 @@ def test_a_column_named_twice_is_refused_by_the_reader(tmp_path, name, text, mes
 def test_what_a_consumer_reads_beyond_the_row_is_checked_at_the_import(tmp_path, kind, role, frame, message):
     rc, err, out = imported(tmp_path, kind, role, frame)
     assert rc == 2 and message in one_line(err, "import-table") and not out.exists(), err
+
+
+def test_a_stated_window_is_the_one_online_runs_with(tmp_path):
+    hand_record(tmp_path / "lambda.json")
+    rc, err, out = imported(tmp_path, "stream", "deployment", hand_stream(), "window=50")
+    assert rc == 0, err
+    rc, _, err = lara_in_process(["online", "--candidates", out, "--lambda-json", tmp_path / "lambda.json",
+                                  "--settings", SETTINGS, "--out", tmp_path / "o.parquet", "--record",
+                                  tmp_path / "o.json"])
+    assert rc == 2 and "deployment.window: 100, but --candidates" in one_line(err, "online")
+    assert not (tmp_path / "o.parquet").exists()

@@ -124,6 +124,8 @@ def check_content(df, kind: str, where: str) -> None:
     from lara.read.expect import _rows, check_nullable_numbers
     from lara.read.files import DataError
 
+    if kind in ("samples", "responses") and "prompt" not in df.columns:
+        raise DataError(f"{where}: no 'prompt' column: the {kind}' consumers score each response with its prompt")
     for col in ("prompt", "response"):
         if col in df.columns:
             bad = ~df[col].map(lambda v, c=col: isinstance(v, str) and (c == "response" or bool(v.strip())))

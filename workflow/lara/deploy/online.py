@@ -440,6 +440,10 @@ def check_stream_settings(s: DeploymentSettings, path, visits: int, n: int) -> N
         if got != want:
             raise ConfigError(f"{key}: {want}, but --candidates {path} is a stream of {got} "
                               f"({'visits' if 'stream' in key else 'candidates per visit'}); settings and stream agree")
+    for key in ("window", "batch_size"):  # what an imported stream states of itself (lara import-table --state)
+        if key in made and made[key] != getattr(s, key):
+            raise ConfigError(f"deployment.{key}: {getattr(s, key)}, but --candidates {path} states {key} "
+                              f"{made[key]}; settings and stream agree")
     check_window(s, visits, f"--candidates {path}")
 
 
