@@ -32,7 +32,9 @@ class GenerationSettings(Settings):
 
     SECTION: ClassVar[str] = "generation"
 
-    backend: Literal["hf", "vllm"] = setting("hf", "Generator backend: transformers (CPU/GPU) or vLLM (GPU).")
+    backend: Literal["hf", "vllm"] = setting(
+        "hf", "Generator backend: transformers (CPU/GPU) or vLLM (GPU; on a CPU, run from .venv-vllm: make vllm-env, "
+              "docs/vllm.md).")
     top_k: int = setting(50, "Top-k sampling (0 = off).", minimum=0)
     temperature: float = setting(1.2, "Sampling temperature.", exclusive_minimum=0)
     max_new_tokens: int = setting(48, "Longest response in tokens.", minimum=1)
