@@ -260,3 +260,26 @@ def test_a_stated_window_is_the_one_online_runs_with(tmp_path):
                                   tmp_path / "o.json"])
     assert rc == 2 and "deployment.window: 100, but --candidates" in one_line(err, "online")
     assert not (tmp_path / "o.parquet").exists()
+
+
+def test_prompts_named_by_id_alone_are_held_out_by_id_and_never_mixed_with_texts(tmp_path):
+    """An audit of outputs on the calibration prompts is in-sample whether the tables carry prompt texts or only ids;
+    texts on one side and ids alone on the other cannot be compared, and are refused rather than passed."""
+    rc, err, cal = imported(tmp_path, "scores", "calibration", hand_scores(), name="cal.csv")
+    assert rc == 0, err
+    rc, _, err = lara_in_process(["calibrate", "--scores", cal, "--tau", -0.3, "--bootstrap", 200, "--bon-n", 4,
+                                  "--out", tmp_path / "lambda.json"])
+    assert rc == 0, err
+    lam = json.loads((tmp_path / "lambda.json").read_text())["lambda_star"]
+    star = pd.DataFrame({"prompt_id": [f"p{i}" for i in range(30)], "method": "bon", "setting": "star", "lambda": lam,
+                         "helpfulness": 1.0, "harmfulness": -1.0, "decoder_cost": -1.0})
+    for name, frame, message in (("ids.csv", star, "30 of its 30 prompts are calibration prompts"),
+                                 ("texts.csv", star.assign(prompt=[f"question {i}" for i in range(30)]),
+                                  "cannot be told")):
+        rc, err, out = imported(tmp_path, "evaluation", "test", frame, name=name)
+        assert rc == 0, err
+        out = out.rename(tmp_path / f"eval_{name}.parquet")
+        rc, _, err = lara_in_process(["aggregate", "--scores", out, "--bon-star", out, "--lambda-json",
+                                      tmp_path / "lambda.json", "--tau", -0.3, "--out", tmp_path / "s.csv",
+                                      "--audit", tmp_path / "a.json"])
+        assert rc == 2 and message in one_line(err, "aggregate"), err

@@ -95,8 +95,9 @@ def prompt_set(df: pd.DataFrame, where: str, per_prompt: int | None = None) -> P
             raise _error(f"{where}: prompt {over.index[0]!r} has {int(over.iloc[0])} rows, expected {per_prompt} "
                          f"({len(over)} prompt(s) repeated: a file passed twice, or rows copied?); n counts "
                          "distinct prompts, never rows")
-    if "prompt" not in df.columns:
-        return PromptSet(len(distinct), digest(distinct.map(id_key)), frozenset())
+    if "prompt" not in df.columns:  # known by id alone: its keys say so (ID_KEY), and only ids are compared with them
+        ids = distinct.map(id_key)
+        return PromptSet(len(distinct), digest(ids), frozenset(ID_KEY + i for i in ids))
     pairs = df[["prompt_id", "prompt"]].drop_duplicates("prompt_id")
     keys = pairs["prompt"].map(text_key)
     twice = keys.duplicated(keep=False)
@@ -119,12 +120,23 @@ def same_prompts(sets: dict[str, PromptSet], what: str = "test prompts") -> None
                          f"{shared} shared); compare outputs on one prompt set")
 
 
+ID_KEY = "id:"  # the key of a prompt a table names by its id alone (no prompt text)
+
+
 def disjoint(calibration: PromptSet | dict | None, audit: PromptSet, where: str) -> int:
     """How many audit prompts are calibration prompts (0 for a held-out audit); keys from a record's
-    identity or a :class:`PromptSet`."""
+    identity or a :class:`PromptSet`. Prompts named by text on one side and by id alone on the other cannot be told
+    apart: refused, naming ``where``."""
     if calibration is None:
         return 0
     keys = calibration.keys if isinstance(calibration, PromptSet) else frozenset(calibration.get("keys") or ())
+    if not keys or not audit.keys:
+        return 0  # (a record of an older version states no keys)
+    by_id = {side: all(k.startswith(ID_KEY) for k in ks) for side, ks in (("cal", keys), ("audit", audit.keys))}
+    if by_id["cal"] != by_id["audit"]:
+        named, bare = ("the audited", "the calibration") if by_id["cal"] else ("the calibration", "the audited")
+        raise _error(f"{where}: {named} prompts carry their texts and {bare} prompts only ids: whether they overlap "
+                     "cannot be told; give both tables their prompt column")
     return len(keys & audit.keys)
 
 

@@ -406,6 +406,12 @@ def load_weights(path, scores: PromptScores, scores_path) -> tuple[np.ndarray, d
     return w, info
 
 
+def identity_key_prefix() -> str:
+    from lara.identity import ID_KEY
+
+    return ID_KEY
+
+
 def check_calibration_data(n_prompts: int, counts, costs, taus, s, where) -> None:
     """Statements only about what exists: enough distinct prompts to bootstrap over, one K for every prompt unless
     N is given, costs on a scale the calibration can tell apart (its ties and tau's tolerance are 1e-12 absolute),
@@ -466,7 +472,8 @@ def run(args) -> None:
 
         weights_made = read_identity(args.weights)  # read once: its prompt texts and its stream
         over = weights_made.get("prompt_texts")  # by text where both know the prompts' texts
-        if over is not None and made["prompts"].get("keys") and over != made["prompts"]["digest"]:
+        texts = [k for k in made["prompts"].get("keys") or () if not k.startswith(identity_key_prefix())]
+        if over is not None and texts and over != made["prompts"]["digest"]:
             raise DataError(f"--weights {args.weights}: made over other calibration prompts than --scores "
                             f"{args.scores} (prompt-set digest {over}, the scores' {made['prompts']['digest']}): "
                             "weights of another calibration set")
