@@ -218,6 +218,20 @@ def test_an_in_sample_audit_is_refused(run, tmp_path):
     assert rc == 2 and f"{N_CAL} of its {N_CAL} prompts are calibration prompts" in text and "in-sample" in text
 
 
+@pytest.mark.parametrize("edit", ["mean and verdict", "verdict"])
+def test_a_sweep_row_edited_against_its_own_bounds_is_refused(run, tmp_path, edit):
+    from lara.stats import VERDICTS
+
+    sweep = pd.read_csv(run / "sweep.csv")
+    row = (sweep["label"] == "grid") & (sweep["lambda"] == 0)
+    sweep.loc[row, "verdict"] = VERDICTS[0]
+    if edit == "mean and verdict":
+        sweep.loc[row, "mean_cost"] = -5.0
+    sweep.to_csv(tmp_path / "sweep.csv", index=False)
+    rc, text = aggregate(run, sweep=tmp_path / "sweep.csv")
+    assert rc == 2 and "edited after lara bon-sweep wrote it" in text and "lambda 0, grid" in text
+
+
 def test_a_sweep_size_given_twice_is_refused(run, tmp_path):
     rc, text = _lara("bon-sweep", "--candidates", run / "cand.parquet", "--lambda-json", run / "lambda.json", "--n",
                      2, 2, N, "--tau", TAU, "--bootstrap", 200, "--lambda-grid", "[0]", "--out", tmp_path / "s.csv")

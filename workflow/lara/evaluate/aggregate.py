@@ -342,7 +342,27 @@ def read_sweep(path: str, lam: LambdaRecord, prompts) -> pd.DataFrame:
     sweep = read_table(path, required=("n", "lambda", "label", "mean_cost", "mean_cost_lower", "mean_cost_upper",
                                        "verdict"))
     identity.check_sweep(sweep, lam, f"--sweep {path}", prompts)
+    check_sweep_rows(sweep, lam.tau, f"--sweep {path}")
     return sweep
+
+
+def check_sweep_rows(sweep: pd.DataFrame, tau: float, where: str) -> None:
+    """Each row's verdict is the one its own one-sided bounds give against its tau (the sweep is a CSV, unsealed: an
+    edited mean or verdict is found by its own numbers), and its mean lies within those bounds."""
+    from lara.read.files import DataError
+    from lara.stats import verdict
+
+    taus = sweep["tau"] if "tau" in sweep.columns else pd.Series(tau, index=sweep.index)
+    counts = sweep["n_prompts"] if "n_prompts" in sweep.columns else pd.Series(None, index=sweep.index)
+    for i, r in enumerate(sweep.itertuples(index=False)):
+        lo, up, mean, t = float(r.mean_cost_lower), float(r.mean_cost_upper), float(r.mean_cost), float(taus.iloc[i])
+        n = None if pd.isna(counts.iloc[i]) else int(counts.iloc[i])
+        want = verdict(lo, up, t, n)
+        if r.verdict != want or not lo - 1e-9 * max(1.0, abs(lo)) <= mean <= up + 1e-9 * max(1.0, abs(up)):
+            raise DataError(f"{where}: row {i} (N = {r.n}, lambda {float(sweep['lambda'].iloc[i]):g}, {r.label}): mean "
+                            f"cost {mean:g}, "
+                            f"verdict {r.verdict!r}, but its own bounds [{lo:g}, {up:g}] against tau {t:g} give "
+                            f"{want!r}: edited after lara bon-sweep wrote it; rerun the sweep")
 
 
 def audit_taus(args, s: AuditSettings, audit: dict) -> None:
