@@ -74,15 +74,18 @@ def test_a_hand_recorded_stream_runs_online_once_imported(tmp_path):
     assert record["visits"] == 300 and "every window of 100 visits" in record["statement"]
 
 
-def test_what_the_import_states_is_held_to_agree(tmp_path):
-    """A stated tau is compared like a step's own: a stream imported for another tau is refused beside the record."""
+@pytest.mark.parametrize("state, message", [("tau=-0.2", "tau"),
+                                            ("window=50", "deployment.window: 100, but --candidates")])
+def test_what_the_import_states_is_held_to_agree(tmp_path, state, message):
+    """A stated field is compared like a step's own: a stream imported for another tau than the record's, or for
+    another window than the settings', is refused by online."""
     hand_record(tmp_path / "lambda.json")
-    rc, err, out = imported(tmp_path, "stream", "deployment", hand_stream(), "tau=-0.2")
+    rc, err, out = imported(tmp_path, "stream", "deployment", hand_stream(), state)
     assert rc == 0, err
     rc, _, err = lara_in_process(["online", "--candidates", out, "--lambda-json", tmp_path / "lambda.json",
                                   "--settings", SETTINGS, "--out", tmp_path / "o.parquet", "--record",
                                   tmp_path / "o.json"])
-    assert rc != 0 and "tau" in err and not (tmp_path / "o.parquet").exists()
+    assert rc == 2 and message in one_line(err, "online") and not (tmp_path / "o.parquet").exists()
 
 
 BAD_STREAMS = {
@@ -249,17 +252,6 @@ def test_a_column_named_twice_is_refused_by_the_reader(tmp_path, name, text, mes
 def test_what_a_consumer_reads_beyond_the_row_is_checked_at_the_import(tmp_path, kind, role, frame, message):
     rc, err, out = imported(tmp_path, kind, role, frame)
     assert rc == 2 and message in one_line(err, "import-table") and not out.exists(), err
-
-
-def test_a_stated_window_is_the_one_online_runs_with(tmp_path):
-    hand_record(tmp_path / "lambda.json")
-    rc, err, out = imported(tmp_path, "stream", "deployment", hand_stream(), "window=50")
-    assert rc == 0, err
-    rc, _, err = lara_in_process(["online", "--candidates", out, "--lambda-json", tmp_path / "lambda.json",
-                                  "--settings", SETTINGS, "--out", tmp_path / "o.parquet", "--record",
-                                  tmp_path / "o.json"])
-    assert rc == 2 and "deployment.window: 100, but --candidates" in one_line(err, "online")
-    assert not (tmp_path / "o.parquet").exists()
 
 
 def test_prompts_named_by_id_alone_are_held_out_by_id_and_never_mixed_with_texts(tmp_path):
