@@ -16,9 +16,11 @@ def test_bon_sweep_trades_reward_for_cost(toy_run):
     for n, rows in sweep.groupby("n"):
         grid = rows[rows["label"] == "grid"].sort_values("lambda")
         # every N has the 9 grid lambdas of the toy config and its own calibrated lambda-hat, lambda* and certified
-        # CRC and LTT lambdas; the decoder's N also the lambda* of soft mode at each beta of calibration.soft_betas
+        # CRC and LTT lambdas; the decoder's N also the lambda* of soft mode at each beta of calibration.soft_betas;
+        # and every procedure's lambda of the same N calibrated as Best-of-k through the calibration core
         soft = ["soft_beta=0.1", "soft_beta=1", "soft_beta=10"] if n == 20 else []
-        expected = ["grid"] * 9 + ["lambda_hat", "lambda_star", "crc", "ltt", "ltt_wsr"] + soft  # the toy's bounds
+        core = [f"core:{p}" for p in ("hat", "bootstrap", "crc", "ltt", "ltt_wsr")]
+        expected = ["grid"] * 9 + ["lambda_hat", "lambda_star", "crc", "ltt", "ltt_wsr"] + soft + core
         assert len(grid) == 9 and sorted(rows["label"]) == sorted(expected), n
         # exact expectations over fixed candidates: both fall monotonically with lambda
         assert (grid["mean_cost"].diff().dropna() <= 1e-9).all() and (grid["mean_reward"].diff().dropna() <= 1e-9).all()

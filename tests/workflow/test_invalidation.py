@@ -167,10 +167,12 @@ def test_a_module_of_later_steps_reruns_exactly_those_steps_and_their_downstream
                       # pruned Best-of-N ranks with Best-of-N's order: its prefix scoring (its settings' module),
                       # calibration, decodes at every setting, sweep and coverage study
                       "score_prefixes": 2, "calibrate_prune": 1, "select_bon_prune": 7, "bon_prune_sweep": 1,
-                      "coverage_prune": 1}, counts
+                      "coverage_prune": 1,
+                      # Best-of-k through the calibration core computes its curves with Best-of-N's rank weights
+                      "calibrate_best_of_k": 3}, counts
     assert own_code_changed(toy_run, env) == {"calibrate_lambda", "calibrate_lambda_for_n", "calibrate_soft",
                                               "select_bon", "coverage", "make_stream", "calibrate_vector",
-                                              "coverage_vector", "score_prefixes"}
+                                              "coverage_vector", "score_prefixes", "calibrate_best_of_k"}
 
 
 def test_execution_settings_rerun_nothing_and_a_plot_option_only_the_settings_table_and_figures(toy_run, tmp_path):
