@@ -406,12 +406,6 @@ def load_weights(path, scores: PromptScores, scores_path) -> tuple[np.ndarray, d
     return w, info
 
 
-def identity_key_prefix() -> str:
-    from lara.identity import ID_KEY
-
-    return ID_KEY
-
-
 def check_calibration_data(n_prompts: int, counts, costs, taus, s, where) -> None:
     """Statements only about what exists: enough distinct prompts to bootstrap over, one K for every prompt unless
     N is given, costs on a scale the calibration can tell apart (its ties and tau's tolerance are 1e-12 absolute),
@@ -468,11 +462,11 @@ def run(args) -> None:
     weights, shift = None, None
     if args.weights is not None:
         weights, shift = load_weights(args.weights, scores, args.scores)
-        from lara.identity import read_identity
+        from lara.identity import ID_KEY, read_identity
 
         weights_made = read_identity(args.weights)  # read once: its prompt texts and its stream
         over = weights_made.get("prompt_texts")  # by text where both know the prompts' texts
-        texts = [k for k in made["prompts"].get("keys") or () if not k.startswith(identity_key_prefix())]
+        texts = [k for k in made["prompts"].get("keys") or () if not k.startswith(ID_KEY)]  # (not ids alone)
         if over is not None and texts and over != made["prompts"]["digest"]:
             raise DataError(f"--weights {args.weights}: made over other calibration prompts than --scores "
                             f"{args.scores} (prompt-set digest {over}, the scores' {made['prompts']['digest']}): "
