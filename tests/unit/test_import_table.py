@@ -206,7 +206,8 @@ def test_the_audit_holds_imported_outputs_to_tau(tmp_path):
 @pytest.mark.parametrize("state, message", [
     ("tau=Infinity", "tau is a finite number"), ("tau=-Infinity", "tau is a finite number"),
     ("tau=1e400", "tau is a finite number"), ("tau=true", "tau is a finite number"), ("tau=abc", "finite number"),
-    ("tau=", "KEY=VALUE"), ("window=1.5", "whole number"), ("batch_size=-3", "whole number"),
+    ("tau=", "KEY=VALUE"), ("window=1.5", "whole number"),
+    ("window=inf", "whole number"), ("batch_size=-3", "whole number"),
     ("scenario= field", "surrounding spaces"),
 ])
 def test_a_stated_value_of_the_wrong_type_is_refused(tmp_path, state, message):

@@ -89,7 +89,7 @@ def _typed(key: str, value: str):
             number = float(value)
         except ValueError:
             number = math.nan
-        whole = key not in COUNT_FIELDS or (number >= 1 and number == int(number))
+        whole = key not in COUNT_FIELDS or (math.isfinite(number) and number >= 1 and number == int(number))
         if not math.isfinite(number) or not whole or value.strip().lower() in ("true", "false"):
             what = "a finite number" if key in NUMBER_FIELDS else "a whole number >= 1"
             raise ConfigError(f"--state {key}={value}: {key} is {what}")
