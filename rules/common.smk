@@ -124,7 +124,7 @@ WILDCARDS = {
     "k": "[0-9]+",
     "kind": "reward|cost",
     "method": "args|pargs|cdq",
-    "pool": "calibration|value|bon|deployment",
+    "pool": "calibration|value|bon|deployment|selection",
     "scenario": _alternatives([s["name"] for s in config["deployment"]["scenarios"]]),
     "eta": "[0-9]+(p[0-9]+)?",
     "lam": "zero|hat|star|max|direct|crc|ltt_wsr|ltt|star_tau_m?[0-9]+(p[0-9]+)?|[0-9]+(p[0-9]+)?",
@@ -225,6 +225,12 @@ SAMPLE_POOLS = {
         "max_prompts": None,
         "seed": config["seed"] + 1,
     },
+    "selection": {  # the token-budget chooser's own prompts (decode.budget), sampled as the calibration prompts
+        "prompts": f"{RESULTS}/data/prompts_selection.parquet",
+        "n": config["calibration"]["samples_per_prompt"],
+        "max_prompts": None,
+        "seed": config["seed"] + 3,
+    },
     "deployment": {
         "prompts": f"{RESULTS}/data/prompts_deployment.parquet",
         "n": config["deployment"]["samples_per_prompt"],
@@ -321,6 +327,10 @@ CERTIFIED_SETTINGS = certified_settings(config)
 PRUNE = bool(config["decode"]["bon_prune"]["checkpoints"]) and "bon" in config["decode"]["methods"]
 PRUNE_LAMBDA = f"{RESULTS}/calibration/lambda_bon_prune.json"
 DECODED_METHODS = list(config["decode"]["methods"]) + (["bon_prune"] if PRUNE else [])
+# decode.budget: at each token budget the certified decoder, Best-of-k or a pruned schedule, chosen on the selection
+# prompts (docs/budget.md; rules/decode.smk: choose_decoder)
+BUDGET = bool(config["decode"]["budget"]["budgets"]) and "bon" in config["decode"]["methods"]
+BUDGET_CHOICE = f"{RESULTS}/decode/budget/choice.json"
 
 
 def method_settings(method):
@@ -522,6 +532,8 @@ def final_outputs():
     targets += [f"{RESULTS}/models/{stage}_{kind}" for stage in ("partial", "value") for kind in ("reward", "cost")]
     targets.append(f"{RESULTS}/calibration/lambda.json")
     targets += tau_lambda_inputs() + [direct_lambda_json(m) for m in DIRECT_METHODS]
+    if BUDGET:
+        targets += [BUDGET_CHOICE] + figure_files("frontier")
     if PRUNE:
         targets.append(PRUNE_LAMBDA)
         if CERTIFIED_SETTINGS:

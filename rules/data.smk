@@ -120,6 +120,7 @@ rule split_prompts:
     output:
         calibration="results/{exp}/data/prompts_calibration.parquet",
         test="results/{exp}/data/prompts_test.parquet",
+        selection="results/{exp}/data/prompts_selection.parquet",
     log:
         "logs/{exp}/split_prompts.log",
     benchmark:
@@ -136,7 +137,7 @@ rule split_prompts:
         code=step_code("split-prompts"),
     shell:
         "lara split-prompts --settings {params.settings:q} {params.options} {params.exclude}"
-        " --calibration {output.calibration:q} --test {output.test:q} > {log:q} 2>&1"
+        " --calibration {output.calibration:q} --test {output.test:q} --selection {output.selection:q} > {log:q} 2>&1"
 
 
 rule value_prompts:

@@ -95,7 +95,7 @@ rule score_prefixes:
     benchmark:
         "benchmarks/{exp}/score_prefixes_{pool}.tsv"
     wildcard_constraints:
-        pool="calibration|bon",
+        pool="calibration|bon|selection",
     conda:
         "../envs/train.yaml"
     threads: job_threads("score")
@@ -150,3 +150,31 @@ rule bon_prune_sweep:
     shell:
         "lara bon-prune-sweep --candidates {input.candidates:q} --lambda-json {input.lam:q} --settings {params.settings:q}"
         " --out {output:q} > {log:q} 2>&1"
+
+
+# At each token budget the certified decoder (decode.budget; docs/budget.md): Best-of-k for every k <= N and the pruned
+# schedules of the search space, chosen on the selection prompts, the winner calibrated and certified on the
+# calibration prompts and audited on the test prompts' candidates
+rule choose_decoder:
+    input:
+        selection="results/{exp}/selection/prefix_scores.parquet",
+        calibration="results/{exp}/calibration/prefix_scores.parquet",
+        test="results/{exp}/bon/prefix_scores.parquet",
+    output:
+        choice="results/{exp}/decode/budget/choice.json",
+        table="results/{exp}/decode/budget/frontier.csv",
+    log:
+        "logs/{exp}/choose_decoder.log",
+    benchmark:
+        "benchmarks/{exp}/choose_decoder.tsv"
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("bon_sweep")
+    resources:
+        **job_resources("bon_sweep"),
+    params:
+        settings=step_settings("decode.budget"),
+        code=step_code("choose-decoder"),
+    shell:
+        "lara choose-decoder --selection {input.selection:q} --calibration {input.calibration:q} --test {input.test:q}"
+        " --settings {params.settings:q} --out {output.choice:q} --table {output.table:q} > {log:q} 2>&1"

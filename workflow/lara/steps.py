@@ -45,6 +45,7 @@ COMMANDS: dict[str, str] = {
     "bon-sweep": "lara.decode.sweep",
     "select-bon-prune": "lara.decode.prune",
     "bon-prune-sweep": "lara.decode.prune_sweep",
+    "choose-decoder": "lara.decode.budget",
     "rgtg": "lara.decode.rgtg",
     "generate-policy": "lara.decode.policy",
     # after deployment: the shift scenarios, the online lambda, the arms

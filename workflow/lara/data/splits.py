@@ -39,6 +39,10 @@ class SplitSettings(SourceSettings):
     column: str = setting("prompt", "Column holding the prompt text.")
     n_calibration: int = setting(200, "Calibration prompts (N).", minimum=1)
     n_test: int = setting(256, "Test prompts (the paper uses 256).", minimum=1)
+    n_selection: int = setting(0, "Selection prompts: a third split, disjoint from both, on which the token-budget "
+                                  "chooser picks its decoder (decode.budget; docs/budget.md). Drawn after the test "
+                                  "prompts from the same shuffle, so the calibration and test splits do not depend "
+                                  "on it.", minimum=0)
     seed: int = seed_setting()
 
 
@@ -61,20 +65,23 @@ def distinct_prompts(texts) -> tuple[np.ndarray, list[str]]:
 
 
 def split_prompts(prompts: pd.Series, n_calibration: int, n_test: int, seed: int,
-                  source: str = "prompts") -> tuple[pd.DataFrame, pd.DataFrame]:
+                  source: str = "prompts", n_selection: int = 0) -> tuple[pd.DataFrame, ...]:
     """Deduplicate (prompts equal under :func:`prompt_key` are one prompt), shuffle with ``seed`` and
-    cut into two disjoint splits of the requested sizes."""
+    cut into disjoint splits of the requested sizes: (calibration, test), and the selection split after them when
+    ``n_selection`` is positive (the first two are the same either way)."""
     unique, keys = distinct_prompts(prompts)
-    if n_calibration < 0 or n_test < 0:
-        raise DataError(f"{source}: n_calibration and n_test must be >= 0, got {n_calibration} and {n_test}")
-    need = n_calibration + n_test
+    if min(n_calibration, n_test, n_selection) < 0:
+        raise DataError(f"{source}: n_calibration, n_test and n_selection must be >= 0, got {n_calibration}, "
+                        f"{n_test} and {n_selection}")
+    need = n_calibration + n_test + n_selection
     if len(unique) < need:
-        raise DataError(f"{source}: {len(unique)} distinct prompts, but n_calibration + n_test = "
-                        f"{n_calibration} + {n_test} = {need} are needed")
+        raise DataError(f"{source}: {len(unique)} distinct prompts, but n_calibration + n_test + n_selection = "
+                        f"{n_calibration} + {n_test} + {n_selection} = {need} are needed")
     order = np.random.default_rng(seed).permutation(len(unique))[:need]
     frame = pd.DataFrame({"prompt_id": [prompt_id(keys[i]) for i in order], "prompt": unique[order]})
-    return (frame.iloc[:n_calibration].reset_index(drop=True),
-            frame.iloc[n_calibration:].reset_index(drop=True))
+    cuts = np.cumsum([0, n_calibration, n_test, n_selection])
+    parts = tuple(frame.iloc[a:b].reset_index(drop=True) for a, b in zip(cuts, cuts[1:], strict=False))
+    return parts if n_selection else parts[:2]
 
 
 def held_out_pair_prompts(preferences: pd.DataFrame, held_out: list[tuple[float, int]]) -> set[str]:
@@ -91,10 +98,10 @@ def held_out_pair_prompts(preferences: pd.DataFrame, held_out: list[tuple[float,
 
 def split_from_training(pool: pd.Series, preferences: pd.DataFrame, n_calibration: int, n_test: int, seed: int,
                         held_out: list[tuple[float, int]], source: str = "prompts",
-                        preferences_source: str = "preferences") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Test prompts from ``pool``; calibration prompts from the preference data's prompts, minus the
+                        preferences_source: str = "preferences", n_selection: int = 0) -> tuple[pd.DataFrame, ...]:
+    """Test (and selection) prompts from ``pool``; calibration prompts from the preference data's prompts, minus the
     whole test pool and the held-out evaluation pairs' prompts."""
-    _, test = split_prompts(pool, 0, n_test, seed, source)
+    _, test, *selection = split_prompts(pool, 0, n_test, seed, source, n_selection)
     banned = set(_normalise(pool).map(prompt_key)) | held_out_pair_prompts(preferences, held_out)
     texts, keys = distinct_prompts(preferences["prompt"])
     candidates = pd.Series([t for t, k in zip(texts, keys, strict=True) if k not in banned], dtype=object)
@@ -102,7 +109,7 @@ def split_from_training(pool: pd.Series, preferences: pd.DataFrame, n_calibratio
         raise DataError(f"{preferences_source}: {len(candidates)} training prompts outside the test pool and the "
                         f"held-out evaluation pairs, but n_calibration = {n_calibration} are needed")
     cal, _ = split_prompts(candidates, n_calibration, 0, seed + 1, preferences_source)
-    return cal, test
+    return cal, test, *selection
 
 
 # ---------------------------------------------------------------------------------------------
@@ -111,7 +118,8 @@ def split_from_training(pool: pd.Series, preferences: pd.DataFrame, n_calibratio
 HELP = "draw disjoint calibration and test prompt splits from a prompt pool"
 
 
-OUTPUTS = ("calibration", "test")  # the files this step writes (checked before it computes: lara.cli.check_outputs)
+# the files this step writes (checked before it computes: lara.cli.check_outputs)
+OUTPUTS = ("calibration", "test", "selection")
 
 
 def add_arguments(parser) -> None:
@@ -124,10 +132,16 @@ def add_arguments(parser) -> None:
                         "whose held-out pairs' prompts are never calibration prompts")
     parser.add_argument("--calibration", required=True, help="output parquet")
     parser.add_argument("--test", required=True, help="output parquet")
+    parser.add_argument("--selection", default=None,
+                        help="output parquet of the selection prompts (needed when data.prompts.n_selection > 0)")
 
 
 def run(args) -> None:
     s = read_settings(args, SplitSettings, source=args.source)
+    if s.n_selection and not args.selection:
+        from lara.settings import ConfigError
+
+        raise ConfigError(f"data.prompts.n_selection is {s.n_selection}: name its output with --selection")
     raw, origin = load_source(s.source, s.split, hub=s)
     _require(raw, (s.column,), s.source)
     pool = _text(raw, s.column, s.source)
@@ -140,20 +154,27 @@ def run(args) -> None:
             held_out = [(float(f), int(sd)) for f, sd in (x.split(":") for x in args.exclude_held_out)]
         except ValueError:
             raise DataError(f"--exclude-held-out {args.exclude_held_out}: expected FRACTION:SEED pairs") from None
-        cal, test = split_from_training(pool, prefs, s.n_calibration, s.n_test, s.seed, held_out, s.source,
-                                        args.calibration_preferences)
+        cal, test, *selection = split_from_training(pool, prefs, s.n_calibration, s.n_test, s.seed, held_out,
+                                                    s.source, args.calibration_preferences, s.n_selection)
         meta |= {"calibration_from": args.calibration_preferences, "excluded_held_out": held_out}
     else:
-        cal, test = split_prompts(pool, s.n_calibration, s.n_test, s.seed, s.source)
+        cal, test, *selection = split_prompts(pool, s.n_calibration, s.n_test, s.seed, s.source, s.n_selection)
     from lara import identity
 
     def sealed(role: str, out) -> dict:  # what the split is, sealed against edits (lara.read.files)
         return meta | {"split_role": role, identity.KEY: identity.stamp("prompts", out, role=role)}
 
-    write_table(cal, args.calibration, sealed("calibration", args.calibration))
+    written = [(cal, args.calibration, "calibration"), (test, args.test, "test")]
+    if args.selection:  # n_selection 0: an empty selection split (no chooser reads it)
+        written.append((selection[0] if selection else test.iloc[:0], args.selection, "selection"))
+    done = []
     try:
-        write_table(test, args.test, sealed("test", args.test))
+        for frame, out, role in written:
+            write_table(frame, out, sealed(role, out))
+            done.append(out)
     except BaseException:
-        Path(args.calibration).unlink(missing_ok=True)  # never leave one split without the other
+        for out in done:
+            Path(out).unlink(missing_ok=True)  # never leave one split without the others
         raise
-    log.info("%s: %d rows, %d calibration and %d test prompts", s.source, len(raw), len(cal), len(test))
+    log.info("%s: %d rows, %d calibration, %d test and %d selection prompts", s.source, len(raw), len(cal), len(test),
+             len(selection[0]) if selection else 0)

@@ -14,16 +14,33 @@ Writes the input table with ``prefix_reward_<t>`` and ``prefix_cost_<t>`` per ch
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 
 from lara.calibrate.pruned import PruneScheduleSettings
 from lara.read.candidates import prefix_columns
-from lara.settings import add_settings_arguments, read_settings
+from lara.settings import add_settings_arguments, read_settings, setting
 
 log = logging.getLogger(__name__)
 
-HELP = "score the prefixes of sampled responses at the pruned Best-of-N decoder's checkpoints (decode.bon_prune)"
+HELP = ("score the prefixes of sampled responses at the pruned Best-of-N decoder's checkpoints (decode.bon_prune) "
+        "and the token-budget chooser's (decode.budget)")
+
+
+@dataclass(frozen=True)
+class PrefixSettings(PruneScheduleSettings):
+    """The checkpoints to score: the pruned decoder's and the token-budget chooser's search space (lara
+    choose-decoder), both read from one table."""
+
+    search_checkpoints: list[int] = setting([], "The token-budget chooser's checkpoints.", minimum=1,
+                                            key="decode.budget.checkpoints")
+    budgets: list[float] = setting([], "The token budgets (none: no chooser, its checkpoints unscored).",
+                                   exclusive_minimum=0, key="decode.budget.budgets")
+
+    def scored(self) -> list[int]:
+        own = list(self.schedule().checkpoints) if self.enabled else []
+        return sorted(set(own) | (set(self.search_checkpoints) if self.budgets else set()))
 
 
 def prefixes(tokenizer, prompts, responses, t: int) -> list[str]:
@@ -64,7 +81,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--reward", required=True, help="the partial reward scorer (a model directory or named scorer)")
     parser.add_argument("--cost", required=True, help="the partial cost scorer")
     parser.add_argument("--batch-size", type=int, default=32)
-    add_settings_arguments(parser, PruneScheduleSettings)
+    add_settings_arguments(parser, PrefixSettings)
     parser.add_argument("--out", required=True, help="output parquet: the input + prefix_reward_<t>, prefix_cost_<t>")
 
 
@@ -76,10 +93,11 @@ def run(args) -> None:
     from lara.scoring import load_scorer, score_table
     from lara.settings import ConfigError
 
-    s = read_settings(args, PruneScheduleSettings)
-    if not s.enabled:
-        raise ConfigError("decode.bon_prune.checkpoints is empty: no prefixes to score")
-    schedule = s.schedule()
+    s = read_settings(args, PrefixSettings)
+    checkpoints = s.scored()
+    if not checkpoints:
+        raise ConfigError("decode.bon_prune.checkpoints is empty and decode.budget searches no schedule: no prefixes "
+                          "to score")
     df = read_table(args.input, required=("prompt_id", "sample_id", "prompt", "response", "n_tokens", "reward", "cost"))
     require_in_range(df, ("reward", "cost", "n_tokens"), args.input)
     if df.duplicated(["prompt_id", "sample_id"]).any():
@@ -94,7 +112,7 @@ def run(args) -> None:
     scorers = {col: load_scorer(spec, role=col, batch_size=args.batch_size)
                for col, spec in (("reward", args.reward), ("cost", args.cost))}
     prompts = df["prompt"].tolist()
-    for t, r_col, c_col in prefix_columns(schedule.checkpoints):
+    for t, r_col, c_col in prefix_columns(checkpoints):
         texts = prefixes(tokenizer, prompts, df["response"].tolist(), t)
         for col, name in (("reward", r_col), ("cost", c_col)):
             df[name] = score_table(scorers[col], prompts, texts, f"prefixes at {t} tokens: {col}")
@@ -107,6 +125,6 @@ def run(args) -> None:
     made = identity.stamp("prefix_scores", args.out, **identity.inherit(identity.read_identity(args.input), "role",
                                                                          "per_prompt", "prompts", "reward_scorer",
                                                                          "cost_scorer"),
-                          checkpoints=list(schedule.checkpoints), prefix_reward_scorer=args.reward,
+                          checkpoints=checkpoints, prefix_reward_scorer=args.reward,
                           prefix_cost_scorer=args.cost, made_from={"--input": args.input})
-    write_table(df, args.out, {"input": args.input, "checkpoints": list(schedule.checkpoints), identity.KEY: made})
+    write_table(df, args.out, {"input": args.input, "checkpoints": checkpoints, identity.KEY: made})

@@ -105,8 +105,77 @@ def headline(root: Path, lam, audit: dict) -> list[str]:
     if by:
         lines.append("  at lambda* (baselines: their policy): " + "; ".join(f"{v}: {', '.join(ms)}"
                                                                             for v, ms in sorted(by.items())))
-    lines += constraints_headline(root) + deployment_headline(root, lam)
+    lines += budget_headline(root) + constraints_headline(root) + deployment_headline(root, lam)
     return lines[:HEADLINE_LINES] + [""]
+
+
+def read_choice(root: Path) -> dict | None:
+    """The token-budget choice (lara choose-decoder), read through its checks: its kind, and every held-out verdict
+    re-derived from its own bounds (an edited verdict is refused); None where the run has no chooser."""
+    from lara.identity import KEY
+    from lara.read.files import DataError, json_file
+    from lara.stats import verdict_problems
+
+    path = root / "decode" / "budget" / "choice.json"
+    if not path.exists():
+        return None
+    doc = json_file(path, mapping=False)
+    if (doc.get(KEY) or {}).get("kind") != "budget_choice" or not isinstance(doc.get("budgets"), list):
+        raise DataError(f"{path}: not a token-budget choice (lara choose-decoder)")
+    edited = verdict_problems(doc, doc.get("tau"), where=str(path))
+    if edited:
+        raise DataError(f"{edited[0]}: edited after lara choose-decoder wrote it; rerun it")
+    return doc
+
+
+def _decoder_name(name: str) -> str:
+    """``best_of_k:5`` -> Best-of-5; a schedule in words."""
+    if name.startswith("best_of_k:"):
+        return f"Best-of-{name.split(':')[1]}"
+    return f"pruned ({name.split(':', 1)[1]})"
+
+
+def budget_headline(root: Path) -> list[str]:
+    """At each token budget, the decoder to deploy with its certified lambda and held-out verdict (one line)."""
+    doc = read_choice(root)
+    if doc is None:
+        return []
+    said = []
+    for b in doc["budgets"]:
+        if b.get("chosen") is None:
+            said.append(f"{b['tokens']:.0f} tokens: nothing meets tau")
+            continue
+        d, h = b["deployed"], b["held_out"]
+        said.append(f"{b['tokens']:.0f} tokens -> {_decoder_name(b['chosen'])} (lambda* {d['lambda_star']:.3g}, "
+                    f"{_word(h['verdict'])})")
+    won = any(b.get("chosen", "") and not b["chosen"].startswith("best_of_k:") for b in doc["budgets"])
+    return [f"  at a token budget, deploy: {'; '.join(said)}; "
+            f"{'a pruned schedule won somewhere' if won else 'no pruned schedule beat Best-of-k'}"]
+
+
+def budget_lines(root: Path) -> list[str]:
+    """The token-budget choice in full: each budget's winner on the selection prompts, its certificate, its held-out
+    audit, and its reward against the best Best-of-k at equal or fewer tokens (paired on the test prompts)."""
+    doc = read_choice(root)
+    if doc is None:
+        return []
+    sp = doc.get("splits") or {}
+    n = {k: (v or {}).get("n_prompts") for k, v in sp.items()}
+    lines = ["", f"token budgets (decode/budget/choice.json; chosen on {n.get('selection')} selection prompts among "
+             f"Best-of-1..N and {doc['search_space']['schedules']} pruned schedules, certified on "
+             f"{n.get('calibration')} calibration prompts, audited on {n.get('test')} test prompts):"]
+    for b in doc["budgets"]:
+        if b.get("chosen") is None:
+            lines.append(f"  {b['budget']:g} ({b['tokens']:.1f} tokens): no candidate meets tau within it")
+            continue
+        d, h, v = b["deployed"], b["held_out"], b.get("versus_best_of_k")
+        gain = ("" if v is None else f"; minus {_decoder_name(v['best_of_k'])} (paired, test): reward "
+                f"{_interval(v['test_reward_gain']['mean'], *v['test_reward_gain']['ci95'])}")
+        lines.append(f"  {b['budget']:g} ({b['tokens']:.1f} tokens): {_decoder_name(b['chosen'])}, lambda* "
+                     f"{d['lambda_star']:.4g} ({d['guarantee']['procedure']}); held out {h['mean_tokens']:.1f} tokens,"
+                     f" reward {_interval(h['mean_reward'], *h['mean_reward_ci95'])}, cost {h['mean_cost']:.3f}, "
+                     f"{_word(h['verdict'])}{gain}")
+    return lines
 
 
 def constraints_headline(root: Path) -> list[str]:
@@ -314,7 +383,7 @@ def read_run(root: Path) -> str:
                         + ": edited after lara aggregate wrote it; rerun the audit")
     lines = [f"{root}: what this run found", "", *headline(root, lam, audit)]
     lines += calibration_lines(root, lam, audit) + coverage_lines(root) + [""] + sweep_lines(audit, audit_path)
-    lines += decoder_lines(audit) + pruned_lines(root, audit)
+    lines += decoder_lines(audit) + pruned_lines(root, audit) + budget_lines(root)
     if "by_lambda" not in audit:
         lines.append(f"constraint audit ({audit_path}): {audit.get('question', 'none')}")
     lines += method_lines(summary, summary_path) + constraints_lines(root) + deployment_lines(root, lam)

@@ -67,7 +67,7 @@ def check_scores(df, columns, where: str) -> None:
 
 def read_prefix_scores(path, checkpoints, where: str, max_new_tokens: int | None = None):
     """(ids, (reward, cost, length, prefix reward, prefix cost), row index (P, K), the table) of a ``lara
-    score-prefixes`` table scored at ``checkpoints``: they must be the table's (its columns), every score a finite
+    score-prefixes`` table scored at ``checkpoints`` (at least: the table may hold others), every score a finite
     real number, every length a whole number in [1, max_new_tokens]; arrays (P, K) and (P, K, J)."""
     from lara.read.files import read_table
 
@@ -75,9 +75,11 @@ def read_prefix_scores(path, checkpoints, where: str, max_new_tokens: int | None
     needed = ("prompt_id", "sample_id", "reward", "cost", "n_tokens", *[c for _, r, k in cols for c in (r, k)])
     df = read_table(path, required=needed)
     have = sorted(int(c.rsplit("_", 1)[1]) for c in df.columns if c.startswith("prefix_reward_"))
-    if have != [t for t, _, _ in cols]:
-        raise DataError(f"{where} {path}: prefix scores at {have} tokens, but decode.bon_prune.checkpoints are "
-                        f"{[t for t, _, _ in cols]} tokens: rescore the prefixes (lara score-prefixes)")
+    missing = [t for t, _, _ in cols if t not in have]
+    if missing:
+        raise DataError(f"{where} {path}: prefix scores at {have} tokens, but the decoder stops candidates at "
+                        f"{[t for t, _, _ in cols]} tokens ({missing} unscored): rescore the prefixes (lara "
+                        "score-prefixes)")
     check_scores(df, [c for c in needed[2:] if c != "n_tokens"], f"{where} {path}")
     check_lengths(df, max_new_tokens or int(np.nanmax(df["n_tokens"].to_numpy(float)) or 1), f"{where} {path}")
     try:

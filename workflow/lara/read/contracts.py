@@ -140,6 +140,17 @@ PREFIXES_TEST = Expect("the test prompts' candidates with their prefix scores (l
                        columns=("prompt_id", "sample_id", "reward", "cost", "n_tokens"),
                        numbers=("reward", "cost", "n_tokens"), unit="response",
                        agree=(*SCALAR_SCORERS, *PREFIX_SCORERS), states=PREFIX_SCORERS)
+PREFIXES_SEL = Expect("the selection prompts' samples with their prefix scores (lara score-prefixes)",
+                      kinds=("prefix_scores",), roles=("selection",),
+                      columns=("prompt_id", "sample_id", "reward", "cost", "n_tokens"),
+                      numbers=("reward", "cost", "n_tokens"), unit="response",
+                      agree=(*SCALAR_SCORERS, *PREFIX_SCORERS), states=PREFIX_SCORERS)
+# the token-budget chooser's outputs (lara choose-decoder), read by the frontier figure and the summary
+FRONTIER = Expect("the token-budget frontier (lara choose-decoder --table)",
+                  columns=("name", "kind", "tokens", "mean_reward", "mean_reward_lo", "mean_reward_hi", "verdict"),
+                  numbers=("tokens", "mean_reward", "mean_reward_lo", "mean_reward_hi"))
+CHOICE = Expect("the token-budget choice (lara choose-decoder)", JSON, kinds=("budget_choice",),
+                keys=("budgets", "tau"), stamped=True)
 PREFIXES_ANY = Expect("samples with their prefix scores (lara score-prefixes)", kinds=("prefix_scores",),
                       columns=("prompt_id", "sample_id", "reward", "cost", "n_tokens"),
                       numbers=("reward", "cost", "n_tokens"), unit="response")
@@ -221,6 +232,7 @@ CONTRACTS: dict[str, Command] = {
     "select-bon": Command({"--candidates": SCORES_TEST, "--lambda-json": LAMBDA}),
     "select-bon-prune": Command({"--candidates": PREFIXES_TEST, "--lambda-json": LAMBDA_PRUNED}),
     "bon-prune-sweep": Command({"--candidates": PREFIXES_TEST, "--lambda-json": LAMBDA_PRUNED}),
+    "choose-decoder": Command({"--selection": PREFIXES_SEL, "--calibration": PREFIXES_CAL, "--test": PREFIXES_TEST}),
     "bon-sweep": Command({"--candidates": SCORES_HELD_OUT, "--lambda-json": many(LAMBDA),
                           "--soft-lambda-json": many(LAMBDA), "--tau-lambda-json": many(LAMBDA),
                           "--k-lambda-json": many(LAMBDA_K)},
@@ -257,7 +269,8 @@ CONTRACTS: dict[str, Command] = {
     "figure": Command({"--sweep": SWEEP, "--prune-sweep": PRUNE_SWEEP, "--prune-lambda-json": LAMBDA_PRUNED,
                        "--lambda-json": LAMBDA_ANY,
                        "--summary": SUMMARY, "--audit": AUDIT,
-                       "--coverage": COVERAGE, "--report": REPORT, "--traces": many(TRACE)}),
+                       "--coverage": COVERAGE, "--report": REPORT, "--traces": many(TRACE),
+                       "--frontier": FRONTIER, "--choice": CHOICE}),
     "trail": Command({"figure": source("a figure with its provenance sidecar")}),
     "summary": Command({"results": source("a results folder (read through its files' own contracts)")}),
     "oracle-score": Command({"--input": ANY_TABLE}),

@@ -1,0 +1,326 @@
+"""``lara choose-decoder``: at each token budget, the certified decoder to deploy (docs/budget.md).
+
+The candidates are Best-of-k for every k <= N and the pruned schedules of a stated search space
+(``decode.budget.checkpoints`` x ``keep``, one or two checkpoints), every one an instance of the calibration core's
+decoder interface (:mod:`lara.calibrate.decoder`). Three disjoint prompt sets, each used for one thing:
+
+1. **selection** (``data.prompts.n_selection``): each candidate calibrated there by the deployed procedure, its mean
+   reward, cost and tokens at that lambda. At budget B the winner is the candidate with the most reward whose cost
+   meets tau and whose tokens are at most B; ties go to fewer tokens, then to Best-of-k (a schedule must beat it).
+   Choosing here costs neither certificate anything: the calibration and test prompts never enter the choice.
+2. **calibration**: the winner (and every point of the frontier figure) calibrated and certified by the core
+   (:func:`lara.calibrate.procedures.calibrate`, the record every grid decoder writes).
+3. **test**: each at its certified lambda, held out: reward, cost with its verdict, tokens; and the winner's reward
+   minus the best Best-of-k's at equal or fewer tokens (the best on the selection split), paired over the test
+   prompts with a 95 % interval.
+
+Writes the choice (JSON: budgets, winners, their records and audits, every candidate's selection numbers) and the
+frontier table (CSV: Best-of-1..N and the schedules on the selection split's frontier, each at its certified lambda).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import asdict, dataclass
+from typing import ClassVar
+
+import numpy as np
+import pandas as pd
+
+from lara.calibrate.procedures import GridCalibration
+from lara.settings import ConfigError, Settings, add_settings_arguments, cross_key, read_settings, seed_setting, setting
+
+log = logging.getLogger(__name__)
+
+HELP = "at each token budget, choose the certified decoder (Best-of-k or a pruned schedule) on a selection split"
+
+
+@dataclass(frozen=True)
+class BudgetSettings(GridCalibration, Settings):
+    """decode.budget: the token budgets and the pruned schedules' search space (empty budgets: no chooser)."""
+
+    SECTION: ClassVar[str] = "decode.budget"
+
+    n: int = setting(help="Full Best-of-N's N (the largest k).", minimum=2, key="decode.bon_n")
+    max_new_tokens: int = setting(help="Longest response in tokens.", minimum=1, key="generation.max_new_tokens")
+    grid_points: int = setting(help="The lambda grid.", minimum=2, key="decode.bon_prune.grid_points")
+    max_subsets: int = setting(help="Subsets of a pruned decoder's expectation.", minimum=1,
+                               key="decode.bon_prune.max_subsets")
+    budgets: list[float] = setting(
+        [], "Token budgets per prompt: a whole number of tokens, or a fraction in (0, 1) of full Best-of-N's tokens "
+            "on the selection split. Empty: no chooser.", exclusive_minimum=0)
+    checkpoints: list[int] = setting(
+        [], "The search space's checkpoints, in generated tokens (each below generation.max_new_tokens).", minimum=1)
+    keep: list[int] = setting([], "The search space's survivor counts (each below decode.bon_n).", minimum=1)
+    max_checkpoints: int = setting(2, "Schedules of at most this many checkpoints (1 or 2) are searched.", minimum=1,
+                                   maximum=2)
+    ties: list[str] = setting(["index", "keep"], "The rules at a tied keep cut searched (decode.bon_prune.ties): "
+                                                 "index, keep or both (each schedule once per rule).")
+    eval_bootstrap: int = setting(2000, "Bootstrap replicates over test prompts.", minimum=1,
+                                  key="evaluation.bootstrap")
+    seed: int = seed_setting()
+
+    @cross_key("decode.budget.budgets", witness={"decode": {"budget": {"budgets": [0.5, 0.5]}}})
+    def budgets_distinct(self):
+        if len(set(self.budgets)) != len(self.budgets):
+            return f"decode.budget.budgets: {self.budgets} names a budget twice; each once"
+        odd = [b for b in self.budgets if b >= 1 and b != round(b)]
+        if odd:
+            return (f"decode.budget.budgets: {odd[0]:g} is neither a whole number of tokens nor a fraction in (0, 1) "
+                    "of full Best-of-N's tokens")
+
+    @cross_key("decode.budget.checkpoints", "decode.budget.keep", "decode.bon_n", "generation.max_new_tokens",
+               witness={"decode": {"budget": {"checkpoints": [2], "keep": [40]}}})
+    def space_valid(self):
+        if bool(self.checkpoints) != bool(self.keep):
+            return (f"decode.budget.checkpoints {self.checkpoints} and keep {self.keep}: a search space needs both "
+                    "(both empty: Best-of-k alone)")
+        if len(set(self.checkpoints)) != len(self.checkpoints) or len(set(self.keep)) != len(self.keep):
+            return "decode.budget.checkpoints and keep: each value once"
+        if any(t >= self.max_new_tokens for t in self.checkpoints):
+            return (f"decode.budget.checkpoints: {max(self.checkpoints)} tokens is not below generation."
+                    f"max_new_tokens = {self.max_new_tokens} (a checkpoint there stops nothing)")
+        if any(m >= self.n for m in self.keep):
+            return f"decode.budget.keep: {max(self.keep)} is not below decode.bon_n = {self.n} (it stops nothing)"
+
+    @cross_key("decode.budget.ties", witness={"decode": {"budget": {"ties": ["first"]}}})
+    def ties_known(self):
+        if not self.ties or set(self.ties) - {"index", "keep"} or len(set(self.ties)) != len(self.ties):
+            return f"decode.budget.ties: {self.ties}; name index, keep or both, each once"
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.budgets)
+
+    def schedules(self) -> list:
+        """Every schedule of the search space: one checkpoint, or two with fewer survivors at the later one."""
+        from lara.calibrate.pruned import make_schedule
+
+        ts, ms = sorted(self.checkpoints), sorted(self.keep, reverse=True)
+        out = [((t,), (m,)) for t in ts for m in ms]
+        if self.max_checkpoints >= 2:
+            out += [(ct, km) for ct in itertools.combinations(ts, 2) for km in itertools.combinations(ms, 2)]
+        return [make_schedule(self.n, c, k, self.max_new_tokens, rule) for rule in self.ties for c, k in out]
+
+
+def name_of(proto) -> str:
+    """A candidate's short name: ``best_of_k:5`` (k), ``pruned:6@2,3@3`` (a schedule: keep @ checkpoint; ``+keep``
+    where its tied cuts keep every tied candidate)."""
+    if isinstance(proto, int):
+        return f"best_of_k:{proto}"
+    steps = ",".join(f"{m}@{t}" for t, m in zip(proto.checkpoints, proto.keep, strict=True))
+    return f"pruned:{steps}" + ("" if proto.ties == "index" else f"+{proto.ties}")
+
+
+@dataclass(frozen=True)
+class Split:
+    """One prompt set's tables, read once: prefix scores (P, K, J) at the search space's checkpoints."""
+
+    role: str
+    path: str
+    ids: np.ndarray
+    arrays: tuple
+    checkpoints: tuple
+    prompts: object
+
+    def decoder(self, proto, n: int, max_subsets: int, seed: int):
+        """``proto`` (a Best-of-k or a schedule) on this split's samples."""
+        from lara.calibrate.best_of_k import BestOfK
+        from lara.calibrate.pruned import PrefixScores, PrunedBestOfN
+
+        reward, cost, length, pr, pc = self.arrays
+        if isinstance(proto, int):
+            return BestOfK(reward, cost, length, proto, n)
+        cols = [self.checkpoints.index(t) for t in proto.checkpoints]
+        return PrunedBestOfN(PrefixScores(reward, cost, length, pr[..., cols], pc[..., cols]), proto, max_subsets, seed)
+
+
+def read_split(path: str, flag: str, role: str, checkpoints, s: BudgetSettings) -> Split:
+    from lara import identity
+    from lara.read.candidates import read_prefix_scores
+    from lara.read.files import DataError
+
+    identity.expect_role(path, flag, role, f"the chooser reads each prompt set for one thing: {flag} is the {role} "
+                         "prompts'")
+    ids, arrays, _, df = read_prefix_scores(path, checkpoints, f"{flag}", s.max_new_tokens)
+    if arrays[0].shape[1] < s.n:
+        raise DataError(f"{flag} {path}: {arrays[0].shape[1]} samples per prompt, but Best-of-k up to decode.bon_n = "
+                        f"{s.n} needs at least that many")
+    return Split(role, path, ids, arrays, tuple(int(t) for t in checkpoints), identity.prompt_set(df, f"{flag} {path}"))
+
+
+def deployed_on(c, s: BudgetSettings):
+    """The deployed procedure's search alone on curves ``c`` (the selection split: no record, no statements)."""
+    from lara.calibrate.procedures import bootstrap_roots, hat, searches
+
+    boot = bootstrap_roots(c.cost, s.tau, s.bootstrap, s.seed)[0] if s.guarantee == "bootstrap" else np.zeros(1, int)
+    return searches(c, s, s.seed, boot, hat(c, s.tau))[s.guarantee]
+
+
+def on_selection(dec, s: BudgetSettings, grid) -> dict:
+    """A candidate calibrated on the selection split, and its means there at that lambda."""
+    c = dec.curves(grid, s.cost_bounds)
+    found = deployed_on(c, s)
+    at = c.at(found.index)
+    return {"lambda": found.lam(grid), "feasible": found.feasible,
+            "meets": bool(found.feasible and at["mean_cost"] <= s.tau + 1e-12 * max(1.0, abs(s.tau))), **at}
+
+
+def choose(table: pd.DataFrame, budget_tokens: float) -> tuple[str | None, str | None]:
+    """(winner, best Best-of-k at equal or fewer tokens than the winner) on the selection split's ``table`` (one row
+    per candidate: name, kind, meets, mean_reward, mean_tokens): the most reward among those that meet tau within
+    the budget; ties to fewer tokens, then to Best-of-k."""
+    ok = table[table["meets"] & (table["mean_tokens"] <= budget_tokens + 1e-9)]
+    if ok.empty:
+        return None, None
+    ranked = ok.assign(pruned=ok["kind"] != "best_of_k").sort_values(
+        ["mean_reward", "mean_tokens", "pruned"], ascending=[False, True, True], kind="stable")
+    win = ranked.iloc[0]
+    bok = ok[(ok["kind"] == "best_of_k") & (ok["mean_tokens"] <= win["mean_tokens"] + 1e-9)]
+    rival = bok.sort_values(["mean_reward", "mean_tokens"], ascending=[False, True], kind="stable")
+    return str(win["name"]), (str(rival.iloc[0]["name"]) if len(rival) else None)
+
+
+def frontier(table: pd.DataFrame) -> list[str]:
+    """The schedules no other schedule beats on the selection split (as much reward or more at as few tokens or
+    fewer, one of them strictly): the pruned points of the frontier figure."""
+    pr = table[(table["kind"] != "best_of_k") & table["meets"]]
+    out = []
+    for _, r in pr.iterrows():
+        beaten = ((pr["mean_reward"] >= r["mean_reward"]) & (pr["mean_tokens"] <= r["mean_tokens"])
+                  & ((pr["mean_reward"] > r["mean_reward"]) | (pr["mean_tokens"] < r["mean_tokens"])))
+        if not beaten.any():
+            out.append(str(r["name"]))
+    return out
+
+
+def held_out(dec, lam: float, s: BudgetSettings) -> tuple[dict, dict]:
+    """The decoder on the test prompts at ``lam``: its audit (means with intervals, the verdict) and per-prompt
+    reward."""
+    from lara.stats import interval, verdict
+
+    c = dec.curves(np.array([lam]), None)
+    out = {}
+    for name, v in (("mean_reward", c.reward), ("mean_cost", c.cost), ("mean_tokens", c.tokens)):
+        mean, lo, hi, lower, upper = interval(v, s.eval_bootstrap, s.seed)
+        out[name] = float(mean[0])
+        out[f"{name}_ci95"] = [float(lo[0]), float(hi[0])]
+        if name == "mean_cost":
+            out["one_sided95"] = [float(lower[0]), float(upper[0])]
+    out["verdict"] = verdict(*out["one_sided95"], s.tau, c.n_prompts)
+    return out, {"reward": c.reward[:, 0]}
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--selection", required=True,
+                        help="the selection prompts' samples with prefix scores (lara score-prefixes)")
+    parser.add_argument("--calibration", required=True, help="the calibration prompts' samples with prefix scores")
+    parser.add_argument("--test", required=True, help="the test prompts' N candidates with prefix scores")
+    add_settings_arguments(parser, BudgetSettings)
+    parser.add_argument("--out", required=True, help="the choice (JSON)")
+    parser.add_argument("--table", required=True, help="the frontier (CSV): every candidate of the figure, held out")
+
+
+def run(args) -> None:
+    from lara import identity
+    from lara.calibrate import procedures
+    from lara.io import write_json
+    from lara.provenance import code_version
+    from lara.read.files import DataError, write_table
+    from lara.stats import check_replicates, paired_difference
+
+    s = read_settings(args, BudgetSettings)
+    if not s.enabled:
+        raise ConfigError("decode.budget.budgets is empty: there is no budget to choose a decoder for")
+    check_replicates(s.eval_bootstrap)
+    schedules = s.schedules()
+    checkpoints = sorted(set(s.checkpoints))
+    sel, cal, test = (read_split(path, flag, role, checkpoints, s) for path, flag, role in
+                      ((args.selection, "--selection", "selection"), (args.calibration, "--calibration",
+                                                                       "calibration"), (args.test, "--test", "test")))
+    for a, b in ((sel, cal), (sel, test), (cal, test)):
+        if identity.disjoint(a.prompts, b.prompts, f"--{b.role}"):
+            raise DataError(f"--{b.role} {b.path}: shares prompts with --{a.role} {a.path}; the selection, "
+                            "calibration and test prompts must be disjoint (choosing on them would spend the "
+                            "certificate or the audit)")
+    if test.arrays[0].shape[1] != s.n:
+        raise DataError(f"--test {test.path}: {test.arrays[0].shape[1]} candidates per prompt, but the decoders draw "
+                        f"N = {s.n} (decode.bon_n)")
+    grid = np.linspace(0.0, s.lambda_search_max, s.grid_points)
+    protos = {name_of(p): p for p in [*range(1, s.n + 1), *schedules]}
+    for sp in (sel, cal):
+        procedures.check_floors(len(sp.ids), sp.arrays[0].shape[1], None, sp.decoder(s.n, s.n, 1, 0),
+                                f"--{sp.role} {sp.path}")
+    rows = []
+    for name, proto in protos.items():
+        found = on_selection(sel.decoder(proto, s.n, s.max_subsets, s.seed), s, grid)
+        rows.append({"name": name, "kind": "best_of_k" if isinstance(proto, int) else "pruned", **found})
+    table = pd.DataFrame(rows)
+    full = float(sel.arrays[2].mean(axis=1).mean() * s.n)
+    log.info("selection: %d prompts, %d candidates (%d schedules); full Best-of-%d %.1f tokens per prompt",
+             len(sel.ids), len(table), len(schedules), s.n, full)
+    budgets = []
+    for b in s.budgets:
+        tokens = float(b) * full if b < 1 else float(b)
+        win, rival = choose(table, tokens)
+        budgets.append({"budget": b, "tokens": tokens, "chosen": win, "best_of_k": rival})
+        log.info("budget %g (%.1f tokens per prompt): %s (Best-of-k at equal or fewer tokens: %s)", b, tokens,
+                 win or "nothing fits", rival)
+    shown = [f"best_of_k:{k}" for k in range(1, s.n + 1)] + frontier(table)
+    shown += [x for b in budgets for x in (b["chosen"],) if x and x not in shown]
+    certified, audits, rewards = {}, {}, {}
+    for name in shown:
+        proto = protos[name]
+        rec = procedures.calibrate(cal.decoder(proto, s.n, s.max_subsets, s.seed), s, cal.arrays[1],
+                                   f"--calibration {cal.path}")
+        certified[name] = rec
+        audits[name], per = held_out(test.decoder(proto, s.n, s.max_subsets, s.seed), rec["lambda_star"], s)
+        rewards[name] = per["reward"]
+    for b in budgets:
+        if b["chosen"] is None:
+            continue
+        rec, audit = certified[b["chosen"]], audits[b["chosen"]]
+        sel_row = table.set_index("name").loc[b["chosen"]]
+        b["selection"] = {k: (bool(sel_row[k]) if k in ("feasible", "meets") else float(sel_row[k]))
+                          for k in ("lambda", "feasible", "meets", "mean_cost", "mean_reward", "mean_tokens")}
+        b["deployed"] = {"decoder": rec["decoder"], "lambda_star": rec["lambda_star"], "feasible": rec["feasible"],
+                         "guarantee": rec["guarantee"], "procedures": rec["procedures"]}
+        b["held_out"] = audit | {"tau": s.tau, "n_prompts": test.prompts.n}
+        rival = b["best_of_k"]
+        if rival is None:  # a schedule cheaper than Best-of-1 that meets tau: no Best-of-k to compare with
+            b["versus_best_of_k"] = None
+        else:
+            sel_gain = float(sel_row["mean_reward"] - table.set_index("name").loc[rival, "mean_reward"])
+            b["versus_best_of_k"] = {"best_of_k": rival, "selection_reward_gain": sel_gain,
+                                     "test_reward_gain": paired_difference(rewards[b["chosen"]], rewards[rival],
+                                                                           s.eval_bootstrap, s.seed)}
+        log.info("budget %g: deploy %s at lambda* %.4g (%s), held out: reward %.4f, cost %.4f %s, %.1f tokens; "
+                 "against %s: %s", b["budget"], b["chosen"], rec["lambda_star"], s.guarantee, audit["mean_reward"],
+                 audit["mean_cost"], audit["verdict"], audit["mean_tokens"], rival, b["versus_best_of_k"])
+    chosen_at = {}
+    for b in budgets:
+        if b["chosen"]:
+            chosen_at.setdefault(b["chosen"], []).append(f"{b['budget']:g}")
+    sel_by = table.set_index("name")
+    frame = pd.DataFrame([{
+        "name": name, "kind": sel_by.loc[name, "kind"],
+        "selection_lambda": sel_by.loc[name, "lambda"], "selection_meets": bool(sel_by.loc[name, "meets"]),
+        "selection_reward": sel_by.loc[name, "mean_reward"], "selection_tokens": sel_by.loc[name, "mean_tokens"],
+        "lambda_star": certified[name]["lambda_star"], "feasible": certified[name]["feasible"],
+        "tokens": audits[name]["mean_tokens"], "mean_reward": audits[name]["mean_reward"],
+        "mean_reward_lo": audits[name]["mean_reward_ci95"][0], "mean_reward_hi": audits[name]["mean_reward_ci95"][1],
+        "mean_cost": audits[name]["mean_cost"], "mean_cost_lower": audits[name]["one_sided95"][0],
+        "mean_cost_upper": audits[name]["one_sided95"][1], "verdict": audits[name]["verdict"], "tau": s.tau,
+        "tied_cut_share": (certified[name].get("ties") or {}).get("tied_cut_share_at_lambda_star", float("nan")),
+        "chosen_at": " ".join(chosen_at.get(name, [])), "n_prompts": test.prompts.n} for name in shown])
+    made = identity.stamp("budget_choice", args.out, tau=s.tau, procedure=s.guarantee,
+                          splits={sp.role: sp.prompts.record() for sp in (sel, cal, test)},
+                          made_from={"--selection": sel.path, "--calibration": cal.path, "--test": test.path})
+    write_table(frame, args.table)
+    write_json(args.out, {"budgets": budgets, "tau": s.tau, "procedure": s.guarantee,
+                          "full_best_of_n_tokens": full, "candidates": table.to_dict("records"),
+                          "search_space": {"checkpoints": s.checkpoints, "keep": s.keep,
+                                           "max_checkpoints": s.max_checkpoints, "schedules": len(schedules)},
+                          "splits": {sp.role: {"path": sp.path, "n_prompts": len(sp.ids)} for sp in (sel, cal, test)},
+                          "settings": asdict(s), "code": code_version(), identity.KEY: made})
