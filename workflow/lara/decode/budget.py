@@ -70,17 +70,23 @@ class BudgetSettings(GridCalibration, Settings):
             return (f"decode.budget.budgets: {odd[0]:g} is neither a whole number of tokens nor a fraction in (0, 1) "
                     "of full Best-of-N's tokens")
 
-    @cross_key("decode.budget.checkpoints", "decode.budget.keep", "decode.bon_n", "generation.max_new_tokens",
-               witness={"decode": {"budget": {"checkpoints": [2], "keep": [40]}}})
-    def space_valid(self):
+    @cross_key("decode.budget.checkpoints", "decode.budget.keep", witness={"decode": {"budget": {"keep": [2]}}})
+    def space_paired(self):
         if bool(self.checkpoints) != bool(self.keep):
             return (f"decode.budget.checkpoints {self.checkpoints} and keep {self.keep}: a search space needs both "
                     "(both empty: Best-of-k alone)")
         if len(set(self.checkpoints)) != len(self.checkpoints) or len(set(self.keep)) != len(self.keep):
             return "decode.budget.checkpoints and keep: each value once"
+
+    @cross_key("decode.budget.checkpoints", "generation.max_new_tokens",
+               witness={"decode": {"budget": {"checkpoints": [400], "keep": [2]}}})
+    def checkpoints_stop(self):
         if any(t >= self.max_new_tokens for t in self.checkpoints):
             return (f"decode.budget.checkpoints: {max(self.checkpoints)} tokens is not below generation."
                     f"max_new_tokens = {self.max_new_tokens} (a checkpoint there stops nothing)")
+
+    @cross_key("decode.budget.keep", "decode.bon_n", witness={"decode": {"budget": {"checkpoints": [2], "keep": [40]}}})
+    def keep_stops(self):
         if any(m >= self.n for m in self.keep):
             return f"decode.budget.keep: {max(self.keep)} is not below decode.bon_n = {self.n} (it stops nothing)"
 
