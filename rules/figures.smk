@@ -274,3 +274,34 @@ rule experiment_settings:
         code=step_code("validate-config"),
     shell:
         "lara validate-config --layers {params.layers:q} --quiet --out {output:q} > {log:q} 2>&1"
+
+
+# The token-budget chooser (decode.budget; docs/budget.md): held-out reward against tokens per prompt, each decoder at
+# its own certified lambda*, each budget dashed and the decoder chosen at it starred
+rule figure_frontier:
+    input:
+        frontier="results/{exp}/decode/budget/frontier.csv",
+        choice="results/{exp}/decode/budget/choice.json",
+        settings="results/{exp}/settings.tsv",
+    output:
+        png=report(
+            "results/{exp}/figures/frontier.png",
+            caption="../report/frontier.rst",
+            category="Figures",
+            labels={"figure": "Token budgets: reward against tokens"},
+        ),
+        pdf="results/{exp}/figures/frontier.pdf",
+        provenance="results/{exp}/figures/frontier.provenance.json",
+    log:
+        "logs/{exp}/figure_frontier.log",
+    conda:
+        "../envs/analysis.yaml"
+    threads: job_threads("figures")
+    resources:
+        **job_resources("figures"),
+    params:
+        **figure_params(),
+    shell:
+        "lara figure --kind frontier --frontier {input.frontier:q} --choice {input.choice:q} --settings {params.settings:q}"
+        " --experiment-settings {input.settings:q}"
+        " --rule figure_frontier --png {output.png:q} --pdf {output.pdf:q} --provenance {output.provenance:q} > {log:q} 2>&1"

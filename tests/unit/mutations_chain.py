@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 K, N, K_DEP = 4, 4, 4  # candidates per calibration/test prompt, Best-of-N size, candidates per deployment prompt
-N_CAL, N_TEST = 30, 25
+N_CAL, N_TEST, N_SEL = 30, 25, 20
 STREAM_LENGTH, WINDOW = 200, 50
 BOOT = 200
 BOUNDS = "[-1.0, 5.0]"
@@ -58,6 +58,7 @@ BASELINES: dict[str, tuple[tuple[str, ...], ...]] = {
     "calibrate-prune": (("--scores",),),
     "select-bon-prune": (("--candidates", "--lambda-json"),),
     "bon-prune-sweep": (("--candidates", "--lambda-json"),),
+    "choose-decoder": (("--selection", "--calibration", "--test"),),
     "coverage-prune": (("--scores",),),
 }
 
@@ -242,7 +243,7 @@ def build(root: Path) -> Chain:
     R = root / "results" / "x"
     chain = Chain(root, R)
     f = chain.files
-    for d in ("data", "calibration", "bon", "decode", "eval", "constraints", "deployment/heavy",
+    for d in ("data", "calibration", "bon", "selection", "decode", "eval", "constraints", "deployment/heavy",
               "deployment/control", "toy"):
         (R / d).mkdir(parents=True, exist_ok=True)
 
@@ -258,8 +259,10 @@ def build(root: Path) -> Chain:
        "--held-out-topic", "weapon", "--alpaca", toy / "alpaca.jsonl", "--preferences", toy / "pairs.jsonl",
        "--prompts", toy / "prompts.jsonl", "--deployment", toy / "deployment.jsonl")
     f["prompts_cal"], f["prompts_test"] = R / "data/prompts_calibration.parquet", R / "data/prompts_test.parquet"
+    f["prompts_sel"] = R / "data/prompts_selection.parquet"
     ok("split-prompts", "--source", toy / "prompts.jsonl", "--n-calibration", N_CAL, "--n-test", N_TEST,
-       "--calibration", f["prompts_cal"], "--test", f["prompts_test"])
+       "--n-selection", N_SEL, "--calibration", f["prompts_cal"], "--test", f["prompts_test"], "--selection",
+       f["prompts_sel"])
     f["samples_cal"], f["samples_test"] = R / "calibration/samples.parquet", R / "bon/samples.parquet"
     write_samples(f["prompts_cal"], f["samples_cal"], K, 1)
     write_samples(f["prompts_test"], f["samples_test"], K, 2)
@@ -354,6 +357,18 @@ def build(root: Path) -> Chain:
     base("bon-prune-sweep", "--candidates", f["prefix_test"], "--lambda-json", f["lambda_prune"], "--settings",
          json.dumps(schedule | {"tau": tau, "lambda_grid": [0, 1, 4], "bootstrap": BOOT, "seed": 0}),
          "--out", R / "bon/prune_sweep.csv")
+    # the token-budget chooser: Best-of-k and the one-schedule search space on a selection split of its own
+    f["samples_sel"], f["scores_sel"] = R / "selection/samples.parquet", R / "selection/scores.parquet"
+    f["prefix_sel"] = R / "selection/prefix_scores.parquet"
+    write_samples(f["prompts_sel"], f["samples_sel"], K, 3)
+    ok("score", "--input", f["samples_sel"], "--reward", "oracle", "--cost", "oracle", "--out", f["scores_sel"])
+    write_prefixes(f["scores_sel"], f["prefix_sel"])
+    budget = {k: v for k, v in prune.items() if k not in ("checkpoints", "keep")} | {
+        "budgets": [0.6], "checkpoints": [2], "keep": [2], "ties": ["index"], "eval_bootstrap": BOOT}
+    f["choice"], f["frontier"] = R / "decode/choice.json", R / "decode/frontier.csv"
+    base("choose-decoder", "--selection", f["prefix_sel"], "--calibration", f["prefix_cal"], "--test",
+         f["prefix_test"], "--settings", json.dumps(budget), "--out", f["choice"], "--table", f["frontier"],
+         outputs=("--out", "--table"))
     base("coverage-prune", "--scores", f["prefix_cal"], f["prefix_test"], "--settings",
          json.dumps({k: v for k, v in prune.items() if k not in ("guarantee",)} | {"repeats": 3, "n_prompts": [10]}),
          "--out", R / "calibration/coverage_bon_prune.json", "--table", R / "calibration/coverage_bon_prune.csv",

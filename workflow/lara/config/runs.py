@@ -62,6 +62,7 @@ def settings_runs(config: dict) -> list[tuple[str, dict]]:
             "coverage", "category-pairs", "train.safe_rlhf", "train.safedpo"}
     runs += [(name, {}) for name in [*SECTIONS, *STEPS] if name not in skip]
     seeds = [config["seed"], config["seed"] + 1] + ([config["seed"] + 2] if scenarios or dec["policies"] else [])
+    seeds += [config["seed"] + 3] if dec["budget"]["budgets"] and "bon" in dec["methods"] else []  # the selection pool
     runs += [("generation", {"seed": seed}) for seed in seeds]
     runs += [("train.safe_rlhf", {}), ("train.safedpo", {})]
     bon_n = dec["bon_n"] if cal["mode"] == "bon" else None

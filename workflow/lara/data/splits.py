@@ -75,8 +75,10 @@ def split_prompts(prompts: pd.Series, n_calibration: int, n_test: int, seed: int
                         f"{n_test} and {n_selection}")
     need = n_calibration + n_test + n_selection
     if len(unique) < need:
-        raise DataError(f"{source}: {len(unique)} distinct prompts, but n_calibration + n_test + n_selection = "
-                        f"{n_calibration} + {n_test} + {n_selection} = {need} are needed")
+        sizes = (n_calibration, n_test) + ((n_selection,) if n_selection else ())
+        names = " + ".join(("n_calibration", "n_test", "n_selection")[:len(sizes)])
+        raise DataError(f"{source}: {len(unique)} distinct prompts, but {names} = "
+                        f"{' + '.join(map(str, sizes))} = {need} are needed")
     order = np.random.default_rng(seed).permutation(len(unique))[:need]
     frame = pd.DataFrame({"prompt_id": [prompt_id(keys[i]) for i in order], "prompt": unique[order]})
     cuts = np.cumsum([0, n_calibration, n_test, n_selection])

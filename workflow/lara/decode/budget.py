@@ -70,13 +70,13 @@ class BudgetSettings(GridCalibration, Settings):
             return (f"decode.budget.budgets: {odd[0]:g} is neither a whole number of tokens nor a fraction in (0, 1) "
                     "of full Best-of-N's tokens")
 
-    @cross_key("decode.budget.checkpoints", "decode.budget.keep", witness={"decode": {"budget": {"keep": [2]}}})
+    @cross_key("decode.budget.checkpoints", "decode.budget.keep", witness={"decode": {"budget": {"checkpoints": []}}})
     def space_paired(self):
         if bool(self.checkpoints) != bool(self.keep):
-            return (f"decode.budget.checkpoints {self.checkpoints} and keep {self.keep}: a search space needs both "
-                    "(both empty: Best-of-k alone)")
+            return (f"decode.budget.checkpoints: {self.checkpoints} with decode.budget.keep: {self.keep}; a search "
+                    "space needs both (both empty: Best-of-k alone)")
         if len(set(self.checkpoints)) != len(self.checkpoints) or len(set(self.keep)) != len(self.keep):
-            return "decode.budget.checkpoints and keep: each value once"
+            return "decode.budget.checkpoints: each value once, and each of decode.budget.keep once"
 
     @cross_key("decode.budget.checkpoints", "generation.max_new_tokens",
                witness={"decode": {"budget": {"checkpoints": [400], "keep": [2]}}})

@@ -22,12 +22,16 @@
   constraint's mean Best-of-N decoder cost along the ray lambda = s d (the candidate ``lara decode-vector`` picks),
   its tau, and the mean reward; lambda-hat and lambda* marked, every audited output (``lara audit-constraints``:
   Best-of-N and ARGS at each setting) at the s of its lambda with its 95 % interval.
+* ``frontier``: the token-budget chooser (``lara choose-decoder``): held-out mean reward against tokens per prompt,
+  each decoder at its own certified lambda* (Best-of-k for k = 1..N as a line, the pruned schedules as points, each
+  with its 95 % interval; hollow where the held-out verdict is not met), a dashed line at each budget and a star on
+  the decoder chosen at it.
 
 Plot options (size, dpi, font scale, palette) are their own config slice, so changing one
 redraws the figures and nothing else.
 
 One module per kind (``lambda_sweep``, ``tradeoff``, ``calibration``, ``decoders``, ``taus``, ``coverage``,
-``deployment``, ``constraints``, ``constraints_sweep``): its drawing function, named as the kind, and its
+``deployment``, ``constraints``, ``constraints_sweep``, ``frontier``): its drawing function, named as the kind, and its
 ``figure(args, opts, lam)``, which reads the kind's inputs and draws them (a :class:`~.common.Drawn`). This module is
 the command: the flags each kind needs, the scalar lambda.json, the figure's provenance and the files written.
 Shared: :mod:`.common` (the plot options and theme), :mod:`.audit` (the evaluation's constraint audit, the decoders
@@ -54,6 +58,8 @@ from lara.evaluate.figures.decoders import decoders
 from lara.evaluate.figures.decoders import figure as draw_decoders
 from lara.evaluate.figures.deployment import deployment
 from lara.evaluate.figures.deployment import figure as draw_deployment
+from lara.evaluate.figures.frontier import figure as draw_frontier
+from lara.evaluate.figures.frontier import frontier
 from lara.evaluate.figures.lambda_sweep import figure as draw_lambda_sweep
 from lara.evaluate.figures.lambda_sweep import lambda_sweep
 from lara.evaluate.figures.provenance import describe, summary_line
@@ -64,25 +70,27 @@ from lara.evaluate.figures.tradeoff import tradeoff
 from lara.settings import add_settings_arguments, read_settings
 
 __all__ = ["HELP", "KINDS", "OUTPUTS", "FigureSettings", "add_arguments", "calibration", "constraints",
-           "constraints_sweep", "coverage", "decoders", "deployment", "lambda_sweep", "run", "taus", "tradeoff"]
+           "constraints_sweep", "coverage", "decoders", "deployment", "frontier", "lambda_sweep", "run", "taus",
+           "tradeoff"]
 
 HELP = ("draw a figure (lambda_sweep, tradeoff, calibration, decoders, taus, coverage, deployment, constraints, "
-        "constraints_sweep) as PDF + PNG with a provenance sidecar")
+        "constraints_sweep, frontier) as PDF + PNG with a provenance sidecar")
 
 # each kind's figure(args, opts, lam): reads the kind's inputs, draws them (lam: the scalar --lambda-json, or None)
 FIGURES = {"lambda_sweep": draw_lambda_sweep, "tradeoff": draw_tradeoff, "calibration": draw_calibration,
            "decoders": draw_decoders, "taus": draw_taus, "coverage": draw_coverage, "deployment": draw_deployment,
-           "constraints": draw_constraints, "constraints_sweep": draw_constraints_sweep}
+           "constraints": draw_constraints, "constraints_sweep": draw_constraints_sweep,
+           "frontier": draw_frontier}
 KINDS = tuple(FIGURES)
 # the flags each kind needs (their destinations)
 NEEDS = {"lambda_sweep": ("sweep", "lambda_json"), "tradeoff": ("summary",), "calibration": ("lambda_json",),
          "decoders": ("audit", "lambda_json"), "taus": ("audit", "lambda_json"), "coverage": ("coverage",),
          "deployment": ("report", "traces"), "constraints": ("lambda_json", "scores", "constraints"),
-         "constraints_sweep": ("lambda_json", "scores", "audit", "constraints")}
+         "constraints_sweep": ("lambda_json", "scores", "audit", "constraints"), "frontier": ("frontier", "choice")}
 # the kinds whose --lambda-json is the vector record (read by their own figure), not a scalar lambda.json
 VECTOR_KINDS = ("constraints", "constraints_sweep")
 INPUTS = ("sweep", "prune_sweep", "prune_lambda_json", "summary", "audit", "coverage", "report", "scores",
-          "lambda_json", "experiment_settings")
+          "lambda_json", "frontier", "choice", "experiment_settings")
 
 OUTPUTS = ("png", "pdf", "provenance")  # the files this step writes (checked first: lara.cli.check_outputs)
 
@@ -111,6 +119,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--constraints", default=None,
                         help="JSON list of the constraints (calibration.constraints) (constraints, "
                         "constraints_sweep)")
+    parser.add_argument("--frontier", default=None,
+                        help="the token-budget frontier, frontier.csv (lara choose-decoder --table) (frontier)")
+    parser.add_argument("--choice", default=None, help="the token-budget choice, choice.json (lara choose-decoder) "
+                        "(frontier)")
     add_settings_arguments(parser, FigureSettings)
     parser.add_argument("--rule", default="figure", help="the rule name recorded in the provenance sidecar")
     parser.add_argument("--experiment-settings", default=None,
