@@ -85,7 +85,7 @@ def test_each_winner_is_the_best_that_meets_tau_within_its_budget_on_the_selecti
     rc, doc, _ = informative
     assert rc == 0
     cands = pd.DataFrame(doc["candidates"])
-    assert len(cands) == N + 2 * (2 * 3 + 1 * 3)  # Best-of-1..N; 6 one-checkpoint + 3 two-checkpoint schedules, x2 rules
+    assert len(cands) == N + 2 * (2 * 3 + 1 * 3)  # Best-of-1..N; 6 one- and 3 two-checkpoint schedules, 2 rules
     full = doc["full_best_of_n_tokens"]
     for b in doc["budgets"]:
         tokens = b["budget"] * full if b["budget"] < 1 else b["budget"]
@@ -100,6 +100,9 @@ def test_each_winner_is_the_best_that_meets_tau_within_its_budget_on_the_selecti
             continue
         assert b["best_of_k"] == cheaper.sort_values("mean_reward").iloc[-1]["name"]
         assert b["versus_best_of_k"]["selection_reward_gain"] >= -1e-12  # by construction on the selection split
+        in_budget = fits[fits["kind"] == "best_of_k"].sort_values("mean_reward").iloc[-1]["name"]
+        assert b["best_of_k_in_budget"] == in_budget
+        assert b["versus_best_of_k_in_budget"]["selection_reward_gain"] >= -1e-12
 
 
 def test_informative_prefixes_make_a_pruned_schedule_win_and_the_test_prompts_confirm_it(informative):
@@ -163,8 +166,8 @@ def test_choose_prefers_best_of_k_on_a_tie_and_says_nothing_fits_below_every_can
     table = pd.DataFrame({"name": ["best_of_k:2", "pruned:1@2", "best_of_k:1"],
                           "kind": ["best_of_k", "pruned", "best_of_k"], "meets": [True, True, False],
                           "mean_reward": [1.0, 1.0, 0.5], "mean_tokens": [40.0, 40.0, 20.0]})
-    assert choose(table, 50.0) == ("best_of_k:2", "best_of_k:2")
-    assert choose(table, 30.0) == (None, None)  # Best-of-1 fits but misses tau
+    assert choose(table, 50.0) == ("best_of_k:2", "best_of_k:2", "best_of_k:2")
+    assert choose(table, 30.0) == (None, None, None)  # Best-of-1 fits but misses tau
     assert frontier(table) == ["pruned:1@2"]
 
 

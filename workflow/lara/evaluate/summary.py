@@ -168,9 +168,11 @@ def budget_lines(root: Path) -> list[str]:
         if b.get("chosen") is None:
             lines.append(f"  {b['budget']:g} ({b['tokens']:.1f} tokens): no candidate meets tau within it")
             continue
-        d, h, v = b["deployed"], b["held_out"], b.get("versus_best_of_k")
-        gain = ("" if v is None else f"; minus {_decoder_name(v['best_of_k'])} (paired, test): reward "
-                f"{_interval(v['test_reward_gain']['mean'], *v['test_reward_gain']['ci95'])}")
+        d, h = b["deployed"], b["held_out"]
+        gains = [f"{_decoder_name(v['best_of_k'])} {_interval(g['mean'], *g['ci95'])}"
+                 for v in (b.get("versus_best_of_k"), b.get("versus_best_of_k_in_budget")) if v
+                 for g in [v["test_reward_gain"]]]
+        gain = f"; reward minus (paired, test): {', '.join(dict.fromkeys(gains))}" if gains else ""
         lines.append(f"  {b['budget']:g} ({b['tokens']:.1f} tokens): {_decoder_name(b['chosen'])}, lambda* "
                      f"{d['lambda_star']:.4g} ({d['guarantee']['procedure']}); held out {h['mean_tokens']:.1f} tokens,"
                      f" reward {_interval(h['mean_reward'], *h['mean_reward_ci95'])}, cost {h['mean_cost']:.3f}, "
