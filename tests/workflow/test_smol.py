@@ -24,7 +24,7 @@ def smol_workflow(workflow_copy, smollm2):
 def test_the_smol_dag_runs_every_stage_on_smollm2(smol_workflow):
     proc = run_snakemake(smol_workflow, "-n", "--printshellcmds", *CONFIGS)
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, flags=re.M))
-    assert int(counts["total"]) == 131 and "make_toy_model" not in counts  # the base is SmolLM2, not the toy
+    assert int(counts["total"]) == 136 and "make_toy_model" not in counts  # the base is SmolLM2, not the toy
     for rule in ("train_sft", "train_reward_model", "train_cost_model", "train_safe_rlhf", "train_safedpo",
                  "calibrate_lambda", "select_bon", "figure_lambda_sweep", "evaluate_decoded", "coverage"):
         assert rule in counts, rule
@@ -32,7 +32,8 @@ def test_the_smol_dag_runs_every_stage_on_smollm2(smol_workflow):
     assert counts["decode_rgtg"] == "12"  # ARGS, PARGS, CD-Q at lambda 0, lambda-hat, lambda*, max
     assert counts["select_bon"] == "7"  # Best-of-N also at the certified lambdas (crc, ltt, ltt_wsr: the toy's bounds)
     # pruned Best-of-8 (the toy's schedule, decode.bon_prune): its prefixes, own lambda, 7 settings, sweep, coverage
-    assert counts["score_prefixes"] == "2" and counts["calibrate_prune"] == "1" and counts["select_bon_prune"] == "7"
+    assert counts["score_prefixes"] == "3" and counts["calibrate_prune"] == "1" and counts["select_bon_prune"] == "7"
+    assert counts["choose_decoder"] == counts["figure_frontier"] == "1"  # the token budgets' choice, its selection pool
     assert counts["calibrate_best_of_k"] == "3"  # Best-of-k through the calibration core at each Fig. 1 size
     assert f"lara train-sft --model {BASE} " in proc.stdout
 
