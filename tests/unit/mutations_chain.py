@@ -71,6 +71,7 @@ ALTERNATIVES: dict[tuple[str, str], tuple[str, ...]] = {
     ("lambda_weighted", "scenario"): ("lambda_weighted_control",),
     ("lambda_weighted", "tau"): ("lambda_weighted_tau2",),
     ("lambda_weighted", "n"): ("lambda_weighted_n2",),
+    ("lambda_weighted", "calibration_set"): ("lambda_weighted_other_set",),  # other samples of the same prompts
     ("lambda_vector", "tau"): ("vlambda_tau2",),
     ("lambda_vector", "lambda_record"): ("vlambda_seed1",),
     ("constraint_scores", "cost_scorers"): ("vscores_test3",),
@@ -489,6 +490,15 @@ def build(root: Path) -> Chain:
     ok("calibrate", *calibrate(f["lambda_weighted_tau2"], tau2, "--weights", f["weights_heavy"]))
     f["lambda_weighted_n2"] = D / "heavy/lambda_weighted_n2.json"
     ok("calibrate", *calibrate(f["lambda_weighted_n2"], tau, "--weights", f["weights_heavy"], n=2))
+    # the heavy weights on another calibration set: other samples of the calibration prompts, scored
+    other = D / "heavy/other_set"
+    write_samples(f["prompts_cal"], other / "samples.parquet", K, 7)
+    ok("score", "--input", other / "samples.parquet", "--reward", "oracle", "--cost", "oracle", "--out",
+       other / "scores.parquet")
+    f["lambda_weighted_other_set"] = D / "heavy/lambda_weighted_other_set.json"
+    argv = list(calibrate(f["lambda_weighted_other_set"], tau, "--weights", f["weights_heavy"]))
+    argv[argv.index("--scores") + 1] = other / "scores.parquet"
+    ok("calibrate", *argv)
     for sc in ("heavy", "control"):
         f[f"arms_{sc}"], f[f"trace_{sc}"] = D / sc / "arms.csv", D / sc / "trace.parquet"
         argv = ("--candidates", f[f"stream_{sc}"], "--lambda-json", f["lambda"], "--online", f[f"online_{sc}_0.05"],

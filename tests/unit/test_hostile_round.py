@@ -1,10 +1,12 @@
 """The wrong answers with exit 0 that a hostile round found after the calibration core was consolidated, each kept
 as a case that must stay refused: a verdict read without its check, a soft-mode lambda deployed as Best-of-N's, a
-pruned record or prefix table that does not state its partial scorers, a schedule check missing from a command."""
+pruned record or prefix table that does not state its partial scorers, a schedule check missing from a command,
+a step size with no folder of its own, ARGS decoding planned where decode.methods has no ARGS."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -98,3 +100,33 @@ def test_a_record_a_calibration_wrote_is_refused_with_its_identity_removed(tmp_p
     stripped.write_text(json.dumps(record | {"code": {"git_commit": "0" * 40}, "settings": {"tau": -0.5}}))
     with pytest.raises(DataError, match="stripped.json: written by a step .* but carries no identity"):
         read(stripped, "--lambda-json", LAMBDA)
+
+
+@pytest.mark.parametrize("step_size, said", [
+    ([0.05, 5e-2], "deployment.step_size: [0.05, 0.05] has non-unique elements"),  # one folder, online_0p05
+    ([1, 1.0], "deployment.step_size: [1, 1.0] has non-unique elements"),
+    ([0.05, 1e-300], "deployment.step_size: 1e-300 is written 0p00000000... (302 characters)"),  # no file name
+])
+def test_a_step_size_without_a_folder_of_its_own_is_refused_when_the_config_is_validated(step_size, said):
+    """Each step size is an online arm in online_<eta> (rules/deploy.smk): two that are one number would share a
+    folder, one written in hundreds of digits has no file name; both are refused before any job, naming the key."""
+    import copy
+
+    from lara.config import ConfigError, load_yaml, merge, validate
+    from tests.conftest import REPO
+
+    toy = load_yaml(REPO / "config" / "config.yaml")
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        validate(merge(copy.deepcopy(toy), {"deployment": {"step_size": step_size}}))
+
+
+def test_decode_methods_without_args_plan_no_vector_args_decode(workflow_copy, tmp_path):
+    """decode.methods: [bon] plans the constraints stage's Best-of-N decodes with the vector lambda, and no ARGS."""
+    from tests.conftest import run_snakemake
+
+    (tmp_path / "o.yaml").write_text("decode:\n  methods: [bon]\n")
+    proc = run_snakemake(workflow_copy, "-n", "--forceall", "--quiet", "rules", "--configfile",
+                         str(tmp_path / "o.yaml"))
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, flags=re.M))
+    assert counts.get("decode_vector_bon") == "5", counts
+    assert "decode_vector_args" not in counts and "decode_rgtg" not in counts, counts
