@@ -40,7 +40,7 @@ def test_no_change_means_no_jobs(toy_run):
 def test_sft_learning_rate_reruns_everything_downstream_of_sft(toy_run, tmp_path):
     counts, _ = dry_run(toy_run, *override(tmp_path, "train:\n  sft:\n    learning_rate: 1.0e-3\n"))
     assert set(counts) >= TRAINING and counts["train_partial_model"] == 2 and counts["generate_policy"] == 3
-    assert {"sample", "calibrate_lambda", "select_bon", "decode_rgtg"} <= set(counts) and counts["sample"] == 4
+    assert {"sample", "calibrate_lambda", "select_bon", "decode_rgtg"} <= set(counts) and counts["sample"] == 5
     assert not {"make_toy_world", "make_toy_model", "prepare_sft_data", "prepare_preferences",
                 "split_prompts"} & set(counts)
 
@@ -50,8 +50,10 @@ def test_unrelated_training_key_reruns_only_its_stage(toy_run, tmp_path):
     assert counts.get("train_partial_model") == 2 and counts.get("decode_rgtg") == 4  # pargs x 4 settings
     assert not {"train_sft", "train_reward_model", "calibrate_lambda", "select_bon"} & set(counts)
     # PARGS's partial models also score pruned Best-of-N's prefixes: its calibration and decodes rerun, Best-of-N's not
-    assert counts.get("score_prefixes") == 2 and counts.get("calibrate_prune") == 1
-    assert all("/pargs/" in o or "/bon_prune/" in o for o in outputs if "/decode/" in o)
+    # and the token-budget chooser's (its three prompt sets' prefixes, its choice and figure)
+    assert counts.get("score_prefixes") == 3 and counts.get("calibrate_prune") == 1
+    assert counts.get("choose_decoder") == 1 and counts.get("figure_frontier") == 1
+    assert all(any(f"/{d}/" in o for d in ("pargs", "bon_prune", "budget")) for o in outputs if "/decode/" in o)
 
 
 def test_one_method_s_decoding_settings_rerun_only_that_method(toy_run, tmp_path):
@@ -166,13 +168,16 @@ def test_a_module_of_later_steps_reruns_exactly_those_steps_and_their_downstream
                       "coverage_vector": 1, "figure_constraints": 1, "figure_constraints_sweep": 1,
                       # pruned Best-of-N ranks with Best-of-N's order: its prefix scoring (its settings' module),
                       # calibration, decodes at every setting, sweep and coverage study
-                      "score_prefixes": 2, "calibrate_prune": 1, "select_bon_prune": 7, "bon_prune_sweep": 1,
+                      "score_prefixes": 3, "calibrate_prune": 1, "select_bon_prune": 7, "bon_prune_sweep": 1,
                       "coverage_prune": 1,
+                      # the token-budget chooser calibrates Best-of-k and the schedules with both, and its figure
+                      "choose_decoder": 1, "figure_frontier": 1,
                       # Best-of-k through the calibration core computes its curves with Best-of-N's rank weights
                       "calibrate_best_of_k": 3}, counts
     assert own_code_changed(toy_run, env) == {"calibrate_lambda", "calibrate_lambda_for_n", "calibrate_soft",
                                               "select_bon", "coverage", "make_stream", "calibrate_vector",
-                                              "coverage_vector", "score_prefixes", "calibrate_best_of_k"}
+                                              "coverage_vector", "score_prefixes", "calibrate_best_of_k",
+                                              "choose_decoder"}
 
 
 def test_execution_settings_rerun_nothing_and_a_plot_option_only_the_settings_table_and_figures(toy_run, tmp_path):
@@ -182,7 +187,8 @@ def test_execution_settings_rerun_nothing_and_a_plot_option_only_the_settings_ta
     counts, _ = dry_run(toy_run, *override(tmp_path, "figures: {dpi: 100}\n"))
     assert counts == {"experiment_settings": 1, "figure_lambda_sweep": 1, "figure_tradeoff": 1,
                       "figure_calibration": 1, "figure_decoders": 1, "figure_coverage": 1,
-                      "figure_deployment": 1, "figure_constraints": 1, "figure_constraints_sweep": 1}, counts
+                      "figure_deployment": 1, "figure_constraints": 1, "figure_constraints_sweep": 1,
+                      "figure_frontier": 1}, counts
 
 
 def test_a_step_size_reruns_only_the_online_arms_and_what_reads_them(toy_run, tmp_path):
