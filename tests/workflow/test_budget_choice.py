@@ -64,7 +64,8 @@ def test_best_of_k_in_the_choice_is_the_run_s_own_best_of_k_record_and_sweep(cho
         rec = read_lambda(path)
         row = frontier.set_index("name").loc[f"best_of_k:{rec.decoder['n']}"]
         assert row["lambda_star"] == pytest.approx(rec.lambda_star, abs=1e-12)
-        audited = sweep[(sweep["n"] == rec.decoder["n"]) & (sweep["label"] == f"core:{rec.get('guarantee')['procedure']}")]
+        label = f"core:{rec.get('guarantee')['procedure']}"
+        audited = sweep[(sweep["n"] == rec.decoder["n"]) & (sweep["label"] == label)]
         assert row["mean_reward"] == pytest.approx(float(audited["mean_reward"].iloc[0]), rel=1e-9)
         assert row["mean_cost"] == pytest.approx(float(audited["mean_cost"].iloc[0]), rel=1e-9)
         checked += 1
