@@ -212,3 +212,49 @@ def test_the_selection_split_is_a_third_cut_that_leaves_calibration_and_test_as_
     assert not set(sel["prompt_id"]) & (set(cal["prompt_id"]) | set(test["prompt_id"]))
     with pytest.raises(Exception, match="n_selection"):
         split_prompts(pool, 30, 40, seed=3, n_selection=21)
+
+
+def test_an_output_that_is_an_input_or_the_other_output_is_refused_before_computing(tmp_path, capsys):
+    run_chooser(tmp_path, 1.0)
+    before = (tmp_path / "selection.parquet").read_bytes()
+    for table in (tmp_path / "selection.parquet", tmp_path / "choice.json"):
+        rc = main(["choose-decoder", "--selection", str(tmp_path / "selection.parquet"), "--calibration",
+                   str(tmp_path / "calibration.parquet"), "--test", str(tmp_path / "test.parquet"), "--settings",
+                   json.dumps(SETTINGS), "--out", str(tmp_path / "choice.json"), "--table", str(table)])
+        assert rc != 0 and "--table" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert (tmp_path / "selection.parquet").read_bytes() == before
+
+
+def test_a_column_that_only_looks_like_a_prefix_score_is_not_read_as_a_checkpoint(tmp_path):
+    from lara.read.candidates import read_prefix_scores
+
+    path = tmp_path / "selection.parquet"
+    write_split(path, "selection", 4, K, 1, 1.0)
+    df = pd.read_parquet(path)
+    df["prefix_reward_x"] = 1.0
+    plain = tmp_path / "plain.parquet"
+    df.to_parquet(plain)
+    ids, arrays, _, _ = read_prefix_scores(plain, CHECKPOINTS, "--selection")
+    assert arrays[3].shape == (4, K, len(CHECKPOINTS))
+
+
+def test_the_summary_refuses_a_choice_made_for_another_tau_or_procedure(tmp_path):
+    from types import SimpleNamespace
+
+    from lara import identity
+    from lara.evaluate.summary import read_choice
+    from lara.io import write_json
+    from lara.read.files import DataError
+
+    root = tmp_path / "results" / "x"
+    path = root / "decode" / "budget" / "choice.json"
+    path.parent.mkdir(parents=True)
+    write_json(path, {"budgets": [], "tau": -0.3, "procedure": "bootstrap",
+                      identity.KEY: identity.stamp("budget_choice", path, tau=-0.3, procedure="bootstrap")})
+    record = {"guarantee": {"procedure": "bootstrap"}}
+    ours = SimpleNamespace(tau=-0.3, path="lambda.json", get=record.get)
+    assert read_choice(root, ours)["tau"] == -0.3
+    for lam in (SimpleNamespace(tau=-0.5, path="lambda.json", get=record.get),
+                SimpleNamespace(tau=-0.3, path="lambda.json", get={"guarantee": {"procedure": "crc"}}.get)):
+        with pytest.raises(DataError, match="rerun lara choose-decoder"):
+            read_choice(root, lam)

@@ -46,7 +46,8 @@ def write_inputs(root):
     write_json(choice, {"budgets": budgets, "tau": TAU, "procedure": "bootstrap",
                         "splits": {"selection": {"n_prompts": 40}, "calibration": {"n_prompts": 100},
                                    "test": {"n_prompts": PROMPTS}},
-                        identity.KEY: identity.stamp("budget_choice", choice, tau=TAU, procedure="bootstrap")})
+                        identity.KEY: identity.stamp("budget_choice", choice, tau=TAU, procedure="bootstrap",
+                                                     frontier=identity.file_digest(frontier))})
     table = root / "results" / "x" / "settings.tsv"
     table.write_text("key\tvalue\torigin\nexperiment\tx\tconfig\n")
     return frontier, choice, table
@@ -91,10 +92,19 @@ def _edit_verdict(frontier, choice):
 def _choose_elsewhere(frontier, choice):
     df = pd.read_csv(frontier, keep_default_na=False)
     df[df["name"] != "best_of_k:4"].to_csv(frontier, index=False)
-    return "chose 'best_of_k:4', which --frontier"
+    return "made beside the frontier table"
 
 
-@pytest.mark.parametrize("spoil", [_drop_reward, _edit_verdict, _choose_elsewhere])
+def _edit_a_number(frontier, choice):
+    """A number the frontier's own checks cannot see (the chosen decoder's lambda*, its tokens): the choice names the
+    digest of the table written beside it."""
+    df = pd.read_csv(frontier, keep_default_na=False)
+    df.loc[df["name"] == "best_of_k:2", "lambda_star"] = 4.99
+    df.to_csv(frontier, index=False)
+    return "made beside the frontier table"
+
+
+@pytest.mark.parametrize("spoil", [_drop_reward, _edit_verdict, _choose_elsewhere, _edit_a_number])
 def test_a_frontier_that_does_not_hold_is_refused_and_nothing_is_written(tmp_path, capsys, spoil):
     frontier, choice, table = write_inputs(tmp_path)
     said = spoil(frontier, choice)

@@ -130,3 +130,16 @@ def test_decode_methods_without_args_plan_no_vector_args_decode(workflow_copy, t
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, flags=re.M))
     assert counts.get("decode_vector_bon") == "5", counts
     assert "decode_vector_args" not in counts and "decode_rgtg" not in counts, counts
+
+
+def test_a_settings_key_that_its_own_flag_gives_is_refused_in_one_line(tmp_path, capsys):
+    """split-prompts: --source and a "source" key in --settings (was a TypeError traceback)."""
+    from lara.cli import main
+
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text("".join(f'{{"prompt": "request {i}"}}\n' for i in range(10)))
+    rc = main(["split-prompts", "--source", str(pool), "--settings", '{"source": "elsewhere"}', "--n-calibration",
+               "4", "--n-test", "4", "--calibration", str(tmp_path / "c.parquet"),
+               "--test", str(tmp_path / "t.parquet")])
+    assert rc == 2 and "'source' is given by its own flag" in capsys.readouterr().err
+    assert not (tmp_path / "c.parquet").exists()

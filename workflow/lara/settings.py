@@ -432,6 +432,10 @@ def read_settings(args: argparse.Namespace, cls, **others):
     for name in [*cls.config_keys(), *cls.borrowed()]:
         if hasattr(args, f"setting_{name}"):  # given on the command line (null included)
             data[name] = getattr(args, f"setting_{name}")
+    both = sorted(set(data) & set(others))
+    if both:
+        raise ConfigError(f"--settings: {both[0]!r} is given by its own flag (--{both[0].replace('_', '-')}), not in "
+                          "--settings")
     settings = cls.from_mapping(data, "--settings", **others)
     after = getattr(args, "_after_settings", None)
     if after is not None:  # lara.cli: the settings first, then every input through the one reader

@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import logging
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -34,6 +35,8 @@ from lara.settings import ConfigError, Settings, add_settings_arguments, cross_k
 log = logging.getLogger(__name__)
 
 HELP = "at each token budget, choose the certified decoder (Best-of-k or a pruned schedule) on a selection split"
+
+OUTPUTS = ("out", "table")  # the files this step writes (checked before it computes: lara.cli.check_outputs)
 
 
 @dataclass(frozen=True)
@@ -250,7 +253,7 @@ def run(args) -> None:
                       ((args.selection, "--selection", "selection"), (args.calibration, "--calibration",
                                                                        "calibration"), (args.test, "--test", "test")))
     for a, b in ((sel, cal), (sel, test), (cal, test)):
-        if identity.disjoint(a.prompts, b.prompts, f"--{b.role}"):
+        if identity.disjoint(a.prompts, b.prompts, f"--{a.role} {a.path} against --{b.role} {b.path}"):
             raise DataError(f"--{b.role} {b.path}: shares prompts with --{a.role} {a.path}; the selection, "
                             "calibration and test prompts must be disjoint (choosing on them would spend the "
                             "certificate or the audit)")
@@ -326,13 +329,19 @@ def run(args) -> None:
         "mean_cost_upper": audits[name]["one_sided95"][1], "verdict": audits[name]["verdict"], "tau": s.tau,
         "tied_cut_share": (certified[name].get("ties") or {}).get("tied_cut_share_at_lambda_star", float("nan")),
         "chosen_at": " ".join(chosen_at.get(name, [])), "n_prompts": test.prompts.n} for name in shown])
+    write_table(frame, args.table)
     made = identity.stamp("budget_choice", args.out, tau=s.tau, procedure=s.guarantee,
                           splits={sp.role: sp.prompts.record() for sp in (sel, cal, test)},
+                          frontier=identity.file_digest(args.table),  # the table written beside it, for its readers
                           made_from={"--selection": sel.path, "--calibration": cal.path, "--test": test.path})
-    write_table(frame, args.table)
-    write_json(args.out, {"budgets": budgets, "tau": s.tau, "procedure": s.guarantee,
-                          "full_best_of_n_tokens": full, "candidates": table.to_dict("records"),
-                          "search_space": {"checkpoints": s.checkpoints, "keep": s.keep,
-                                           "max_checkpoints": s.max_checkpoints, "schedules": len(schedules)},
-                          "splits": {sp.role: {"path": sp.path, "n_prompts": len(sp.ids)} for sp in (sel, cal, test)},
-                          "settings": asdict(s), "code": code_version(), identity.KEY: made})
+    doc = {"budgets": budgets, "tau": s.tau, "procedure": s.guarantee, "full_best_of_n_tokens": full,
+           "candidates": table.to_dict("records"),
+           "search_space": {"checkpoints": s.checkpoints, "keep": s.keep, "max_checkpoints": s.max_checkpoints,
+                            "schedules": len(schedules)},
+           "splits": {sp.role: {"path": sp.path, "n_prompts": len(sp.ids)} for sp in (sel, cal, test)},
+           "settings": asdict(s), "code": code_version(), identity.KEY: made}
+    try:
+        write_json(args.out, doc)
+    except BaseException:
+        Path(args.table).unlink(missing_ok=True)  # never the table without its choice
+        raise

@@ -105,13 +105,14 @@ def headline(root: Path, lam, audit: dict) -> list[str]:
     if by:
         lines.append("  at lambda* (baselines: their policy): " + "; ".join(f"{v}: {', '.join(ms)}"
                                                                             for v, ms in sorted(by.items())))
-    lines += budget_headline(root) + constraints_headline(root) + deployment_headline(root, lam)
+    lines += budget_headline(root, lam) + constraints_headline(root) + deployment_headline(root, lam)
     return lines[:HEADLINE_LINES] + [""]
 
 
-def read_choice(root: Path) -> dict | None:
-    """The token-budget choice (lara choose-decoder), read through its checks: its kind, and every held-out verdict
-    re-derived from its own bounds (an edited verdict is refused); None where the run has no chooser."""
+def read_choice(root: Path, lam=None) -> dict | None:
+    """The token-budget choice (lara choose-decoder), read through its checks: its kind, its experiment the run's, its
+    tau and procedure the run's lambda record's (``lam``), and every held-out verdict re-derived from its own bounds
+    (an edited verdict is refused); None where the run has no chooser."""
     from lara.identity import KEY
     from lara.read.files import DataError, json_file
     from lara.stats import verdict_problems
@@ -120,8 +121,16 @@ def read_choice(root: Path) -> dict | None:
     if not path.exists():
         return None
     doc = json_file(path, mapping=False)
-    if (doc.get(KEY) or {}).get("kind") != "budget_choice" or not isinstance(doc.get("budgets"), list):
+    made = doc.get(KEY) or {}
+    if made.get("kind") != "budget_choice" or not isinstance(doc.get("budgets"), list):
         raise DataError(f"{path}: not a token-budget choice (lara choose-decoder)")
+    if made.get("experiment") != root.name:
+        raise DataError(f"{path}: made for experiment {made.get('experiment')!r}, not this run's ({root.name!r})")
+    if lam is not None:
+        procedure = (lam.get("guarantee") or {}).get("procedure", "bootstrap")
+        if not isinstance(doc.get("tau"), int | float) or doc["tau"] != lam.tau or doc.get("procedure") != procedure:
+            raise DataError(f"{path}: chosen for tau {doc.get('tau')} by {doc.get('procedure')}, but this run "
+                            f"calibrates for tau {lam.tau:g} by {procedure} ({lam.path}); rerun lara choose-decoder")
     edited = verdict_problems(doc, doc.get("tau"), where=str(path))
     if edited:
         raise DataError(f"{edited[0]}: edited after lara choose-decoder wrote it; rerun it")
@@ -135,28 +144,30 @@ def _decoder_name(name: str) -> str:
     return f"pruned ({name.split(':', 1)[1]})"
 
 
-def budget_headline(root: Path) -> list[str]:
+def budget_headline(root: Path, lam=None) -> list[str]:
     """At each token budget, the decoder to deploy with its certified lambda and held-out verdict (one line)."""
-    doc = read_choice(root)
+    doc = read_choice(root, lam)
     if doc is None:
         return []
     said = []
     for b in doc["budgets"]:
         if b.get("chosen") is None:
-            said.append(f"{b['tokens']:.0f} tokens: nothing meets tau")
+            said.append(f"{b['tokens']:.0f} tokens: no decoder that meets tau fits")
             continue
         d, h = b["deployed"], b["held_out"]
         said.append(f"{b['tokens']:.0f} tokens -> {_decoder_name(b['chosen'])} (lambda* {d['lambda_star']:.3g}, "
                     f"{_word(h['verdict'])})")
-    won = any(b.get("chosen", "") and not b["chosen"].startswith("best_of_k:") for b in doc["budgets"])
-    return [f"  at a token budget, deploy: {'; '.join(said)}; "
-            f"{'a pruned schedule won somewhere' if won else 'no pruned schedule beat Best-of-k'}"]
+    chosen = [b["chosen"] for b in doc["budgets"] if b.get("chosen")]
+    pruned = [c for c in chosen if not c.startswith("best_of_k:")]
+    tail = ("" if not chosen else f"; a pruned schedule won at {len(pruned)} of {len(chosen)} budgets" if pruned
+            else "; Best-of-k at every budget (no pruned schedule beat it)")
+    return [f"  at a token budget, deploy: {'; '.join(said)}{tail}"]
 
 
-def budget_lines(root: Path) -> list[str]:
+def budget_lines(root: Path, lam=None) -> list[str]:
     """The token-budget choice in full: each budget's winner on the selection prompts, its certificate, its held-out
     audit, and its reward against the best Best-of-k at equal or fewer tokens (paired on the test prompts)."""
-    doc = read_choice(root)
+    doc = read_choice(root, lam)
     if doc is None:
         return []
     sp = doc.get("splits") or {}
@@ -385,7 +396,7 @@ def read_run(root: Path) -> str:
                         + ": edited after lara aggregate wrote it; rerun the audit")
     lines = [f"{root}: what this run found", "", *headline(root, lam, audit)]
     lines += calibration_lines(root, lam, audit) + coverage_lines(root) + [""] + sweep_lines(audit, audit_path)
-    lines += decoder_lines(audit) + pruned_lines(root, audit) + budget_lines(root)
+    lines += decoder_lines(audit) + pruned_lines(root, audit) + budget_lines(root, lam)
     if "by_lambda" not in audit:
         lines.append(f"constraint audit ({audit_path}): {audit.get('question', 'none')}")
     lines += method_lines(summary, summary_path) + constraints_lines(root) + deployment_lines(root, lam)

@@ -4,6 +4,8 @@ real number, every (prompt_id, sample_id) once, every prompt with the same numbe
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -74,7 +76,7 @@ def read_prefix_scores(path, checkpoints, where: str, max_new_tokens: int | None
     cols = prefix_columns(checkpoints)
     needed = ("prompt_id", "sample_id", "reward", "cost", "n_tokens", *[c for _, r, k in cols for c in (r, k)])
     df = read_table(path, required=needed)
-    have = sorted(int(c.rsplit("_", 1)[1]) for c in df.columns if c.startswith("prefix_reward_"))
+    have = sorted(int(m.group(1)) for c in df.columns for m in [re.fullmatch(r"prefix_reward_(\d+)", str(c))] if m)
     missing = [t for t, _, _ in cols if t not in have]
     if missing:
         raise DataError(f"{where} {path}: prefix scores at {have} tokens, but the decoder stops candidates at "

@@ -108,10 +108,15 @@ def read_frontier(path: str) -> pd.DataFrame:
 def read_choice(path: str, table: pd.DataFrame, frontier_path: str) -> dict:
     """choice.json (lara choose-decoder): its budgets (a number and tokens each), its tau the frontier's, and every
     decoder it chose a row of the frontier."""
+    from lara.identity import KEY, file_digest
     from lara.read.files import DataError, json_file
 
     where = f"--choice {path}"
     choice = json_file(path, where)
+    stated = (choice.get(KEY) or {}).get("frontier")
+    if stated != file_digest(frontier_path):  # choose-decoder writes the two together and names the table's digest
+        raise DataError(f"{where}: made beside the frontier table {stated}, not --frontier {frontier_path} "
+                        f"({file_digest(frontier_path)}); draw a choice with the table written beside it")
     budgets = choice.get("budgets")
     numbers = ("budget", "tokens")
     if not isinstance(budgets, list) or not budgets or not all(
