@@ -266,9 +266,11 @@ def run(args) -> None:
         procedures.check_floors(len(sp.ids), sp.arrays[0].shape[1], None, sp.decoder(s.n, s.n, 1, 0),
                                 f"--{sp.role} {sp.path}")
     rows = []
-    for name, proto in protos.items():
+    for i, (name, proto) in enumerate(protos.items(), 1):
         found = on_selection(sel.decoder(proto, s.n, s.max_subsets, s.seed), s, grid)
         rows.append({"name": name, "kind": "best_of_k" if isinstance(proto, int) else "pruned", **found})
+        if i % 50 == 0 or i == len(protos):
+            log.info("selection: %d of %d candidates calibrated", i, len(protos))
     table = pd.DataFrame(rows)
     full = float(sel.arrays[2].mean(axis=1).mean() * s.n)
     log.info("selection: %d prompts, %d candidates (%d schedules); full Best-of-%d %.1f tokens per prompt",

@@ -155,7 +155,8 @@ def budget_headline(root: Path, lam=None) -> list[str]:
             said.append(f"{b['tokens']:.0f} tokens: no decoder that meets tau fits")
             continue
         d, h = b["deployed"], b["held_out"]
-        said.append(f"{b['tokens']:.0f} tokens -> {_decoder_name(b['chosen'])} (lambda* {d['lambda_star']:.3g}, "
+        said.append(f"{b['tokens']:.0f} tokens -> {_decoder_name(b['chosen'])} (lambda* {d['lambda_star']:.3g}"
+                    f"{'' if d['feasible'] else ' NOT reaching tau on the calibration prompts'}, "
                     f"{_word(h['verdict'])})")
     chosen = [b["chosen"] for b in doc["budgets"] if b.get("chosen")]
     pruned = [c for c in chosen if not c.startswith("best_of_k:")]
