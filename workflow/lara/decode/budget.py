@@ -235,19 +235,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--table", required=True, help="the frontier (CSV): every candidate of the figure, held out")
 
 
-def run(args) -> None:
+def read_splits(args, s: BudgetSettings) -> tuple[Split, Split, Split]:
+    """The three prompt sets, each in its role, pairwise disjoint, with the samples every candidate needs."""
     from lara import identity
     from lara.calibrate import procedures
-    from lara.io import write_json
-    from lara.provenance import code_version
-    from lara.read.files import DataError, write_table
-    from lara.stats import check_replicates, paired_difference
+    from lara.read.files import DataError
 
-    s = read_settings(args, BudgetSettings)
-    if not s.enabled:
-        raise ConfigError("decode.budget.budgets is empty: there is no budget to choose a decoder for")
-    check_replicates(s.eval_bootstrap)
-    schedules = s.schedules()
     checkpoints = sorted(set(s.checkpoints))
     sel, cal, test = (read_split(path, flag, role, checkpoints, s) for path, flag, role in
                       ((args.selection, "--selection", "selection"), (args.calibration, "--calibration",
@@ -260,18 +253,83 @@ def run(args) -> None:
     if test.arrays[0].shape[1] != s.n:
         raise DataError(f"--test {test.path}: {test.arrays[0].shape[1]} candidates per prompt, but the decoders draw "
                         f"N = {s.n} (decode.bon_n)")
-    grid = np.linspace(0.0, s.lambda_search_max, s.grid_points)
-    protos = {name_of(p): p for p in [*range(1, s.n + 1), *schedules]}
     for sp in (sel, cal):
         procedures.check_floors(len(sp.ids), sp.arrays[0].shape[1], None, sp.decoder(s.n, s.n, 1, 0),
                                 f"--{sp.role} {sp.path}")
+    return sel, cal, test
+
+
+def select(sel: Split, protos: dict, s: BudgetSettings) -> pd.DataFrame:
+    """Every candidate calibrated on the selection prompts: one row each (name, kind, lambda, meets, means)."""
+    grid = np.linspace(0.0, s.lambda_search_max, s.grid_points)
     rows = []
     for i, (name, proto) in enumerate(protos.items(), 1):
         found = on_selection(sel.decoder(proto, s.n, s.max_subsets, s.seed), s, grid)
         rows.append({"name": name, "kind": "best_of_k" if isinstance(proto, int) else "pruned", **found})
         if i % 50 == 0 or i == len(protos):
             log.info("selection: %d of %d candidates calibrated", i, len(protos))
-    table = pd.DataFrame(rows)
+    return pd.DataFrame(rows)
+
+
+def settle(b: dict, sel_by: pd.DataFrame, rec: dict, audit: dict, rewards: dict, n_test: int,
+           s: BudgetSettings) -> None:
+    """A budget's winner in its record: its selection numbers, certificate and held-out audit, and its reward minus
+    the best Best-of-k's (at equal or fewer tokens; within the budget): on the selection prompts never below zero by
+    construction, on the test prompts paired, with its 95 % interval."""
+    from lara.stats import paired_difference
+
+    row = sel_by.loc[b["chosen"]]
+    b["selection"] = {k: (bool(row[k]) if k in ("feasible", "meets") else float(row[k]))
+                      for k in ("lambda", "feasible", "meets", "mean_cost", "mean_reward", "mean_tokens")}
+    b["deployed"] = {"decoder": rec["decoder"], "lambda_star": rec["lambda_star"], "feasible": rec["feasible"],
+                     "guarantee": rec["guarantee"], "procedures": rec["procedures"]}
+    b["held_out"] = audit | {"tau": s.tau, "n_prompts": n_test}
+    for key, rival in (("versus_best_of_k", b["best_of_k"]), ("versus_best_of_k_in_budget", b["best_of_k_in_budget"])):
+        b[key] = None if rival is None else {  # None: a schedule cheaper than every Best-of-k that meets tau
+            "best_of_k": rival, "selection_reward_gain": float(row["mean_reward"] - sel_by.loc[rival, "mean_reward"]),
+            "test_reward_gain": paired_difference(rewards[b["chosen"]], rewards[rival], s.eval_bootstrap, s.seed)}
+    log.info("budget %g: deploy %s at lambda* %.4g (%s), held out: reward %.4f, cost %.4f %s, %.1f tokens; against "
+             "Best-of-k at as few tokens: %s; within the budget: %s", b["budget"], b["chosen"], rec["lambda_star"],
+             s.guarantee, audit["mean_reward"], audit["mean_cost"], audit["verdict"], audit["mean_tokens"],
+             b["versus_best_of_k"], b["versus_best_of_k_in_budget"])
+
+
+def frontier_table(shown: list, sel_by: pd.DataFrame, certified: dict, audits: dict, budgets: list, n_test: int,
+                   tau: float) -> pd.DataFrame:
+    """frontier.csv: each decoder drawn, at its certified lambda, held out, with the budgets it was chosen at."""
+    chosen_at = {}
+    for b in budgets:
+        if b["chosen"]:
+            chosen_at.setdefault(b["chosen"], []).append(f"{b['budget']:g}")
+    return pd.DataFrame([{
+        "name": name, "kind": sel_by.loc[name, "kind"],
+        "selection_lambda": sel_by.loc[name, "lambda"], "selection_meets": bool(sel_by.loc[name, "meets"]),
+        "selection_reward": sel_by.loc[name, "mean_reward"], "selection_tokens": sel_by.loc[name, "mean_tokens"],
+        "lambda_star": certified[name]["lambda_star"], "feasible": certified[name]["feasible"],
+        "tokens": audits[name]["mean_tokens"], "mean_reward": audits[name]["mean_reward"],
+        "mean_reward_lo": audits[name]["mean_reward_ci95"][0], "mean_reward_hi": audits[name]["mean_reward_ci95"][1],
+        "mean_cost": audits[name]["mean_cost"], "mean_cost_lower": audits[name]["one_sided95"][0],
+        "mean_cost_upper": audits[name]["one_sided95"][1], "verdict": audits[name]["verdict"], "tau": tau,
+        "tied_cut_share": (certified[name].get("ties") or {}).get("tied_cut_share_at_lambda_star", float("nan")),
+        "chosen_at": " ".join(chosen_at.get(name, [])), "n_prompts": n_test} for name in shown])
+
+
+def run(args) -> None:
+    from lara import identity
+    from lara.calibrate import procedures
+    from lara.io import write_json
+    from lara.provenance import code_version
+    from lara.read.files import write_table
+    from lara.stats import check_replicates
+
+    s = read_settings(args, BudgetSettings)
+    if not s.enabled:
+        raise ConfigError("decode.budget.budgets is empty: there is no budget to choose a decoder for")
+    check_replicates(s.eval_bootstrap)
+    schedules = s.schedules()
+    sel, cal, test = read_splits(args, s)
+    protos = {name_of(p): p for p in [*range(1, s.n + 1), *schedules]}
+    table = select(sel, protos, s)
     full = float(sel.arrays[2].mean(axis=1).mean() * s.n)
     log.info("selection: %d prompts, %d candidates (%d schedules); full Best-of-%d %.1f tokens per prompt",
              len(sel.ids), len(table), len(schedules), s.n, full)
@@ -286,52 +344,17 @@ def run(args) -> None:
     shown = [f"best_of_k:{k}" for k in range(1, s.n + 1)] + frontier(table)
     shown += [x for b in budgets for x in (b["chosen"],) if x and x not in shown]
     certified, audits, rewards = {}, {}, {}
-    for name in shown:
-        proto = protos[name]
-        rec = procedures.calibrate(cal.decoder(proto, s.n, s.max_subsets, s.seed), s, cal.arrays[1],
-                                   f"--calibration {cal.path}")
-        certified[name] = rec
-        audits[name], per = held_out(test.decoder(proto, s.n, s.max_subsets, s.seed), rec["lambda_star"], s)
+    for name in shown:  # certified on the calibration prompts by the core, then held out on the test prompts
+        certified[name] = procedures.calibrate(cal.decoder(protos[name], s.n, s.max_subsets, s.seed), s,
+                                               cal.arrays[1], f"--calibration {cal.path}")
+        audits[name], per = held_out(test.decoder(protos[name], s.n, s.max_subsets, s.seed),
+                                     certified[name]["lambda_star"], s)
         rewards[name] = per["reward"]
     sel_by = table.set_index("name")
     for b in budgets:
-        if b["chosen"] is None:
-            continue
-        rec, audit = certified[b["chosen"]], audits[b["chosen"]]
-        sel_row = sel_by.loc[b["chosen"]]
-        b["selection"] = {k: (bool(sel_row[k]) if k in ("feasible", "meets") else float(sel_row[k]))
-                          for k in ("lambda", "feasible", "meets", "mean_cost", "mean_reward", "mean_tokens")}
-        b["deployed"] = {"decoder": rec["decoder"], "lambda_star": rec["lambda_star"], "feasible": rec["feasible"],
-                         "guarantee": rec["guarantee"], "procedures": rec["procedures"]}
-        b["held_out"] = audit | {"tau": s.tau, "n_prompts": test.prompts.n}
-        # the winner's reward minus the best Best-of-k's (at equal or fewer tokens; within the budget): on the
-        # selection split never below zero by construction, on the test prompts paired, with its 95 % interval
-        for key, rival in (("versus_best_of_k", b["best_of_k"]), ("versus_best_of_k_in_budget",
-                                                                   b["best_of_k_in_budget"])):
-            b[key] = None if rival is None else {  # None: a schedule cheaper than every Best-of-k that meets tau
-                "best_of_k": rival,
-                "selection_reward_gain": float(sel_row["mean_reward"] - sel_by.loc[rival, "mean_reward"]),
-                "test_reward_gain": paired_difference(rewards[b["chosen"]], rewards[rival], s.eval_bootstrap, s.seed)}
-        log.info("budget %g: deploy %s at lambda* %.4g (%s), held out: reward %.4f, cost %.4f %s, %.1f tokens; "
-                 "against Best-of-k at as few tokens: %s; within the budget: %s", b["budget"], b["chosen"],
-                 rec["lambda_star"], s.guarantee, audit["mean_reward"], audit["mean_cost"], audit["verdict"],
-                 audit["mean_tokens"], b["versus_best_of_k"], b["versus_best_of_k_in_budget"])
-    chosen_at = {}
-    for b in budgets:
-        if b["chosen"]:
-            chosen_at.setdefault(b["chosen"], []).append(f"{b['budget']:g}")
-    frame = pd.DataFrame([{
-        "name": name, "kind": sel_by.loc[name, "kind"],
-        "selection_lambda": sel_by.loc[name, "lambda"], "selection_meets": bool(sel_by.loc[name, "meets"]),
-        "selection_reward": sel_by.loc[name, "mean_reward"], "selection_tokens": sel_by.loc[name, "mean_tokens"],
-        "lambda_star": certified[name]["lambda_star"], "feasible": certified[name]["feasible"],
-        "tokens": audits[name]["mean_tokens"], "mean_reward": audits[name]["mean_reward"],
-        "mean_reward_lo": audits[name]["mean_reward_ci95"][0], "mean_reward_hi": audits[name]["mean_reward_ci95"][1],
-        "mean_cost": audits[name]["mean_cost"], "mean_cost_lower": audits[name]["one_sided95"][0],
-        "mean_cost_upper": audits[name]["one_sided95"][1], "verdict": audits[name]["verdict"], "tau": s.tau,
-        "tied_cut_share": (certified[name].get("ties") or {}).get("tied_cut_share_at_lambda_star", float("nan")),
-        "chosen_at": " ".join(chosen_at.get(name, [])), "n_prompts": test.prompts.n} for name in shown])
-    write_table(frame, args.table)
+        if b["chosen"] is not None:
+            settle(b, sel_by, certified[b["chosen"]], audits[b["chosen"]], rewards, test.prompts.n, s)
+    write_table(frontier_table(shown, sel_by, certified, audits, budgets, test.prompts.n, s.tau), args.table)
     made = identity.stamp("budget_choice", args.out, tau=s.tau, procedure=s.guarantee,
                           splits={sp.role: sp.prompts.record() for sp in (sel, cal, test)},
                           frontier=identity.file_digest(args.table),  # the table written beside it, for its readers
