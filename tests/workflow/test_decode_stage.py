@@ -82,7 +82,7 @@ def test_a_second_tau_reuses_every_model_sample_and_score(toy_run, tmp_path):
                       "judge_decoded": 4, "bon_sweep": 1, "aggregate": 1, "experiment_settings": 1,
                       "figure_lambda_sweep": 1, "figure_tradeoff": 1, "figure_decoders": 1, "figure_taus": 1,
                       "figure_calibration": 1, "figure_coverage": 1, "figure_deployment": 1,
-                      "figure_constraints": 1, "figure_constraints_sweep": 1}, counts
+                      "figure_constraints": 1, "figure_constraints_sweep": 1, "figure_frontier": 1}, counts
     # every figure records the settings table, which changes; the coverage study stays (it is calibrated for the
     # main tau), and so does the deployment stage (held to the main tau)
     outputs = {o.strip() for line in re.findall(r"^\s+output: (.*)$", proc.stdout, flags=re.M)

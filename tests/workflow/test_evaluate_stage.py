@@ -178,7 +178,7 @@ def test_plot_option_reruns_only_the_figures(toy_run, tmp_path):
     # and the settings table every figure records (results/{exp}/settings.tsv)
     assert counts == {"figure_lambda_sweep": 1, "figure_tradeoff": 1, "figure_calibration": 1,
                       "figure_decoders": 1, "figure_coverage": 1, "figure_deployment": 1,
-                      "figure_constraints": 1, "figure_constraints_sweep": 1,
+                      "figure_constraints": 1, "figure_constraints_sweep": 1, "figure_frontier": 1,
                       "experiment_settings": 1}, counts
 
 

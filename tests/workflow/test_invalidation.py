@@ -176,8 +176,7 @@ def test_a_module_of_later_steps_reruns_exactly_those_steps_and_their_downstream
                       "calibrate_best_of_k": 3}, counts
     assert own_code_changed(toy_run, env) == {"calibrate_lambda", "calibrate_lambda_for_n", "calibrate_soft",
                                               "select_bon", "coverage", "make_stream", "calibrate_vector",
-                                              "coverage_vector", "score_prefixes", "calibrate_best_of_k",
-                                              "choose_decoder"}
+                                              "coverage_vector", "score_prefixes", "calibrate_best_of_k"}
 
 
 def test_execution_settings_rerun_nothing_and_a_plot_option_only_the_settings_table_and_figures(toy_run, tmp_path):
