@@ -41,6 +41,7 @@ rule score:
         "logs/{exp}/score_{pool}.log",
     benchmark:
         "benchmarks/{exp}/score_{pool}.tsv"
+    priority: 1  # every pool's scores feed several stages (and the selection pool the chooser): ahead of the arms
     conda:
         "../envs/train.yaml"
     threads: job_threads("score")

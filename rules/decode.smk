@@ -96,6 +96,7 @@ rule score_prefixes:
         "benchmarks/{exp}/score_prefixes_{pool}.tsv"
     wildcard_constraints:
         pool="calibration|bon|selection",
+    priority: 1  # ahead of the deployment arms: the token-budget chooser waits on all three pools' prefixes
     conda:
         "../envs/train.yaml"
     threads: job_threads("score")
@@ -167,6 +168,7 @@ rule choose_decoder:
         "logs/{exp}/choose_decoder.log",
     benchmark:
         "benchmarks/{exp}/choose_decoder.tsv"
+    priority: 1  # started as soon as its inputs are there, beside the deployment arms, not after them
     conda:
         "../envs/analysis.yaml"
     threads: job_threads("bon_sweep")
