@@ -130,21 +130,19 @@ SCORES_TOKENS = Expect("scored samples with their lengths in tokens (lara sample
 SCORES_CAL_TOKENS = Expect("the calibration prompts' scored samples with their lengths (lara score)", kinds=("scores",),
                            roles=("calibration",), columns=("prompt_id", "sample_id", "reward", "cost", "n_tokens"),
                            numbers=("reward", "cost", "n_tokens"), unit="response", agree=SCALAR_SCORERS)
-PREFIXES_CAL = Expect("the calibration prompts' samples with their prefix scores (lara score-prefixes)",
-                      kinds=("prefix_scores",), roles=("calibration",),
-                      columns=("prompt_id", "sample_id", "reward", "cost", "n_tokens"),
-                      numbers=("reward", "cost", "n_tokens"), unit="response",
-                      agree=(*SCALAR_SCORERS, *PREFIX_SCORERS), states=PREFIX_SCORERS)
-PREFIXES_TEST = Expect("the test prompts' candidates with their prefix scores (lara score-prefixes)",
-                       kinds=("prefix_scores",), roles=("test",),
-                       columns=("prompt_id", "sample_id", "reward", "cost", "n_tokens"),
-                       numbers=("reward", "cost", "n_tokens"), unit="response",
-                       agree=(*SCALAR_SCORERS, *PREFIX_SCORERS), states=PREFIX_SCORERS)
-PREFIXES_SEL = Expect("the selection prompts' samples with their prefix scores (lara score-prefixes)",
-                      kinds=("prefix_scores",), roles=("selection",),
-                      columns=("prompt_id", "sample_id", "reward", "cost", "n_tokens"),
-                      numbers=("reward", "cost", "n_tokens"), unit="response",
-                      agree=(*SCALAR_SCORERS, *PREFIX_SCORERS), states=PREFIX_SCORERS)
+
+
+def _prefixes(what: str, role: str) -> Expect:
+    """A pool's samples with their prefix scores (lara score-prefixes): one row shape for every role that reads them."""
+    return Expect(f"{what} with their prefix scores (lara score-prefixes)", kinds=("prefix_scores",), roles=(role,),
+                  columns=("prompt_id", "sample_id", "reward", "cost", "n_tokens"),
+                  numbers=("reward", "cost", "n_tokens"), unit="response",
+                  agree=(*SCALAR_SCORERS, *PREFIX_SCORERS), states=PREFIX_SCORERS)
+
+
+PREFIXES_CAL = _prefixes("the calibration prompts' samples", "calibration")
+PREFIXES_TEST = _prefixes("the test prompts' candidates", "test")
+PREFIXES_SEL = _prefixes("the selection prompts' samples", "selection")
 # the token-budget chooser's outputs (lara choose-decoder), read by the frontier figure and the summary
 FRONTIER = Expect("the token-budget frontier (lara choose-decoder --table)",
                   columns=("name", "kind", "tokens", "mean_reward", "mean_reward_lo", "mean_reward_hi", "verdict"),
