@@ -50,16 +50,17 @@ def test_the_expected_cost_vector_is_the_average_over_every_subset(n):
                                    atol=1e-12)
 
 
-def test_the_ray_path_is_exact_between_and_at_its_breakpoints():
+@pytest.mark.parametrize("n", [3, 6])  # 6 = K: Best-of-all, the pick itself
+def test_the_ray_path_is_exact_between_and_at_its_breakpoints(n):
     reward, costs, mask = world(1)
     d = np.array([1.0, 0.4])
-    path = ray_path(reward, costs, mask, d, 3, 4.0)
+    path = ray_path(reward, costs, mask, d, n, 4.0)
     assert path.s[0] == 0.0 and np.all(np.diff(path.s) > 0)
     probes = np.concatenate([path.s[:-1] + 0.5 * np.diff(path.s), path.s, [path.s[-1] + 0.01]])
     probes = probes[probes <= 4.0]
     for s in probes:
         t = np.searchsorted(path.s, s, side="right") - 1
-        np.testing.assert_allclose(path.mean[t], expected_vector(reward, costs, mask, s * d, 3).mean(axis=0),
+        np.testing.assert_allclose(path.mean[t], expected_vector(reward, costs, mask, s * d, n).mean(axis=0),
                                    atol=1e-12)
     # a single constraint's mean is not monotone along the ray (why the whole path is scanned), the combined is
     assert np.any(np.diff(path.mean[:, 1]) > 1e-9)

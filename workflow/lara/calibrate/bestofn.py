@@ -43,7 +43,8 @@ def order(reward: np.ndarray, cost: np.ndarray, lam: float, mask: np.ndarray | N
           _full: bool = False) -> np.ndarray:
     """(P, K) sample indices per prompt, best first, by r - lam c: scores within ``TIE_RTOL`` of
     each other tie, a tie goes to the lower cost, then to the lower index. Masked samples last.
-    Rows without a tie are sorted by score alone; only rows with one go through the full ranking."""
+    Rows without a tie are sorted by score alone; only rows with one go through the full ranking.
+    ``lam``: one lambda, or a (P, 1) column of each row's own."""
     score = reward - lam * cost
     if mask is not None:
         score = np.where(mask, score, -np.inf)
@@ -59,7 +60,8 @@ def order(reward: np.ndarray, cost: np.ndarray, lam: float, mask: np.ndarray | N
             tied = ~(slack.min(axis=1, initial=np.inf) > 0)
         if tied.any():
             rows = np.flatnonzero(tied)
-            by_score[rows] = order(reward[rows], cost[rows], lam, None if mask is None else mask[rows], _full=True)
+            by_score[rows] = order(reward[rows], cost[rows], _at_rows(lam, rows), None if mask is None else mask[rows],
+                                   _full=True)
         return by_score
     by_score = np.argsort(-score, axis=1, kind="stable")
     s_sorted = np.take_along_axis(score, by_score, axis=1)
@@ -76,7 +78,8 @@ def order(reward: np.ndarray, cost: np.ndarray, lam: float, mask: np.ndarray | N
 def select(reward: np.ndarray, cost: np.ndarray, lam: float, mask: np.ndarray | None = None) -> np.ndarray:
     """(P,) index of the Best-of-N choice per prompt: the first of :func:`order`. A prompt whose best
     score leads the second by more than the tie tolerance takes the plain argmax; only prompts with a
-    tie at the top go through the full order (the same answer, without sorting every prompt)."""
+    tie at the top go through the full order (the same answer, without sorting every prompt). ``lam``: one
+    lambda, or a (P, 1) column of each row's own."""
     score = reward - lam * cost
     if mask is not None:
         score = np.where(mask, score, -np.inf)
@@ -87,8 +90,13 @@ def select(reward: np.ndarray, cost: np.ndarray, lam: float, mask: np.ndarray | 
     clear = (close == 1) & np.isfinite(best)
     if not clear.all():
         rows = np.flatnonzero(~clear)
-        pick[rows] = order(reward[rows], cost[rows], lam, None if mask is None else mask[rows])[:, 0]
+        pick[rows] = order(reward[rows], cost[rows], _at_rows(lam, rows), None if mask is None else mask[rows])[:, 0]
     return pick
+
+
+def _at_rows(lam, rows):
+    """The lambda of the rows ``rows``: one for all, or theirs of a per-row column."""
+    return lam[rows] if np.ndim(lam) else lam
 
 
 def select_grid(reward: np.ndarray, cost: np.ndarray, lams) -> np.ndarray:
@@ -215,6 +223,28 @@ def expected(reward, cost, mask, lams, n: int | None, *values: np.ndarray) -> np
         at = _flat(order(reward, cost, lam, live))
         for v, flat in enumerate(flat_vals):
             out[v, :, t] = (probs * flat[at]).sum(axis=1)
+    return out
+
+
+def expected_rows(reward, cost, mask, lams, n: int | None, *values: np.ndarray) -> np.ndarray:
+    """(V, R) :func:`expected` of each row r of (R, K) arrays at its own lambda ``lams[r]``, one batch: what
+    ``expected`` gives that row alone at that lambda, to the bit (a full row of Best-of-all takes the pick, any
+    other the rank average)."""
+    lams = np.asarray(lams, dtype=np.float64)[:, None]
+    out = np.empty((len(values), len(reward)))
+    whole = mask.all(axis=1) & (n in (None, reward.shape[1]))
+    if whole.any():
+        rows = np.flatnonzero(whole)
+        pick = select(reward[rows], cost[rows], lams[rows]) + np.arange(len(rows)) * reward.shape[1]
+        for j, v in enumerate(values):
+            out[j, rows] = v[rows].ravel()[pick]
+    if not whole.all():
+        rows = np.flatnonzero(~whole)
+        live = mask[rows]
+        probs = _prob_table(live.sum(axis=1), reward.shape[1], n)
+        at = _flat(order(reward[rows], cost[rows], lams[rows], live))
+        for j, v in enumerate(values):
+            out[j, rows] = (probs * np.where(live, v[rows], 0.0).ravel()[at]).sum(axis=1)
     return out
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lara.calibrate.bestofn import TIE_RTOL, expected
+from lara.calibrate.bestofn import TIE_RTOL, expected, expected_rows
 
 
 def combined(costs: np.ndarray, lam) -> np.ndarray:
@@ -61,22 +61,42 @@ def prompt_crossings(reward_i: np.ndarray, cost_i: np.ndarray, mask_i: np.ndarra
     return np.unique(cross)
 
 
+def prompt_values(reward: np.ndarray, costs: np.ndarray, mask: np.ndarray, direction, n: int | None,
+                  s_max: float) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per prompt along lam = s d on [0, s_max]: its crossings (:func:`prompt_crossings`) and its expected cost
+    vector (L, m) at s = 0 and at each of them, every prompt's every s ranked in one batch (each row as
+    :func:`lara.calibrate.bestofn.expected` ranks it alone)."""
+    from lara.calibrate.bestofn import expected_rows
+
+    d = np.asarray(direction, dtype=float)
+    m = costs.shape[2]
+    c = combined(costs, d)
+    pts = [prompt_crossings(reward[i], c[i], mask[i], s_max) for i in range(len(reward))]
+    lams = [np.concatenate([[0.0], p]) for p in pts]
+    of = np.repeat(np.arange(len(reward)), [len(lam) for lam in lams])
+    v = expected_rows(reward[of], c[of], mask[of], np.concatenate(lams), n, *[costs[of, :, j] for j in range(m)])
+    cut = np.cumsum([len(lam) for lam in lams])[:-1]
+    return [(p, vi.T) for p, vi in zip(pts, np.split(v, cut, axis=1), strict=True)]
+
+
 def ray_path(reward: np.ndarray, costs: np.ndarray, mask: np.ndarray, direction, n: int | None, s_max: float,
-             weights: np.ndarray | None = None) -> RayPath:
+             weights: np.ndarray | None = None, per_prompt: list | None = None) -> RayPath:
     """Every change of the (weighted) mean expected cost vector along lam = s d on [0, s_max], exactly: each
     prompt's vector evaluated at s = 0 and at every one of its crossings (the value at a crossing is the value
-    just after it: ties go to the lower combined cost), its changes merged across prompts."""
+    just after it: ties go to the lower combined cost), its changes merged across prompts. ``per_prompt``: the
+    prompts' :func:`prompt_values` along this ray, when already computed."""
     d = np.asarray(direction, dtype=float)
     p_count, _, m = costs.shape
     w = np.full(p_count, 1.0 / p_count) if weights is None else np.asarray(weights, dtype=float) / np.sum(weights)
-    c = combined(costs, d)
+    values = prompt_values(reward, costs, mask, d, n, s_max) if per_prompt is None else per_prompt
+    return _merged(values, w, d, m)
+
+
+def _merged(values: list, w: np.ndarray, d: np.ndarray, m: int) -> RayPath:
+    """The path of the prompts' ``values`` (:func:`prompt_values`) under the prompt weights ``w`` (summing to 1)."""
     start = np.zeros(m)
     where, change = [], []
-    for i in range(p_count):
-        pts = prompt_crossings(reward[i], c[i], mask[i], s_max)
-        lams = np.concatenate([[0.0], pts])
-        values = [costs[i:i + 1, :, j] for j in range(m)]
-        v = expected(reward[i:i + 1], c[i:i + 1], mask[i:i + 1], lams, n, *values)[:, 0, :].T  # (L, m)
+    for i, (pts, v) in enumerate(values):
         start += w[i] * v[0]
         diff = np.diff(v, axis=0) * w[i]
         moved = np.abs(diff).max(axis=1, initial=0.0) > TIE_RTOL * max(1.0, float(np.abs(v).max())) * w[i]
@@ -135,15 +155,18 @@ def bon_along_soft_direction(reward, costs, mask, tau, n: int | None, beta: floa
                              weights=None) -> dict:
     """Best-of-n's vector lambda: the direction of the soft dual's minimiser (all ones if it is zero: no
     constraint binds the tilt), then the smallest s along it whose exact expected Best-of-n cost vector meets
-    every tau (None when none up to lam_max does)."""
+    every tau (None when none up to lam_max does); ``prompt_values``: the prompts' :func:`prompt_values` along the
+    ray (for a bootstrap along it)."""
     lam_soft, solve = soft_dual(reward, costs, mask, tau, beta, lam_max, weights)
     norm = float(lam_soft.max())
     direction = lam_soft / norm if norm > 0 else np.ones(costs.shape[2])
-    path = ray_path(reward, costs, mask, direction, n, lam_max, weights)
+    values = prompt_values(reward, costs, mask, direction, n, lam_max)
+    path = ray_path(reward, costs, mask, direction, n, lam_max, weights, per_prompt=values)
     s, t = first_feasible(path, tau)
     lam = None if s is None else s * direction
     return {"lambda": None if lam is None else lam.tolist(), "direction": direction.tolist(), "s": s,
-            "mean_cost": None if s is None else path.mean[t].tolist(), "soft": lam_soft.tolist(), "solve": solve}
+            "mean_cost": None if s is None else path.mean[t].tolist(), "soft": lam_soft.tolist(), "solve": solve,
+            "prompt_values": values}
 
 
 def ltt_along(reward, costs, mask, direction, tau, n: int | None, grid, delta: float, bounds,
@@ -168,39 +191,59 @@ def ltt_along(reward, costs, mask, direction, tau, n: int | None, grid, delta: f
     d = np.asarray(direction, dtype=float)
     order = prompt_order(len(reward), seed)
     chosen, p_at, mean_at = None, None, None
-    for s in sorted(np.asarray(grid, dtype=float), reverse=True):
-        c = combined(costs, s * d)
-        v = expected(reward, c, mask, [1.0], n, *[clipped[..., j] for j in range(m)])[:, :, 0]  # (m, P)
-        if p_values == "hb":
-            p = max(float(hb_p_value(v[j].mean(), len(reward), tau[j], b[j])) for j in range(m))
+    for block, v in _along_grid(reward, costs, clipped, mask, d, n, sorted(np.asarray(grid, dtype=float))[::-1]):
+        if p_values == "hb":  # (m, B) every constraint's p-value at each s of the block
+            p = np.array([hb_p_value(np.array([v[j, t].mean() for t in range(len(block))]), len(reward), tau[j], b[j])
+                          for j in range(m)])
         else:
-            p = max(float(betting_p_values(v[j], tau[j], delta, b[j], order)) for j in range(m))
-        if p > delta:
+            p = np.array([betting_p_values(v[j], tau[j], delta, b[j], order) for j in range(m)])
+        worst = p.max(axis=0)
+        stop = int(np.argmax(worst > delta)) if (worst > delta).any() else len(block)
+        if stop:
+            chosen, p_at, mean_at = float(block[stop - 1]), float(worst[stop - 1]), v[:, stop - 1].mean(axis=1).tolist()
+        if stop < len(block):
             break
-        chosen, p_at, mean_at = float(s), p, v.mean(axis=1).tolist()
     # (mean_at: the tested prompts' own mean clipped cost at the certified lambda, what the certificate is about;
     # never above tau where certified)
     return {"s": chosen, "lambda": None if chosen is None else (chosen * d).tolist(), "p_value": p_at,
             "delta": delta, "p_values": p_values, "tested_mean_cost": mean_at}
 
 
+def _along_grid(reward, costs, clipped, mask, d, n: int | None, grid, first: int = 32):
+    """Yield (block, v) down ``grid``, a block of grid points at a time (blocks doubling from ``first``, so a
+    search that stops early ranks little beyond its stop): v (m, B, P) the clipped costs' expectation at the
+    Best-of-n choice at each lam = s d of the block, what ``expected`` gives there."""
+    p_count, m = len(reward), costs.shape[2]
+    at, size = 0, first
+    while at < len(grid):
+        block = grid[at:at + size]
+        c = np.concatenate([combined(costs, s * d) for s in block])
+        tile = np.tile(np.arange(p_count), len(block))
+        v = expected_rows(reward[tile], c, mask[tile], np.ones(len(c)), n, *[clipped[tile, :, j] for j in range(m)])
+        yield block, v.reshape(m, len(block), p_count)
+        at, size = at + size, 2 * size
+
+
 def bootstrap_along(reward, costs, mask, direction, tau, n: int | None, s_max: float, replicates: int, seed: int,
-                    quantile: float) -> dict:
+                    quantile: float, per_prompt: list | None = None) -> dict:
     """The bootstrap over prompts of the first s along a fixed ray whose mean expected Best-of-n cost vector meets
     every tau, and its ``quantile`` (the vector analogue of the scalar lambda*: a heuristic upper confidence bound
     on the s that meets every constraint, no finite-sample guarantee; replicates that meet no tau up to s_max count
     as s_max). Each replicate re-weights the prompts by multinomial counts on the exact path of every prompt."""
     d = np.asarray(direction, dtype=float)
     p_count = len(reward)
-    per_prompt = [ray_path(reward[i:i + 1], costs[i:i + 1], mask[i:i + 1], d, n, s_max) for i in range(p_count)]
+    values = prompt_values(reward, costs, mask, d, n, s_max) if per_prompt is None else per_prompt
+    m = costs.shape[2]
+    per_prompt = [_merged([one], np.ones(1), d, m) for one in values]  # each prompt's own path
     s_all = np.unique(np.concatenate([p.s for p in per_prompt]))
     # each prompt's vector on the common breakpoints (its own path is piecewise constant between its own ones)
     at = np.stack([p.mean[np.searchsorted(p.s, s_all, side="right") - 1] for p in per_prompt])  # (P, S, m)
     rng = np.random.default_rng(seed)
     tau = np.asarray(tau, dtype=float)
     out = np.empty(replicates)
+    uniform = np.full(p_count, 1.0 / p_count)
     for b in range(replicates):
-        w = rng.multinomial(p_count, np.full(p_count, 1.0 / p_count)) / p_count
+        w = rng.multinomial(p_count, uniform) / p_count
         mean = np.einsum("p,psm->sm", w, at)
         ok = np.all(mean <= tau + 1e-12 * np.maximum(1.0, np.abs(tau)), axis=1)
         out[b] = s_all[np.argmax(ok)] if ok.any() else s_max

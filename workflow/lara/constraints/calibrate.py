@@ -103,7 +103,8 @@ def _vector(scores: VectorScores, tau, n, s: CalibrationSettings, bounds=None) -
     procedures = {"soft": {"lambda": hat["soft"], "feasible": bool(hat["solve"]["converged"]), "solve": hat["solve"]},
                   "hat": {"lambda": hat["lambda"], "feasible": hat["lambda"] is not None, "s": hat["s"],
                           "direction": hat["direction"]}}
-    boot = vector.bootstrap_along(r, c, mask, d, tau, n, s.lambda_search_max, s.bootstrap, s.seed, s.quantile)
+    boot = vector.bootstrap_along(r, c, mask, d, tau, n, s.lambda_search_max, s.bootstrap, s.seed, s.quantile,
+                                  per_prompt=hat["prompt_values"])
     reps = boot.pop("replicates")
     hit_cap = float(np.mean(reps >= s.lambda_search_max))
     procedures["bootstrap"] = {
