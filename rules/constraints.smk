@@ -210,6 +210,7 @@ rule coverage_vector:
         "logs/{exp}/coverage_vector.log",
     wildcard_constraints:
         exp=CONSTRAINTS_EXP,
+    priority: 1  # the longest single job of the toy DAG: started when its scores are there, not left for last
     conda:
         "../envs/analysis.yaml"
     threads: job_threads("coverage")
