@@ -5,6 +5,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,11 +18,14 @@ from ..conftest import REPO
 PKG = REPO / "workflow" / "lara"
 
 
-def hashes_of(pkg_root: Path) -> dict[str, str]:
-    """Every command's code hash, computed by a fresh interpreter on the package copy at pkg_root."""
+def hashes_of(pkg_root: Path, cache: Path | None = None) -> dict[str, str]:
+    """Every command's code hash, computed by a fresh interpreter on the package copy at pkg_root (with the parse
+    cache in ``cache``; default a new, empty one)."""
     script = "import json; from lara.steps import COMMANDS; from lara.codehash import step_code; " \
              "print(json.dumps({c: step_code(c) for c in COMMANDS}))"
-    out = subprocess.run([sys.executable, "-c", script], env={"PYTHONPATH": str(pkg_root)}, cwd=pkg_root,
+    cache = cache or Path(tempfile.mkdtemp(dir=pkg_root))
+    out = subprocess.run([sys.executable, "-c", script], env={"PYTHONPATH": str(pkg_root),
+                                                              "XDG_CACHE_HOME": str(cache)}, cwd=pkg_root,
                          capture_output=True, text=True, check=True).stdout
     return json.loads(out)
 
@@ -150,3 +154,19 @@ def test_a_named_scorer_s_code_counts_for_the_steps_that_score_with_it():
     assert step_code("evaluate", "lara.toy.score") != step_code("evaluate")
     rules = (REPO / "rules" / "evaluate.smk").read_text()
     assert 'code=step_code("evaluate", *EVAL_SCORER_MODULES)' in rules
+
+
+def test_the_parse_cache_answers_what_a_parse_answers_and_never_for_an_edited_module(package_copy, tmp_path):
+    """The cache (keyed by each file's bytes) gives every hash a fresh parse gives; an edit to a module it holds is
+    parsed again (its importers' hashes change exactly as without the cache); a corrupt cache file is ignored."""
+    cache = tmp_path / "cache"
+    fresh = hashes_of(package_copy)
+    assert hashes_of(package_copy, cache) == fresh and list((cache / "lara").glob("codehash-*.json"))
+    assert hashes_of(package_copy, cache) == fresh  # read from the cache, not parsed
+    edit(package_copy / "lara" / "template.py", "def ", "SHARED_EDIT = 1\n\n\ndef ")
+    edited = hashes_of(package_copy, cache)
+    assert edited == hashes_of(package_copy)  # the same as a fresh parse of the edited package
+    assert {c for c in fresh if fresh[c] != edited[c]} == importers_by_text("lara.template")
+    for f in (cache / "lara").glob("codehash-*.json"):
+        f.write_text('{"imports": [1, 2')
+    assert hashes_of(package_copy, cache) == edited

@@ -10,13 +10,23 @@ imported: the sources are parsed, so reading every rule's hash costs millisecond
 
 The hash depends on the Python version's syntax-tree layout: a new Python minor version
 may change every hash once (and so rerun everything), never silently keep a stale result.
+
+Parsing every module takes about two seconds, at every start of Snakemake (a dry run included). What a parse
+yields is kept in a cache file (``$XDG_CACHE_HOME/lara/``, else ``~/.cache/lara/``, one per Python version),
+keyed by each module's name and the digest of its file's bytes: an edited, added or moved module is parsed
+again, so the cache never answers for code it has not read (a lost or unwritable cache only costs the parse).
 """
 
 from __future__ import annotations
 
 import ast
+import atexit
 import functools
 import hashlib
+import json
+import os
+import sys
+import tempfile
 from pathlib import Path
 
 ROOT_PACKAGE = "lara"
@@ -65,8 +75,8 @@ def _parse(name: str) -> ast.Module:
 
 @functools.cache
 def _read(name: str) -> tuple[frozenset[str], str]:
-    """One parse of module ``name``: the ``lara`` modules it imports anywhere in its source, and
-    what it does as text (its syntax tree without docstrings, positions or comments)."""
+    """One parse of module ``name``: every module its imports may name (``from lara.read import files``: lara.read
+    and lara.read.files), and what it does as text (its syntax tree without docstrings, positions or comments)."""
     tree = _parse(name)
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -75,21 +85,76 @@ def _read(name: str) -> tuple[frozenset[str], str]:
         elif isinstance(node, ast.ImportFrom):
             target = _absolute(name, node)
             found.add(target)
-            # `from lara.read import files` imports the submodule lara.read.files
-            found.update(f"{target}.{alias.name}" for alias in node.names
-                         if module_file(f"{target}.{alias.name}") is not None)
+            found.update(f"{target}.{alias.name}" for alias in node.names)
         elif isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             body = node.body
             if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
                     and isinstance(body[0].value.value, str):
                 node.body = body[1:] or [ast.Pass()]
-    imports = frozenset(m for m in found if module_file(m) is not None)
-    return imports, ast.dump(tree, annotate_fields=False, include_attributes=False)
+    return frozenset(found), ast.dump(tree, annotate_fields=False, include_attributes=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# The cache of what the parses yield (the module docstring)
+
+
+@functools.cache
+def _key(name: str) -> str:
+    """Module ``name`` as the cache knows it: its name, whether it is a package, and its file's digest."""
+    path = module_file(name)
+    if path is None:
+        raise ValueError(f"{name}: not a module of the {ROOT_PACKAGE} package (no source under {PACKAGE_DIR})")
+    return f"{name}:{path.name == '__init__.py'}:{hashlib.sha256(path.read_bytes()).hexdigest()}"
+
+
+def _cache_file() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "lara" / f"codehash-{sys.implementation.cache_tag}.json"
+
+
+@functools.cache
+def _cache() -> dict:
+    try:
+        data = json.loads(_cache_file().read_text())
+        if isinstance(data.get("imports"), dict) and isinstance(data.get("code"), dict):
+            return data
+    except (OSError, ValueError, AttributeError):
+        pass
+    return {"imports": {}, "code": {}}
+
+
+def _remember(section: str, key: str, value) -> None:
+    """Add one entry to the cache; the file is written once, when the process ends."""
+    if not _PENDING:
+        _PENDING.append(True)
+        atexit.register(_write)
+    _cache()[section][key] = value
+
+
+_PENDING: list = []
+
+
+def _write() -> None:
+    """Write the cache whole, atomically (a concurrent reader sees the old file or the new one)."""
+    try:
+        path = _cache_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".codehash-")
+        with os.fdopen(fd, "w") as f:
+            json.dump(_cache(), f)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # an unwritable cache: the next start parses again
 
 
 def imports_of(name: str) -> frozenset[str]:
     """The ``lara`` modules that module ``name`` imports anywhere in its source."""
-    return _read(name)[0]
+    key = _key(name)
+    named = _cache()["imports"].get(key)
+    if named is None:
+        named = sorted(_read(name)[0])
+        _remember("imports", key, named)
+    return frozenset(m for m in named if module_file(m) is not None)
 
 
 def normalised_source(name: str) -> str:
@@ -115,10 +180,16 @@ def closure(name: str) -> tuple[str, ...]:
 @functools.cache
 def modules_code(names: tuple[str, ...]) -> str:
     """Hash (16 hex digits) of the union of the import closures of ``names``."""
-    h = hashlib.sha256()
-    for mod in sorted(set().union(*(closure(n) for n in names))):
-        h.update(mod.encode() + b"\0" + normalised_source(mod).encode() + b"\0")
-    return h.hexdigest()[:16]
+    mods = sorted(set().union(*(closure(n) for n in names)))
+    key = hashlib.sha256("\n".join(_key(m) for m in mods).encode()).hexdigest()
+    code = _cache()["code"].get(key)
+    if code is None:
+        h = hashlib.sha256()
+        for mod in mods:
+            h.update(mod.encode() + b"\0" + normalised_source(mod).encode() + b"\0")
+        code = h.hexdigest()[:16]
+        _remember("code", key, code)
+    return code
 
 
 def step_code(command: str, *also: str) -> str:
