@@ -279,6 +279,15 @@ class Scheduled:
         return None
 
 
+def search_checkpoints_problem(checkpoints, max_new_tokens: int) -> str | None:
+    """The problem of a token-budget search space's checkpoint at or beyond the longest response (it stops
+    nothing), for every step that reads decode.budget.checkpoints."""
+    if any(t >= max_new_tokens for t in checkpoints):
+        return (f"decode.budget.checkpoints: {max(checkpoints)} tokens is not below generation.max_new_tokens = "
+                f"{max_new_tokens} (a checkpoint there stops nothing)")
+    return None
+
+
 @dataclass(frozen=True)
 class PruneSettings(Scheduled, GridCalibration, Settings):
     """decode.bon_prune: the pruned Best-of-N decoder and its own calibration (an empty schedule: no such

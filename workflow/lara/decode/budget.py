@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from lara.calibrate.procedures import GridCalibration
+from lara.calibrate.pruned import search_checkpoints_problem
 from lara.settings import ConfigError, Settings, add_settings_arguments, cross_key, read_settings, seed_setting, setting
 
 log = logging.getLogger(__name__)
@@ -84,9 +85,7 @@ class BudgetSettings(GridCalibration, Settings):
     @cross_key("decode.budget.checkpoints", "generation.max_new_tokens",
                witness={"decode": {"budget": {"checkpoints": [400], "keep": [2]}}})
     def checkpoints_stop(self):
-        if any(t >= self.max_new_tokens for t in self.checkpoints):
-            return (f"decode.budget.checkpoints: {max(self.checkpoints)} tokens is not below generation."
-                    f"max_new_tokens = {self.max_new_tokens} (a checkpoint there stops nothing)")
+        return search_checkpoints_problem(self.checkpoints, self.max_new_tokens)
 
     @cross_key("decode.budget.keep", "decode.bon_n", witness={"decode": {"budget": {"checkpoints": [2], "keep": [40]}}})
     def keep_stops(self):

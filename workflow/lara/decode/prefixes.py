@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lara.calibrate.pruned import PruneScheduleSettings
+from lara.calibrate.pruned import PruneScheduleSettings, search_checkpoints_problem
 from lara.read.candidates import prefix_columns
-from lara.settings import add_settings_arguments, read_settings, setting
+from lara.settings import add_settings_arguments, cross_key, read_settings, setting
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,11 @@ class PrefixSettings(PruneScheduleSettings):
                                             key="decode.budget.checkpoints")
     budgets: list[float] = setting([], "The token budgets (none: no chooser, its checkpoints unscored).",
                                    exclusive_minimum=0, key="decode.budget.budgets")
+
+    @cross_key("decode.budget.checkpoints", "generation.max_new_tokens",
+               witness={"decode": {"budget": {"checkpoints": [400], "keep": [2]}}})
+    def search_checkpoints_stop(self):
+        return search_checkpoints_problem(self.search_checkpoints, self.max_new_tokens) if self.budgets else None
 
     def scored(self) -> list[int]:
         own = list(self.schedule().checkpoints) if self.enabled else []
