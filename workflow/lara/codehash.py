@@ -114,12 +114,11 @@ def _cache_file() -> Path:
 
 @functools.cache
 def _cache() -> dict:
-    try:
-        data = json.loads(_cache_file().read_text())
-        if isinstance(data.get("imports"), dict) and isinstance(data.get("code"), dict):
-            return data
-    except (OSError, ValueError, AttributeError):
-        pass
+    from lara.read.jsontext import cache_file
+
+    data = cache_file(_cache_file()) or {}
+    if isinstance(data.get("imports"), dict) and isinstance(data.get("code"), dict):
+        return data
     return {"imports": {}, "code": {}}
 
 

@@ -18,3 +18,21 @@ def no_duplicate_keys(where: str, error: type[Exception], shown=repr):
         return dict(pairs)
 
     return hook
+
+
+def cache_file(path) -> dict | None:
+    """A cache's JSON object (one the package writes for itself, never a step's input), or None where it cannot be
+    trusted whole: missing, unreadable, not an object, or with a key given twice. A cache is only ever a shortcut,
+    so None means "compute again", never an error."""
+    import json
+    from pathlib import Path
+
+    class Refused(ValueError):
+        pass
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=no_duplicate_keys(str(path),
+                                                                                                      Refused))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
