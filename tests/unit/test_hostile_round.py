@@ -143,3 +143,83 @@ def test_a_settings_key_that_its_own_flag_gives_is_refused_in_one_line(tmp_path,
                "--test", str(tmp_path / "t.parquet")])
     assert rc == 2 and "'source' is given by its own flag" in capsys.readouterr().err
     assert not (tmp_path / "c.parquet").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# The round on the vector calibration, its coverage study, score-prefixes and the code-hash cache
+
+
+CAL = {"beta": 1.0, "bon_n": 20, "bootstrap": 1000, "cost_bounds": [-8.0, 8.0], "delta": 0.1, "guarantee": "bootstrap",
+       "lambda_search_max": 5.0, "mode": "bon", "quantile": 0.975, "seed": 0, "tau": -4.0, "tolerance": 1e-08}
+COV = {"bon_n": 20, "bootstrap": 1000, "cost_bounds": [-8.0, 8.0], "delta": 0.1, "lambda_search_max": 5.0,
+       "n_prompts": [50], "quantile": 0.975, "repeats": 5, "samples_per_prompt": None, "seed": 0, "tau": -4.0}
+
+
+@pytest.mark.parametrize("cal, cov, m, message", [
+    ({"guarantee": "crc"}, {}, 3, "calibration.guarantee: crc bounds one risk"),  # recorded as deployed: crc
+    ({}, {"n_prompts": []}, 3, "coverage.n_prompts is empty"),  # a KeyError after every draw
+    ({}, {"n_prompts": [1]}, 2, "coverage.n_prompts: [1] below 2 prompts"),
+])
+def test_the_vector_coverage_study_refuses_what_calibrate_vector_and_the_other_studies_refuse(cal, cov, m, message):
+    from lara.calibrate.calibrate import CalibrationSettings
+    from lara.calibrate.coverage import CoverageSettings
+    from lara.constraints.coverage import check_settings
+    from lara.settings import ConfigError
+
+    c, v = CalibrationSettings.from_json(json.dumps(CAL | cal)), CoverageSettings.from_json(json.dumps(COV | cov))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        check_settings(c, v, m)
+    check_settings(CalibrationSettings.from_json(json.dumps(CAL)), CoverageSettings.from_json(json.dumps(COV)), m)
+
+
+def test_constraints_with_a_key_given_twice_are_refused_as_settings_are():
+    from lara.constraints.spec import from_arg
+    from lara.settings import ConfigError
+
+    one = '{"name": "violence", "cost": "category:violence", "tau": -4.0, "bounds": [-5.5, 5.5]}'
+    assert from_arg(f"[{one}]")[0].tau == -4.0
+    with pytest.raises(ConfigError, match="'tau' is given twice"):  # json.loads kept the last: tau -3 was calibrated
+        from_arg("[" + one.replace('"tau": -4.0', '"tau": -4.0, "tau": -3.0') + "]")
+
+
+def test_a_response_that_is_no_text_and_a_batch_of_no_response_are_refused_before_any_scoring(tmp_path):
+    """A missing response was scored as the text "None"; --batch-size -3 scored nothing and wrote uninitialised
+    memory as the scores (exit 0 both)."""
+    import pandas as pd
+
+    from lara.scoring import load_scorer
+    from lara.settings import ConfigError
+
+    from ..conftest import lara_in_process
+
+    table = tmp_path / "responses.parquet"
+    pd.DataFrame({"prompt_id": ["p0", "p1"], "sample_id": [0, 0], "prompt": ["How do I bake bread?", "Hi"],
+                  "response": ["Knead the dough.", None]}).to_parquet(table)
+    rc, _, err = lara_in_process(["score", "--input", table, "--reward", "oracle", "--cost", "oracle", "--out",
+                                  tmp_path / "scored.parquet"])
+    assert rc == 2 and "column response: row 1 hold no text" in err and not (tmp_path / "scored.parquet").exists()
+    for size in (0, -3, True):
+        with pytest.raises(ConfigError, match=f"--batch-size {size}: at least one response per forward pass"):
+            load_scorer("oracle", role="reward", batch_size=size)
+
+
+def test_a_code_hash_cache_entry_the_cache_did_not_write_is_parsed_again_and_a_failed_write_leaves_nothing(tmp_path,
+                                                                                                          monkeypatch):
+    from lara import codehash
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    for cached in (codehash._cache, codehash.closure, codehash.modules_code):
+        cached.cache_clear()
+    truth = codehash.step_code("calibrate")
+    key = codehash._key("lara.read.files")
+    codehash._cache()["imports"][key] = 5  # a well-formed file with a wrong-typed entry: a TypeError before
+    codehash._cache()["code"] = {k: "not a hash" for k in codehash._cache()["code"]}
+    codehash.closure.cache_clear()
+    codehash.modules_code.cache_clear()
+    assert codehash.step_code("calibrate") == truth
+    codehash._cache_file().parent.mkdir(parents=True, exist_ok=True)
+    codehash._cache_file().mkdir()  # the cache's path taken by a folder: the write fails, and leaves no temporary
+    codehash._write()
+    assert not [p for p in codehash._cache_file().parent.iterdir() if p.name.startswith(".codehash-")]
+    for cached in (codehash._cache, codehash.closure, codehash.modules_code):
+        cached.cache_clear()

@@ -139,18 +139,21 @@ def _write() -> None:
         path = _cache_file()
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".codehash-")
+    except OSError:
+        return  # an unwritable cache: the next start parses again
+    try:
         with os.fdopen(fd, "w") as f:
             json.dump(_cache(), f)
         os.replace(tmp, path)
     except OSError:
-        pass  # an unwritable cache: the next start parses again
+        Path(tmp).unlink(missing_ok=True)  # (the cache's path taken by a folder, say): nothing left behind
 
 
 def imports_of(name: str) -> frozenset[str]:
     """The ``lara`` modules that module ``name`` imports anywhere in its source."""
     key = _key(name)
     named = _cache()["imports"].get(key)
-    if named is None:
+    if not (isinstance(named, list) and all(isinstance(m, str) for m in named)):  # none, or not one the cache wrote
         named = sorted(_read(name)[0])
         _remember("imports", key, named)
     return frozenset(m for m in named if module_file(m) is not None)
@@ -182,7 +185,7 @@ def modules_code(names: tuple[str, ...]) -> str:
     mods = sorted(set().union(*(closure(n) for n in names)))
     key = hashlib.sha256("\n".join(_key(m) for m in mods).encode()).hexdigest()
     code = _cache()["code"].get(key)
-    if code is None:
+    if not (isinstance(code, str) and len(code) == 16 and all(ch in "0123456789abcdef" for ch in code)):
         h = hashlib.sha256()
         for mod in mods:
             h.update(mod.encode() + b"\0" + normalised_source(mod).encode() + b"\0")

@@ -42,7 +42,7 @@ def run(args) -> None:
     from lara.scoring import load_scorer, score_table
 
     s = read_settings(args, ScoreSettings)
-    df = read_table(args.input, required=("prompt", "response"))
+    df = read_table(args.input, text=("prompt", "response"))
     for col, spec in (("reward", args.reward), ("cost", args.cost)):
         scorer = load_scorer(spec, role=col, batch_size=args.batch_size, dtype=s.dtype)
         log.info("scoring %d responses for %s with %s", len(df), col, spec)

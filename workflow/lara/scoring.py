@@ -389,11 +389,15 @@ def load_scorer(spec: str, role: str = "reward", **kwargs) -> Scorer:
     ``lara_scorer.json`` says so, else a sequence model. ``role`` (reward or cost) tells a named
     scorer which score to give. ``name:argument``, where ``name`` is a named scorer, calls its factory with
     ``argument=argument`` (refused for a factory without an ``argument`` parameter, which would ignore it)."""
+    from lara.config.refs import require_model
+    from lara.settings import ConfigError
+
+    size = kwargs.get("batch_size", 1)
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ConfigError(f"--batch-size {size}: at least one response per forward pass")
     named = named_scorers()
     if spec in named:
         return named[spec].load()(role=role, **kwargs)
-    from lara.config.refs import require_model
-    from lara.settings import ConfigError
 
     name, colon, argument = spec.partition(":")
     if colon and name in named:

@@ -209,15 +209,23 @@ def check_losses(scores: VectorScores, constraints) -> None:
                               "nothing to calibrate (a threshold in the cost's units?)")
 
 
-def vector_calibrate(scores: VectorScores, constraints, s: CalibrationSettings) -> dict:
-    from lara.calibrate.vector import expected_vector
+def check_calibration(s: CalibrationSettings, m: int) -> None:
+    """What the constraints stage can calibrate for ``m`` constraints (calibrate-vector, and the coverage study that
+    measures it): Best-of-N, and a deployed procedure that holds every constraint."""
     from lara.config import ConfigError
 
     if s.mode != "bon":
         raise ConfigError("calibration.mode: soft: the constraints stage calibrates for Best-of-N (mode bon)")
-    if len(constraints) > 1 and s.guarantee == "crc":
+    if m > 1 and s.guarantee == "crc":
         raise ConfigError("calibration.guarantee: crc bounds one risk; with several constraints use bootstrap or ltt "
                           "(ltt holds every constraint at once)")
+
+
+def vector_calibrate(scores: VectorScores, constraints, s: CalibrationSettings) -> dict:
+    from lara.calibrate.vector import expected_vector
+    from lara.config import ConfigError
+
+    check_calibration(s, len(constraints))
     check_losses(scores, constraints)
     tau = [c.tau for c in constraints]
     k_min = int(scores.mask.sum(axis=1).min())

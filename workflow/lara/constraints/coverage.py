@@ -71,9 +71,13 @@ def slack(tau: np.ndarray) -> np.ndarray:
     return 1e-12 * np.maximum(1.0, np.abs(tau))
 
 
-def check_settings(cal: CalibrationSettings, cov: CoverageSettings) -> None:
+def check_settings(cal: CalibrationSettings, cov: CoverageSettings, m: int) -> None:
     """The values both settings carry come from the same config keys; refuse two different ones (a hand-given
-    flag on one side), naming the key. Refuse what the study cannot measure."""
+    flag on one side), naming the key. Refuse what the study cannot measure: what calibrate-vector refuses for
+    ``m`` constraints, and the sizes the other coverage studies refuse."""
+    from lara.calibrate.procedures import check_sizes
+    from lara.constraints.calibrate import check_calibration
+
     cal_keys = {CalibrationSettings.key(f): f for f in cal.__dataclass_fields__}
     for field, key in CoverageSettings.borrowed().items():
         other = cal_keys.get(key)
@@ -83,9 +87,8 @@ def check_settings(cal: CalibrationSettings, cov: CoverageSettings) -> None:
         if mine != theirs:
             raise ConfigError(f"{key}: --settings gives {mine!r} but --calibration-settings {theirs!r}; both are "
                               "built from the one config key (the study must measure the deployed calibration)")
-    if cal.mode != "bon":
-        raise ConfigError("calibration.mode: soft: the constraints stage calibrates for Best-of-N (mode bon)")
-
+    check_calibration(cal, m)
+    check_sizes(cov.n_prompts)  # the scalar and grid studies' floor: a size, each of at least two prompts
 
 
 def vector_draw(pop, rng: np.random.Generator, n: int, k: int | None):
@@ -271,7 +274,7 @@ def study(pop, constraints, cal: CalibrationSettings, cov: CoverageSettings, pro
     from lara.calibrate.vector import bon_along_soft_direction
     from lara.constraints.spec import bounds as cost_bounds
 
-    check_settings(cal, cov)
+    check_settings(cal, cov, len(constraints))
     names = [c.name for c in constraints]
     tau = np.array([c.tau for c in constraints], dtype=float)
     m = len(constraints)
@@ -372,7 +375,7 @@ def run(args) -> None:
     cov = read_settings(args, CoverageSettings)
     cal = CalibrationSettings.from_json(args.calibration_settings, origin="--calibration-settings")
     constraints = from_arg(args.constraints)
-    check_settings(cal, cov)
+    check_settings(cal, cov, len(constraints))
     pop = load_population(args.scores, constraints)
     counts = pop.mask.sum(axis=1)
     log.info("population: %d prompts (K %d to %d), %d constraints %s, tau %s, from %s; settings %s; calibration %s",

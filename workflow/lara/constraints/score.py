@@ -61,7 +61,7 @@ def run(args) -> None:
 
     s = read_settings(args, ScoreSettings)
     specs = cost_specs(args.cost)
-    df = read_table(args.input, required=("prompt", "response"))
+    df = read_table(args.input, text=("prompt", "response"))
     jobs = [("reward", args.reward, "reward")] + [(f"cost_{name}", spec, name) for name, spec in specs.items()]
     for col, spec, role in jobs:
         scorer = load_scorer(spec, role=role, batch_size=args.batch_size, dtype=s.dtype)

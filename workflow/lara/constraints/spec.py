@@ -156,10 +156,10 @@ def to_json(constraints: list[Constraint]) -> str:
 
 def from_arg(text: str, flag: str = "--constraints") -> list[Constraint]:
     """The list a step was given, parsed and checked (at least one)."""
-    from lara.settings import ConfigError
+    from lara.settings import ConfigError, _strict_loads
 
     try:
-        items = json.loads(text)
+        items = _strict_loads(text, flag)  # a key given twice, or NaN, is refused as in --settings
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{flag}: not JSON ({exc})") from None
     out = parse(items, flag)

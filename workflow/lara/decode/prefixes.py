@@ -103,7 +103,8 @@ def run(args) -> None:
     if not checkpoints:
         raise ConfigError("decode.bon_prune.checkpoints is empty and decode.budget searches no schedule: no prefixes "
                           "to score")
-    df = read_table(args.input, required=("prompt_id", "sample_id", "prompt", "response", "n_tokens", "reward", "cost"))
+    df = read_table(args.input, required=("prompt_id", "sample_id", "n_tokens", "reward", "cost"),
+                    text=("prompt", "response"))
     require_in_range(df, ("reward", "cost", "n_tokens"), args.input)
     if df.duplicated(["prompt_id", "sample_id"]).any():
         raise DataError(f"--input {args.input}: a (prompt_id, sample_id) appears twice")
@@ -113,6 +114,9 @@ def run(args) -> None:
     check_lengths(df, s.max_new_tokens, f"--input {args.input}")
     for col in ("reward", "cost"):
         check_role(getattr(args, col), col)
+    from lara.config.refs import require_model
+
+    require_model(args.tokenizer, "--tokenizer")
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     scorers = {col: load_scorer(spec, role=col, batch_size=args.batch_size)
                for col, spec in (("reward", args.reward), ("cost", args.cost))}

@@ -62,7 +62,7 @@ def run(args) -> None:
     s = read_settings(args, EvaluationSettings)
     if (args.decoder_reward is None) != (args.decoder_cost is None):
         raise DataError("--decoder-reward and --decoder-cost go together: the audit needs both decoding models")
-    df = read_table(args.responses, required=KEEP)
+    df = read_table(args.responses, required=KEEP, text=("prompt", "response"))
     out = df[list(KEEP)].copy()
     for col in SPENT:  # what a pruned decoder spent (lara select-bon-prune), kept for the audit's token counts
         if col in df.columns:

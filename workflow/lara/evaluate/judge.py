@@ -264,7 +264,7 @@ def run(args) -> None:
     s = read_settings(args, JudgeSettings)
     if s.model is None:
         raise ConfigError("evaluation.judge.model is null: no judge is configured")
-    df = read_table(args.responses, required=("prompt_id", "prompt", "response", "method", "setting"))
+    df = read_table(args.responses, required=("prompt_id", "method", "setting"), text=("prompt", "response"))
     if s.model == "oracle":
         ratings = oracle_ratings(df["prompt"].tolist(), df["response"].tolist())
     else:

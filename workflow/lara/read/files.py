@@ -116,17 +116,23 @@ def text_ids(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def read_table(path: str | Path, required: list[str] | tuple[str, ...] = (), where: str | None = None
-               ) -> pd.DataFrame:
+def read_table(path: str | Path, required: list[str] | tuple[str, ...] = (), where: str | None = None,
+               text: tuple[str, ...] = ()) -> pd.DataFrame:
     """A table, read once per command (a second read of the same unchanged file is a copy of the first): its
-    format's errors, stored index, ids (present, text, one spelling) checked, ``required`` columns present."""
+    format's errors, stored index, ids (present, text, one spelling) checked, ``required`` columns present, and a
+    string in every row of the ``text`` columns (a prompt or response a scorer reads: a missing one would be scored
+    as the text "None")."""
     path = Path(path)
     where = where or str(path)
     df = _load(path, where)
-    missing = [c for c in required if c not in df.columns]
+    missing = [c for c in (*required, *text) if c not in df.columns]
     if missing:
-        raise DataError(f"{where}: missing column(s) {', '.join(missing)} "
+        raise DataError(f"{where}: missing column(s) {', '.join(dict.fromkeys(missing))} "
                         f"(found: {', '.join(map(str, df.columns))})")
+    for col in text:
+        bad = ~df[col].map(lambda v: isinstance(v, str)).to_numpy(dtype=bool)
+        if bad.any():
+            raise DataError(f"{where}: column {col}: {_rows(bad)} hold no text (missing, or not a string)")
     return df
 
 
