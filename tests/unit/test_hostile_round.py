@@ -223,3 +223,21 @@ def test_a_code_hash_cache_entry_the_cache_did_not_write_is_parsed_again_and_a_f
     assert not [p for p in codehash._cache_file().parent.iterdir() if p.name.startswith(".codehash-")]
     for cached in (codehash._cache, codehash.closure, codehash.modules_code):
         cached.cache_clear()
+
+
+@pytest.mark.parametrize("command, scorer", [("coverage", "cost_scorer"), ("coverage-vector", "reward_scorer"),
+                                             ("coverage-prune", "prefix_cost_scorer")])
+def test_a_coverage_population_pooled_from_tables_of_other_scorers_is_refused(command, scorer):
+    """The coverage studies pool their --scores tables into one population; tables scored by other scorers were
+    pooled without a word (the agreement was switched off for the flag, roles aside)."""
+    from lara.identity import Artifact
+    from lara.read.contracts import agree
+
+    same = {"reward_scorer": "models/reward", "cost_scorer": "models/cost", "cost_scorers": {"a": "oracle"},
+            "prefix_reward_scorer": "models/partial_reward", "prefix_cost_scorer": "models/partial_cost"}
+    tables = [Artifact("--scores", "cal.parquet", same | {"role": "calibration"}),
+              Artifact("--scores", "test.parquet", same | {"role": "test"})]
+    agree(command, {"--scores": tables})  # two roles, one set of scorers: one population
+    tables[1] = Artifact("--scores", "test.parquet", same | {"role": "test", scorer: "models/other"})
+    with pytest.raises(DataError, match=f"{scorer}"):
+        agree(command, {"--scores": tables})

@@ -38,7 +38,7 @@ SCORES_HELD_OUT = Expect("the test prompts' scored candidates (lara score on the
                          roles=("test",), columns=("prompt_id", "sample_id", "reward", "cost"),
                          numbers=("reward", "cost"), unit="response", agree=SCALAR_SCORERS)
 SCORES_ANY = Expect("scored samples (lara score)", kinds=("scores",), columns=("prompt_id", "reward", "cost"),
-                    numbers=("reward", "cost"), unit="response")
+                    numbers=("reward", "cost"), unit="response", agree=SCALAR_SCORERS)
 SCORES_DEPLOY = Expect("the deployment pool's scored candidates (lara score)", kinds=("scores",),
                        roles=("deployment",), columns=("prompt_id", "sample_id", "reward", "cost"),
                        numbers=("reward", "cost"), unit="response")
@@ -50,7 +50,8 @@ VSCORES_TEST = Expect("the test prompts' constraint scores (lara score-constrain
                       roles=("test",), columns=("prompt_id", "sample_id", "reward"), numbers=("reward",),
                       unit="response", agree=SCORERS)
 VSCORES_ANY = Expect("constraint scores (lara score-constraints)", kinds=("constraint_scores",),
-                     columns=("prompt_id", "sample_id", "reward"), numbers=("reward",), unit="response")
+                     columns=("prompt_id", "sample_id", "reward"), numbers=("reward",), unit="response",
+                     agree=SCORERS)
 PROMPTS = Expect("prompts (prompt_id, prompt)", kinds=("prompts",), columns=("prompt_id", "prompt"), per_prompt=1)
 ROLLOUT_PROMPTS = Expect("the prompts PPO rolls out (a table with a prompt column: the preference data's)",
                          columns=("prompt",))
@@ -151,7 +152,8 @@ CHOICE = Expect("the token-budget choice (lara choose-decoder)", JSON, kinds=("b
                 keys=("budgets", "tau"), stamped=True)
 PREFIXES_ANY = Expect("samples with their prefix scores (lara score-prefixes)", kinds=("prefix_scores",),
                       columns=("prompt_id", "sample_id", "reward", "cost", "n_tokens"),
-                      numbers=("reward", "cost", "n_tokens"), unit="response")
+                      numbers=("reward", "cost", "n_tokens"), unit="response",
+                      agree=(*SCALAR_SCORERS, *PREFIX_SCORERS))
 LAMBDA_PRUNED = Expect("pruned Best-of-N's own record (lara calibrate-prune)", JSON, kinds=("lambda",),
                        keys=("lambda_hat", "lambda_star", "tau"),
                        agree=("lambda_record", "tau", *SCALAR_SCORERS, *PREFIX_SCORERS), decoders=("pruned_best_of_n",),
@@ -277,8 +279,7 @@ CONTRACTS: dict[str, Command] = {
 # the inputs whose fields are compared across flags ("bon-sweep", "deployment-report" combine several by design)
 NO_AGREEMENT = {"bon-sweep": ("--lambda-json", "--soft-lambda-json", "--tau-lambda-json"),
                 "deployment-report": ("--arms", "--shift"),
-                "aggregate": ("--tau-lambda-json",),
-                "coverage": ("--scores",), "coverage-vector": ("--scores",), "coverage-prune": ("--scores",)}
+                "aggregate": ("--tau-lambda-json",)}
 
 
 # --------------------------------------------------------------------------------------------- reading them
