@@ -66,8 +66,6 @@ def prompt_values(reward: np.ndarray, costs: np.ndarray, mask: np.ndarray, direc
     """Per prompt along lam = s d on [0, s_max]: its crossings (:func:`prompt_crossings`) and its expected cost
     vector (L, m) at s = 0 and at each of them, every prompt's every s ranked in one batch (each row as
     :func:`lara.calibrate.bestofn.expected` ranks it alone)."""
-    from lara.calibrate.bestofn import expected_rows
-
     d = np.asarray(direction, dtype=float)
     m = costs.shape[2]
     c = combined(costs, d)

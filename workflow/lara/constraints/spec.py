@@ -159,7 +159,7 @@ def from_arg(text: str, flag: str = "--constraints") -> list[Constraint]:
     from lara.settings import ConfigError, _strict_loads
 
     try:
-        items = _strict_loads(text, flag)  # a key given twice, or NaN, is refused as in --settings
+        items = _strict_loads(text, flag)  # a key given twice is refused, as in --settings
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{flag}: not JSON ({exc})") from None
     out = parse(items, flag)
