@@ -241,3 +241,23 @@ def test_a_coverage_population_pooled_from_tables_of_other_scorers_is_refused(co
     tables[1] = Artifact("--scores", "test.parquet", same | {"role": "test", scorer: "models/other"})
     with pytest.raises(DataError, match=f"{scorer}"):
         agree(command, {"--scores": tables})
+
+
+def test_a_code_hash_cache_past_its_size_keeps_only_what_the_process_used(tmp_path, monkeypatch):
+    from lara import codehash
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(codehash, "MAX_ENTRIES", 10)
+    for cached in (codehash._cache, codehash.closure, codehash.modules_code):
+        cached.cache_clear()
+    truth = codehash.step_code("calibrate")
+    codehash._cache()["code"].update({f"stale{i}": "0" * 16 for i in range(20)})  # other checkouts' old entries
+    codehash._write()
+    written = json.loads(codehash._cache_file().read_text())
+    assert not [k for k in written["code"] if k.startswith("stale")] and written["code"]
+    assert set(written["code"]) <= codehash._USED["code"] and set(written["imports"]) <= codehash._USED["imports"]
+    for cached in (codehash._cache, codehash.closure, codehash.modules_code):
+        cached.cache_clear()
+    assert codehash.step_code("calibrate") == truth
+    for cached in (codehash._cache, codehash.closure, codehash.modules_code):
+        cached.cache_clear()

@@ -15,6 +15,7 @@ Parsing every module takes about two seconds, at every start of Snakemake (a dry
 yields is kept in a cache file (``$XDG_CACHE_HOME/lara/``, else ``~/.cache/lara/``, one per Python version),
 keyed by each module's name and the digest of its file's bytes: an edited, added or moved module is parsed
 again, so the cache never answers for code it has not read (a lost or unwritable cache only costs the parse).
+Past :data:`MAX_ENTRIES` entries (months of edits) a write keeps only those the writing process used.
 """
 
 from __future__ import annotations
@@ -131,10 +132,16 @@ def _remember(section: str, key: str, value) -> None:
 
 
 _PENDING: list = []
+_USED: dict[str, set] = {"imports": set(), "code": set()}  # the entries this process read or wrote
+MAX_ENTRIES = 20_000  # past this many (months of edits), a write keeps only this process's entries
 
 
 def _write() -> None:
     """Write the cache whole, atomically (a concurrent reader sees the old file or the new one)."""
+    cache = _cache()
+    if sum(len(v) for v in cache.values()) > MAX_ENTRIES:
+        cache = {section: {k: v for k, v in entries.items() if k in _USED[section]}
+                 for section, entries in cache.items()}
     try:
         path = _cache_file()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -143,7 +150,7 @@ def _write() -> None:
         return  # an unwritable cache: the next start parses again
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(_cache(), f)
+            json.dump(cache, f)
         os.replace(tmp, path)
     except OSError:
         Path(tmp).unlink(missing_ok=True)  # (the cache's path taken by a folder, say): nothing left behind
@@ -152,6 +159,7 @@ def _write() -> None:
 def imports_of(name: str) -> frozenset[str]:
     """The ``lara`` modules that module ``name`` imports anywhere in its source."""
     key = _key(name)
+    _USED["imports"].add(key)
     named = _cache()["imports"].get(key)
     if not (isinstance(named, list) and all(isinstance(m, str) for m in named)):  # none, or not one the cache wrote
         named = sorted(_read(name)[0])
@@ -184,6 +192,7 @@ def modules_code(names: tuple[str, ...]) -> str:
     """Hash (16 hex digits) of the union of the import closures of ``names``."""
     mods = sorted(set().union(*(closure(n) for n in names)))
     key = hashlib.sha256("\n".join(_key(m) for m in mods).encode()).hexdigest()
+    _USED["code"].add(key)
     code = _cache()["code"].get(key)
     if not (isinstance(code, str) and len(code) == 16 and all(ch in "0123456789abcdef" for ch in code)):
         h = hashlib.sha256()
