@@ -208,12 +208,13 @@ def test_a_code_hash_cache_entry_the_cache_did_not_write_is_parsed_again_and_a_f
     from lara import codehash
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    for cached in (codehash._cache, codehash.closure, codehash.modules_code):
+    for cached in (codehash._cache, codehash.imports_of, codehash.closure, codehash.modules_code):
         cached.cache_clear()
     truth = codehash.step_code("calibrate")
     key = codehash._key("lara.read.files")
     codehash._cache()["imports"][key] = 5  # a well-formed file with a wrong-typed entry: a TypeError before
     codehash._cache()["code"] = {k: "not a hash" for k in codehash._cache()["code"]}
+    codehash.imports_of.cache_clear()
     codehash.closure.cache_clear()
     codehash.modules_code.cache_clear()
     assert codehash.step_code("calibrate") == truth
@@ -221,7 +222,7 @@ def test_a_code_hash_cache_entry_the_cache_did_not_write_is_parsed_again_and_a_f
     codehash._cache_file().mkdir()  # the cache's path taken by a folder: the write fails, and leaves no temporary
     codehash._write()
     assert not [p for p in codehash._cache_file().parent.iterdir() if p.name.startswith(".codehash-")]
-    for cached in (codehash._cache, codehash.closure, codehash.modules_code):
+    for cached in (codehash._cache, codehash.imports_of, codehash.closure, codehash.modules_code):
         cached.cache_clear()
 
 
@@ -248,7 +249,7 @@ def test_a_code_hash_cache_past_its_size_keeps_only_what_the_process_used(tmp_pa
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(codehash, "MAX_ENTRIES", 10)
-    for cached in (codehash._cache, codehash.closure, codehash.modules_code):
+    for cached in (codehash._cache, codehash.imports_of, codehash.closure, codehash.modules_code):
         cached.cache_clear()
     truth = codehash.step_code("calibrate")
     codehash._cache()["code"].update({f"stale{i}": "0" * 16 for i in range(20)})  # other checkouts' old entries
@@ -256,8 +257,8 @@ def test_a_code_hash_cache_past_its_size_keeps_only_what_the_process_used(tmp_pa
     written = json.loads(codehash._cache_file().read_text())
     assert not [k for k in written["code"] if k.startswith("stale")] and written["code"]
     assert set(written["code"]) <= codehash._USED["code"] and set(written["imports"]) <= codehash._USED["imports"]
-    for cached in (codehash._cache, codehash.closure, codehash.modules_code):
+    for cached in (codehash._cache, codehash.imports_of, codehash.closure, codehash.modules_code):
         cached.cache_clear()
     assert codehash.step_code("calibrate") == truth
-    for cached in (codehash._cache, codehash.closure, codehash.modules_code):
+    for cached in (codehash._cache, codehash.imports_of, codehash.closure, codehash.modules_code):
         cached.cache_clear()

@@ -125,13 +125,15 @@ def _cache() -> dict:
 
 def _remember(section: str, key: str, value) -> None:
     """Add one entry to the cache; the file is written once, when the process ends."""
-    if not _PENDING:
-        _PENDING.append(True)
-        atexit.register(_write)
+    _write_at_exit()
     _cache()[section][key] = value
 
 
-_PENDING: list = []
+@functools.cache
+def _write_at_exit() -> None:
+    atexit.register(_write)
+
+
 _USED: dict[str, set] = {"imports": set(), "code": set()}  # the entries this process read or wrote
 MAX_ENTRIES = 20_000  # past this many (months of edits), a write keeps only this process's entries
 
@@ -156,6 +158,7 @@ def _write() -> None:
         Path(tmp).unlink(missing_ok=True)  # (the cache's path taken by a folder, say): nothing left behind
 
 
+@functools.cache
 def imports_of(name: str) -> frozenset[str]:
     """The ``lara`` modules that module ``name`` imports anywhere in its source."""
     key = _key(name)

@@ -190,7 +190,8 @@ def ltt_along(reward, costs, mask, direction, tau, n: int | None, grid, delta: f
     order = prompt_order(len(reward), seed)
     chosen, p_at, mean_at = None, None, None
     for block, v in _along_grid(reward, costs, clipped, mask, d, n, sorted(np.asarray(grid, dtype=float))[::-1]):
-        if p_values == "hb":  # (m, B) every constraint's p-value at each s of the block
+        if p_values == "hb":  # (m, B) every constraint's p-value at each s of the block (each row's own mean, as
+            # one s at a time took it: the same sum, so the same p-value to the bit)
             p = np.array([hb_p_value(np.array([v[j, t].mean() for t in range(len(block))]), len(reward), tau[j], b[j])
                           for j in range(m)])
         else:

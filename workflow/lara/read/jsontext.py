@@ -27,12 +27,9 @@ def cache_file(path) -> dict | None:
     import json
     from pathlib import Path
 
-    class Refused(ValueError):
-        pass
-
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=no_duplicate_keys(str(path),
-                                                                                                      Refused))
+        data = json.loads(Path(path).read_text(encoding="utf-8"),
+                          object_pairs_hook=no_duplicate_keys(str(path), ValueError))
     except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
