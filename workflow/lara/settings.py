@@ -20,9 +20,9 @@ the section: it names the config key, owned by another section, that its value c
 from the config (:func:`lara.config.step_settings`, which every rule calls) fills it, and the
 same generated flag parses it (``--seed``), so no step defines a flag of its own for a config
 value. Fields with ``config=False`` and no key are the step's own options (a batch size).
-Steps without a config section of their own (the audit, the sweep, scoring) register their
-settings in :data:`STEPS`. This module imports nothing heavy; the step modules are imported only
-to write the schema.
+Steps without a config section of their own (the audit, the sweep, scoring) name their
+settings class where they are registered (:data:`lara.steps.SECTIONLESS`; :data:`STEPS` here).
+This module imports nothing heavy; the step modules are imported only to write the schema.
 
 What the settings and the config files share is :mod:`lara.validation`'s, and callers import it from here
 (:mod:`lara.config` imports this module, never the other way round): :class:`ConfigError`, the one validator
@@ -40,6 +40,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
+from lara.steps import COMMANDS, SECTIONLESS
 from lara.validation import (  # noqa: F401 (re-exported: callers import them from lara.settings)
     MAX_DEPTH,
     MAX_VALUES,
@@ -106,20 +107,9 @@ def renamed_message(key: str) -> str:
     return f"{key} is now {new} ({what}); {advice[0] if advice else 'rename the key'}"
 
 
-# steps that read no config section of their own, only other sections' keys (their ``key=`` fields)
-STEPS: dict[str, str] = {
-    "score": "lara.score:ScoreSettings",
-    "bon-sweep": "lara.decode.sweep:SweepSettings",
-    "coverage-prune": "lara.calibrate.prune_coverage:PruneCoverageSettings",
-    "calibrate-best-of-k": "lara.calibrate.best_of_k:BestOfKSettings",
-    "score-prefixes": "lara.decode.prefixes:PrefixSettings",
-    "select-bon-prune": "lara.calibrate.pruned:PruneScheduleSettings",
-    "bon-prune-sweep": "lara.decode.prune_sweep:PruneSweepSettings",
-    "aggregate": "lara.evaluate.aggregate:AuditSettings",
-    "calibrate-decoder": "lara.decode.direct:DirectSettings",
-    "prompt-features": "lara.deploy.features:FeatureSettings",
-    "category-pairs": "lara.constraints.pairs:CategoryPairsSettings",
-}
+# steps that read no config section of their own, only other sections' keys (their ``key=`` fields): the settings
+# class of each, in its step's module, is registered with the step (lara.steps.SECTIONLESS)
+STEPS: dict[str, str] = {name: f"{COMMANDS[name]}:{cls}" for name, cls in SECTIONLESS.items()}
 
 SCHEMA_FILE = Path(__file__).resolve().parent / "schemas" / "settings.schema.yaml"  # config/settings.schema.yaml
 

@@ -1,5 +1,6 @@
-"""The step registry: each ``lara`` subcommand and the module that implements it (one place, read by
-the command line (:mod:`lara.cli`) and by the code hashes of the rules (:mod:`lara.codehash`))."""
+"""The step registry: each ``lara`` subcommand, the module that implements it and, for a step without a config
+section of its own, its settings class (one place, read by the command line (:mod:`lara.cli`), the code hashes of the
+rules (:mod:`lara.codehash`) and the settings (:mod:`lara.settings`))."""
 
 from __future__ import annotations
 
@@ -71,6 +72,22 @@ COMMANDS: dict[str, str] = {
     "trail": "lara.trail",
     "summary": "lara.evaluate.summary",
     "oracle-score": "lara.toy.score",
+}
+
+# the steps that read no config section of their own (only other sections' keys): the settings class in each one's
+# module (lara.settings.STEPS)
+SECTIONLESS: dict[str, str] = {
+    "score": "ScoreSettings",
+    "bon-sweep": "SweepSettings",
+    "coverage-prune": "PruneCoverageSettings",
+    "calibrate-best-of-k": "BestOfKSettings",
+    "score-prefixes": "PrefixSettings",
+    "select-bon-prune": "PruneScheduleSettings",
+    "bon-prune-sweep": "PruneSweepSettings",
+    "aggregate": "AuditSettings",
+    "calibrate-decoder": "DirectSettings",
+    "prompt-features": "FeatureSettings",
+    "category-pairs": "CategoryPairsSettings",
 }
 
 # the steps that run torch models: they get deterministic algorithms and exactly the job's threads
