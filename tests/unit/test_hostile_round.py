@@ -262,3 +262,25 @@ def test_a_code_hash_cache_past_its_size_keeps_only_what_the_process_used(tmp_pa
     assert codehash.step_code("calibrate") == truth
     for cached in (codehash._cache, codehash.imports_of, codehash.closure, codehash.modules_code):
         cached.cache_clear()
+
+
+def test_one_scorer_folder_named_absolutely_and_relatively_is_one_scorer(tmp_path, monkeypatch):
+    """A scorer given once as a relative path and once as an absolute one was taken for two scorers (a false
+    refusal); two folders are still two scorers, and a name that is no local folder is compared as written."""
+    from lara.identity import Artifact
+    from lara.read.contracts import agree
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("models/cost", "models/other"):
+        (tmp_path / name).mkdir(parents=True)
+
+    def tables(a, b):
+        return {"--scores": [Artifact("--scores", f"{i}.parquet", {"reward_scorer": "oracle", "cost_scorer": c})
+                             for i, c in enumerate((a, b))]}
+
+    agree("coverage", tables("models/cost", str(tmp_path / "models" / "cost")))
+    agree("coverage", tables("models/cost", "./models/../models/cost"))
+    with pytest.raises(DataError, match="cost_scorer"):
+        agree("coverage", tables("models/cost", str(tmp_path / "models" / "other")))
+    with pytest.raises(DataError, match="cost_scorer"):
+        agree("coverage", tables("models/gone", str(tmp_path / "models" / "gone")))

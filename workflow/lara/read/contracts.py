@@ -336,7 +336,19 @@ def _value(art, name: str, expect: Expect):
         return art.data["tau"]
     if name == "calibration_set":  # the calibration samples a record was calibrated on (their table's digest)
         return (found.get("made_from") or {}).get("--scores") if isinstance(found.get("made_from"), dict) else None
+    if name.endswith(("_scorer", "_scorers")):
+        return _scorer(found.get(name))
     return found.get(name)
+
+
+def _scorer(value):
+    """A scorer as stated, with a local model folder as its resolved path: one folder named once absolutely and once
+    relatively is one scorer (a list or a mapping of scorers, each)."""
+    if isinstance(value, dict):
+        return {k: _scorer(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scorer(v) for v in value]
+    return str(Path(value).resolve()) if isinstance(value, str) and value and Path(value).exists() else value
 
 
 def _same(a, b) -> bool:
