@@ -128,6 +128,25 @@ def run_snakemake(workdir: Path, *args: str, check: bool = True,
     return proc
 
 
+def seed_from_checkout(workdir: Path) -> bool:
+    """The checkout's own toy run (`make run`, the README's first command) copied into the scratch copy ``workdir``
+    with its Snakemake records: the session's toy run then redoes only what is out of date (each rule's code hash,
+    params, inputs, an unfinished job), as Snakemake would in the checkout, instead of the whole DAG. Not when the
+    checkout has no toy run (a clean clone: CI), while a run holds its lock, or with LARA_TEST_FRESH_RUN=1."""
+    import yaml
+
+    exp = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["experiment"]
+    meta, locks = REPO / ".snakemake" / "metadata", REPO / ".snakemake" / "locks"
+    if os.environ.get("LARA_TEST_FRESH_RUN") or not (REPO / "results" / exp).is_dir() or not meta.is_dir() or (
+            locks.is_dir() and any(locks.iterdir())):
+        return False
+    for part in (Path("results") / exp, Path("logs") / exp, Path(".snakemake") / "metadata",
+                 Path(".snakemake") / "incomplete"):
+        if (REPO / part).is_dir():
+            shutil.copytree(REPO / part, workdir / part, symlinks=True)
+    return True
+
+
 _BACKGROUND: dict[str, tuple] = {}  # the shared toy run while it runs: (workdir, process, log file)
 
 
@@ -142,6 +161,7 @@ def _toy_run_from_the_start(request, tmp_path_factory):
         return
     if any("toy_run" in getattr(item, "fixturenames", ()) for item in request.session.items):
         workdir = copy_workflow(tmp_path_factory.mktemp("toy") / "wf")
+        seed_from_checkout(workdir)
         log = (workdir.parent / "snakemake.log").open("w")
         proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2"], cwd=workdir, env=snakemake_env(),
                                 stdout=log, stderr=subprocess.STDOUT)
@@ -175,6 +195,7 @@ def toy_run(tmp_path_factory) -> Path:
     entry = _BACKGROUND.get("toy_run")
     if entry is None:
         workdir = copy_workflow(tmp_path_factory.mktemp("toy") / "wf")
+        seed_from_checkout(workdir)
         run_snakemake(workdir)
         return workdir
     workdir, proc, log = entry
