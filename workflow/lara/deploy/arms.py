@@ -81,35 +81,47 @@ def fixed_arms(record, weighted: float | None) -> list[tuple[str, float]]:
     return arms
 
 
-def online_arm(path, stream, s: DeploymentSettings, record_path, stream_path=None
+def online_arm(path, stream, s: DeploymentSettings, record_path, stream_path=None, names=None, tau=None
                ) -> tuple[str, pd.DataFrame, dict]:
-    """An online arm's per-visit table, checked against the stream it claims to have run on."""
+    """An online arm's per-visit table, checked against the stream it claims to have run on; with constraints
+    ``names`` (their budgets ``tau``) a vector run's (``lara online --constraints``), for these constraints."""
     from lara import identity
     from lara.read.files import read_metadata, read_table
 
     made = identity.read_identity(path)
-    if made.get("kind") != "online":
+    if names is None and made.get("kind") != "online":
         raise DataError(f"--online {path}: not the output of `lara online` (identity kind {made.get('kind')!r})")
-    df = read_table(path, required=("t", "lambda", "sample_id", "reward", "cost", "mean_cost", "certificate"))
-    if len(df) != len(stream.cost) or (df["prompt_id"].to_numpy(object) != stream.prompt_id).any():
+    if names is not None and (made.get("kind") != "online" or made.get("constraints") != list(names)):
+        raise DataError(f"--online {path}: not the output of `lara online --constraints` for the constraints "
+                        f"{list(names)} (identity kind {made.get('kind')!r}, constraints {made.get('constraints')!r})")
+    columns = ("lambda", "cost", "mean_cost", "certificate")
+    df = read_table(path, required=("t", "prompt_id", "sample_id", "reward", *(
+        columns if names is None else [f"{k}_{n}" for n in names for k in columns])))
+    if len(df) != len(stream.reward) or (df["prompt_id"].to_numpy(object) != stream.prompt_id).any():
         raise DataError(f"--online {path}: its visits are not this stream's ({len(df)} visits; the stream has "
-                        f"{len(stream.cost)}): an online run on another scenario's stream?")
-    if float(made.get("tau", math.nan)) != s.tau:
+                        f"{len(stream.reward)}): an online run on another scenario's stream?")
+    if names is None and float(made.get("tau", math.nan)) != s.tau:
         raise DataError(f"--online {path}: run for tau = {made.get('tau')}, this audit is for tau = {s.tau:g}")
+    if names is not None and [float(t) for t in made.get("tau") or []] != list(tau):
+        raise DataError(f"--online {path}: run for tau {made.get('tau')}, this audit is for tau {list(tau)}")
     ran_on = (made.get("made_from") or {}).get("--candidates")
     if stream_path is not None and ran_on is not None and ran_on != identity.file_digest(stream_path):
         raise DataError(f"--online {path}: ran on another stream than --candidates {stream_path} (another scoring "
                         "or draw of the pool: its visits' candidates differ); rerun `lara online` on this stream")
     if made.get("lambda_record") != identity.file_digest(record_path):
-        raise DataError(f"--online {path}: started from another lambda.json than --lambda-json {record_path}")
+        raise DataError(f"--online {path}: started from another lambda record than --lambda-json {record_path}")
     summary = read_metadata(path).get("summary") or {}
-    if not isinstance(summary.get("certificate"), (int, float)):
+    if names is None and not isinstance(summary.get("certificate"), (int, float)):
         raise DataError(f"--online {path}: no summary with its certificate (written by `lara online`)")
+    if names is not None and set(summary.get("constraints") or {}) != set(names):
+        raise DataError(f"--online {path}: no per-constraint summary with its certificates (written by `lara online "
+                        "--constraints`)")
     for key, want in (("batch_size", s.batch_size), ("lambda_cap", s.lambda_cap)):
         if made.get(key) != want:  # an identity leaves out what is None: no lambda_cap stated is no cap
             raise DataError(f"--online {path}: run with {key} {made.get(key)}, this report's deployment.{key} is "
                             f"{want}; the arms of one report share the online settings (rerun `lara online` with them)")
-    window = made.get("window", summary.get("window"))
+    # a vector run states its window in its identity; a scalar table may state it in its summary only
+    window = made.get("window", summary.get("window") if names is None else None)
     if window != s.window:
         raise DataError(f"--online {path}: its certificate is stated for windows of {window} visits, this report's "
                         f"for {s.window} (deployment.window); a certificate is never restated for another window: "
@@ -236,39 +248,6 @@ def fixed_arms_vector(record: dict, path) -> list[tuple[str, list[float]]]:
     return arms
 
 
-def online_arm_vector(path, stream, s: DeploymentSettings, names, tau, record_path, stream_path
-                      ) -> tuple[str, pd.DataFrame, dict]:
-    """A vector online arm's per-visit table, checked as the scalar one is, and for these constraints."""
-    from lara import identity
-    from lara.read.files import read_metadata, read_table
-
-    made = identity.read_identity(path)
-    if made.get("kind") != "online" or made.get("constraints") != list(names):
-        raise DataError(f"--online {path}: not the output of `lara online --constraints` for the constraints "
-                        f"{list(names)} (identity kind {made.get('kind')!r}, constraints {made.get('constraints')!r})")
-    columns = [f"{k}_{n}" for n in names for k in ("lambda", "cost", "mean_cost", "certificate")]
-    df = read_table(path, required=("t", "prompt_id", "sample_id", "reward", *columns))
-    if len(df) != len(stream.reward) or (df["prompt_id"].to_numpy(object) != stream.prompt_id).any():
-        raise DataError(f"--online {path}: its visits are not this stream's ({len(df)} visits; the stream has "
-                        f"{len(stream.reward)}): an online run on another scenario's stream?")
-    if [float(t) for t in made.get("tau") or []] != list(tau):
-        raise DataError(f"--online {path}: run for tau {made.get('tau')}, this audit is for tau {list(tau)}")
-    if (made.get("made_from") or {}).get("--candidates") not in (None, identity.file_digest(stream_path)):
-        raise DataError(f"--online {path}: ran on another stream than --candidates {stream_path}; rerun `lara online` "
-                        "on this stream")
-    if made.get("lambda_record") != identity.file_digest(record_path):
-        raise DataError(f"--online {path}: started from another lambda record than --lambda-json {record_path}")
-    summary = read_metadata(path).get("summary") or {}
-    if set(summary.get("constraints") or {}) != set(names):
-        raise DataError(f"--online {path}: no per-constraint summary with its certificates (written by `lara online "
-                        "--constraints`)")
-    for key, want in (("batch_size", s.batch_size), ("lambda_cap", s.lambda_cap), ("window", s.window)):
-        if made.get(key) != want:
-            raise DataError(f"--online {path}: run with {key} {made.get(key)}, this report's deployment.{key} is "
-                            f"{want}; the arms of one report share the online settings (rerun `lara online`)")
-    return f"online_eta_{_name(made['step_size'])}", df, made | {"summary": summary}
-
-
 def vector_rows(name: str, cost: np.ndarray, reward: np.ndarray, lam: np.ndarray, s: DeploymentSettings, names,
                 tau, per: dict | None = None, **extra) -> list[dict]:
     """One arm's rows, one per constraint: its lambda_j, mean and worst-window cost_j against tau_j (and, for an
@@ -331,39 +310,6 @@ def run_arms_vector(stream, record: dict, online: list, s: DeploymentSettings, n
     return table, trace, info
 
 
-def run_vector(args, s: DeploymentSettings, constraints) -> None:
-    from lara import identity
-    from lara.deploy.online import check_vector_record
-    from lara.read.files import write_table
-
-    if args.weighted is not None:
-        raise DataError(f"--weighted {args.weighted}: the covariate-shift weighted lambda is scalar only; the vector "
-                        "mode (--constraints) has no weighted arm")
-    names, tau = [c.name for c in constraints], [float(c.tau) for c in constraints]
-    identity.distinct_files(args.online, "--online")
-    stream = read_stream(args.candidates, constraints)
-    scenario = identity.read_identity(args.candidates).get("scenario")
-    check_stream_settings(s, args.candidates, len(stream.reward), stream.reward.shape[1])
-    record = check_vector_record(args.lambda_json, constraints, s, stream.reward.shape[1])
-    online = [online_arm_vector(p, stream, s, names, tau, args.lambda_json, args.candidates) for p in args.online]
-    arm_names = [name for name, _, _ in online]
-    if len(set(arm_names)) != len(arm_names):
-        raise DataError(f"--online: two runs with one step size ({', '.join(arm_names)})")
-    check_made_on(args, identity.file_digest(args.candidates))
-    table, trace, info = run_arms_vector(stream, record, online, s, names, tau, args.lambda_json)
-    table.insert(0, "scenario", scenario)
-    table["lambda_record"] = identity.file_digest(args.lambda_json)
-    table["stream"] = identity.file_digest(args.candidates)
-    made = identity.stamp("deployment_trace", args.trace, scenario=scenario, tau=tau, constraints=names,
-                          oracle=info, made_from={"--candidates": args.candidates, "--lambda-json": args.lambda_json})
-    write_table(trace, args.trace, {identity.KEY: made})
-    write_table(table, args.out)
-    for row in table.itertuples(index=False):
-        log.info("%-18s %-12s mean cost %8.4f  worst %d-window %8.4f  reward %8.4f  lambda %.4g..%.4g  %s", row.arm,
-                 row.constraint, row.mean_cost, row.window, row.worst_window_cost, row.mean_reward, row.lambda_min,
-                 row.lambda_max, "met" if row.met else "VIOLATED")
-
-
 def add_arguments(parser) -> None:
     add_settings_arguments(parser, DeploymentSettings)
     parser.add_argument("--candidates", required=True, help="the scenario's stream (lara make-stream)")
@@ -381,37 +327,48 @@ def add_arguments(parser) -> None:
 def run(args) -> None:
     from lara import identity
     from lara.calibrate.record import read_lambda
-    from lara.deploy.online import constraints_of
+    from lara.deploy.online import check_vector_record, constraints_of
     from lara.read.files import write_table
 
     s = read_settings(args, DeploymentSettings)
-    constraints = constraints_of(args, s)
-    if constraints is not None:
-        return run_vector(args, s, constraints)
+    constraints = constraints_of(args, s)  # None: the one cost and the scalar record
+    if constraints is not None and args.weighted is not None:
+        raise DataError(f"--weighted {args.weighted}: the covariate-shift weighted lambda is scalar only; the vector "
+                        "mode (--constraints) has no weighted arm")
+    names, tau = (None, s.tau) if constraints is None else ([c.name for c in constraints],
+                                                            [float(c.tau) for c in constraints])
     identity.distinct_files(args.online, "--online")
-    stream = read_stream(args.candidates)
+    stream = read_stream(args.candidates, constraints)
     scenario = identity.read_identity(args.candidates).get("scenario")
-    record = read_lambda(args.lambda_json)
+    record = read_lambda(args.lambda_json) if constraints is None else None
     check_stream_settings(s, args.candidates, len(stream.reward), stream.reward.shape[1])
-    check_record(record, s, stream.reward.shape[1], args.lambda_json)
-    online = [online_arm(p, stream, s, args.lambda_json, args.candidates) for p in args.online]
-    names = [name for name, _, _ in online]
-    if len(set(names)) != len(names):
-        raise DataError(f"--online: two runs with one step size ({', '.join(names)})")
+    if constraints is None:
+        check_record(record, s, stream.reward.shape[1], args.lambda_json)
+    else:
+        record = check_vector_record(args.lambda_json, constraints, s, stream.reward.shape[1])
+    online = [online_arm(p, stream, s, args.lambda_json, args.candidates, names, tau) for p in args.online]
+    arm_names = [name for name, _, _ in online]
+    if len(set(arm_names)) != len(arm_names):
+        raise DataError(f"--online: two runs with one step size ({', '.join(arm_names)})")
     check_made_on(args, identity.file_digest(args.candidates))
-    weighted, certified = (None, None) if args.weighted is None else weighted_lambda(
-        args.weighted, s, stream.reward.shape[1], scenario)
-    table, trace = run_arms(stream, record, online, s, weighted)
+    if constraints is None:
+        weighted, certified = (None, None) if args.weighted is None else weighted_lambda(
+            args.weighted, s, stream.reward.shape[1], scenario)
+        table, trace = run_arms(stream, record, online, s, weighted)
+        table["weighted_certified"] = certified
+        vector = {}
+    else:
+        table, trace, info = run_arms_vector(stream, record, online, s, names, tau, args.lambda_json)
+        vector = {"constraints": names, "oracle": info}
     table.insert(0, "scenario", scenario)
-    table["weighted_certified"] = certified
     # what the report checks the arms of all scenarios against: one lambda record, one stream per scenario
     table["lambda_record"] = identity.file_digest(args.lambda_json)
     table["stream"] = identity.file_digest(args.candidates)
-    made = identity.stamp("deployment_trace", args.trace, scenario=scenario, tau=s.tau,
+    made = identity.stamp("deployment_trace", args.trace, scenario=scenario, tau=tau, **vector,
                           made_from={"--candidates": args.candidates, "--lambda-json": args.lambda_json})
     write_table(trace, args.trace, {identity.KEY: made})
     write_table(table, args.out)
     for row in table.itertuples(index=False):
-        log.info("%-18s mean cost %8.4f  worst %d-window %8.4f  reward %8.4f  lambda %.4g..%.4g  %s", row.arm,
-                 row.mean_cost, row.window, row.worst_window_cost, row.mean_reward, row.lambda_min, row.lambda_max,
-                 "met" if row.met else "VIOLATED")
+        log.info("%-18s %s mean cost %8.4f  worst %d-window %8.4f  reward %8.4f  lambda %.4g..%.4g  %s", row.arm,
+                 "" if names is None else f"{row.constraint:<12} ", row.mean_cost, row.window, row.worst_window_cost,
+                 row.mean_reward, row.lambda_min, row.lambda_max, "met" if row.met else "VIOLATED")
