@@ -164,8 +164,8 @@ def _clip(moved, hi: float) -> tuple:
 
 
 def _clip_vector(moved: np.ndarray, hi: float) -> tuple:
-    """:func:`_clip` of every coordinate, in numpy's arithmetic (which the vector run has always used: at a
-    lambda of exactly 0 it may write a clip of -0.0 where the scalar branches write 0.0)."""
+    """:func:`_clip` of every coordinate at once, in numpy (the vector run's arithmetic as it always was; the
+    scalar run keeps its branches, so neither run's numbers moved when the two loops became one)."""
     return np.clip(moved, 0.0, hi), np.maximum(-moved, 0.0), np.maximum(moved - hi, 0.0)
 
 
@@ -200,6 +200,7 @@ def run_online(reward: np.ndarray, cost: np.ndarray, lam0, tau, eta: float, batc
             choice[lo_t] = picked
         else:
             picked = pick_batch(reward[lo_t:hi_t], cost[lo_t:hi_t], lam)
+            # one cost: a 1-d sum, the very reduction the scalar run always did; m: one sum per constraint
             excess = (cost[np.arange(lo_t, hi_t), picked] - tau).sum(axis=0)
             choice[lo_t:hi_t] = picked
         lam_used[lo_t:hi_t] = lam
