@@ -60,12 +60,26 @@ def oracle(reward: np.ndarray, cost: np.ndarray, tau: float, tol: float = 1e-10)
     return hi
 
 
-def arm_row(name: str, cost: np.ndarray, reward: np.ndarray, lam: np.ndarray, s: DeploymentSettings, **extra) -> dict:
-    row = {"arm": name, "T": len(cost), "window": s.window, "tau": s.tau, "lambda_start": float(lam[0]),
-           "lambda_end": float(lam[-1]), "lambda_min": float(lam.min()), "lambda_max": float(lam.max()),
-           "mean_cost": float(cost.mean()), "mean_reward": float(reward.mean()),
-           "worst_window_cost": worst_window(cost, s.window)}
-    return row | extra
+def arm_rows(name: str, cost: np.ndarray, reward: np.ndarray, lam: np.ndarray, s: DeploymentSettings, names=None,
+             tau=None, per: dict | None = None, **extra) -> list[dict]:
+    """One arm's rows: one for the one cost (``names`` None, against deployment's tau), or one per constraint j of
+    ``names`` with (T, m) costs and lambdas: its lambda_j, mean and worst-window cost_j against tau_j (and, for a
+    vector online arm, its certificate_j from ``per``, the online summary by constraint)."""
+    rows = []
+    for j, cname in enumerate(names or [None]):
+        c, lam_j = (cost, lam) if names is None else (cost[:, j], lam[:, j])
+        row = {"arm": name, **({} if names is None else {"constraint": cname}), "T": len(reward), "window": s.window,
+               "tau": s.tau if names is None else float(tau[j]), "lambda_start": float(lam_j[0]),
+               "lambda_end": float(lam_j[-1]), "lambda_min": float(lam_j.min()), "lambda_max": float(lam_j.max()),
+               "mean_cost": float(c.mean()), "mean_reward": float(reward.mean()),
+               "worst_window_cost": worst_window(c, s.window)}
+        if per is not None:
+            p = per[cname]
+            row |= {"certificate": float(p["certificate"]), "mean_certificate": float(p["mean_certificate"]),
+                    "lambda_end": float(p["lambda_end"]), "lambda_min": float(p["lambda_min"]),
+                    "lambda_max": float(p["lambda_max"])}
+        rows.append(row | extra)
+    return rows
 
 
 def fixed_arms(record, weighted: float | None) -> list[tuple[str, float]]:
@@ -169,21 +183,21 @@ def run_arms(stream, record, online: list, s: DeploymentSettings, weighted: floa
     for name, lam in fixed_arms(record, weighted) + ([("oracle", lam_oracle)] if lam_oracle is not None else []):
         cost, reward = chosen(stream.reward, stream.cost, lam)
         lam_t = np.full(len(cost), lam)
-        rows.append(arm_row(name, cost, reward, lam_t, s))
+        rows += arm_rows(name, cost, reward, lam_t, s)
         traces.append((name, lam_t, cost, reward))
     if lam_oracle is None:
         cost, reward = chosen(stream.reward, stream.cost, ORACLE_MAX)
         log.warning("no fixed lambda meets tau = %g on this stream: its safest candidates average %.4g", s.tau,
                     cost.mean())
-        rows.append(arm_row("oracle", cost, reward, np.full(len(cost), math.inf), s, feasible=False))
+        rows += arm_rows("oracle", cost, reward, np.full(len(cost), math.inf), s, feasible=False)
     for name, df, made in online:
         cost, reward, lam_t = (df[c].to_numpy(float) for c in ("cost", "reward", "lambda"))
         summary = made["summary"]
-        rows.append(arm_row(name, cost, reward, lam_t, s, step_size=float(made["step_size"]),
-                            batch_size=int(made["batch_size"]), certificate=float(summary["certificate"]),
-                            mean_certificate=float(summary["mean_certificate"]),
-                            lambda_end=float(summary["lambda_end"]), lambda_min=float(summary["lambda_min"]),
-                            lambda_max=float(summary["lambda_max"])))
+        rows += arm_rows(name, cost, reward, lam_t, s, step_size=float(made["step_size"]),
+                         batch_size=int(made["batch_size"]), certificate=float(summary["certificate"]),
+                         mean_certificate=float(summary["mean_certificate"]),
+                         lambda_end=float(summary["lambda_end"]), lambda_min=float(summary["lambda_min"]),
+                         lambda_max=float(summary["lambda_max"]))
         traces.append((name, lam_t, cost, reward))
     table = pd.DataFrame(rows)
     table["feasible"] = table["feasible"].fillna(True).astype(bool) if "feasible" in table else True
@@ -248,25 +262,6 @@ def fixed_arms_vector(record: dict, path) -> list[tuple[str, list[float]]]:
     return arms
 
 
-def vector_rows(name: str, cost: np.ndarray, reward: np.ndarray, lam: np.ndarray, s: DeploymentSettings, names,
-                tau, per: dict | None = None, **extra) -> list[dict]:
-    """One arm's rows, one per constraint: its lambda_j, mean and worst-window cost_j against tau_j (and, for an
-    online arm, its certificate_j from ``per``, the online summary by constraint)."""
-    rows = []
-    for j, cname in enumerate(names):
-        row = {"arm": name, "constraint": cname, "T": len(reward), "window": s.window, "tau": float(tau[j]),
-               "lambda_start": float(lam[0, j]), "lambda_end": float(lam[-1, j]), "lambda_min": float(lam[:, j].min()),
-               "lambda_max": float(lam[:, j].max()), "mean_cost": float(cost[:, j].mean()),
-               "mean_reward": float(reward.mean()), "worst_window_cost": worst_window(cost[:, j], s.window)}
-        if per is not None:
-            p = per[cname]
-            row |= {"certificate": float(p["certificate"]), "mean_certificate": float(p["mean_certificate"]),
-                    "lambda_end": float(p["lambda_end"]), "lambda_min": float(p["lambda_min"]),
-                    "lambda_max": float(p["lambda_max"])}
-        rows.append(row | extra)
-    return rows
-
-
 def run_arms_vector(stream, record: dict, online: list, s: DeploymentSettings, names, tau, path=None):
     """The vector arms' rows (one per arm and constraint) and traces on ``stream`` ((T, N, m) costs)."""
     rows, traces = [], []
@@ -280,19 +275,19 @@ def run_arms_vector(stream, record: dict, online: list, s: DeploymentSettings, n
         cost, reward = chosen_vector(stream.reward, stream.cost, lam)
         lam_t = np.tile(np.asarray(lam, dtype=float), (length, 1))
         extra = {"oracle_s": s_oracle} if name == "oracle" else {}
-        rows += vector_rows(name, cost, reward, lam_t, s, names, tau, **extra)
+        rows += arm_rows(name, cost, reward, lam_t, s, names, tau, **extra)
         traces.append((name, lam_t, cost, reward))
     if s_oracle is None:
         cost, reward = chosen_vector(stream.reward, stream.cost, ORACLE_MAX * d)
         log.warning("no lambda along %s meets every tau %s on this stream: its lowest-combined-cost candidates "
                     "average %s", d.tolist(), list(tau), cost.mean(axis=0).tolist())
         lam_t = np.full((length, m), math.inf)
-        rows += vector_rows("oracle", cost, reward, lam_t, s, names, tau, feasible=False)
+        rows += arm_rows("oracle", cost, reward, lam_t, s, names, tau, feasible=False)
     for name, df, made in online:
         cost = np.stack([df[f"cost_{n}"].to_numpy(float) for n in names], axis=1)
         lam_t = np.stack([df[f"lambda_{n}"].to_numpy(float) for n in names], axis=1)
         reward = df["reward"].to_numpy(float)
-        rows += vector_rows(name, cost, reward, lam_t, s, names, tau, per=made["summary"]["constraints"],
+        rows += arm_rows(name, cost, reward, lam_t, s, names, tau, per=made["summary"]["constraints"],
                             step_size=float(made["step_size"]), batch_size=int(made["batch_size"]))
         traces.append((name, lam_t, cost, reward))
     table = pd.DataFrame(rows)
