@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from lara.data.errors import DataError
-from lara.deploy.online import check_record, check_stream_settings, read_stream, worst_window
+from lara.deploy.online import worst_window
 from lara.deploy.settings import DeploymentSettings
 from lara.settings import add_settings_arguments, read_settings
 
@@ -321,8 +321,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.calibrate.record import read_lambda
-    from lara.deploy.online import check_vector_record, constraints_of
+    from lara.deploy.online import constraints_of, read_inputs
     from lara.read.files import write_table
 
     s = read_settings(args, DeploymentSettings)
@@ -333,14 +332,8 @@ def run(args) -> None:
     names, tau = (None, s.tau) if constraints is None else ([c.name for c in constraints],
                                                             [float(c.tau) for c in constraints])
     identity.distinct_files(args.online, "--online")
-    stream = read_stream(args.candidates, constraints)
+    stream, record = read_inputs(args, s, constraints)
     scenario = identity.read_identity(args.candidates).get("scenario")
-    record = read_lambda(args.lambda_json) if constraints is None else None
-    check_stream_settings(s, args.candidates, len(stream.reward), stream.reward.shape[1])
-    if constraints is None:
-        check_record(record, s, stream.reward.shape[1], args.lambda_json)
-    else:
-        record = check_vector_record(args.lambda_json, constraints, s, stream.reward.shape[1])
     online = [online_arm(p, stream, s, args.lambda_json, args.candidates, names, tau) for p in args.online]
     arm_names = [name for name, _, _ in online]
     if len(set(arm_names)) != len(arm_names):

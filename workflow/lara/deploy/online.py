@@ -421,25 +421,37 @@ def per_visit(stream: Stream, trace: Trace, names, tau, eta: float) -> pd.DataFr
     return out
 
 
-def run(args) -> None:
-    from lara import identity
+def read_inputs(args, s: DeploymentSettings, constraints) -> tuple[Stream, object]:
+    """--candidates and --lambda-json, checked (``lara online`` and ``lara deploy-arms``): the stream, which the
+    settings describe, and the record lambda* is read from: one cost, lara.calibrate.record's, for this tau and N
+    (:func:`check_record`); with constraints the vector record's dict (:func:`check_vector_record`)."""
     from lara.calibrate.record import read_lambda
-    from lara.io import write_json
-    from lara.provenance import code_version
-    from lara.read.files import write_table
 
-    s = read_settings(args, DeploymentSettings)
-    constraints = constraints_of(args, s)  # None: the one cost and the scalar record
     stream = read_stream(args.candidates, constraints)
     record = read_lambda(args.lambda_json) if constraints is None else None
     visits, n = stream.reward.shape
     check_stream_settings(s, args.candidates, visits, n)
     if constraints is None:
         check_record(record, s, n, args.lambda_json)
+        return stream, record
+    return stream, check_vector_record(args.lambda_json, constraints, s, n)
+
+
+def run(args) -> None:
+    from lara import identity
+    from lara.io import write_json
+    from lara.provenance import code_version
+    from lara.read.files import write_table
+
+    s = read_settings(args, DeploymentSettings)
+    constraints = constraints_of(args, s)  # None: the one cost and the scalar record
+    stream, record = read_inputs(args, s, constraints)
+    visits, n = stream.reward.shape
+    if constraints is None:
         names, tau, start = None, s.tau, record.lambda_star
     else:
         names, tau = [c.name for c in constraints], [float(c.tau) for c in constraints]
-        start = [float(x) for x in check_vector_record(args.lambda_json, constraints, s, n)["lambda_star"]]
+        start = [float(x) for x in record["lambda_star"]]
     log.info("online Best-of-%d on %d visits%s from lambda* = %s (eta %g, batch %d)", n, visits,
              f", {len(names)} constraints {names}" if names else "", start if names else f"{start:.6g}",
              s.step_size, s.batch_size)
