@@ -15,7 +15,6 @@ from lara.deploy.arms import chosen_vector, oracle_vector
 from lara.deploy.online import (
     identity_residual,
     run_online,
-    run_online_vector,
     running,
     summarise_vector,
 )
@@ -46,7 +45,7 @@ CASES = [dict(eta=0.05, batch=1, cap=None), dict(eta=0.3, batch=1, cap=None), di
 def test_the_identity_and_certificate_hold_per_constraint(case, seed):
     reward, costs = candidates(seed)
     eta, batch = case["eta"], case["batch"]
-    trace = run_online_vector(reward, costs, [0.1, 0.2], TAU, eta, batch, case["cap"])
+    trace = run_online(reward, costs, [0.1, 0.2], TAU, eta, batch, case["cap"])
     window = 40 * batch
     for j, tau in enumerate(TAU):
         one = trace.coordinate(j)
@@ -71,9 +70,9 @@ def test_the_online_choice_is_the_vector_decoders_and_one_constraint_is_the_scal
     reward, costs = candidates(3, visits=500)
     costs[::7, 2] = costs[::7, 1]  # exact ties: the decoder's order decides
     reward[::7, 2] = reward[::7, 1]
-    trace = run_online_vector(reward, costs, [0.3, 0.1], TAU, 0.0)  # eta 0: a fixed lambda
+    trace = run_online(reward, costs, [0.3, 0.1], TAU, 0.0)  # eta 0: a fixed lambda
     np.testing.assert_array_equal(trace.choice, select_vector(reward, costs, np.array([0.3, 0.1])))
-    one = run_online_vector(reward, costs[..., :1], [0.2], [-0.5], 0.05)
+    one = run_online(reward, costs[..., :1], [0.2], [-0.5], 0.05)
     scalar = run_online(reward, costs[..., 0], 0.2, -0.5, 0.05)
     np.testing.assert_array_equal(one.choice, scalar.choice)
     np.testing.assert_array_equal(one.boundaries[:, 0], scalar.boundaries)

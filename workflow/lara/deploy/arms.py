@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from lara.data.errors import DataError
-from lara.deploy.online import check_record, check_stream_settings, read_stream, worst_window
+from lara.deploy.online import worst_window
 from lara.deploy.settings import DeploymentSettings
 from lara.settings import add_settings_arguments, read_settings
 
@@ -60,12 +60,26 @@ def oracle(reward: np.ndarray, cost: np.ndarray, tau: float, tol: float = 1e-10)
     return hi
 
 
-def arm_row(name: str, cost: np.ndarray, reward: np.ndarray, lam: np.ndarray, s: DeploymentSettings, **extra) -> dict:
-    row = {"arm": name, "T": len(cost), "window": s.window, "tau": s.tau, "lambda_start": float(lam[0]),
-           "lambda_end": float(lam[-1]), "lambda_min": float(lam.min()), "lambda_max": float(lam.max()),
-           "mean_cost": float(cost.mean()), "mean_reward": float(reward.mean()),
-           "worst_window_cost": worst_window(cost, s.window)}
-    return row | extra
+def arm_rows(name: str, cost: np.ndarray, reward: np.ndarray, lam: np.ndarray, s: DeploymentSettings, names=None,
+             tau=None, per: dict | None = None, **extra) -> list[dict]:
+    """One arm's rows: one for the one cost (``names`` None, against deployment's tau), or one per constraint j of
+    ``names`` with (T, m) costs and lambdas: its lambda_j, mean and worst-window cost_j against tau_j (and, for a
+    vector online arm, its certificate_j from ``per``, the online summary by constraint)."""
+    rows = []
+    for j, cname in enumerate(names or [None]):
+        c, lam_j = (cost, lam) if names is None else (cost[:, j], lam[:, j])
+        row = {"arm": name, **({} if names is None else {"constraint": cname}), "T": len(reward), "window": s.window,
+               "tau": s.tau if names is None else float(tau[j]), "lambda_start": float(lam_j[0]),
+               "lambda_end": float(lam_j[-1]), "lambda_min": float(lam_j.min()), "lambda_max": float(lam_j.max()),
+               "mean_cost": float(c.mean()), "mean_reward": float(reward.mean()),
+               "worst_window_cost": worst_window(c, s.window)}
+        if per is not None:
+            p = per[cname]
+            row |= {"certificate": float(p["certificate"]), "mean_certificate": float(p["mean_certificate"]),
+                    "lambda_end": float(p["lambda_end"]), "lambda_min": float(p["lambda_min"]),
+                    "lambda_max": float(p["lambda_max"])}
+        rows.append(row | extra)
+    return rows
 
 
 def fixed_arms(record, weighted: float | None) -> list[tuple[str, float]]:
@@ -81,35 +95,47 @@ def fixed_arms(record, weighted: float | None) -> list[tuple[str, float]]:
     return arms
 
 
-def online_arm(path, stream, s: DeploymentSettings, record_path, stream_path=None
+def online_arm(path, stream, s: DeploymentSettings, record_path, stream_path=None, names=None, tau=None
                ) -> tuple[str, pd.DataFrame, dict]:
-    """An online arm's per-visit table, checked against the stream it claims to have run on."""
+    """An online arm's per-visit table, checked against the stream it claims to have run on; with constraints
+    ``names`` (their budgets ``tau``) a vector run's (``lara online --constraints``), for these constraints."""
     from lara import identity
     from lara.read.files import read_metadata, read_table
 
     made = identity.read_identity(path)
-    if made.get("kind") != "online":
+    if names is None and made.get("kind") != "online":
         raise DataError(f"--online {path}: not the output of `lara online` (identity kind {made.get('kind')!r})")
-    df = read_table(path, required=("t", "lambda", "sample_id", "reward", "cost", "mean_cost", "certificate"))
-    if len(df) != len(stream.cost) or (df["prompt_id"].to_numpy(object) != stream.prompt_id).any():
+    if names is not None and (made.get("kind") != "online" or made.get("constraints") != list(names)):
+        raise DataError(f"--online {path}: not the output of `lara online --constraints` for the constraints "
+                        f"{list(names)} (identity kind {made.get('kind')!r}, constraints {made.get('constraints')!r})")
+    columns = ("lambda", "cost", "mean_cost", "certificate")
+    df = read_table(path, required=("t", "prompt_id", "sample_id", "reward", *(
+        columns if names is None else [f"{k}_{n}" for n in names for k in columns])))
+    if len(df) != len(stream.reward) or (df["prompt_id"].to_numpy(object) != stream.prompt_id).any():
         raise DataError(f"--online {path}: its visits are not this stream's ({len(df)} visits; the stream has "
-                        f"{len(stream.cost)}): an online run on another scenario's stream?")
-    if float(made.get("tau", math.nan)) != s.tau:
+                        f"{len(stream.reward)}): an online run on another scenario's stream?")
+    if names is None and float(made.get("tau", math.nan)) != s.tau:
         raise DataError(f"--online {path}: run for tau = {made.get('tau')}, this audit is for tau = {s.tau:g}")
+    if names is not None and [float(t) for t in made.get("tau") or []] != list(tau):
+        raise DataError(f"--online {path}: run for tau {made.get('tau')}, this audit is for tau {list(tau)}")
     ran_on = (made.get("made_from") or {}).get("--candidates")
     if stream_path is not None and ran_on is not None and ran_on != identity.file_digest(stream_path):
         raise DataError(f"--online {path}: ran on another stream than --candidates {stream_path} (another scoring "
                         "or draw of the pool: its visits' candidates differ); rerun `lara online` on this stream")
     if made.get("lambda_record") != identity.file_digest(record_path):
-        raise DataError(f"--online {path}: started from another lambda.json than --lambda-json {record_path}")
+        raise DataError(f"--online {path}: started from another lambda record than --lambda-json {record_path}")
     summary = read_metadata(path).get("summary") or {}
-    if not isinstance(summary.get("certificate"), (int, float)):
+    if names is None and not isinstance(summary.get("certificate"), (int, float)):
         raise DataError(f"--online {path}: no summary with its certificate (written by `lara online`)")
+    if names is not None and set(summary.get("constraints") or {}) != set(names):
+        raise DataError(f"--online {path}: no per-constraint summary with its certificates (written by `lara online "
+                        "--constraints`)")
     for key, want in (("batch_size", s.batch_size), ("lambda_cap", s.lambda_cap)):
         if made.get(key) != want:  # an identity leaves out what is None: no lambda_cap stated is no cap
             raise DataError(f"--online {path}: run with {key} {made.get(key)}, this report's deployment.{key} is "
                             f"{want}; the arms of one report share the online settings (rerun `lara online` with them)")
-    window = made.get("window", summary.get("window"))
+    # a vector run states its window in its identity; a scalar table may state it in its summary only
+    window = made.get("window", summary.get("window") if names is None else None)
     if window != s.window:
         raise DataError(f"--online {path}: its certificate is stated for windows of {window} visits, this report's "
                         f"for {s.window} (deployment.window); a certificate is never restated for another window: "
@@ -157,21 +183,21 @@ def run_arms(stream, record, online: list, s: DeploymentSettings, weighted: floa
     for name, lam in fixed_arms(record, weighted) + ([("oracle", lam_oracle)] if lam_oracle is not None else []):
         cost, reward = chosen(stream.reward, stream.cost, lam)
         lam_t = np.full(len(cost), lam)
-        rows.append(arm_row(name, cost, reward, lam_t, s))
+        rows += arm_rows(name, cost, reward, lam_t, s)
         traces.append((name, lam_t, cost, reward))
     if lam_oracle is None:
         cost, reward = chosen(stream.reward, stream.cost, ORACLE_MAX)
         log.warning("no fixed lambda meets tau = %g on this stream: its safest candidates average %.4g", s.tau,
                     cost.mean())
-        rows.append(arm_row("oracle", cost, reward, np.full(len(cost), math.inf), s, feasible=False))
+        rows += arm_rows("oracle", cost, reward, np.full(len(cost), math.inf), s, feasible=False)
     for name, df, made in online:
         cost, reward, lam_t = (df[c].to_numpy(float) for c in ("cost", "reward", "lambda"))
         summary = made["summary"]
-        rows.append(arm_row(name, cost, reward, lam_t, s, step_size=float(made["step_size"]),
-                            batch_size=int(made["batch_size"]), certificate=float(summary["certificate"]),
-                            mean_certificate=float(summary["mean_certificate"]),
-                            lambda_end=float(summary["lambda_end"]), lambda_min=float(summary["lambda_min"]),
-                            lambda_max=float(summary["lambda_max"])))
+        rows += arm_rows(name, cost, reward, lam_t, s, step_size=float(made["step_size"]),
+                         batch_size=int(made["batch_size"]), certificate=float(summary["certificate"]),
+                         mean_certificate=float(summary["mean_certificate"]),
+                         lambda_end=float(summary["lambda_end"]), lambda_min=float(summary["lambda_min"]),
+                         lambda_max=float(summary["lambda_max"]))
         traces.append((name, lam_t, cost, reward))
     table = pd.DataFrame(rows)
     table["feasible"] = table["feasible"].fillna(True).astype(bool) if "feasible" in table else True
@@ -236,58 +262,6 @@ def fixed_arms_vector(record: dict, path) -> list[tuple[str, list[float]]]:
     return arms
 
 
-def online_arm_vector(path, stream, s: DeploymentSettings, names, tau, record_path, stream_path
-                      ) -> tuple[str, pd.DataFrame, dict]:
-    """A vector online arm's per-visit table, checked as the scalar one is, and for these constraints."""
-    from lara import identity
-    from lara.read.files import read_metadata, read_table
-
-    made = identity.read_identity(path)
-    if made.get("kind") != "online" or made.get("constraints") != list(names):
-        raise DataError(f"--online {path}: not the output of `lara online --constraints` for the constraints "
-                        f"{list(names)} (identity kind {made.get('kind')!r}, constraints {made.get('constraints')!r})")
-    columns = [f"{k}_{n}" for n in names for k in ("lambda", "cost", "mean_cost", "certificate")]
-    df = read_table(path, required=("t", "prompt_id", "sample_id", "reward", *columns))
-    if len(df) != len(stream.reward) or (df["prompt_id"].to_numpy(object) != stream.prompt_id).any():
-        raise DataError(f"--online {path}: its visits are not this stream's ({len(df)} visits; the stream has "
-                        f"{len(stream.reward)}): an online run on another scenario's stream?")
-    if [float(t) for t in made.get("tau") or []] != list(tau):
-        raise DataError(f"--online {path}: run for tau {made.get('tau')}, this audit is for tau {list(tau)}")
-    if (made.get("made_from") or {}).get("--candidates") not in (None, identity.file_digest(stream_path)):
-        raise DataError(f"--online {path}: ran on another stream than --candidates {stream_path}; rerun `lara online` "
-                        "on this stream")
-    if made.get("lambda_record") != identity.file_digest(record_path):
-        raise DataError(f"--online {path}: started from another lambda record than --lambda-json {record_path}")
-    summary = read_metadata(path).get("summary") or {}
-    if set(summary.get("constraints") or {}) != set(names):
-        raise DataError(f"--online {path}: no per-constraint summary with its certificates (written by `lara online "
-                        "--constraints`)")
-    for key, want in (("batch_size", s.batch_size), ("lambda_cap", s.lambda_cap), ("window", s.window)):
-        if made.get(key) != want:
-            raise DataError(f"--online {path}: run with {key} {made.get(key)}, this report's deployment.{key} is "
-                            f"{want}; the arms of one report share the online settings (rerun `lara online`)")
-    return f"online_eta_{_name(made['step_size'])}", df, made | {"summary": summary}
-
-
-def vector_rows(name: str, cost: np.ndarray, reward: np.ndarray, lam: np.ndarray, s: DeploymentSettings, names,
-                tau, per: dict | None = None, **extra) -> list[dict]:
-    """One arm's rows, one per constraint: its lambda_j, mean and worst-window cost_j against tau_j (and, for an
-    online arm, its certificate_j from ``per``, the online summary by constraint)."""
-    rows = []
-    for j, cname in enumerate(names):
-        row = {"arm": name, "constraint": cname, "T": len(reward), "window": s.window, "tau": float(tau[j]),
-               "lambda_start": float(lam[0, j]), "lambda_end": float(lam[-1, j]), "lambda_min": float(lam[:, j].min()),
-               "lambda_max": float(lam[:, j].max()), "mean_cost": float(cost[:, j].mean()),
-               "mean_reward": float(reward.mean()), "worst_window_cost": worst_window(cost[:, j], s.window)}
-        if per is not None:
-            p = per[cname]
-            row |= {"certificate": float(p["certificate"]), "mean_certificate": float(p["mean_certificate"]),
-                    "lambda_end": float(p["lambda_end"]), "lambda_min": float(p["lambda_min"]),
-                    "lambda_max": float(p["lambda_max"])}
-        rows.append(row | extra)
-    return rows
-
-
 def run_arms_vector(stream, record: dict, online: list, s: DeploymentSettings, names, tau, path=None):
     """The vector arms' rows (one per arm and constraint) and traces on ``stream`` ((T, N, m) costs)."""
     rows, traces = [], []
@@ -301,19 +275,19 @@ def run_arms_vector(stream, record: dict, online: list, s: DeploymentSettings, n
         cost, reward = chosen_vector(stream.reward, stream.cost, lam)
         lam_t = np.tile(np.asarray(lam, dtype=float), (length, 1))
         extra = {"oracle_s": s_oracle} if name == "oracle" else {}
-        rows += vector_rows(name, cost, reward, lam_t, s, names, tau, **extra)
+        rows += arm_rows(name, cost, reward, lam_t, s, names, tau, **extra)
         traces.append((name, lam_t, cost, reward))
     if s_oracle is None:
         cost, reward = chosen_vector(stream.reward, stream.cost, ORACLE_MAX * d)
         log.warning("no lambda along %s meets every tau %s on this stream: its lowest-combined-cost candidates "
                     "average %s", d.tolist(), list(tau), cost.mean(axis=0).tolist())
         lam_t = np.full((length, m), math.inf)
-        rows += vector_rows("oracle", cost, reward, lam_t, s, names, tau, feasible=False)
+        rows += arm_rows("oracle", cost, reward, lam_t, s, names, tau, feasible=False)
     for name, df, made in online:
         cost = np.stack([df[f"cost_{n}"].to_numpy(float) for n in names], axis=1)
         lam_t = np.stack([df[f"lambda_{n}"].to_numpy(float) for n in names], axis=1)
         reward = df["reward"].to_numpy(float)
-        rows += vector_rows(name, cost, reward, lam_t, s, names, tau, per=made["summary"]["constraints"],
+        rows += arm_rows(name, cost, reward, lam_t, s, names, tau, per=made["summary"]["constraints"],
                             step_size=float(made["step_size"]), batch_size=int(made["batch_size"]))
         traces.append((name, lam_t, cost, reward))
     table = pd.DataFrame(rows)
@@ -329,39 +303,6 @@ def run_arms_vector(stream, record: dict, online: list, s: DeploymentSettings, n
                                      "mean_cost": np.cumsum(c[:, j]) / np.arange(1, length + 1)})
                        for n, lam, c, r in traces for j, cname in enumerate(names)], ignore_index=True)
     return table, trace, info
-
-
-def run_vector(args, s: DeploymentSettings, constraints) -> None:
-    from lara import identity
-    from lara.deploy.online import check_vector_record
-    from lara.read.files import write_table
-
-    if args.weighted is not None:
-        raise DataError(f"--weighted {args.weighted}: the covariate-shift weighted lambda is scalar only; the vector "
-                        "mode (--constraints) has no weighted arm")
-    names, tau = [c.name for c in constraints], [float(c.tau) for c in constraints]
-    identity.distinct_files(args.online, "--online")
-    stream = read_stream(args.candidates, constraints)
-    scenario = identity.read_identity(args.candidates).get("scenario")
-    check_stream_settings(s, args.candidates, len(stream.reward), stream.reward.shape[1])
-    record = check_vector_record(args.lambda_json, constraints, s, stream.reward.shape[1])
-    online = [online_arm_vector(p, stream, s, names, tau, args.lambda_json, args.candidates) for p in args.online]
-    arm_names = [name for name, _, _ in online]
-    if len(set(arm_names)) != len(arm_names):
-        raise DataError(f"--online: two runs with one step size ({', '.join(arm_names)})")
-    check_made_on(args, identity.file_digest(args.candidates))
-    table, trace, info = run_arms_vector(stream, record, online, s, names, tau, args.lambda_json)
-    table.insert(0, "scenario", scenario)
-    table["lambda_record"] = identity.file_digest(args.lambda_json)
-    table["stream"] = identity.file_digest(args.candidates)
-    made = identity.stamp("deployment_trace", args.trace, scenario=scenario, tau=tau, constraints=names,
-                          oracle=info, made_from={"--candidates": args.candidates, "--lambda-json": args.lambda_json})
-    write_table(trace, args.trace, {identity.KEY: made})
-    write_table(table, args.out)
-    for row in table.itertuples(index=False):
-        log.info("%-18s %-12s mean cost %8.4f  worst %d-window %8.4f  reward %8.4f  lambda %.4g..%.4g  %s", row.arm,
-                 row.constraint, row.mean_cost, row.window, row.worst_window_cost, row.mean_reward, row.lambda_min,
-                 row.lambda_max, "met" if row.met else "VIOLATED")
 
 
 def add_arguments(parser) -> None:
@@ -380,38 +321,42 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.calibrate.record import read_lambda
-    from lara.deploy.online import constraints_of
+    from lara.deploy.online import constraints_of, read_inputs
     from lara.read.files import write_table
 
     s = read_settings(args, DeploymentSettings)
-    constraints = constraints_of(args, s)
-    if constraints is not None:
-        return run_vector(args, s, constraints)
+    constraints = constraints_of(args, s)  # None: the one cost and the scalar record
+    if constraints is not None and args.weighted is not None:
+        raise DataError(f"--weighted {args.weighted}: the covariate-shift weighted lambda is scalar only; the vector "
+                        "mode (--constraints) has no weighted arm")
+    names, tau = (None, s.tau) if constraints is None else ([c.name for c in constraints],
+                                                            [float(c.tau) for c in constraints])
     identity.distinct_files(args.online, "--online")
-    stream = read_stream(args.candidates)
+    stream, record = read_inputs(args, s, constraints)
     scenario = identity.read_identity(args.candidates).get("scenario")
-    record = read_lambda(args.lambda_json)
-    check_stream_settings(s, args.candidates, len(stream.reward), stream.reward.shape[1])
-    check_record(record, s, stream.reward.shape[1], args.lambda_json)
-    online = [online_arm(p, stream, s, args.lambda_json, args.candidates) for p in args.online]
-    names = [name for name, _, _ in online]
-    if len(set(names)) != len(names):
-        raise DataError(f"--online: two runs with one step size ({', '.join(names)})")
+    online = [online_arm(p, stream, s, args.lambda_json, args.candidates, names, tau) for p in args.online]
+    arm_names = [name for name, _, _ in online]
+    if len(set(arm_names)) != len(arm_names):
+        raise DataError(f"--online: two runs with one step size ({', '.join(arm_names)})")
     check_made_on(args, identity.file_digest(args.candidates))
-    weighted, certified = (None, None) if args.weighted is None else weighted_lambda(
-        args.weighted, s, stream.reward.shape[1], scenario)
-    table, trace = run_arms(stream, record, online, s, weighted)
+    if constraints is None:
+        weighted, certified = (None, None) if args.weighted is None else weighted_lambda(
+            args.weighted, s, stream.reward.shape[1], scenario)
+        table, trace = run_arms(stream, record, online, s, weighted)
+        table["weighted_certified"] = certified
+        vector = {}
+    else:
+        table, trace, info = run_arms_vector(stream, record, online, s, names, tau, args.lambda_json)
+        vector = {"constraints": names, "oracle": info}
     table.insert(0, "scenario", scenario)
-    table["weighted_certified"] = certified
     # what the report checks the arms of all scenarios against: one lambda record, one stream per scenario
     table["lambda_record"] = identity.file_digest(args.lambda_json)
     table["stream"] = identity.file_digest(args.candidates)
-    made = identity.stamp("deployment_trace", args.trace, scenario=scenario, tau=s.tau,
+    made = identity.stamp("deployment_trace", args.trace, scenario=scenario, tau=tau, **vector,
                           made_from={"--candidates": args.candidates, "--lambda-json": args.lambda_json})
     write_table(trace, args.trace, {identity.KEY: made})
     write_table(table, args.out)
     for row in table.itertuples(index=False):
-        log.info("%-18s mean cost %8.4f  worst %d-window %8.4f  reward %8.4f  lambda %.4g..%.4g  %s", row.arm,
-                 row.mean_cost, row.window, row.worst_window_cost, row.mean_reward, row.lambda_min, row.lambda_max,
-                 "met" if row.met else "VIOLATED")
+        log.info("%-18s %s mean cost %8.4f  worst %d-window %8.4f  reward %8.4f  lambda %.4g..%.4g  %s", row.arm,
+                 "" if names is None else f"{row.constraint:<12} ", row.mean_cost, row.window, row.worst_window_cost,
+                 row.mean_reward, row.lambda_min, row.lambda_max, "met" if row.met else "VIOLATED")

@@ -110,7 +110,8 @@ def check_stream_constraints(path, constraints) -> None:
 @dataclass(frozen=True)
 class Trace:
     """What the online decoder did: per visit the lambda used and the candidate returned, and per batch
-    boundary lambda_1 ... lambda_{B+1} with the lower (added) and upper (removed) clip amounts."""
+    boundary lambda_1 ... lambda_{B+1} with the lower (added) and upper (removed) clip amounts. With m
+    constraints the lambdas, costs and clips have a last axis of m: (T, m), (B + 1, m), (B, m)."""
 
     lam: np.ndarray
     choice: np.ndarray
@@ -120,6 +121,14 @@ class Trace:
     lower: np.ndarray
     upper: np.ndarray
     batch_size: int
+
+    def coordinate(self, j: int) -> Trace:
+        """Constraint j's part of a vector trace: a scalar trace whose lambda, costs and clips are the j-th
+        coordinates. Its update is the scalar one, so the scalar identity, running certificate and window
+        certificate hold for it as they stand (only the choices, shared by all constraints, differ from a scalar
+        run)."""
+        return Trace(self.lam[:, j], self.choice, self.cost[:, j], self.reward, self.boundaries[:, j],
+                     self.lower[:, j], self.upper[:, j], self.batch_size)
 
 
 def _pick(reward_row: np.ndarray, cost_row: np.ndarray, lam: float) -> int:
@@ -135,38 +144,67 @@ def _pick(reward_row: np.ndarray, cost_row: np.ndarray, lam: float) -> int:
     return j
 
 
-def run_online(reward: np.ndarray, cost: np.ndarray, lam0: float, tau: float, eta: float, batch_size: int = 1,
-               cap: float | None = None) -> Trace:
-    """The online decoder on (T, N) candidates from lambda_1 = ``lam0`` (see the module docstring)."""
-    from lara.calibrate.bestofn import select
+def _pick_vector(reward_row: np.ndarray, cost_rows: np.ndarray, lam: np.ndarray) -> int:
+    """One visit's choice with the vector lambda: :func:`lara.constraints.decode.select_vector`'s (the argmax of
+    r - sum_j lambda_j c_j, near-ties through the decoder's full order), without building a batch."""
+    from lara.calibrate.vector import combined
 
-    length = len(reward)
+    if cost_rows.shape[1] == 1:  # select_vector's scalar case: the scalar decoder itself
+        return _pick(reward_row, cost_rows[:, 0], float(lam[0]))
+    return _pick(reward_row, combined(cost_rows[None], lam)[0], 1.0)
+
+
+def _clip(moved, hi: float) -> tuple:
+    """The scalar update's clip to [0, hi]: (lambda, what the lower clip added, what the cap removed)."""
+    if moved < 0.0:
+        return 0.0, -moved, 0.0
+    if moved > hi:
+        return hi, 0.0, moved - hi
+    return moved, 0.0, 0.0
+
+
+def _clip_vector(moved: np.ndarray, hi: float) -> tuple:
+    """:func:`_clip` of every coordinate at once, in numpy (the vector run's arithmetic as it always was; the
+    scalar run keeps its branches, so neither run's numbers moved when the two loops became one)."""
+    return np.clip(moved, 0.0, hi), np.maximum(-moved, 0.0), np.maximum(moved - hi, 0.0)
+
+
+def run_online(reward: np.ndarray, cost: np.ndarray, lam0, tau, eta: float, batch_size: int = 1,
+               cap: float | None = None) -> Trace:
+    """The online decoder on (T, N) candidates from lambda_1 = ``lam0`` (see the module docstring). With (T, N, m)
+    costs and ``lam0``, ``tau`` of m numbers, one lambda per constraint: after every batch, lambda_j <-
+    clip(lambda_j + eta sum_batch (c_j,t - tau_j), 0, cap) for each constraint j (one cap for all), the choice
+    the vector decoder's (:func:`lara.constraints.decode.select_vector`)."""
+    from lara.calibrate.bestofn import select
+    from lara.constraints.decode import select_vector
+
+    vector = cost.ndim == 3
+    length, coords = len(reward), cost.shape[2:]  # coords: () for one cost, (m,) for m constraints
     n_batches = math.ceil(length / batch_size)
-    lam_used = np.empty(length)
+    lam_used = np.empty((length, *coords))
     choice = np.empty(length, dtype=np.int64)
-    boundaries = np.empty(n_batches + 1)
-    lower, upper = np.zeros(n_batches), np.zeros(n_batches)
+    boundaries = np.empty((n_batches + 1, *coords))
+    lower, upper = np.zeros((n_batches, *coords)), np.zeros((n_batches, *coords))
     hi = math.inf if cap is None else float(cap)
-    lam = min(float(lam0), hi)
+    if vector:
+        lam, tau = np.minimum(np.asarray(lam0, dtype=float), hi), np.asarray(tau, dtype=float)
+    else:
+        lam = min(float(lam0), hi)
+    pick, pick_batch, clip = (_pick_vector, select_vector, _clip_vector) if vector else (_pick, select, _clip)
     boundaries[0] = lam
     for b in range(n_batches):
         lo_t, hi_t = b * batch_size, min(length, (b + 1) * batch_size)
         if batch_size == 1:
-            picked = _pick(reward[lo_t], cost[lo_t], lam)
+            picked = pick(reward[lo_t], cost[lo_t], lam)
             excess = cost[lo_t, picked] - tau
             choice[lo_t] = picked
         else:
-            picked = select(reward[lo_t:hi_t], cost[lo_t:hi_t], lam)
-            excess = float((cost[np.arange(lo_t, hi_t), picked] - tau).sum())
+            picked = pick_batch(reward[lo_t:hi_t], cost[lo_t:hi_t], lam)
+            # one cost: a 1-d sum, the very reduction the scalar run always did; m: one sum per constraint
+            excess = (cost[np.arange(lo_t, hi_t), picked] - tau).sum(axis=0)
             choice[lo_t:hi_t] = picked
         lam_used[lo_t:hi_t] = lam
-        moved = lam + eta * excess
-        if moved < 0.0:
-            lower[b], lam = -moved, 0.0
-        elif moved > hi:
-            upper[b], lam = moved - hi, hi
-        else:
-            lam = moved
+        lam, lower[b], upper[b] = clip(lam + eta * excess, hi)
         boundaries[b + 1] = lam
     rows = np.arange(length)
     return Trace(lam_used, choice, cost[rows, choice], reward[rows, choice], boundaries, lower, upper, batch_size)
@@ -243,76 +281,7 @@ def statement(summary: dict, *, n: int, eta: float, batch_size: int, cap: float 
 # several constraints (calibration.constraints): one online lambda per constraint, one decoder for all of them
 
 
-@dataclass(frozen=True)
-class VectorTrace:
-    """The online decoder with m constraints: per visit the lambda vector used (T, m), the candidate returned and
-    its costs (T, m) and reward; per batch boundary the lambda vectors (B + 1, m) and the clip amounts (B, m)."""
-
-    lam: np.ndarray
-    choice: np.ndarray
-    cost: np.ndarray
-    reward: np.ndarray
-    boundaries: np.ndarray
-    lower: np.ndarray
-    upper: np.ndarray
-    batch_size: int
-
-    def coordinate(self, j: int) -> Trace:
-        """Constraint j's part: a scalar trace whose lambda, costs and clips are the j-th coordinates. Its update
-        is the scalar one, so the scalar identity, running certificate and window certificate hold for it as
-        they stand (only the choices, shared by all constraints, differ from a scalar run)."""
-        return Trace(self.lam[:, j], self.choice, self.cost[:, j], self.reward, self.boundaries[:, j],
-                     self.lower[:, j], self.upper[:, j], self.batch_size)
-
-
-def _pick_vector(reward_row: np.ndarray, cost_rows: np.ndarray, lam: np.ndarray) -> int:
-    """One visit's choice with the vector lambda: :func:`lara.constraints.decode.select_vector`'s (the argmax of
-    r - sum_j lambda_j c_j, near-ties through the decoder's full order), without building a batch."""
-    from lara.calibrate.vector import combined
-
-    if cost_rows.shape[1] == 1:  # select_vector's scalar case: the scalar decoder itself
-        return _pick(reward_row, cost_rows[:, 0], float(lam[0]))
-    return _pick(reward_row, combined(cost_rows[None], lam)[0], 1.0)
-
-
-def run_online_vector(reward: np.ndarray, costs: np.ndarray, lam0, tau, eta: float, batch_size: int = 1,
-                      cap: float | None = None) -> VectorTrace:
-    """The online decoder on (T, N) rewards and (T, N, m) costs from lambda_1 = ``lam0`` (m,): after every batch,
-    lambda_j <- clip(lambda_j + eta sum_batch (c_j,t - tau_j), 0, cap) for each constraint j (one cap for all)."""
-    from lara.constraints.decode import select_vector
-
-    length, _, m = costs.shape
-    n_batches = math.ceil(length / batch_size)
-    tau = np.asarray(tau, dtype=float)
-    lam_used = np.empty((length, m))
-    choice = np.empty(length, dtype=np.int64)
-    boundaries = np.empty((n_batches + 1, m))
-    lower, upper = np.zeros((n_batches, m)), np.zeros((n_batches, m))
-    hi = math.inf if cap is None else float(cap)
-    lam = np.minimum(np.asarray(lam0, dtype=float), hi)
-    boundaries[0] = lam
-    for b in range(n_batches):
-        lo_t, hi_t = b * batch_size, min(length, (b + 1) * batch_size)
-        if batch_size == 1:
-            picked = _pick_vector(reward[lo_t], costs[lo_t], lam)
-            excess = costs[lo_t, picked] - tau
-            choice[lo_t] = picked
-        else:
-            picked = select_vector(reward[lo_t:hi_t], costs[lo_t:hi_t], lam)
-            excess = (costs[np.arange(lo_t, hi_t), picked] - tau).sum(axis=0)
-            choice[lo_t:hi_t] = picked
-        lam_used[lo_t:hi_t] = lam
-        moved = lam + eta * excess
-        lower[b] = np.maximum(-moved, 0.0)
-        upper[b] = np.maximum(moved - hi, 0.0)
-        lam = np.clip(moved, 0.0, hi)
-        boundaries[b + 1] = lam
-    rows = np.arange(length)
-    return VectorTrace(lam_used, choice, costs[rows, choice], reward[rows, choice], boundaries, lower, upper,
-                       batch_size)
-
-
-def summarise_vector(trace: VectorTrace, names, tau, eta: float, window: int) -> dict:
+def summarise_vector(trace: Trace, names, tau, eta: float, window: int) -> dict:
     """The scalar summary of every constraint's coordinate (its own identity and certificate), and what the
     constraints share: the visits, the mean reward, whether every constraint's mean and window bound met its tau."""
     per = {name: summarise(trace.coordinate(j), float(tau[j]), eta, window) for j, name in enumerate(names)}
@@ -376,46 +345,6 @@ def check_vector_record(path, constraints, s: DeploymentSettings, n: int) -> dic
     return record
 
 
-def run_vector(args, s: DeploymentSettings, constraints) -> None:
-    from lara import identity
-    from lara.io import write_json
-    from lara.provenance import code_version
-    from lara.read.files import write_table
-
-    names, tau = [c.name for c in constraints], [float(c.tau) for c in constraints]
-    stream = read_stream(args.candidates, constraints)
-    n = stream.reward.shape[1]
-    check_stream_settings(s, args.candidates, len(stream.reward), n)
-    record = check_vector_record(args.lambda_json, constraints, s, n)
-    start = [float(x) for x in record["lambda_star"]]
-    log.info("online Best-of-%d on %d visits, %d constraints %s from lambda* = %s (eta %g, batch %d)", n,
-             len(stream.reward), len(names), names, start, s.step_size, s.batch_size)
-    t0 = time.perf_counter()
-    trace = run_online_vector(stream.reward, stream.cost, start, tau, s.step_size, s.batch_size, s.lambda_cap)
-    seconds = time.perf_counter() - t0
-    summary = summarise_vector(trace, names, tau, s.step_size, s.window)
-    rows = np.arange(len(trace.reward))
-    out = pd.DataFrame({"t": rows, "prompt_id": stream.prompt_id, "sample_id": stream.sample_id[rows, trace.choice],
-                        "reward": trace.reward})
-    for j, name in enumerate(names):
-        mean, bound = running(trace.coordinate(j), tau[j], s.step_size)
-        out[f"lambda_{name}"], out[f"cost_{name}"] = trace.lam[:, j], trace.cost[:, j]
-        out[f"mean_cost_{name}"], out[f"certificate_{name}"] = mean, bound
-    stream_identity = identity.read_identity(args.candidates)
-    made = identity.stamp("online", args.out, **identity.inherit(stream_identity, "scenario", "role"),
-                          method="bon", setting="online", n=n, constraints=names, tau=tau, step_size=s.step_size,
-                          batch_size=s.batch_size, window=s.window, lambda_cap=s.lambda_cap, lambda_start=start,
-                          lambda_record=identity.file_digest(args.lambda_json),
-                          made_from={"--candidates": args.candidates, "--lambda-json": args.lambda_json})
-    text = statement_vector(summary, n=n, eta=s.step_size, batch_size=s.batch_size, cap=s.lambda_cap)
-    write_table(out, args.out, {"settings": asdict(s), "code": code_version(), "summary": summary, identity.KEY: made})
-    write_json(args.record, {identity.KEY: made | {"kind": "online_record"}, **summary, "step_size": s.step_size,
-                             "batch_size": s.batch_size, "lambda_cap": s.lambda_cap, "statement": text,
-                             "seconds": seconds, "settings": asdict(s), "code": code_version()})
-    log.info("%s", text)
-    log.info("%d visits in %.2f s; identity residual %.2e", len(trace.reward), seconds, summary["identity_residual"])
-
-
 def add_arguments(parser) -> None:
     add_settings_arguments(parser, DeploymentSettings)
     parser.add_argument("--candidates", required=True,
@@ -473,46 +402,81 @@ def check_record(record, s: DeploymentSettings, n: int, path) -> None:
                     record.mode, n)
 
 
+def per_visit(stream: Stream, trace: Trace, names, tau, eta: float) -> pd.DataFrame:
+    """The output table, one row per visit: the lambda used, the returned candidate's cost and reward, the running
+    mean cost and its certificate (:func:`running`); with constraints ``names``, each one's as lambda_<name>,
+    cost_<name>, mean_cost_<name> and certificate_<name>."""
+    rows = np.arange(len(trace.reward))
+    if names is None:
+        mean, bound = running(trace, tau, eta)
+        return pd.DataFrame({"t": rows, "prompt_id": stream.prompt_id, "lambda": trace.lam,
+                             "sample_id": stream.sample_id[rows, trace.choice], "reward": trace.reward,
+                             "cost": trace.cost, "mean_cost": mean, "certificate": bound})
+    out = pd.DataFrame({"t": rows, "prompt_id": stream.prompt_id, "sample_id": stream.sample_id[rows, trace.choice],
+                        "reward": trace.reward})
+    for j, name in enumerate(names):
+        mean, bound = running(trace.coordinate(j), tau[j], eta)
+        out[f"lambda_{name}"], out[f"cost_{name}"] = trace.lam[:, j], trace.cost[:, j]
+        out[f"mean_cost_{name}"], out[f"certificate_{name}"] = mean, bound
+    return out
+
+
+def read_inputs(args, s: DeploymentSettings, constraints) -> tuple[Stream, object]:
+    """--candidates and --lambda-json, checked (``lara online`` and ``lara deploy-arms``): the stream, which the
+    settings describe, and the record lambda* is read from: one cost, lara.calibrate.record's, for this tau and N
+    (:func:`check_record`); with constraints the vector record's dict (:func:`check_vector_record`)."""
+    from lara.calibrate.record import read_lambda
+
+    stream = read_stream(args.candidates, constraints)
+    record = read_lambda(args.lambda_json) if constraints is None else None
+    visits, n = stream.reward.shape
+    check_stream_settings(s, args.candidates, visits, n)
+    if constraints is None:
+        check_record(record, s, n, args.lambda_json)
+        return stream, record
+    return stream, check_vector_record(args.lambda_json, constraints, s, n)
+
+
 def run(args) -> None:
     from lara import identity
-    from lara.calibrate.record import read_lambda
     from lara.io import write_json
     from lara.provenance import code_version
     from lara.read.files import write_table
 
     s = read_settings(args, DeploymentSettings)
-    constraints = constraints_of(args, s)
-    if constraints is not None:
-        return run_vector(args, s, constraints)
-    stream = read_stream(args.candidates)
-    record = read_lambda(args.lambda_json)
-    n = stream.reward.shape[1]
-    check_stream_settings(s, args.candidates, len(stream.reward), n)
-    check_record(record, s, n, args.lambda_json)
-    log.info("online Best-of-%d on %d visits from lambda* = %.6g (eta %g, batch %d)", n, len(stream.reward),
-             record.lambda_star, s.step_size, s.batch_size)
+    constraints = constraints_of(args, s)  # None: the one cost and the scalar record
+    stream, record = read_inputs(args, s, constraints)
+    visits, n = stream.reward.shape
+    if constraints is None:
+        names, tau, start = None, s.tau, record.lambda_star
+    else:
+        names, tau = [c.name for c in constraints], [float(c.tau) for c in constraints]
+        start = [float(x) for x in record["lambda_star"]]
+    log.info("online Best-of-%d on %d visits%s from lambda* = %s (eta %g, batch %d)", n, visits,
+             f", {len(names)} constraints {names}" if names else "", start if names else f"{start:.6g}",
+             s.step_size, s.batch_size)
     t0 = time.perf_counter()
-    trace = run_online(stream.reward, stream.cost, record.lambda_star, s.tau, s.step_size, s.batch_size,
-                       s.lambda_cap)
+    trace = run_online(stream.reward, stream.cost, start, tau, s.step_size, s.batch_size, s.lambda_cap)
     seconds = time.perf_counter() - t0
-    mean, bound = running(trace, s.tau, s.step_size)
-    summary = summarise(trace, s.tau, s.step_size, s.window)
-    rows = np.arange(len(trace.cost))
-    out = pd.DataFrame({"t": rows, "prompt_id": stream.prompt_id, "lambda": trace.lam,
-                        "sample_id": stream.sample_id[rows, trace.choice], "reward": trace.reward,
-                        "cost": trace.cost, "mean_cost": mean, "certificate": bound})
-    stream_identity = identity.read_identity(args.candidates)
-    made = identity.stamp("online", args.out, **identity.inherit(stream_identity, "scenario", "role"),
-                          method="bon", setting="online", n=n, tau=s.tau, step_size=s.step_size,
-                          batch_size=s.batch_size, window=s.window, lambda_cap=s.lambda_cap,
-                          lambda_start=record.lambda_star,
+    out = per_visit(stream, trace, names, tau, s.step_size)
+    if names is None:
+        summary = summarise(trace, tau, s.step_size, s.window)
+        text = statement(summary, n=n, eta=s.step_size, batch_size=s.batch_size, cap=s.lambda_cap, tau=tau)
+    else:
+        summary = summarise_vector(trace, names, tau, s.step_size, s.window)
+        text = statement_vector(summary, n=n, eta=s.step_size, batch_size=s.batch_size, cap=s.lambda_cap)
+    made = identity.stamp("online", args.out, **identity.inherit(identity.read_identity(args.candidates), "scenario",
+                                                                 "role"),
+                          method="bon", setting="online", n=n, **({} if names is None else {"constraints": names}),
+                          tau=tau, step_size=s.step_size, batch_size=s.batch_size, window=s.window,
+                          lambda_cap=s.lambda_cap, lambda_start=start,
                           lambda_record=identity.file_digest(args.lambda_json),
                           made_from={"--candidates": args.candidates, "--lambda-json": args.lambda_json})
-    text = statement(summary, n=n, eta=s.step_size, batch_size=s.batch_size, cap=s.lambda_cap, tau=s.tau)
     write_table(out, args.out, {"settings": asdict(s), "code": code_version(), "summary": summary, identity.KEY: made})
-    write_json(args.record, {identity.KEY: made | {"kind": "online_record"}, **summary, "tau": s.tau,
+    # the vector summary states its taus itself: "tau" keeps its place there
+    write_json(args.record, {identity.KEY: made | {"kind": "online_record"}, **summary, "tau": tau,
                              "step_size": s.step_size, "batch_size": s.batch_size, "lambda_cap": s.lambda_cap,
                              "statement": text, "seconds": seconds, "settings": asdict(s), "code": code_version()})
     log.info("%s", text)
-    log.info("%d visits in %.2f s (%.1f us per visit); identity residual %.2e", len(trace.cost), seconds,
-             1e6 * seconds / max(1, len(trace.cost)), summary["identity_residual"])
+    log.info("%d visits in %.2f s (%.1f us per visit); identity residual %.2e", visits, seconds,
+             1e6 * seconds / max(1, visits), summary["identity_residual"])
