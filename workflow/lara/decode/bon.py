@@ -60,7 +60,7 @@ def check_calibrated_for(n: int, setting: str, lambda_json: str | Path | None) -
 
 
 # ---------------------------------------------------------------------------------------------
-# CLI: lara select-bon, lara bon-sweep
+# CLI: lara select-bon (its reader and writer serve bon-sweep, select-bon-prune and rgtg too)
 
 HELP = "select the Best-of-N candidate by r - lambda c for a named lambda setting"
 
@@ -87,9 +87,9 @@ def read_scored(path, text=()) -> tuple:
 def write_choice(out, args, method: str, lam: float, flag: str, source, prompts, meta: dict, columns=None,
                  **fields) -> None:
     """Write one decoded response per prompt (``out``) to ``args.out``: the ``method``, ``args.setting`` and ``lam``
-    columns (then ``columns``, the decoder's own), the identity of an output decoded at ``lam`` from the
-    record ``args.lambda_json`` on the prompts of ``source`` (``flag``), and ``meta`` beside it. The one writer of the
-    scalar decoders' outputs: ``select-bon``, ``select-bon-prune``, ``rgtg``."""
+    columns (then ``columns``, the decoder's own), the identity of an output decoded at ``lam`` from the record
+    ``args.lambda_json`` on the prompts of ``source`` (``flag``), and ``meta`` beside it. The one writer of the scalar
+    decoders' outputs: ``select-bon``, ``select-bon-prune``, ``rgtg``."""
     from lara import identity
     from lara.read.files import write_table
 
@@ -103,6 +103,7 @@ def write_choice(out, args, method: str, lam: float, flag: str, source, prompts,
 
 def run(args) -> None:
     from lara import identity
+
     df, ids, reward, cost, index = read_scored(args.candidates, ("prompt", "response"))
     lam = resolve_lambda(args.setting, args.overpenalised_lambda, args.lambda_json)
     check_calibrated_for(reward.shape[1], args.setting, args.lambda_json)
