@@ -74,7 +74,7 @@ def run(args) -> None:
     from lara.calibrate.pruned import PrunedBestOfN
     from lara.calibrate.record import check_budget, read_lambda
     from lara.decode.prune import check_record, read_candidates
-    from lara.decode.sweep import check_held_out, finite_grid, record_lambdas
+    from lara.decode.sweep import check_held_out, finite_grid, sweep_lambdas
     from lara.read.files import write_table
     from lara.stats import check_replicates
 
@@ -87,9 +87,7 @@ def run(args) -> None:
     _, ps, _, df = read_candidates(args.candidates, schedule, s.max_new_tokens)
     prompts = identity.prompt_set(df, f"--candidates {args.candidates}")
     check_held_out([rec], prompts, args.candidates)
-    own = record_lambdas(rec, feasible_only=True)
-    lams = finite_grid(s.lambda_grid) + own[0]
-    labels = ["grid"] * len(s.lambda_grid) + own[1]
+    lams, labels = sweep_lambdas(finite_grid(s.lambda_grid), rec, feasible_only=True)
     table = sweep(ps, schedule, lams, labels, s.tau, s.bootstrap, s.seed)
     table = table.assign(record=identity.file_digest(args.lambda_json), n_prompts=prompts.n,
                          prompt_set=prompts.digest)

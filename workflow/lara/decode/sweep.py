@@ -150,16 +150,19 @@ def record_column(labels: pd.Series, calibrated, soft: list) -> list[str]:
     return [by_label.get(label, "" if label == "grid" else own) for label in labels]
 
 
-def record_lambdas(rec, feasible_only: bool = False) -> tuple[list[float], list[str]]:
-    """A record's own lambdas with their labels: lambda-hat, lambda* and each certified procedure's
-    (calibration.cost_bounds); a procedure that certified none is skipped where ``feasible_only``, else refused."""
-    lams, labels = [rec.lambda_hat, rec.lambda_star], ["lambda_hat", "lambda_star"]
-    procedures = rec.get("procedures") or {}
-    for name in CERTIFIED:
-        entry = procedures.get(name)
-        if (entry and entry.get("feasible", True)) if feasible_only else name in procedures:
-            lams.append(rec.procedure_lambda(name))
-            labels.append(name)
+def sweep_lambdas(grid, rec=None, feasible_only: bool = False) -> tuple[list[float], list[str]]:
+    """The lambdas of a sweep with their labels: the grid, then a record's own (lambda-hat, lambda* and each certified
+    procedure's, calibration.cost_bounds); a procedure that certified none is skipped where ``feasible_only``, else
+    refused."""
+    lams, labels = list(grid), ["grid"] * len(grid)
+    if rec is not None:
+        lams, labels = [*lams, rec.lambda_hat, rec.lambda_star], [*labels, "lambda_hat", "lambda_star"]
+        procedures = rec.get("procedures") or {}
+        for name in CERTIFIED:
+            entry = procedures.get(name)
+            if (entry and entry.get("feasible", True)) if feasible_only else name in procedures:
+                lams.append(rec.procedure_lambda(name))
+                labels.append(name)
     return lams, labels
 
 
@@ -228,10 +231,7 @@ def run(args) -> None:
     t0 = time.perf_counter()
     tables = []
     for n in sizes:
-        lams, labels = list(grid), ["grid"] * len(grid)
-        if n in calibrated:
-            own = record_lambdas(calibrated[n])
-            lams, labels = lams + own[0], labels + own[1]
+        lams, labels = sweep_lambdas(grid, calibrated.get(n))
         if n == max(sizes):
             lams += [rec.lambda_star for rec in soft]
             labels += [f"soft_beta={rec.get('beta'):g}" for rec in soft]
