@@ -60,7 +60,7 @@ def check_calibrated_for(n: int, setting: str, lambda_json: str | Path | None) -
 
 
 # ---------------------------------------------------------------------------------------------
-# CLI: lara select-bon (its reader and writer serve bon-sweep, select-bon-prune and rgtg too)
+# CLI: lara select-bon (its reader serves bon-sweep, its writer select-bon-prune)
 
 HELP = "select the Best-of-N candidate by r - lambda c for a named lambda setting"
 
@@ -88,8 +88,8 @@ def write_choice(out, args, method: str, lam: float, flag: str, source, prompts,
                  **fields) -> None:
     """Write one decoded response per prompt (``out``) to ``args.out``: the ``method``, ``args.setting`` and ``lam``
     columns (then ``columns``, the decoder's own), the identity of an output decoded at ``lam`` from the record
-    ``args.lambda_json`` on the prompts of ``source`` (``flag``), and ``meta`` beside it. The one writer of the scalar
-    decoders' outputs: ``select-bon``, ``select-bon-prune``, ``rgtg``."""
+    ``args.lambda_json`` on the prompts of ``source`` (``flag``), and ``meta`` beside it. The one writer of the
+    Best-of-N selections: ``select-bon``, ``select-bon-prune``."""
     from lara import identity
     from lara.read.files import write_table
 

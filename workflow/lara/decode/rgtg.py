@@ -418,8 +418,7 @@ def run(args) -> None:
     from lara import identity
     from lara.calibrate.record import resolve_lambda
     from lara.config import require_model
-    from lara.decode.bon import write_choice
-    from lara.read.files import read_table
+    from lara.read.files import read_table, write_table
 
     s = read_settings(args, METHOD_SETTINGS[args.method])
     lam = resolve_lambda(args.setting, args.overpenalised_lambda, args.lambda_json)
@@ -437,6 +436,9 @@ def run(args) -> None:
     out = pd.DataFrame({"prompt_id": df["prompt_id"], "prompt": df["prompt"],
                         "response": [tok.decode(t, skip_special_tokens=True).strip() for t in tokens],
                         "n_tokens": [len(t) for t in tokens]})
-    write_choice(out, args, args.method, lam, "--prompts", args.prompts, prompts,
-                 {"method": args.method, "setting": args.setting, "lambda": lam, "settings": s.__dict__,
-                  "seed": s.seed})
+    out["method"], out["setting"], out["lambda"] = args.method, args.setting, lam
+    made = identity.decoded_identity("responses", args.out, args.method, args.setting, lam, args.lambda_json,
+                                     role=identity.role_of(args.prompts), prompts=prompts.record(),
+                                     made_from={"--prompts": args.prompts})
+    write_table(out, args.out, {"method": args.method, "setting": args.setting, "lambda": lam,
+                                "settings": s.__dict__, "seed": s.seed, identity.KEY: made})
