@@ -84,21 +84,21 @@ def read_scored(path, text=()) -> tuple:
         raise DataError(f"{path}: {exc}") from None
 
 
-def write_choice(out, args, method: str, lam: float, flag: str, source, prompts, meta: dict, columns=None,
-                 **fields) -> None:
-    """Write one decoded response per prompt (``out``) to ``args.out``: the ``method``, ``args.setting`` and ``lam``
-    columns (then ``columns``, the decoder's own), the identity of an output decoded at ``lam`` from the record
-    ``args.lambda_json`` on the prompts of ``source`` (``flag``), and ``meta`` beside it. The one writer of the
-    Best-of-N selections: ``select-bon``, ``select-bon-prune``."""
+def write_choice(chosen, args, method: str, lam: float, n: int, prompts, meta=None, columns=None) -> None:
+    """Write the Best-of-``n`` decoder's choice per prompt (``chosen``, rows of ``--candidates``) to ``--out``: the
+    ``method``, setting and ``lam`` columns (then ``columns``, the decoder's own), the identity of an output decoded at
+    ``lam`` from ``--lambda-json``, and ``meta`` beside it: the one writer of select-bon and select-bon-prune."""
     from lara import identity
     from lara.read.files import write_table
 
-    out["method"], out["setting"], out["lambda"] = method, args.setting, lam
+    chosen["method"], chosen["setting"], chosen["lambda"] = method, args.setting, lam
     for name, values in (columns or {}).items():
-        out[name] = values
-    made = identity.decoded_identity("responses", args.out, method, args.setting, lam, args.lambda_json, **fields,
-                                     role=identity.role_of(source), prompts=prompts.record(), made_from={flag: source})
-    write_table(out.reset_index(drop=True), args.out, {**meta, identity.KEY: made})
+        chosen[name] = values
+    made = identity.decoded_identity("responses", args.out, method, args.setting, lam, args.lambda_json, n=n,
+                                     role=identity.role_of(args.candidates), prompts=prompts.record(),
+                                     made_from={"--candidates": args.candidates})
+    write_table(chosen.reset_index(drop=True), args.out, {"setting": args.setting, "lambda": lam, **(meta or {}),
+                                                          "candidates": args.candidates, identity.KEY: made})
 
 
 def run(args) -> None:
@@ -111,5 +111,4 @@ def run(args) -> None:
     chosen = df.loc[index[np.arange(len(ids)), select(reward, cost, [lam])[0]]].copy()
     log.info("Best-of-%d at lambda=%s (%.6g): mean reward %.4f, mean cost %.4f, safe %.3f", reward.shape[1],
              args.setting, lam, chosen["reward"].mean(), chosen["cost"].mean(), (chosen["cost"] <= 0).mean())
-    write_choice(chosen, args, "bon", lam, "--candidates", args.candidates, prompts,
-                 {"setting": args.setting, "lambda": lam, "candidates": args.candidates}, n=reward.shape[1])
+    write_choice(chosen, args, "bon", lam, reward.shape[1], prompts)

@@ -90,11 +90,9 @@ def run(args) -> None:
     log.info("%s at lambda=%s (%.6g): mean reward %.4f, mean cost %.4f; %.1f tokens per prompt (full Best-of-%d: "
              "%.1f, ratio %.2f)", schedule.describe(), args.setting, lam, chosen["reward"].mean(),
              chosen["cost"].mean(), o.tokens.mean(), schedule.n, full.mean(), full.sum() / max(1, o.tokens.sum()))
-    write_choice(chosen, args, "bon_prune", lam, "--candidates", args.candidates, prompts,
-                 {"setting": args.setting, "lambda": lam, "schedule": schedule.as_dict(),
-                  "candidates": args.candidates},
+    write_choice(chosen, args, "bon_prune", lam, schedule.n, prompts, {"schedule": schedule.as_dict()},
                  {"tokens": o.tokens, "tokens_full": full, "prefix_scored": o.prefix_scored,
-                  "full_scored": o.full_scored}, n=schedule.n)
+                  "full_scored": o.full_scored})
 
 
 # ---------------------------------------------------------------------------------------------
