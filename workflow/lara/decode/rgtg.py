@@ -156,7 +156,7 @@ def _buffer_layer_class():
 
 class _Stepper:
     """Incremental causal-LM state: KV cache, 2D mask, logits at the last real token (``net``: the module run on the
-    tokens, where it is not ``model`` itself a sequence scorer's backbone, which gives no logits)."""
+    tokens, ``model`` itself or a sequence scorer's backbone, which gives no logits)."""
 
     def __init__(self, model, net=None):
         self.model, self.net = model, model if net is None else net
