@@ -215,36 +215,26 @@ def loss_steppers(constraints, reward_model, cost_models, steppers):
 def load_vector_models(policy: str, reward: str, costs: list[str], roles: list[str], dtype: str):
     """pi_ref, the reward and cost models, and (when any scorer is not a model directory of the policy's
     vocabulary, e.g. a named text classifier) a function building text steppers for every scorer of a batch."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
-
+    from lara.decode.rgtg import load_models
     from lara.scoring import named_scorers
 
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    td = getattr(torch, dtype)
-    tok = AutoTokenizer.from_pretrained(policy)
-    pm = AutoModelForCausalLM.from_pretrained(policy, dtype=td).to(dev).eval()
     named = named_scorers()
-    specs = [reward, *costs]
-    if not any(spec.split(":", 1)[0] in named for spec in specs):
-        models = [AutoModelForSequenceClassification.from_pretrained(p, dtype=td).to(dev).eval() for p in specs]
-        for p, m in zip(specs, models, strict=True):
-            if m.config.vocab_size != pm.config.vocab_size:
-                raise ValueError(f"{p}: vocabulary ({m.config.vocab_size}) differs from the policy's "
-                                 f"({pm.config.vocab_size}): token-level decoding needs one tokenizer")
-        return tok, pm, models[0], models[1:], None
+    text = any(spec.split(":", 1)[0] in named for spec in [reward, *costs])
+    tok, pm, rm, cms = load_models("args", policy, reward, list(costs), dtype, scorers=not text)
+    if not text:
+        return tok, pm, rm, cms, None
     from lara.decode.textstep import TextScorerStepper
     from lara.scoring import load_scorer
 
     own_fluency = _is_policy_fluency(reward, policy)
     scorers = [None if own_fluency and i == 0 else load_scorer(spec, role=role)
-               for i, (spec, role) in enumerate(zip(specs, ["reward", *roles], strict=True))]
+               for i, (spec, role) in enumerate(zip([reward, *costs], ["reward", *roles], strict=True))]
 
     def steppers(batch):
         made = [PolicyFluencyStepper(pm) if sc is None else TextScorerStepper(sc, tok, batch) for sc in scorers]
         return made[0], made[1:]
 
-    return tok, pm, None, [None] * len(costs), steppers
+    return tok, pm, rm, cms, steppers
 
 
 def _is_policy_fluency(spec: str, policy: str) -> bool:

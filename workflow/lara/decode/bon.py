@@ -60,7 +60,7 @@ def check_calibrated_for(n: int, setting: str, lambda_json: str | Path | None) -
 
 
 # ---------------------------------------------------------------------------------------------
-# CLI: lara select-bon, lara bon-sweep
+# CLI: lara select-bon (its reader serves bon-sweep, its writer select-bon-prune)
 
 HELP = "select the Best-of-N candidate by r - lambda c for a named lambda setting"
 
@@ -71,26 +71,44 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", required=True, help="output parquet: one response per prompt")
 
 
+def read_scored(path, text=()) -> tuple:
+    """A scored candidates table (``--candidates``: prompt_id, sample_id, ``text``, reward, cost) and its (P, N)
+    matrices: (table, prompt ids, reward, cost, row index) (:func:`lara.read.candidates.score_matrix`)."""
+    from lara.read.files import DataError, read_table, require_in_range
+
+    df = read_table(path, required=("prompt_id", "sample_id", *text, "reward", "cost"))
+    require_in_range(df, ("reward", "cost"), path)
+    try:
+        return (df, *score_matrix(df))
+    except ValueError as exc:
+        raise DataError(f"{path}: {exc}") from None
+
+
+def write_choice(chosen, args, method: str, lam: float, n: int, prompts, meta=None, columns=None) -> None:
+    """Write the Best-of-``n`` decoder's choice per prompt (``chosen``, rows of ``--candidates``) to ``--out``: the
+    ``method``, setting and ``lam`` columns (then ``columns``, the decoder's own), the identity of an output decoded at
+    ``lam`` from ``--lambda-json``, and ``meta`` beside it: the one writer of select-bon and select-bon-prune."""
+    from lara import identity
+    from lara.read.files import write_table
+
+    chosen["method"], chosen["setting"], chosen["lambda"] = method, args.setting, lam
+    for name, values in (columns or {}).items():
+        chosen[name] = values
+    made = identity.decoded_identity("responses", args.out, method, args.setting, lam, args.lambda_json, n=n,
+                                     role=identity.role_of(args.candidates), prompts=prompts.record(),
+                                     made_from={"--candidates": args.candidates})
+    write_table(chosen.reset_index(drop=True), args.out, {"setting": args.setting, "lambda": lam, **(meta or {}),
+                                                          "candidates": args.candidates, identity.KEY: made})
+
+
 def run(args) -> None:
     from lara import identity
-    from lara.read.files import DataError, read_table, require_in_range, write_table
 
-    df = read_table(args.candidates, required=("prompt_id", "sample_id", "prompt", "response", "reward", "cost"))
-    require_in_range(df, ("reward", "cost"), args.candidates)
+    df, ids, reward, cost, index = read_scored(args.candidates, ("prompt", "response"))
     lam = resolve_lambda(args.setting, args.overpenalised_lambda, args.lambda_json)
-    try:
-        ids, reward, cost, index = score_matrix(df)
-    except ValueError as exc:
-        raise DataError(f"{args.candidates}: {exc}") from None
     check_calibrated_for(reward.shape[1], args.setting, args.lambda_json)
     prompts = identity.prompt_set(df, f"--candidates {args.candidates}")
-    pick = select(reward, cost, [lam])[0]
-    chosen = df.loc[index[np.arange(len(ids)), pick]].copy()
-    chosen["method"], chosen["setting"], chosen["lambda"] = "bon", args.setting, lam
+    chosen = df.loc[index[np.arange(len(ids)), select(reward, cost, [lam])[0]]].copy()
     log.info("Best-of-%d at lambda=%s (%.6g): mean reward %.4f, mean cost %.4f, safe %.3f", reward.shape[1],
              args.setting, lam, chosen["reward"].mean(), chosen["cost"].mean(), (chosen["cost"] <= 0).mean())
-    made = identity.decoded_identity("responses", args.out, "bon", args.setting, lam, args.lambda_json,
-                                     n=reward.shape[1], role=identity.role_of(args.candidates),
-                                     prompts=prompts.record(), made_from={"--candidates": args.candidates})
-    write_table(chosen.reset_index(drop=True), args.out, {"setting": args.setting, "lambda": lam,
-                                                          "candidates": args.candidates, identity.KEY: made})
+    write_choice(chosen, args, "bon", lam, reward.shape[1], prompts)

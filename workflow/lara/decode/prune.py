@@ -50,13 +50,28 @@ def check_record(lambda_json, decoder, setting_name: str, tau: float | None = No
     core_check(read_lambda(lambda_json), decoder, tau, f"--lambda-json {lambda_json}")
 
 
+def read_candidates(path, schedule, max_new_tokens: int):
+    """(ids, prefix scores, row index (P, N), table) of the test prompts' candidates (``--candidates``), N of them per
+    prompt: the decoder's N."""
+    from lara.calibrate.pruned import PrefixScores
+    from lara.read.candidates import read_prefix_scores
+
+    ids, arrays, index, df = read_prefix_scores(path, schedule.checkpoints, "--candidates", max_new_tokens)
+    ps = PrefixScores(*arrays)
+    if ps.shape[1] != schedule.n:
+        from lara.read.files import DataError
+
+        raise DataError(f"--candidates {path}: {ps.shape[1]} candidates per prompt, but the decoder draws "
+                        f"N = {schedule.n} (decode.bon_n)")
+    return ids, ps, index, df
+
+
 def run(args) -> None:
     from lara import identity
-    from lara.calibrate.pruned import PrefixScores, PrunedBestOfN
+    from lara.calibrate.pruned import PrunedBestOfN
     from lara.calibrate.pruned import run as run_pruned
     from lara.calibrate.record import resolve_lambda
-    from lara.read.candidates import read_prefix_scores
-    from lara.read.files import write_table
+    from lara.decode.bon import write_choice
 
     s = read_settings(args, PruneScheduleSettings)
     if not s.enabled:
@@ -64,36 +79,20 @@ def run(args) -> None:
 
         raise ConfigError("decode.bon_prune.checkpoints is empty: there is no pruned decoder to run")
     schedule = s.schedule()
-    ids, arrays, index, df = read_prefix_scores(args.candidates, schedule.checkpoints, "--candidates",
-                                                s.max_new_tokens)
-    ps = PrefixScores(*arrays)
-    if ps.shape[1] != schedule.n:
-        from lara.read.files import DataError
-
-        raise DataError(f"--candidates {args.candidates}: {ps.shape[1]} candidates per prompt, but the decoder draws "
-                        f"N = {schedule.n} (decode.bon_n)")
+    ids, ps, index, df = read_candidates(args.candidates, schedule, s.max_new_tokens)
     lam = resolve_lambda(args.setting, args.overpenalised_lambda, args.lambda_json)
     check_record(args.lambda_json, PrunedBestOfN(None, schedule), args.setting)
     prompts = identity.prompt_set(df, f"--candidates {args.candidates}")
     o = run_pruned(ps.reward, ps.cost, ps.length, ps.prefix_reward, ps.prefix_cost, lam, schedule)
-    rows = np.arange(len(ids))
-    chosen = df.loc[index[rows, o.pick]].copy()
-    chosen["method"], chosen["setting"], chosen["lambda"] = "bon_prune", args.setting, lam
-    chosen["tokens"] = o.tokens
-    chosen["tokens_full"] = ps.length.sum(axis=1)  # what full Best-of-N generated on the same draws
-    chosen["prefix_scored"], chosen["full_scored"] = o.prefix_scored, o.full_scored
-    drop = [c for c in chosen.columns if c.startswith("prefix_reward_") or c.startswith("prefix_cost_")]
-    chosen = chosen.drop(columns=drop)
+    chosen = df.loc[index[np.arange(len(ids)), o.pick]]
+    chosen = chosen.drop(columns=[c for c in chosen.columns if c.startswith(("prefix_reward_", "prefix_cost_"))])
+    full = ps.length.sum(axis=1)  # what full Best-of-N generated on the same draws
     log.info("%s at lambda=%s (%.6g): mean reward %.4f, mean cost %.4f; %.1f tokens per prompt (full Best-of-%d: "
              "%.1f, ratio %.2f)", schedule.describe(), args.setting, lam, chosen["reward"].mean(),
-             chosen["cost"].mean(), chosen["tokens"].mean(), schedule.n, chosen["tokens_full"].mean(),
-             chosen["tokens_full"].sum() / max(1, chosen["tokens"].sum()))
-    made = identity.decoded_identity("responses", args.out, "bon_prune", args.setting, lam, args.lambda_json,
-                                     n=schedule.n, role=identity.role_of(args.candidates),
-                                     prompts=prompts.record(), made_from={"--candidates": args.candidates})
-    write_table(chosen.reset_index(drop=True), args.out, {"setting": args.setting, "lambda": lam,
-                                                          "schedule": schedule.as_dict(),
-                                                          "candidates": args.candidates, identity.KEY: made})
+             chosen["cost"].mean(), o.tokens.mean(), schedule.n, full.mean(), full.sum() / max(1, o.tokens.sum()))
+    write_choice(chosen, args, "bon_prune", lam, schedule.n, prompts, {"schedule": schedule.as_dict()},
+                 {"tokens": o.tokens, "tokens_full": full, "prefix_scored": o.prefix_scored,
+                  "full_scored": o.full_scored})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from lara.calibrate.pruned import Scheduled
-from lara.settings import CERTIFIED, Settings, add_settings_arguments, read_settings, seed_setting, setting
+from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +71,10 @@ def sweep(ps, schedule, lams, labels, tau: float, n_boot: int, seed: int) -> pd.
 
 def run(args) -> None:
     from lara import identity
-    from lara.calibrate.pruned import PrefixScores, PrunedBestOfN
+    from lara.calibrate.pruned import PrunedBestOfN
     from lara.calibrate.record import check_budget, read_lambda
-    from lara.decode.prune import check_record
-    from lara.read.candidates import read_prefix_scores
+    from lara.decode.prune import check_record, read_candidates
+    from lara.decode.sweep import check_held_out, finite_grid, sweep_lambdas
     from lara.read.files import write_table
     from lara.stats import check_replicates
 
@@ -84,28 +84,15 @@ def run(args) -> None:
     rec = read_lambda(args.lambda_json)
     check_budget(rec, s.tau)
     check_record(args.lambda_json, PrunedBestOfN(None, schedule), "star", s.tau)
-    ids, arrays, _, df = read_prefix_scores(args.candidates, schedule.checkpoints, "--candidates", s.max_new_tokens)
-    ps = PrefixScores(*arrays)
-    if ps.shape[1] != schedule.n:
-        from lara.read.files import DataError
-
-        raise DataError(f"--candidates {args.candidates}: {ps.shape[1]} candidates per prompt, but the decoder draws "
-                        f"N = {schedule.n} (decode.bon_n)")
+    _, ps, _, df = read_candidates(args.candidates, schedule, s.max_new_tokens)
     prompts = identity.prompt_set(df, f"--candidates {args.candidates}")
-    lams, labels = [float(x) for x in s.lambda_grid], ["grid"] * len(s.lambda_grid)
-    lams += [rec.lambda_hat, rec.lambda_star]
-    labels += ["lambda_hat", "lambda_star"]
-    for name in CERTIFIED:
-        entry = (rec.get("procedures") or {}).get(name)
-        if entry and entry.get("feasible", True):
-            lams.append(rec.procedure_lambda(name))
-            labels.append(name)
+    check_held_out([rec], prompts, args.candidates)
+    lams, labels = sweep_lambdas(finite_grid(s.lambda_grid), rec, feasible_only=True)
     table = sweep(ps, schedule, lams, labels, s.tau, s.bootstrap, s.seed)
     table = table.assign(record=identity.file_digest(args.lambda_json), n_prompts=prompts.n,
                          prompt_set=prompts.digest)
     for r in table.to_dict("records"):
         log.info("lambda=%.4g (%s): reward %.4f, cost %.4f [%.4f, %.4f] %s; %.1f tokens (full %.1f, ratio %.2f); "
-                 "tied cuts %.2f",
-                 r["lambda"], r["label"], r["mean_reward"], r["mean_cost"], r["mean_cost_lo"], r["mean_cost_hi"],
-                 r["verdict"], r["tokens"], r["tokens_full"], r["token_ratio"], r["tied_cut_share"])
+                 "tied cuts %.2f", r["lambda"], r["label"], r["mean_reward"], r["mean_cost"], r["mean_cost_lo"],
+                 r["mean_cost_hi"], r["verdict"], r["tokens"], r["tokens_full"], r["token_ratio"], r["tied_cut_share"])
     write_table(table, args.out)

@@ -155,19 +155,20 @@ def _buffer_layer_class():
 
 
 class _Stepper:
-    """Incremental causal-LM state: KV cache, 2D mask, logits at the last real token."""
+    """Incremental causal-LM state: KV cache, 2D mask, logits at the last real token (``net``: the module run on the
+    tokens, ``model`` itself or a sequence scorer's backbone, which gives no logits)."""
 
-    def __init__(self, model):
-        self.model = model
+    def __init__(self, model, net=None):
+        self.model, self.net = model, model if net is None else net
         self.dev = next(model.parameters()).device
-        self.cache_kw = _cache_keyword(model)
+        self.cache_kw = _cache_keyword(self.net)
 
     def start(self, ids, mask):
         self.cache = _buffer_cache()
         self.mask = mask.to(self.dev)
-        out = self.model(input_ids=ids.to(self.dev), attention_mask=self.mask, position_ids=_positions(self.mask),
-                         use_cache=True, **{self.cache_kw: self.cache})
-        self.last = out.logits[:, -1].float()
+        out = self.net(input_ids=ids.to(self.dev), attention_mask=self.mask, position_ids=_positions(self.mask),
+                       use_cache=True, **{self.cache_kw: self.cache})
+        self.last = out.logits[:, -1].float() if self.net is self.model else None
 
     def commit(self, tokens, choice, alive):
         import torch
@@ -226,20 +227,11 @@ class NaiveValueScorer(_NaiveState):
         return out
 
 
-class CachedSequenceScorer:
+class CachedSequenceScorer(_Stepper):
     """A reward/cost (or partial) model scoring k candidates per step against a cached prefix."""
 
     def __init__(self, model):
-        self.model = model
-        self.backbone = getattr(model, model.base_model_prefix)
-        self.dev = next(model.parameters()).device
-        self.cache_kw = _cache_keyword(self.backbone)
-
-    def start(self, ids, mask):
-        self.cache = _buffer_cache()
-        self.mask = mask.to(self.dev)
-        self.backbone(input_ids=ids.to(self.dev), attention_mask=self.mask, position_ids=_positions(self.mask),
-                      use_cache=True, **{self.cache_kw: self.cache})
+        super().__init__(model, getattr(model, model.base_model_prefix))
 
     def candidates(self, cand):
         import torch
@@ -259,8 +251,8 @@ class CachedSequenceScorer:
             tree[..., :past] = torch.where(self.mask[:, None, None, :].bool(), 0.0, neg).to(dtype)
             tree[:, 0, eye, past + eye] = 0.0
         pos = self.mask.sum(-1, keepdim=True).expand(b, k)
-        hidden = self.backbone(input_ids=cand.to(self.dev), attention_mask=tree, position_ids=pos,
-                               use_cache=True, **{self.cache_kw: self.cache}).last_hidden_state
+        hidden = self.net(input_ids=cand.to(self.dev), attention_mask=tree, position_ids=pos,
+                          use_cache=True, **{self.cache_kw: self.cache}).last_hidden_state
         self._past = past
         return self.model.score(hidden).squeeze(-1).float()
 
@@ -374,7 +366,9 @@ def decode(policy_model, reward_model, cost_model, tokenizer, prompts, lam, s: R
     return out
 
 
-def load_models(method: str, policy: str, reward: str, cost: str, dtype: str = "float32"):
+def load_models(method: str, policy: str, reward: str, cost, dtype: str = "float32", scorers: bool = True):
+    """pi_ref's tokenizer and model, and the scorer models (value models for cdq), each of the policy's vocabulary:
+    ``cost`` one model directory, or a list of them (several constraints); ``scorers`` false: none loaded (None)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
@@ -383,13 +377,13 @@ def load_models(method: str, policy: str, reward: str, cost: str, dtype: str = "
     scorer_cls = AutoModelForCausalLM if method == "cdq" else AutoModelForSequenceClassification
     tok = AutoTokenizer.from_pretrained(policy)
     pm = AutoModelForCausalLM.from_pretrained(policy, dtype=td).to(dev).eval()
-    rm = scorer_cls.from_pretrained(reward, dtype=td).to(dev).eval()
-    cm = scorer_cls.from_pretrained(cost, dtype=td).to(dev).eval()
-    for name, m in (("reward", rm), ("cost", cm)):
-        if m.config.vocab_size != pm.config.vocab_size:
-            raise ValueError(f"{name} scorer vocabulary ({m.config.vocab_size}) differs from the policy's "
+    specs = [reward, *(cost if isinstance(cost, list) else [cost])]
+    models = [scorer_cls.from_pretrained(p, dtype=td).to(dev).eval() if scorers else None for p in specs]
+    for p, m in zip(specs, models, strict=True):
+        if m is not None and m.config.vocab_size != pm.config.vocab_size:
+            raise ValueError(f"{p}: scorer vocabulary ({m.config.vocab_size}) differs from the policy's "
                              f"({pm.config.vocab_size}): token-level decoding needs one tokenizer")
-    return tok, pm, rm, cm
+    return tok, pm, models[0], models[1:] if isinstance(cost, list) else models[1]
 
 
 # ---------------------------------------------------------------------------------------------

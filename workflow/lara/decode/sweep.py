@@ -28,7 +28,6 @@ import numpy as np
 import pandas as pd
 
 from lara.calibrate.certify import CERTIFIED
-from lara.read.candidates import score_matrix
 from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
 from lara.stats import interval, verdict
 
@@ -151,20 +150,56 @@ def record_column(labels: pd.Series, calibrated, soft: list) -> list[str]:
     return [by_label.get(label, "" if label == "grid" else own) for label in labels]
 
 
+def sweep_lambdas(grid, rec=None, feasible_only: bool = False) -> tuple[list[float], list[str]]:
+    """The lambdas of a sweep with their labels: the grid, then a record's own (lambda-hat, lambda* and each certified
+    procedure's, calibration.cost_bounds); a procedure that certified none is skipped where ``feasible_only``, else
+    refused."""
+    lams, labels = list(grid), ["grid"] * len(grid)
+    if rec is not None:
+        lams, labels = [*lams, rec.lambda_hat, rec.lambda_star], [*labels, "lambda_hat", "lambda_star"]
+        procedures = rec.get("procedures") or {}
+        for name in CERTIFIED:
+            entry = procedures.get(name)
+            if (entry and entry.get("feasible", True)) if feasible_only else name in procedures:
+                lams.append(rec.procedure_lambda(name))
+                labels.append(name)
+    return lams, labels
+
+
+def finite_grid(values) -> list[float]:
+    """decode.lambda_grid as floats: at least one, every one finite (refused otherwise)."""
+    grid = [float(x) for x in values]
+    if not grid or any(not np.isfinite(x) for x in grid):
+        from lara.config import ConfigError
+
+        raise ConfigError(f"decode.lambda_grid {values!r}: lambda values must be finite, at least one")
+    return grid
+
+
+def check_held_out(records, prompts, candidates) -> None:
+    """The swept test prompts are none of the records' calibration prompts (a sweep on them is in-sample)."""
+    from lara import identity
+    from lara.read.files import DataError
+
+    for rec in records:
+        seen = identity.disjoint(identity.read_identity(rec.path).get("prompts"), prompts, "--candidates")
+        if seen:
+            raise DataError(f"--candidates {candidates}: {seen} of its {prompts.n} prompts are calibration "
+                            f"prompts of {rec.path}; a sweep on them is in-sample: its verdicts say nothing held out")
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("--candidates", required=True, help="scored candidates (prompt_id, sample_id, reward, cost)")
-    parser.add_argument("--lambda-json", nargs="*", default=[],
-                        help="lambda.json files, each calibrated for one Best-of-N size (their decoder.n): add that "
-                        "N's lambda-hat and lambda* rows")
-    parser.add_argument("--soft-lambda-json", nargs="*", default=[],
-                        help="soft-mode lambda.json files (any beta): their lambda* applied to Best-of-N at the "
-                        "largest N, rows labelled soft_beta=B")
-    parser.add_argument("--tau-lambda-json", nargs="*", default=[],
-                        help="lambda.json files of other listed taus (calibration.tau): their lambda* at their N, rows "
-                        "labelled tau=T with the verdict against T")
-    parser.add_argument("--k-lambda-json", nargs="*", default=[],
-                        help="Best-of-k records of the calibration core (lara calibrate-best-of-k), each at a swept N "
-                        "= k: every procedure's lambda, rows labelled core:PROCEDURE")
+    for flag, text in (
+            ("--lambda-json", "lambda.json files, each calibrated for one Best-of-N size (their decoder.n): add that "
+                              "N's lambda-hat and lambda* rows"),
+            ("--soft-lambda-json", "soft-mode lambda.json files (any beta): their lambda* applied to Best-of-N at the "
+                                   "largest N, rows labelled soft_beta=B"),
+            ("--tau-lambda-json", "lambda.json files of other listed taus (calibration.tau): their lambda* at their N, "
+                                  "rows labelled tau=T with the verdict against T"),
+            ("--k-lambda-json", "Best-of-k records of the calibration core (lara calibrate-best-of-k), each at a swept "
+                                "N = k: every procedure's lambda, rows labelled core:PROCEDURE")):
+        parser.add_argument(flag, nargs="*", default=[], help=text)
     parser.add_argument("--n", type=int, nargs="*", default=None,
                         help="Best-of-N sizes to sweep (default: the candidates per prompt)")
     add_settings_arguments(parser, SweepSettings)
@@ -173,18 +208,14 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.read.files import DataError, read_table, require_in_range, write_table
+    from lara.decode.bon import read_scored
+    from lara.read.files import DataError, write_table
     from lara.stats import check_replicates
 
     s = read_settings(args, SweepSettings)
     check_replicates(s.bootstrap)
-    df = read_table(args.candidates, required=("prompt_id", "sample_id", "reward", "cost"))
-    require_in_range(df, ("reward", "cost"), args.candidates)
+    df, _, reward, cost, _ = read_scored(args.candidates)
     prompts = identity.prompt_set(df, f"--candidates {args.candidates}")
-    try:
-        _, reward, cost, _ = score_matrix(df)
-    except ValueError as exc:
-        raise DataError(f"{args.candidates}: {exc}") from None
     m = reward.shape[1]
     sizes = args.n or [m]
     if len(set(sizes)) != len(sizes):
@@ -194,27 +225,13 @@ def run(args) -> None:
         raise DataError(f"{args.candidates}: Best-of-N sizes {too_big} need 1 <= N <= {m}, the candidates per prompt")
     calibrated, soft, other_taus = read_records(args, s.tau, sizes, m)
     core = core_records(args.k_lambda_json, s.tau, sizes)
-    for rec in [*calibrated.values(), *soft, *(r for _, r in other_taus), *core.values()]:
-        seen = identity.disjoint(identity.read_identity(rec.path).get("prompts"), prompts, "--candidates")
-        if seen:
-            raise DataError(f"--candidates {args.candidates}: {seen} of its {prompts.n} prompts are calibration "
-                            f"prompts of {rec.path}; a sweep on them is in-sample: its verdicts say nothing held out")
-    grid = [float(x) for x in s.lambda_grid]
-    if not grid or any(not np.isfinite(x) for x in grid):
-        from lara.config import ConfigError
-
-        raise ConfigError(f"decode.lambda_grid {s.lambda_grid!r}: lambda values must be finite, at least one")
+    check_held_out([*calibrated.values(), *soft, *(r for _, r in other_taus), *core.values()], prompts,
+                   args.candidates)
+    grid = finite_grid(s.lambda_grid)
     t0 = time.perf_counter()
     tables = []
     for n in sizes:
-        lams, labels = list(grid), ["grid"] * len(grid)
-        if n in calibrated:
-            lams += [calibrated[n].lambda_hat, calibrated[n].lambda_star]
-            labels += ["lambda_hat", "lambda_star"]
-            for name in CERTIFIED:  # the certified lambdas beside lambda* (calibration.cost_bounds)
-                if name in (calibrated[n].get("procedures") or {}):
-                    lams.append(calibrated[n].procedure_lambda(name))
-                    labels.append(name)
+        lams, labels = sweep_lambdas(grid, calibrated.get(n))
         if n == max(sizes):
             lams += [rec.lambda_star for rec in soft]
             labels += [f"soft_beta={rec.get('beta'):g}" for rec in soft]
