@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -51,10 +51,9 @@ from lara.calibrate.dual import (
     mean_cost,
     solve,
 )
-from lara.calibrate.procedures import MAX_CLIPPED, QUANTILES, CalibrationRules, check_clipping
-from lara.calibrate.record import write_lambda
+from lara.calibrate.procedures import MAX_CLIPPED, QUANTILES, CalibrationRules, check_clipping, check_feasible
+from lara.calibrate.record import provenance, write_lambda
 from lara.io import sha256_file
-from lara.provenance import code_version
 from lara.read.files import DataError, read_table, require_in_range
 from lara.settings import (
     COST_RESOLUTION,
@@ -141,10 +140,6 @@ class CalibrationSettings(CalibrationRules, Settings):
 
 
 LAMBDA_SEARCH_LIMIT = 1e12  # beyond it the search's grids lose their resolution
-
-
-class Infeasible(RuntimeError):
-    """tau cannot be met within [0, lambda_search_max]."""
 
 
 def load_scores(path: str | Path, prompts: list | None = None) -> PromptScores:
@@ -499,12 +494,8 @@ def run(args) -> None:
                    f"{s.lambda_search_max}] with {result['n_prompts']:,} calibration prompts and cost_bounds "
                    f"{s.cost_bounds}" + (f" at delta {s.delta}" if s.guarantee in ("ltt", "ltt_wsr") else "")
                    + " (more prompts, tighter fixed bounds, or a larger tau)")
-        if not args.allow_infeasible:
-            raise DataError(f"{args.scores}: {msg}; raise calibration.lambda_search_max or tau, or pass "
-                            "--allow-infeasible")
-        log.warning("%s; writing lambda_search_max with feasible=false", msg)
-    result |= {"settings": asdict(s), "scores": {"path": str(args.scores), "sha256": sha256_file(args.scores)},
-               "code": code_version(), "identity": made}
+        check_feasible(msg, args.allow_infeasible, args.scores)
+    result |= provenance(s, args.scores, identity=made)
     write_lambda(result, args.out)
     b = result["bootstrap"]
     log.info("decoder %s: expected cost %.6g at lambda_hat, %.6g at lambda_star (tau %g)", result["decoder"],

@@ -329,6 +329,14 @@ def check_clipping(result: dict, s, allow: bool, path) -> None:
     flag_clipping(result, note, s.guarantee, allow, path)
 
 
+def check_feasible(msg: str, allow: bool, where, budget: str = "tau") -> None:
+    """A record whose deployed lambda does not reach the budget (``msg`` says how): refused, naming ``where``,
+    unless allowed (then written with feasible=false)."""
+    if not allow:
+        raise DataError(f"{where}: {msg}; raise calibration.lambda_search_max or {budget}, or pass --allow-infeasible")
+    logging.getLogger(__name__).warning("%s; writing it with feasible=false", msg)
+
+
 def flag_clipping(result: dict, note: str, guarantee: str, allow: bool, where, bounds: str = "calibration.cost_bounds"
                   ) -> None:
     """Bounds that clip too much (``note`` says how much): every certified procedure's statement says so, and a

@@ -289,9 +289,10 @@ def scorers_of(scores: VectorScores) -> dict:
 
 def run(args) -> None:
     from lara import identity
+    from lara.calibrate.procedures import check_feasible
+    from lara.calibrate.record import provenance
     from lara.constraints.spec import from_arg
-    from lara.io import sha256_file, write_json
-    from lara.provenance import code_version
+    from lara.io import write_json
     from lara.read.files import DataError
     from lara.settings import nonfinite
 
@@ -316,15 +317,11 @@ def run(args) -> None:
     if not result["feasible"]:
         msg = (f"no lambda in [0, {s.lambda_search_max}]^{len(constraints)} along the searched ray meets every tau "
                f"{result['tau']} ({s.guarantee})")
-        if not args.allow_infeasible:
-            raise DataError(f"--scores {args.scores}: {msg}; raise calibration.lambda_search_max or the taus, or pass "
-                            "--allow-infeasible")
-        log.warning("%s; writing feasible=false", msg)
+        check_feasible(msg, args.allow_infeasible, f"--scores {args.scores}", "the taus")
     made = identity.stamp("lambda_vector", args.out, role=role, tau=result["tau"], names=result["names"],
                           procedure=s.guarantee, decoder=result["decoder"], **scorers_of(scores),
                           prompts=scores.prompts.record(with_keys=True), made_from={"--scores": args.scores})
-    result |= {"settings": asdict(s), "scores": {"path": str(args.scores), "sha256": sha256_file(args.scores)},
-               "code": code_version(), identity.KEY: made}
+    result |= provenance(s, args.scores, **{identity.KEY: made})
     bad = nonfinite({k: v for k, v in result.items() if k != "settings"})
     if bad:
         raise DataError(f"{args.out}: refusing to write a record whose {', '.join(bad)} is not finite")
