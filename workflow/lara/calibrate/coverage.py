@@ -190,14 +190,20 @@ class Curves:
         return cls(cost, clipped_steps(sub, s.bon_n, s.lambda_search_max, s.cost_bounds, cost))
 
 
-def calibrate_draw(curves: Curves, rows: np.ndarray, s: CoverageSettings, rng: np.random.Generator) -> dict:
+def calibrate_draw(curves: Curves, rows: np.ndarray, s: CoverageSettings, rng: np.random.Generator,
+                   hat: bool = False) -> dict:
     """Each procedure's lambda (and whether it reached tau) on one calibration draw: the prompts ``rows`` (with
     repeats) of the prompts ``curves`` describe. The same computation as ``lara calibrate`` (exact roots of the
-    weighted mean; the bootstrap resamples the drawn prompts), with the drawn prompts as weights."""
+    weighted mean; the bootstrap resamples the drawn prompts), with the drawn prompts as weights; ``hat``: with
+    lambda-hat first (the exact root of the draw's mean expected Best-of-N cost)."""
     from lara.calibrate.bestofn import roots
 
     n, p = len(rows), len(curves.cost.start)
     w = np.bincount(rows, minlength=p)[None, :] / n
+    out = {}
+    if hat:
+        lam, status = roots(curves.cost, w, s.tau, s.lambda_search_max)
+        out["hat"] = (float(lam[0]), bool(status[0] != 2))
     boot = rows[rng.integers(0, n, size=(s.bootstrap, n))]
     wb = np.empty((s.bootstrap, p))
     for i in range(s.bootstrap):
@@ -205,7 +211,7 @@ def calibrate_draw(curves: Curves, rows: np.ndarray, s: CoverageSettings, rng: n
     wb /= n
     lams, status = roots(curves.cost, wb, s.tau, s.lambda_search_max)
     # the bootstrap's lambda* is infeasible when its quantile lands on replicates that never reach tau
-    out = {"bootstrap": (float(np.quantile(lams, s.quantile)), bool((status == 2).mean() <= 1 - s.quantile))}
+    out["bootstrap"] = (float(np.quantile(lams, s.quantile)), bool((status == 2).mean() <= 1 - s.quantile))
     for proc in CERTIFIED:  # (the draw is i.i.d., so its own order is the betting test's: ``rows``)
         c = certified_lambda(curves.clipped, n, proc, s.tau, s.lambda_search_max, s.cost_bounds, s.delta, weights=w,
                              rows=rows)

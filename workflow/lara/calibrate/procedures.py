@@ -269,7 +269,6 @@ def calibrate(decoder, s, cost: np.ndarray, where: str) -> dict:
     full_tokens = decoder.full_tokens()
     quantiles = {str(q): float(grid[int(np.quantile(boot_idx, q, method="higher"))])
                  for q in sorted({*QUANTILES, s.quantile})}
-    hist, edges = np.histogram(boot, bins=50)
     return {
         "lambda_hat": h.lam(grid),
         "lambda_star": deployed["lambda"],
@@ -285,10 +284,7 @@ def calibrate(decoder, s, cost: np.ndarray, where: str) -> dict:
         "subsets": {"exact": c.exact, "count": c.n_subsets, "max_standard_error": float(c.cost_se.mean(axis=0).max())},
         "tokens": {"full_best_of_n": full_tokens, "at_lambda_star": deployed["mean_tokens"],
                    "ratio_at_lambda_star": full_tokens / deployed["mean_tokens"]},
-        "bootstrap": {"replicates": s.bootstrap, "quantile": s.quantile, "mean": float(boot.mean()),
-                      "std": float(boot.std(ddof=1)) if len(boot) > 1 else 0.0, "quantiles": quantiles,
-                      "n_inactive": int((boot_status == 1).sum()), "n_infeasible": int((boot_status == 2).sum()),
-                      "histogram": {"counts": hist.tolist(), "edges": edges.tolist()}},
+        "bootstrap": bootstrap_summary(boot, boot_status, s, quantiles),
         "tau": s.tau,
         "lambda_search_max": s.lambda_search_max,
         "mode": decoder.mode,
@@ -302,6 +298,17 @@ def calibrate(decoder, s, cost: np.ndarray, where: str) -> dict:
         "timing_s": {"curves": t1 - t0, "bootstrap": t2 - t1, "certified": t3 - t2},
         **decoder.facts(deployed["lambda"]),
     }
+
+
+def bootstrap_summary(lams: np.ndarray, status: np.ndarray, s, quantiles: dict) -> dict:
+    """The record's summary of the bootstrap replicates ``lams`` of lambda-hat (``status``: each one's, 1 inactive, 2
+    infeasible) with their ``quantiles`` (the deployed one among them, so a reader can check lambda_star against it,
+    :mod:`lara.calibrate.record`)."""
+    hist, edges = np.histogram(lams, bins=50)
+    return {"replicates": s.bootstrap, "quantile": s.quantile, "mean": float(lams.mean()),
+            "std": float(lams.std(ddof=1)) if len(lams) > 1 else 0.0, "quantiles": quantiles,
+            "n_inactive": int((status == 1).sum()), "n_infeasible": int((status == 2).sum()),
+            "histogram": {"counts": hist.tolist(), "edges": edges.tolist()}}
 
 
 def check_sizes(n_prompts) -> None:

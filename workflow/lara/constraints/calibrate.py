@@ -60,6 +60,7 @@ def load_vector_scores(path, constraints, flag: str = "--scores") -> VectorScore
     (:meth:`lara.constraints.spec.Constraint.loss`: a probability constraint's 1[c > threshold])."""
     from lara import identity
     from lara.calibrate.dual import InputError, PromptScores
+    from lara.read.expect import check_pairs
     from lara.read.files import DataError, require_in_range
 
     columns = [c.column for c in constraints]
@@ -67,8 +68,8 @@ def load_vector_scores(path, constraints, flag: str = "--scores") -> VectorScore
     require_in_range(art.df, ("reward", *columns), f"{flag} {path}")
     art.expect("constraints", [c.name for c in constraints], "scored for other constraints")
     df = art.df
-    if "sample_id" in df.columns and df.duplicated(["prompt_id", "sample_id"]).any():
-        raise DataError(f"{flag} {path}: a (prompt_id, sample_id) pair is repeated; it would be counted twice")
+    if "sample_id" in df.columns:
+        check_pairs(df, ["prompt_id", "sample_id"], f"{flag} {path}")
     pid = df["prompt_id"].to_numpy()
     try:
         per = [PromptScores.from_long(pid, df["reward"].to_numpy(float), c.loss(df[c.column])) for c in constraints]

@@ -134,18 +134,6 @@ def _vector_draw(sub, tau, cal: CalibrationSettings, cov: CoverageSettings, seed
             for p in VECTOR_PROCEDURES}
 
 
-def _scalar_draw(curves: Curves, rows: np.ndarray, s1: CoverageSettings, rng: np.random.Generator) -> dict:
-    """One constraint: the scalar study's procedures on the draw, and lambda-hat (the exact root of the draw's
-    mean expected Best-of-N cost, :func:`lara.calibrate.bestofn.roots`), as ``lara calibrate`` computes them."""
-    from lara.calibrate.bestofn import roots
-
-    chosen = calibrate_draw(curves, rows, s1, rng)
-    w = np.bincount(rows, minlength=len(curves.cost.start)) / len(rows)
-    lam, status = roots(curves.cost, w[None, :], s1.tau, s1.lambda_search_max)
-    out = {"hat": ([float(lam[0])], bool(status[0] != 2))}
-    return out | {p: ([float(lam)], bool(ok)) for p, (lam, ok) in chosen.items()}
-
-
 def promises(m: int, cal: CalibrationSettings) -> dict:
     out = {"hat": {"promise": "none (the plug-in root on the draw)", "bound": None},
            "bootstrap": {"promise": f"none (nominal: the {cal.quantile:g} quantile of the prompt bootstrap; a "
@@ -186,15 +174,15 @@ def _run_draws(pop, ks: list, k_pop: int, tau, cal: CalibrationSettings, cov: Co
     rng = np.random.default_rng([cov.seed, STREAM])
 
     def one(n, k):
-        if m == 1:
+        if m == 1:  # the scalar study's procedures and lambda-hat, as ``lara calibrate`` computes them
             idx, sub = draw(pop1, rng, n, k)
-            chosen = (_scalar_draw(whole, idx, s1, rng) if sub is None
-                      else _scalar_draw(Curves.of(sub, s1), np.arange(n), s1, rng))
-        else:
-            idx, sub = draw(pop, rng, n, k, "costs")
-            if sub is None:  # every sample of each drawn prompt
-                sub = type(pop)(pop.reward[idx], pop.costs[idx], pop.mask[idx], pop.prompt_ids[idx])
-            chosen = _vector_draw(sub, tau, cal, cov, int(rng.integers(0, SEED_MAX)), limits)
+            chosen = (calibrate_draw(whole, idx, s1, rng, hat=True) if sub is None
+                      else calibrate_draw(Curves.of(sub, s1), np.arange(n), s1, rng, hat=True))
+            return {p: ([float(chosen[p][0])], bool(chosen[p][1])) for p in procs}
+        idx, sub = draw(pop, rng, n, k, "costs")
+        if sub is None:  # every sample of each drawn prompt
+            sub = type(pop)(pop.reward[idx], pop.costs[idx], pop.mask[idx], pop.prompt_ids[idx])
+        chosen = _vector_draw(sub, tau, cal, cov, int(rng.integers(0, SEED_MAX)), limits)
         return {p: (list(chosen[p][0]), chosen[p][1]) for p in procs}
 
     return repeat_draws(ks, k_pop, cov, one, progress)
