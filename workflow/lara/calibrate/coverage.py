@@ -35,7 +35,7 @@ import pandas as pd
 
 from lara.calibrate.certify import CERTIFIED, PROCEDURES, certified_lambda, clip_costs, clipped_steps
 from lara.calibrate.dual import PromptScores
-from lara.calibrate.procedures import CoverageRules
+from lara.calibrate.procedures import CoverageCalibration
 from lara.settings import (
     Settings,
     add_settings_arguments,
@@ -52,19 +52,11 @@ OUTPUTS = ("out", "table")
 
 
 @dataclass(frozen=True)
-class CoverageSettings(CoverageRules, Settings):
+class CoverageSettings(CoverageCalibration, Settings):
     """coverage: the repeated-calibration study of lara.calibrate.coverage."""
 
     SECTION: ClassVar[str] = "coverage"
 
-    tau: float = setting(help="The cost budget (the first listed one).", key="calibration.tau")
-    quantile: float = setting(help="The bootstrap procedure's quantile.", exclusive_minimum=0, exclusive_maximum=1,
-                              key="calibration.quantile")
-    delta: float = setting(help="LTT's delta.", exclusive_minimum=0, exclusive_maximum=1, key="calibration.delta")
-    cost_bounds: list[float] | None = setting(help="CRC and LTT's cost bounds (`lara coverage` needs them).", length=2,
-                                              key="calibration.cost_bounds")
-    lambda_search_max: float = setting(help="The search interval's end.", exclusive_minimum=0,
-                                       key="calibration.lambda_search_max")
     bon_n: int = setting(help="The Best-of-N size calibrated for.", minimum=1, key="decode.bon_n")
     repeats: int = setting(200, "Calibration draws per size (the violation rate's binomial interval narrows as "
                                 "1/sqrt(repeats)).", minimum=1)

@@ -102,6 +102,21 @@ class CoverageRules:
                                            "each draw's bootstrap procedure's")
 
 
+@dataclass(frozen=True)
+class CoverageCalibration(CoverageRules):
+    """The calibration section's keys every coverage study reads (borrowed: the deployed calibration's values), with
+    the coverage rules."""
+
+    tau: float = setting(help="The cost budget (the first listed one).", key="calibration.tau")
+    quantile: float = setting(help="The bootstrap procedure's quantile.", exclusive_minimum=0, exclusive_maximum=1,
+                              key="calibration.quantile")
+    delta: float = setting(help="LTT's delta.", exclusive_minimum=0, exclusive_maximum=1, key="calibration.delta")
+    cost_bounds: list[float] | None = setting(help="CRC and LTT's cost bounds (a coverage study needs them).",
+                                              length=2, key="calibration.cost_bounds")
+    lambda_search_max: float = setting(help="The search interval's end.", exclusive_minimum=0,
+                                       key="calibration.lambda_search_max")
+
+
 # ---------------------------------------------------------------------------------------------
 # Searches on the grid
 
