@@ -149,18 +149,6 @@ def promises(m: int, cal: CalibrationSettings) -> dict:
     return out
 
 
-def _sample_sizes(pop, m: int, cov: CoverageSettings) -> tuple[int, list]:
-    """The population's K and the K of each draw (None: all of a prompt's samples), checked against N and n."""
-    if pop.costs.shape[2] != m:
-        raise ValueError(f"the scores hold {pop.costs.shape[2]} costs for {m} constraints")
-    k_pop = int(pop.mask.sum(axis=1).min())
-    ks = sample_sizes(k_pop, cov)
-    small = [n for n in cov.n_prompts if n < 2]
-    if small and m > 1:
-        raise ValueError(f"coverage.n_prompts {small}: LTT splits each draw in two; each n must be >= 2")
-    return k_pop, ks
-
-
 def _run_draws(pop, ks: list, k_pop: int, tau, cal: CalibrationSettings, cov: CoverageSettings, limits, procs,
                progress=None) -> list[dict]:
     """Every draw (K, n, repeat) calibrated: each procedure's lambda and whether it deploys one."""
@@ -239,6 +227,7 @@ def study(pop, constraints, cal: CalibrationSettings, cov: CoverageSettings, pro
                                                                                                       pd.DataFrame]:
     """The coverage study of the module docstring on the population ``pop`` (a VectorScores): its record
     (population, promises, the summary per procedure, size and K) and the per-draw rows."""
+    from lara.calibrate.decoder import clipped_share
     from lara.calibrate.vector import bon_along_soft_direction
     from lara.constraints.spec import bounds as cost_bounds
 
@@ -246,7 +235,10 @@ def study(pop, constraints, cal: CalibrationSettings, cov: CoverageSettings, pro
     names = [c.name for c in constraints]
     tau = np.array([c.tau for c in constraints], dtype=float)
     m = len(constraints)
-    k_pop, ks = _sample_sizes(pop, m, cov)
+    if pop.costs.shape[2] != m:
+        raise ValueError(f"the scores hold {pop.costs.shape[2]} costs for {m} constraints")
+    k_pop = int(pop.mask.sum(axis=1).min())
+    ks = sample_sizes(k_pop, cov)  # (each n >= 2, as LTT's split of a draw in two needs: check_settings)
     t0 = time.perf_counter()
     ref = bon_along_soft_direction(pop.reward, pop.costs, pop.mask, tau, cov.bon_n, cal.beta, cov.lambda_search_max)
     lam_pop = ref["lambda"]
@@ -256,8 +248,7 @@ def study(pop, constraints, cal: CalibrationSettings, cov: CoverageSettings, pro
                           "bootstrap's; LTT needs fixed cost bounds [lo, hi] (calibration.cost_bounds or each "
                           "constraint's bounds)")
     live = pop.costs[pop.mask]
-    clipped_fraction = {name: {"below": float((live[:, j] < limits[j][0]).mean()),
-                               "above": float((live[:, j] > limits[j][1]).mean()), "bounds": limits[j]}
+    clipped_fraction = {name: clipped_share(live[:, j], limits[j]) | {"bounds": limits[j]}
                         for j, name in enumerate(names)}
     procs = SCALAR_PROCEDURES if m == 1 else VECTOR_PROCEDURES
     rows = _run_draws(pop, ks, k_pop, tau, cal, cov, limits, procs, progress)
