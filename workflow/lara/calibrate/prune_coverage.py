@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from lara.calibrate.procedures import CoverageCalibration
-from lara.calibrate.pruned import Scheduled
+from lara.calibrate.pruned import ScheduleKeys
 from lara.settings import Settings, add_settings_arguments, seed_setting, setting
 
 HELP = "coverage study of pruned Best-of-N's own calibration (bootstrap, CRC, LTT) on the scored prefix population"
@@ -23,16 +23,11 @@ OUTPUTS = ("out", "table")
 
 
 @dataclass(frozen=True)
-class PruneCoverageSettings(Scheduled, CoverageCalibration, Settings):
+class PruneCoverageSettings(ScheduleKeys, CoverageCalibration, Settings):
     """What the pruned decoder's coverage study reads (coverage, calibration and decode.bon_prune keys)."""
 
-    checkpoints: list[float] = setting(help="The schedule's checkpoints.", exclusive_minimum=0,
-                                       key="decode.bon_prune.checkpoints")
-    keep: list[float] = setting(help="The schedule's survivors.", exclusive_minimum=0, key="decode.bon_prune.keep")
     grid_points: int = setting(help="The lambda grid.", minimum=2, key="decode.bon_prune.grid_points")
     max_subsets: int = setting(help="N-subsets per prompt.", minimum=1, key="decode.bon_prune.max_subsets")
-    n: int = setting(help="Best-of-N candidates.", minimum=2, key="decode.bon_n")
-    max_new_tokens: int = setting(help="Longest response.", minimum=1, key="generation.max_new_tokens")
     repeats: int = setting(200, "Calibration draws per size.", minimum=1, key="coverage.repeats")
     n_prompts: list[int] = setting([50, 100, 200], "Calibration sizes n.", minimum=1, key="coverage.n_prompts")
     bootstrap: int = setting(1000, "Bootstrap replicates inside each draw.", minimum=1, key="coverage.bootstrap")
