@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -51,10 +51,16 @@ from lara.calibrate.dual import (
     mean_cost,
     solve,
 )
-from lara.calibrate.procedures import MAX_CLIPPED, QUANTILES, CalibrationRules, check_clipping
-from lara.calibrate.record import write_lambda
+from lara.calibrate.procedures import (
+    MAX_CLIPPED,
+    QUANTILES,
+    CalibrationRules,
+    bootstrap_summary,
+    check_clipping,
+    check_feasible,
+)
+from lara.calibrate.record import provenance, write_lambda
 from lara.io import sha256_file
-from lara.provenance import code_version
 from lara.read.files import DataError, read_table, require_in_range
 from lara.settings import (
     COST_RESOLUTION,
@@ -143,14 +149,11 @@ class CalibrationSettings(CalibrationRules, Settings):
 LAMBDA_SEARCH_LIMIT = 1e12  # beyond it the search's grids lose their resolution
 
 
-class Infeasible(RuntimeError):
-    """tau cannot be met within [0, lambda_search_max]."""
-
-
 def load_scores(path: str | Path, prompts: list | None = None) -> PromptScores:
     """The calibration scores, checked (numeric, one row per sample, each prompt once by id and text); ``prompts``
     (a list) receives their :class:`lara.identity.PromptSet`."""
     from lara import identity
+    from lara.read.expect import check_pairs
 
     df = read_table(path, required=("prompt_id", "reward", "cost"))
     found = identity.prompt_set(df, str(path))
@@ -162,12 +165,7 @@ def load_scores(path: str | Path, prompts: list | None = None) -> PromptScores:
             row = int(np.flatnonzero(bad.to_numpy())[0]) if bad.any() else 0
             raise DataError(f"{path}: column {col!r} must be numeric; row {row} holds {df[col].iloc[row]!r}")
     if "sample_id" in df.columns:
-        dup = df.duplicated(["prompt_id", "sample_id"], keep=False)
-        if dup.any():
-            rows = np.flatnonzero(dup.to_numpy())
-            pid, sid = str(df["prompt_id"].iloc[rows[0]]), df["sample_id"].iloc[rows[0]]
-            raise DataError(f"{path}: {len(rows)} rows repeat a (prompt_id, sample_id) pair, e.g. rows "
-                            f"{rows[:4].tolist()} ({pid!r}, {sid}); a duplicated sample would be counted twice")
+        check_pairs(df, ["prompt_id", "sample_id"], str(path))
     require_in_range(df, ("reward", "cost"), path)
     try:
         return PromptScores.from_long(df["prompt_id"].to_numpy(), df["reward"].to_numpy(float),
@@ -239,7 +237,8 @@ def calibrate(scores: PromptScores, s: CalibrationSettings, weights: np.ndarray 
         "feasible": sol.feasible and deployed["feasible"],
         "cost_range": list(sol.cost_range),
         "bisection_iterations": sol.iterations,
-        "bootstrap": bootstrap_summary(boot, s),
+        "bootstrap": bootstrap_summary(lams, boot.status, s, {str(q): float(np.quantile(lams, q))
+                                                              for q in sorted({*QUANTILES, s.quantile})}),
         "tau": s.tau,
         "beta": s.beta,
         "lambda_search_max": s.lambda_search_max,
@@ -267,23 +266,6 @@ def unequal_weights(weights, s: CalibrationSettings) -> np.ndarray | None:
         raise ValueError(f"calibration.guarantee: {s.guarantee} has no covariate-shift weighted version (weighted: "
                          f"bootstrap, {', '.join(WEIGHTED)}), so a reweighted calibration cannot deploy it")
     return None if weights is None or equal_weights(weights) else np.asarray(weights, dtype=float)
-
-
-def bootstrap_summary(boot, s: CalibrationSettings) -> dict:
-    """The record's summary of the bootstrap replicates of lambda-hat."""
-    lams = boot.lams
-    hist, edges = np.histogram(lams, bins=50)
-    return {
-        "replicates": s.bootstrap,
-        "quantile": s.quantile,
-        "mean": float(lams.mean()),
-        "std": float(lams.std(ddof=1)) if len(lams) > 1 else 0.0,
-        # with the deployed one, so a reader can check lambda_star against it (lara.calibrate.record)
-        "quantiles": {str(q): float(np.quantile(lams, q)) for q in sorted({*QUANTILES, s.quantile})},
-        "n_inactive": int((boot.status == 1).sum()),
-        "n_infeasible": int((boot.status == 2).sum()),
-        "histogram": {"counts": hist.tolist(), "edges": edges.tolist()},
-    }
 
 
 def certify(scores: PromptScores, s: CalibrationSettings, bon_n: int | None, k_min: int,
@@ -499,12 +481,8 @@ def run(args) -> None:
                    f"{s.lambda_search_max}] with {result['n_prompts']:,} calibration prompts and cost_bounds "
                    f"{s.cost_bounds}" + (f" at delta {s.delta}" if s.guarantee in ("ltt", "ltt_wsr") else "")
                    + " (more prompts, tighter fixed bounds, or a larger tau)")
-        if not args.allow_infeasible:
-            raise DataError(f"{args.scores}: {msg}; raise calibration.lambda_search_max or tau, or pass "
-                            "--allow-infeasible")
-        log.warning("%s; writing lambda_search_max with feasible=false", msg)
-    result |= {"settings": asdict(s), "scores": {"path": str(args.scores), "sha256": sha256_file(args.scores)},
-               "code": code_version(), "identity": made}
+        check_feasible(msg, args.allow_infeasible, args.scores)
+    result |= provenance(s, args.scores, identity=made)
     write_lambda(result, args.out)
     b = result["bootstrap"]
     log.info("decoder %s: expected cost %.6g at lambda_hat, %.6g at lambda_star (tau %g)", result["decoder"],

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -35,7 +35,7 @@ import pandas as pd
 
 from lara.calibrate.certify import CERTIFIED, PROCEDURES, certified_lambda, clip_costs, clipped_steps
 from lara.calibrate.dual import PromptScores
-from lara.calibrate.procedures import CoverageRules
+from lara.calibrate.procedures import CoverageCalibration
 from lara.settings import (
     Settings,
     add_settings_arguments,
@@ -52,19 +52,11 @@ OUTPUTS = ("out", "table")
 
 
 @dataclass(frozen=True)
-class CoverageSettings(CoverageRules, Settings):
+class CoverageSettings(CoverageCalibration, Settings):
     """coverage: the repeated-calibration study of lara.calibrate.coverage."""
 
     SECTION: ClassVar[str] = "coverage"
 
-    tau: float = setting(help="The cost budget (the first listed one).", key="calibration.tau")
-    quantile: float = setting(help="The bootstrap procedure's quantile.", exclusive_minimum=0, exclusive_maximum=1,
-                              key="calibration.quantile")
-    delta: float = setting(help="LTT's delta.", exclusive_minimum=0, exclusive_maximum=1, key="calibration.delta")
-    cost_bounds: list[float] | None = setting(help="CRC and LTT's cost bounds (`lara coverage` needs them).", length=2,
-                                              key="calibration.cost_bounds")
-    lambda_search_max: float = setting(help="The search interval's end.", exclusive_minimum=0,
-                                       key="calibration.lambda_search_max")
     bon_n: int = setting(help="The Best-of-N size calibrated for.", minimum=1, key="decode.bon_n")
     repeats: int = setting(200, "Calibration draws per size (the violation rate's binomial interval narrows as "
                                 "1/sqrt(repeats)).", minimum=1)
@@ -90,17 +82,89 @@ def population_curves(pop: PromptScores, n: int, lams: np.ndarray, clip: np.ndar
     return out
 
 
-def draw(pop: PromptScores, rng: np.random.Generator, n: int, k: int | None) -> tuple[np.ndarray, PromptScores | None]:
+def draw(pop, rng: np.random.Generator, n: int, k: int | None, costs: str = "cost") -> tuple[np.ndarray, object]:
     """n prompts i.i.d. from the population (their indices), each with k of its samples drawn without
-    replacement (k None: all of them, and no table: the draw is a weighting of the population's prompts)."""
+    replacement (k None: all of them, and no table: the draw is a weighting of the population's prompts); ``costs``:
+    the population's field of costs (``cost`` (P, K) of a :class:`PromptScores`, or ``costs`` (P, K, m) of the
+    constraints' scores: the same random numbers draw the same prompts and samples)."""
     idx = rng.integers(0, pop.n_prompts, size=n)
     if k is None:
         return idx, None
-    r, c, m = pop.reward[idx], pop.cost[idx], pop.mask[idx]
+    m = pop.mask[idx]
     keys = np.where(m, rng.random(m.shape), np.inf)  # real samples in random order, padding last
     cols = np.argsort(keys, axis=1)[:, :k]
-    take = np.take_along_axis
-    return idx, PromptScores(take(r, cols, 1), take(c, cols, 1), take(m, cols, 1), pop.prompt_ids[idx])
+
+    def take(a):
+        return np.take_along_axis(a[idx], cols.reshape(cols.shape + (1,) * (a.ndim - 2)), 1)
+
+    return idx, type(pop)(take(pop.reward), take(getattr(pop, costs)), take(pop.mask), pop.prompt_ids[idx])
+
+
+def sample_sizes(k_pop: int, s) -> list:
+    """The K of each draw (None: all of a prompt's samples) of the coverage settings ``s``, each checked against
+    decode.bon_n and the population's K ``k_pop``."""
+    if s.bon_n > k_pop:
+        raise ValueError(f"decode.bon_n = {s.bon_n} but a population prompt has only K = {k_pop} samples")
+    ks = [None] if s.samples_per_prompt is None else sorted(set(s.samples_per_prompt))
+    bad = [k for k in ks if k is not None and not s.bon_n <= k <= k_pop]
+    if bad:
+        raise ValueError(f"coverage.samples_per_prompt {bad}: each K must lie in [decode.bon_n = {s.bon_n}, the "
+                         f"population's K = {k_pop}]")
+    return ks
+
+
+def repeat_draws(ks: list, k_pop: int, s, one, progress=None) -> list[dict]:
+    """Every draw (K, n, repeat) of the coverage settings ``s`` calibrated by ``one(n, k)`` (each procedure's
+    (lambda, feasible) on a fresh draw), as rows; ``progress(done, total, elapsed)`` every 5 % of the draws."""
+    sizes = sorted(set(s.n_prompts))
+    rows = []
+    total, done, t0 = len(ks) * len(sizes) * s.repeats, 0, time.perf_counter()
+    for k in ks:
+        for n in sizes:
+            for rep in range(s.repeats):
+                rows += [{"k": k or k_pop, "n": n, "repeat": rep, "procedure": p, "lambda": lam, "feasible": ok}
+                         for p, (lam, ok) in one(n, k).items()]
+                done += 1
+                if progress and (done % max(1, total // 20) == 0 or done == total):
+                    progress(done, total, time.perf_counter() - t0)
+    return rows
+
+
+def log_progress(done: int, total: int, elapsed: float) -> None:
+    """A coverage study's progress, logged."""
+    log.info("draw %d/%d (%.1f s, ETA %.0f s)", done, total, elapsed, elapsed / done * (total - done))
+
+
+def violation_summary(g: pd.DataFrame) -> dict:
+    """A group of draws' size and its violation rate (column ``violated``) with its Clopper-Pearson 95 % interval."""
+    v = int(g["violated"].sum())
+    lo, hi = clopper_pearson(v, len(g))
+    return {"repeats": len(g), "violation_rate": v / len(g), "violation_lo": lo, "violation_hi": hi}
+
+
+def lambda_band(lam: pd.Series, suffix: str = "") -> dict:
+    """The mean of a group of draws' lambdas and their 2.5-97.5 % band."""
+    return {f"lambda_mean{suffix}": float(lam.mean()), f"lambda_lo{suffix}": float(lam.quantile(0.025)),
+            f"lambda_hi{suffix}": float(lam.quantile(0.975))}
+
+
+def population(parts: list, paths, costs: str = "cost") -> tuple:
+    """The population of several tables' scores (reward, ``costs``, mask, prompt ids): each padded to the widest K
+    (padding masked out); a prompt_id found in two tables is refused, naming them."""
+    from lara.read.files import DataError
+
+    ids = np.concatenate([p.prompt_ids for p in parts])
+    if len(np.unique(ids)) != len(ids):
+        raise DataError(f"--scores {', '.join(map(str, paths))}: a prompt_id appears in two tables; the "
+                        "population's prompts must be distinct")
+    kmax = max(p.reward.shape[1] for p in parts)
+
+    def pad(a, fill):
+        return np.pad(a, [(0, 0), (0, kmax - a.shape[1])] + [(0, 0)] * (a.ndim - 2), constant_values=fill)
+
+    return (np.concatenate([pad(p.reward, 0.0) for p in parts]),
+            np.concatenate([pad(getattr(p, costs), 0.0) for p in parts]),
+            np.concatenate([pad(p.mask, False) for p in parts]), ids)
 
 
 @dataclass(frozen=True)
@@ -118,14 +182,20 @@ class Curves:
         return cls(cost, clipped_steps(sub, s.bon_n, s.lambda_search_max, s.cost_bounds, cost))
 
 
-def calibrate_draw(curves: Curves, rows: np.ndarray, s: CoverageSettings, rng: np.random.Generator) -> dict:
+def calibrate_draw(curves: Curves, rows: np.ndarray, s: CoverageSettings, rng: np.random.Generator,
+                   hat: bool = False) -> dict:
     """Each procedure's lambda (and whether it reached tau) on one calibration draw: the prompts ``rows`` (with
     repeats) of the prompts ``curves`` describe. The same computation as ``lara calibrate`` (exact roots of the
-    weighted mean; the bootstrap resamples the drawn prompts), with the drawn prompts as weights."""
+    weighted mean; the bootstrap resamples the drawn prompts), with the drawn prompts as weights; ``hat``: with
+    lambda-hat first (the exact root of the draw's mean expected Best-of-N cost)."""
     from lara.calibrate.bestofn import roots
 
     n, p = len(rows), len(curves.cost.start)
     w = np.bincount(rows, minlength=p)[None, :] / n
+    out = {}
+    if hat:
+        lam, status = roots(curves.cost, w, s.tau, s.lambda_search_max)
+        out["hat"] = (float(lam[0]), bool(status[0] != 2))
     boot = rows[rng.integers(0, n, size=(s.bootstrap, n))]
     wb = np.empty((s.bootstrap, p))
     for i in range(s.bootstrap):
@@ -133,7 +203,7 @@ def calibrate_draw(curves: Curves, rows: np.ndarray, s: CoverageSettings, rng: n
     wb /= n
     lams, status = roots(curves.cost, wb, s.tau, s.lambda_search_max)
     # the bootstrap's lambda* is infeasible when its quantile lands on replicates that never reach tau
-    out = {"bootstrap": (float(np.quantile(lams, s.quantile)), bool((status == 2).mean() <= 1 - s.quantile))}
+    out["bootstrap"] = (float(np.quantile(lams, s.quantile)), bool((status == 2).mean() <= 1 - s.quantile))
     for proc in CERTIFIED:  # (the draw is i.i.d., so its own order is the betting test's: ``rows``)
         c = certified_lambda(curves.clipped, n, proc, s.tau, s.lambda_search_max, s.cost_bounds, s.delta, weights=w,
                              rows=rows)
@@ -147,34 +217,22 @@ def study(pop: PromptScores, s: CoverageSettings, progress=None) -> tuple[dict, 
     from lara.calibrate.bestofn import roots
 
     k_pop = int(pop.counts.min())
-    if s.bon_n > k_pop:
-        raise ValueError(f"decode.bon_n = {s.bon_n} but a population prompt has only K = {k_pop} samples")
-    ks = [None] if s.samples_per_prompt is None else sorted(set(s.samples_per_prompt))
-    bad = [k for k in ks if k is not None and not s.bon_n <= k <= k_pop]
-    if bad:
-        raise ValueError(f"coverage.samples_per_prompt {bad}: each K must lie in [decode.bon_n = {s.bon_n}, the "
-                         f"population's K = {k_pop}]")
+    ks = sample_sizes(k_pop, s)
     clip, frac = clip_costs(pop.cost, pop.mask, s.cost_bounds)
     whole = Curves.of(pop, s)  # every draw of whole prompts is a weighting of these
     lam_pop, status = roots(whole.cost, np.full((1, pop.n_prompts), 1.0 / pop.n_prompts), s.tau, s.lambda_search_max)
     lam_pop = float(lam_pop[0])
     pop_at = population_curves(pop, s.bon_n, [0.0, lam_pop], clip)
     rng = np.random.default_rng([s.seed, 27])
-    rows = []
-    total, done, t0 = len(ks) * len(s.n_prompts) * s.repeats, 0, time.perf_counter()
-    for k in ks:
-        for n in sorted(set(s.n_prompts)):
-            for rep in range(s.repeats):
-                idx, sub = draw(pop, rng, n, k)
-                if sub is None:
-                    chosen = calibrate_draw(whole, idx, s, rng)
-                else:  # K of each prompt's samples: the draw's own curves
-                    chosen = calibrate_draw(Curves.of(sub, s), np.arange(n), s, rng)
-                rows += [{"k": k or k_pop, "n": n, "repeat": rep, "procedure": p, "lambda": lam, "feasible": ok}
-                         for p, (lam, ok) in chosen.items()]
-                done += 1
-                if progress and (done % max(1, total // 20) == 0 or done == total):
-                    progress(done, total, time.perf_counter() - t0)
+    t0 = time.perf_counter()
+
+    def one(n, k):
+        idx, sub = draw(pop, rng, n, k)
+        if sub is None:
+            return calibrate_draw(whole, idx, s, rng)
+        return calibrate_draw(Curves.of(sub, s), np.arange(n), s, rng)  # K of each prompt's samples: its own curves
+
+    rows = repeat_draws(ks, k_pop, s, one, progress)
     draws = pd.DataFrame(rows)
     uniq, inv = np.unique(draws["lambda"].to_numpy(), return_inverse=True)
     curves = population_curves(pop, s.bon_n, uniq, clip)
@@ -182,16 +240,13 @@ def study(pop: PromptScores, s: CoverageSettings, progress=None) -> tuple[dict, 
     draws["violated"] = draws["population_cost"] > s.tau
     summary = []
     for (k, n, proc), g in draws.groupby(["k", "n", "procedure"], sort=True):
-        v = int(g["violated"].sum())
-        lo, hi = clopper_pearson(v, len(g))
         summary.append({
-            "procedure": proc, "n": int(n), "k": int(k), "repeats": len(g), "violation_rate": v / len(g),
-            "violation_lo": lo, "violation_hi": hi, "mean_population_cost": float(g["population_cost"].mean()),
+            "procedure": proc, "n": int(n), "k": int(k), **violation_summary(g),
+            "mean_population_cost": float(g["population_cost"].mean()),
             "mean_population_clipped_cost": float(g["population_clipped_cost"].mean()),
             "mean_reward": float(g["population_reward"].mean()),
             "reward_given_up": float(pop_at[2, 1] - g["population_reward"].mean()),
-            "lambda_mean": float(g["lambda"].mean()), "lambda_lo": float(g["lambda"].quantile(0.025)),
-            "lambda_hi": float(g["lambda"].quantile(0.975)), "infeasible_rate": float(1 - g["feasible"].mean())})
+            **lambda_band(g["lambda"]), "infeasible_rate": float(1 - g["feasible"].mean())})
     order = {p: i for i, p in enumerate(PROCEDURES)}
     summary.sort(key=lambda r: (r["k"], order[r["procedure"]], r["n"]))
     return {
@@ -222,8 +277,8 @@ def add_arguments(parser) -> None:
 def run(args) -> None:
     from lara.calibrate.calibrate import load_scores
     from lara.calibrate.procedures import check_sizes
-    from lara.io import sha256_file, write_json
-    from lara.provenance import code_version
+    from lara.calibrate.record import provenance
+    from lara.io import write_json
     from lara.read.files import DataError, write_table
 
     s = read_settings(args, CoverageSettings)
@@ -233,27 +288,11 @@ def run(args) -> None:
         raise ConfigError("calibration.cost_bounds: the coverage study compares CRC and LTT with the bootstrap; they "
                           "need fixed cost bounds [lo, hi]")
     check_sizes(s.n_prompts)
-    parts = [load_scores(p) for p in args.scores]
-    ids = np.concatenate([p.prompt_ids for p in parts])
-    if len(np.unique(ids)) != len(ids):
-        raise DataError(f"{', '.join(args.scores)}: a prompt_id appears in two tables; the population's prompts "
-                        "must be distinct")
-    kmax = max(p.reward.shape[1] for p in parts)
-
-    def pad(a, fill):
-        return np.pad(a, ((0, 0), (0, kmax - a.shape[1])), constant_values=fill)
-
-    pop = PromptScores(np.concatenate([pad(p.reward, 0.0) for p in parts]),
-                       np.concatenate([pad(p.cost, 0.0) for p in parts]),
-                       np.concatenate([pad(p.mask, False) for p in parts]), ids)
+    pop = PromptScores(*population([load_scores(p) for p in args.scores], args.scores))
     log.info("population: %d prompts (K %d to %d) from %s; settings %s", pop.n_prompts, int(pop.counts.min()),
              int(pop.counts.max()), ", ".join(args.scores), s)
-
-    def progress(done, total, elapsed):
-        log.info("draw %d/%d (%.1f s, ETA %.0f s)", done, total, elapsed, elapsed / done * (total - done))
-
     try:
-        result, _ = study(pop, s, progress)
+        result, _ = study(pop, s, log_progress)
     except ValueError as exc:
         raise DataError(f"{', '.join(args.scores)}: {exc}") from None
     p = result["population"]
@@ -265,7 +304,6 @@ def run(args) -> None:
                  "[%.4g, %.4g]", r["procedure"], r["n"], r["k"], r["violation_rate"], r["violation_lo"],
                  r["violation_hi"], r["mean_population_cost"], r["reward_given_up"], r["lambda_mean"], r["lambda_lo"],
                  r["lambda_hi"])
-    result |= {"settings": asdict(s), "tau": s.tau,
-               "scores": [{"path": str(x), "sha256": sha256_file(x)} for x in args.scores], "code": code_version()}
+    result |= provenance(s, args.scores, tau=s.tau)
     write_table(pd.DataFrame(result["summary"]), args.table)
     write_json(args.out, result)

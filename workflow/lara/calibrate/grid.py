@@ -26,10 +26,7 @@ def calibrate_command(args, cls, from_table, scorers: tuple[str, ...] = ()) -> N
     """``--scores`` (the calibration samples) -> the decoder's record at ``--out``."""
     from lara import identity
     from lara.calibrate import procedures
-    from lara.calibrate.record import write_lambda
-    from lara.io import sha256_file
-    from lara.provenance import code_version
-    from lara.read.files import DataError
+    from lara.calibrate.record import provenance, write_lambda
     from lara.settings import read_settings
 
     s = read_settings(args, cls)
@@ -47,15 +44,12 @@ def calibrate_command(args, cls, from_table, scorers: tuple[str, ...] = ()) -> N
     if not result["feasible"]:
         msg = (f"{decoder.describe()}: the {s.guarantee} lambda reaches tau = {s.tau} at no grid lambda in [0, "
                f"{s.lambda_search_max}] (calibration mean cost {result['curves']['mean_cost'][-1]:.6g} at the end)")
-        if not args.allow_infeasible:
-            raise DataError(f"{where}: {msg}; raise calibration.lambda_search_max or tau, or pass --allow-infeasible")
-        log.warning("%s; writing it with feasible=false", msg)
+        procedures.check_feasible(msg, args.allow_infeasible, where)
     made = identity.stamp("lambda", args.out, role=role, tau=s.tau, mode=decoder.mode, procedure=s.guarantee,
                           prompts=prompts.record(with_keys=True), decoder=result["decoder"],
                           **identity.inherit(found, "reward_scorer", "cost_scorer", *scorers),
                           made_from={"--scores": args.scores})
-    result |= {"settings": asdict(s), "scores": {"path": str(args.scores), "sha256": sha256_file(args.scores)},
-               "code": code_version(), "identity": made}
+    result |= provenance(s, args.scores, identity=made)
     write_lambda(result, args.out)
     log.info("lambda_hat %.6g (%s), lambda* %.6g (%s); calibration mean cost %.4f at lambda*, tau %g",
              result["lambda_hat"], result["status"], result["lambda_star"], s.guarantee,

@@ -102,6 +102,21 @@ class CoverageRules:
                                            "each draw's bootstrap procedure's")
 
 
+@dataclass(frozen=True)
+class CoverageCalibration(CoverageRules):
+    """The calibration section's keys every coverage study reads (borrowed: the deployed calibration's values), with
+    the coverage rules."""
+
+    tau: float = setting(help="The cost budget (the first listed one).", key="calibration.tau")
+    quantile: float = setting(help="The bootstrap procedure's quantile.", exclusive_minimum=0, exclusive_maximum=1,
+                              key="calibration.quantile")
+    delta: float = setting(help="LTT's delta.", exclusive_minimum=0, exclusive_maximum=1, key="calibration.delta")
+    cost_bounds: list[float] | None = setting(help="CRC and LTT's cost bounds (a coverage study needs them).",
+                                              length=2, key="calibration.cost_bounds")
+    lambda_search_max: float = setting(help="The search interval's end.", exclusive_minimum=0,
+                                       key="calibration.lambda_search_max")
+
+
 # ---------------------------------------------------------------------------------------------
 # Searches on the grid
 
@@ -269,7 +284,6 @@ def calibrate(decoder, s, cost: np.ndarray, where: str) -> dict:
     full_tokens = decoder.full_tokens()
     quantiles = {str(q): float(grid[int(np.quantile(boot_idx, q, method="higher"))])
                  for q in sorted({*QUANTILES, s.quantile})}
-    hist, edges = np.histogram(boot, bins=50)
     return {
         "lambda_hat": h.lam(grid),
         "lambda_star": deployed["lambda"],
@@ -285,10 +299,7 @@ def calibrate(decoder, s, cost: np.ndarray, where: str) -> dict:
         "subsets": {"exact": c.exact, "count": c.n_subsets, "max_standard_error": float(c.cost_se.mean(axis=0).max())},
         "tokens": {"full_best_of_n": full_tokens, "at_lambda_star": deployed["mean_tokens"],
                    "ratio_at_lambda_star": full_tokens / deployed["mean_tokens"]},
-        "bootstrap": {"replicates": s.bootstrap, "quantile": s.quantile, "mean": float(boot.mean()),
-                      "std": float(boot.std(ddof=1)) if len(boot) > 1 else 0.0, "quantiles": quantiles,
-                      "n_inactive": int((boot_status == 1).sum()), "n_infeasible": int((boot_status == 2).sum()),
-                      "histogram": {"counts": hist.tolist(), "edges": edges.tolist()}},
+        "bootstrap": bootstrap_summary(boot, boot_status, s, quantiles),
         "tau": s.tau,
         "lambda_search_max": s.lambda_search_max,
         "mode": decoder.mode,
@@ -302,6 +313,17 @@ def calibrate(decoder, s, cost: np.ndarray, where: str) -> dict:
         "timing_s": {"curves": t1 - t0, "bootstrap": t2 - t1, "certified": t3 - t2},
         **decoder.facts(deployed["lambda"]),
     }
+
+
+def bootstrap_summary(lams: np.ndarray, status: np.ndarray, s, quantiles: dict) -> dict:
+    """The record's summary of the bootstrap replicates ``lams`` of lambda-hat (``status``: each one's, 1 inactive, 2
+    infeasible) with their ``quantiles`` (the deployed one among them, so a reader can check lambda_star against it,
+    :mod:`lara.calibrate.record`)."""
+    hist, edges = np.histogram(lams, bins=50)
+    return {"replicates": s.bootstrap, "quantile": s.quantile, "mean": float(lams.mean()),
+            "std": float(lams.std(ddof=1)) if len(lams) > 1 else 0.0, "quantiles": quantiles,
+            "n_inactive": int((status == 1).sum()), "n_infeasible": int((status == 2).sum()),
+            "histogram": {"counts": hist.tolist(), "edges": edges.tolist()}}
 
 
 def check_sizes(n_prompts) -> None:
@@ -327,6 +349,14 @@ def check_clipping(result: dict, s, allow: bool, path) -> None:
     note = (f"cost_bounds {s.cost_bounds} clip {total:.1%} of the calibration costs (more than {MAX_CLIPPED:.0%}): "
             "the certificate is about the clipped cost")
     flag_clipping(result, note, s.guarantee, allow, path)
+
+
+def check_feasible(msg: str, allow: bool, where, budget: str = "tau") -> None:
+    """A record whose deployed lambda does not reach the budget (``msg`` says how): refused, naming ``where``,
+    unless allowed (then written with feasible=false)."""
+    if not allow:
+        raise DataError(f"{where}: {msg}; raise calibration.lambda_search_max or {budget}, or pass --allow-infeasible")
+    logging.getLogger(__name__).warning("%s; writing it with feasible=false", msg)
 
 
 def flag_clipping(result: dict, note: str, guarantee: str, allow: bool, where, bounds: str = "calibration.cost_bounds"

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from lara.calibrate.procedures import CoverageRules
-from lara.calibrate.pruned import Scheduled
+from lara.calibrate.procedures import CoverageCalibration
+from lara.calibrate.pruned import ScheduleKeys
 from lara.settings import Settings, add_settings_arguments, seed_setting, setting
 
 HELP = "coverage study of pruned Best-of-N's own calibration (bootstrap, CRC, LTT) on the scored prefix population"
@@ -23,24 +23,11 @@ OUTPUTS = ("out", "table")
 
 
 @dataclass(frozen=True)
-class PruneCoverageSettings(Scheduled, CoverageRules, Settings):
+class PruneCoverageSettings(ScheduleKeys, CoverageCalibration, Settings):
     """What the pruned decoder's coverage study reads (coverage, calibration and decode.bon_prune keys)."""
 
-    checkpoints: list[float] = setting(help="The schedule's checkpoints.", exclusive_minimum=0,
-                                       key="decode.bon_prune.checkpoints")
-    keep: list[float] = setting(help="The schedule's survivors.", exclusive_minimum=0, key="decode.bon_prune.keep")
     grid_points: int = setting(help="The lambda grid.", minimum=2, key="decode.bon_prune.grid_points")
     max_subsets: int = setting(help="N-subsets per prompt.", minimum=1, key="decode.bon_prune.max_subsets")
-    n: int = setting(help="Best-of-N candidates.", minimum=2, key="decode.bon_n")
-    max_new_tokens: int = setting(help="Longest response.", minimum=1, key="generation.max_new_tokens")
-    tau: float = setting(help="The cost budget (the first listed one).", key="calibration.tau")
-    quantile: float = setting(help="The bootstrap procedure's quantile.", exclusive_minimum=0, exclusive_maximum=1,
-                              key="calibration.quantile")
-    delta: float = setting(help="LTT's delta.", exclusive_minimum=0, exclusive_maximum=1, key="calibration.delta")
-    cost_bounds: list[float] | None = setting(help="CRC and LTT's cost bounds (the study needs them).", length=2,
-                                              key="calibration.cost_bounds")
-    lambda_search_max: float = setting(help="The search interval's end.", exclusive_minimum=0,
-                                       key="calibration.lambda_search_max")
     repeats: int = setting(200, "Calibration draws per size.", minimum=1, key="coverage.repeats")
     n_prompts: list[int] = setting([50, 100, 200], "Calibration sizes n.", minimum=1, key="coverage.n_prompts")
     bootstrap: int = setting(1000, "Bootstrap replicates inside each draw.", minimum=1, key="coverage.bootstrap")

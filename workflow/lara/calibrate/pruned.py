@@ -319,10 +319,9 @@ class PruneSettings(Scheduled, GridCalibration, Settings):
 
 
 @dataclass(frozen=True)
-class PruneScheduleSettings(Scheduled, Settings):
-    """The pruned decoder's schedule alone: what scoring the prefixes (lara score-prefixes) and running the decoder on
-    drawn candidates (lara select-bon-prune) read. Its lambda comes from its record, so a new tau or bootstrap reruns
-    neither the prefix scores nor its zero and max settings."""
+class ScheduleKeys(Scheduled):
+    """The schedule's keys (decode.bon_prune's and N's, borrowed), for every step that reads the schedule beside
+    settings of its own (a step's ``ties`` comes last: it has a default)."""
 
     n: int = setting(help="Best-of-N candidates.", minimum=2, key="decode.bon_n")
     max_new_tokens: int = setting(help="Longest response in tokens (fractions of it are checkpoints).", minimum=1,
@@ -330,6 +329,14 @@ class PruneScheduleSettings(Scheduled, Settings):
     checkpoints: list[float] = setting(help="The schedule's checkpoints.", exclusive_minimum=0,
                                        key="decode.bon_prune.checkpoints")
     keep: list[float] = setting(help="The schedule's survivors.", exclusive_minimum=0, key="decode.bon_prune.keep")
+
+
+@dataclass(frozen=True)
+class PruneScheduleSettings(ScheduleKeys, Settings):
+    """The pruned decoder's schedule alone: what scoring the prefixes (lara score-prefixes) and running the decoder on
+    drawn candidates (lara select-bon-prune) read. Its lambda comes from its record, so a new tau or bootstrap reruns
+    neither the prefix scores nor its zero and max settings."""
+
     ties: Literal["index", "keep"] = setting("index", "A tie at a keep cut.", key="decode.bon_prune.ties")
 
 

@@ -209,6 +209,22 @@ def write_lambda(record: dict, path: str | Path) -> None:
     write_json(path, record)
 
 
+def provenance(settings, scores, **more) -> dict:
+    """What every calibration's and coverage study's record carries beside its content: its settings, its input
+    table(s) with their sha256 (one entry for one path, a list for a list) and the code version that wrote it;
+    ``more``: the record's further keys of the same kind (its identity, ...)."""
+    from dataclasses import asdict
+
+    from lara.io import sha256_file
+    from lara.provenance import code_version
+
+    def one(path):
+        return {"path": str(path), "sha256": sha256_file(path)}
+
+    files = [one(p) for p in scores] if isinstance(scores, (list, tuple)) else one(scores)
+    return {"settings": asdict(settings), "scores": files, "code": code_version(), **more}
+
+
 def literal_name(value: float) -> str:
     """A number as a file-name part, the way literal lambda settings are written (the inverse of
     :func:`parse_setting`): 0.1 -> "0p1", 10.0 -> "10", 1e-7 -> "0p0000001" (the shortest decimal

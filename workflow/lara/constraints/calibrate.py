@@ -60,6 +60,7 @@ def load_vector_scores(path, constraints, flag: str = "--scores") -> VectorScore
     (:meth:`lara.constraints.spec.Constraint.loss`: a probability constraint's 1[c > threshold])."""
     from lara import identity
     from lara.calibrate.dual import InputError, PromptScores
+    from lara.read.expect import check_pairs
     from lara.read.files import DataError, require_in_range
 
     columns = [c.column for c in constraints]
@@ -67,8 +68,8 @@ def load_vector_scores(path, constraints, flag: str = "--scores") -> VectorScore
     require_in_range(art.df, ("reward", *columns), f"{flag} {path}")
     art.expect("constraints", [c.name for c in constraints], "scored for other constraints")
     df = art.df
-    if "sample_id" in df.columns and df.duplicated(["prompt_id", "sample_id"]).any():
-        raise DataError(f"{flag} {path}: a (prompt_id, sample_id) pair is repeated; it would be counted twice")
+    if "sample_id" in df.columns:
+        check_pairs(df, ["prompt_id", "sample_id"], f"{flag} {path}")
     pid = df["prompt_id"].to_numpy()
     try:
         per = [PromptScores.from_long(pid, df["reward"].to_numpy(float), c.loss(df[c.column])) for c in constraints]
@@ -289,9 +290,10 @@ def scorers_of(scores: VectorScores) -> dict:
 
 def run(args) -> None:
     from lara import identity
+    from lara.calibrate.procedures import check_feasible
+    from lara.calibrate.record import provenance
     from lara.constraints.spec import from_arg
-    from lara.io import sha256_file, write_json
-    from lara.provenance import code_version
+    from lara.io import write_json
     from lara.read.files import DataError
     from lara.settings import nonfinite
 
@@ -316,15 +318,11 @@ def run(args) -> None:
     if not result["feasible"]:
         msg = (f"no lambda in [0, {s.lambda_search_max}]^{len(constraints)} along the searched ray meets every tau "
                f"{result['tau']} ({s.guarantee})")
-        if not args.allow_infeasible:
-            raise DataError(f"--scores {args.scores}: {msg}; raise calibration.lambda_search_max or the taus, or pass "
-                            "--allow-infeasible")
-        log.warning("%s; writing feasible=false", msg)
+        check_feasible(msg, args.allow_infeasible, f"--scores {args.scores}", "the taus")
     made = identity.stamp("lambda_vector", args.out, role=role, tau=result["tau"], names=result["names"],
                           procedure=s.guarantee, decoder=result["decoder"], **scorers_of(scores),
                           prompts=scores.prompts.record(with_keys=True), made_from={"--scores": args.scores})
-    result |= {"settings": asdict(s), "scores": {"path": str(args.scores), "sha256": sha256_file(args.scores)},
-               "code": code_version(), identity.KEY: made}
+    result |= provenance(s, args.scores, **{identity.KEY: made})
     bad = nonfinite({k: v for k, v in result.items() if k != "settings"})
     if bad:
         raise DataError(f"{args.out}: refusing to write a record whose {', '.join(bad)} is not finite")

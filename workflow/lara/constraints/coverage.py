@@ -51,9 +51,19 @@ import numpy as np
 import pandas as pd
 
 from lara.calibrate.calibrate import CalibrationSettings
-from lara.calibrate.coverage import CoverageSettings, Curves, calibrate_draw, draw
+from lara.calibrate.coverage import (
+    CoverageSettings,
+    Curves,
+    calibrate_draw,
+    draw,
+    lambda_band,
+    log_progress,
+    population,
+    repeat_draws,
+    sample_sizes,
+    violation_summary,
+)
 from lara.settings import SEED_MAX, ConfigError, add_settings_arguments, read_settings
-from lara.stats import clopper_pearson
 
 log = logging.getLogger(__name__)
 
@@ -91,21 +101,6 @@ def check_settings(cal: CalibrationSettings, cov: CoverageSettings, m: int) -> N
     check_sizes(cov.n_prompts)  # the scalar and grid studies' floor: a size, each of at least two prompts
 
 
-def vector_draw(pop, rng: np.random.Generator, n: int, k: int | None):
-    """n prompts i.i.d. from the population, each with k of its samples drawn without replacement (k None: all),
-    as a :class:`lara.constraints.calibrate.VectorScores`; the same random numbers as the scalar study's draw."""
-    from lara.constraints.calibrate import VectorScores
-
-    idx = rng.integers(0, pop.n_prompts, size=n)
-    r, c, m = pop.reward[idx], pop.costs[idx], pop.mask[idx]
-    if k is not None:
-        keys = np.where(m, rng.random(m.shape), np.inf)  # real samples in random order, padding last
-        cols = np.argsort(keys, axis=1)[:, :k]
-        r, m = np.take_along_axis(r, cols, 1), np.take_along_axis(m, cols, 1)
-        c = np.take_along_axis(c, cols[..., None], 1)
-    return VectorScores(r, c, m, pop.prompt_ids[idx])
-
-
 def population_at(pop, lams: np.ndarray, n: int, bounds) -> np.ndarray:
     """(L, 2m + 1): the population's mean expected Best-of-n cost vector, clipped cost vector and reward at each
     vector lambda (rows of ``lams``): :func:`lara.calibrate.vector.expected_vector`'s computation (the same
@@ -139,18 +134,6 @@ def _vector_draw(sub, tau, cal: CalibrationSettings, cov: CoverageSettings, seed
             for p in VECTOR_PROCEDURES}
 
 
-def _scalar_draw(curves: Curves, rows: np.ndarray, s1: CoverageSettings, rng: np.random.Generator) -> dict:
-    """One constraint: the scalar study's procedures on the draw, and lambda-hat (the exact root of the draw's
-    mean expected Best-of-N cost, :func:`lara.calibrate.bestofn.roots`), as ``lara calibrate`` computes them."""
-    from lara.calibrate.bestofn import roots
-
-    chosen = calibrate_draw(curves, rows, s1, rng)
-    w = np.bincount(rows, minlength=len(curves.cost.start)) / len(rows)
-    lam, status = roots(curves.cost, w[None, :], s1.tau, s1.lambda_search_max)
-    out = {"hat": ([float(lam[0])], bool(status[0] != 2))}
-    return out | {p: ([float(lam)], bool(ok)) for p, (lam, ok) in chosen.items()}
-
-
 def promises(m: int, cal: CalibrationSettings) -> dict:
     out = {"hat": {"promise": "none (the plug-in root on the draw)", "bound": None},
            "bootstrap": {"promise": f"none (nominal: the {cal.quantile:g} quantile of the prompt bootstrap; a "
@@ -166,53 +149,31 @@ def promises(m: int, cal: CalibrationSettings) -> dict:
     return out
 
 
-def _sample_sizes(pop, m: int, cov: CoverageSettings) -> tuple[int, list]:
-    """The population's K and the K of each draw (None: all of a prompt's samples), checked against N and n."""
-    if pop.costs.shape[2] != m:
-        raise ValueError(f"the scores hold {pop.costs.shape[2]} costs for {m} constraints")
-    k_pop = int(pop.mask.sum(axis=1).min())
-    if cov.bon_n > k_pop:
-        raise ValueError(f"decode.bon_n = {cov.bon_n} but a population prompt has only K = {k_pop} samples")
-    ks = [None] if cov.samples_per_prompt is None else sorted(set(cov.samples_per_prompt))
-    bad = [k for k in ks if k is not None and not cov.bon_n <= k <= k_pop]
-    if bad:
-        raise ValueError(f"coverage.samples_per_prompt {bad}: each K must lie in [decode.bon_n = {cov.bon_n}, the "
-                         f"population's K = {k_pop}]")
-    small = [n for n in cov.n_prompts if n < 2]
-    if small and m > 1:
-        raise ValueError(f"coverage.n_prompts {small}: LTT splits each draw in two; each n must be >= 2")
-    return k_pop, ks
-
-
 def _run_draws(pop, ks: list, k_pop: int, tau, cal: CalibrationSettings, cov: CoverageSettings, limits, procs,
                progress=None) -> list[dict]:
     """Every draw (K, n, repeat) calibrated: each procedure's lambda and whether it deploys one."""
     from lara.calibrate.dual import PromptScores
 
-    m, t0 = len(tau), time.perf_counter()
+    m = len(tau)
     if m == 1:
         pop1 = PromptScores(pop.reward, pop.costs[..., 0], pop.mask, pop.prompt_ids)
         s1 = replace(cov, tau=float(tau[0]), cost_bounds=limits[0])
         whole = Curves.of(pop1, s1)  # every draw of whole prompts is a weighting of these
     rng = np.random.default_rng([cov.seed, STREAM])
-    rows = []
-    total, done = len(ks) * len(set(cov.n_prompts)) * cov.repeats, 0
-    for k in ks:
-        for n in sorted(set(cov.n_prompts)):
-            for rep in range(cov.repeats):
-                if m == 1:
-                    idx, sub = draw(pop1, rng, n, k)
-                    chosen = (_scalar_draw(whole, idx, s1, rng) if sub is None
-                              else _scalar_draw(Curves.of(sub, s1), np.arange(n), s1, rng))
-                else:
-                    sub = vector_draw(pop, rng, n, k)
-                    chosen = _vector_draw(sub, tau, cal, cov, int(rng.integers(0, SEED_MAX)), limits)
-                rows += [{"k": k or k_pop, "n": n, "repeat": rep, "procedure": p, "lambda": list(chosen[p][0]),
-                          "feasible": chosen[p][1]} for p in procs]
-                done += 1
-                if progress and (done % max(1, total // 20) == 0 or done == total):
-                    progress(done, total, time.perf_counter() - t0)
-    return rows
+
+    def one(n, k):
+        if m == 1:  # the scalar study's procedures and lambda-hat, as ``lara calibrate`` computes them
+            idx, sub = draw(pop1, rng, n, k)
+            chosen = (calibrate_draw(whole, idx, s1, rng, hat=True) if sub is None
+                      else calibrate_draw(Curves.of(sub, s1), np.arange(n), s1, rng, hat=True))
+            return {p: ([float(chosen[p][0])], bool(chosen[p][1])) for p in procs}
+        idx, sub = draw(pop, rng, n, k, "costs")
+        if sub is None:  # every sample of each drawn prompt
+            sub = type(pop)(pop.reward[idx], pop.costs[idx], pop.mask[idx], pop.prompt_ids[idx])
+        chosen = _vector_draw(sub, tau, cal, cov, int(rng.integers(0, SEED_MAX)), limits)
+        return {p: (list(chosen[p][0]), chosen[p][1]) for p in procs}
+
+    return repeat_draws(ks, k_pop, cov, one, progress)
 
 
 def _at_population(pop, rows: list[dict], names, tau, bon_n: int, limits) -> pd.DataFrame:
@@ -240,10 +201,7 @@ def _summary_row(g: pd.DataFrame, proc: str, names, tau, cal: CalibrationSetting
     """One (K, n, procedure) group of draws: the joint and per-constraint violation rates, the population costs,
     reward and lambdas, and whether the rate is consistent with the procedure's promise."""
     reps = len(g)
-    v = int(g["violated"].sum())
-    lo, hi = clopper_pearson(v, reps)
-    row = {"procedure": proc, "n": int(g["n"].iloc[0]), "k": int(g["k"].iloc[0]), "repeats": reps,
-           "violation_rate": v / reps, "violation_lo": lo, "violation_hi": hi}
+    row = {"procedure": proc, "n": int(g["n"].iloc[0]), "k": int(g["k"].iloc[0]), **violation_summary(g)}
     row |= {f"violation_rate_{name}": float(g[f"violated_{name}"].mean()) for name in names}
     row |= {f"mean_population_cost_{name}": float(g[f"population_cost_{name}"].mean()) for name in names}
     row |= {f"mean_population_clipped_cost_{name}": float(g[f"population_clipped_cost_{name}"].mean())
@@ -251,13 +209,11 @@ def _summary_row(g: pd.DataFrame, proc: str, names, tau, cal: CalibrationSetting
     row["mean_reward"] = float(g["population_reward"].mean())
     row["reward_given_up"] = None if reward_pop is None else reward_pop - row["mean_reward"]
     for name in names:
-        lam = g[f"lambda_{name}"]
-        row |= {f"lambda_mean_{name}": float(lam.mean()), f"lambda_lo_{name}": float(lam.quantile(0.025)),
-                f"lambda_hi_{name}": float(lam.quantile(0.975))}
+        row |= lambda_band(g[f"lambda_{name}"], f"_{name}")
     row["infeasible_rate"] = float((~g["feasible"]).mean())
     row["returned_miss_rate"] = float(g["misses"].mean())
     if proc in ("ltt", "ltt_wsr"):
-        row["promise_consistent"] = bool(lo <= cal.delta)
+        row["promise_consistent"] = bool(row["violation_lo"] <= cal.delta)
     elif proc == "crc":
         clipped = g[f"population_clipped_cost_{names[0]}"]
         se = float(clipped.std(ddof=1) / np.sqrt(reps)) if reps > 1 else 0.0
@@ -271,6 +227,7 @@ def study(pop, constraints, cal: CalibrationSettings, cov: CoverageSettings, pro
                                                                                                       pd.DataFrame]:
     """The coverage study of the module docstring on the population ``pop`` (a VectorScores): its record
     (population, promises, the summary per procedure, size and K) and the per-draw rows."""
+    from lara.calibrate.decoder import clipped_share
     from lara.calibrate.vector import bon_along_soft_direction
     from lara.constraints.spec import bounds as cost_bounds
 
@@ -278,7 +235,10 @@ def study(pop, constraints, cal: CalibrationSettings, cov: CoverageSettings, pro
     names = [c.name for c in constraints]
     tau = np.array([c.tau for c in constraints], dtype=float)
     m = len(constraints)
-    k_pop, ks = _sample_sizes(pop, m, cov)
+    if pop.costs.shape[2] != m:
+        raise ValueError(f"the scores hold {pop.costs.shape[2]} costs for {m} constraints")
+    k_pop = int(pop.mask.sum(axis=1).min())
+    ks = sample_sizes(k_pop, cov)  # (each n >= 2, as LTT's split of a draw in two needs: check_settings)
     t0 = time.perf_counter()
     ref = bon_along_soft_direction(pop.reward, pop.costs, pop.mask, tau, cov.bon_n, cal.beta, cov.lambda_search_max)
     lam_pop = ref["lambda"]
@@ -288,8 +248,7 @@ def study(pop, constraints, cal: CalibrationSettings, cov: CoverageSettings, pro
                           "bootstrap's; LTT needs fixed cost bounds [lo, hi] (calibration.cost_bounds or each "
                           "constraint's bounds)")
     live = pop.costs[pop.mask]
-    clipped_fraction = {name: {"below": float((live[:, j] < limits[j][0]).mean()),
-                               "above": float((live[:, j] > limits[j][1]).mean()), "bounds": limits[j]}
+    clipped_fraction = {name: clipped_share(live[:, j], limits[j]) | {"bounds": limits[j]}
                         for j, name in enumerate(names)}
     procs = SCALAR_PROCEDURES if m == 1 else VECTOR_PROCEDURES
     rows = _run_draws(pop, ks, k_pop, tau, cal, cov, limits, procs, progress)
@@ -328,23 +287,13 @@ def load_population(paths, constraints):
     identity.distinct_files(paths, "--scores")
     parts = [load_vector_scores(p, constraints, "--scores") for p in paths]
     found = [part.prompts for part in parts]
-    ids = np.concatenate([p.prompt_ids for p in parts])
-    if len(np.unique(ids)) != len(ids):
-        raise DataError(f"--scores {', '.join(map(str, paths))}: a prompt_id appears in two tables; the "
-                        "population's prompts must be distinct")
+    pop = VectorScores(*population(parts, paths, "costs"))
     for i in range(len(paths)):
         for j in range(i):
             if found[i].keys & found[j].keys:
                 raise DataError(f"--scores {paths[j]} and {paths[i]}: share {len(found[i].keys & found[j].keys)} "
                                 "prompt text(s) under different ids; the population's prompts must be distinct")
-    kmax = max(p.reward.shape[1] for p in parts)
-
-    def pad(a, fill):
-        return np.pad(a, [(0, 0), (0, kmax - a.shape[1])] + [(0, 0)] * (a.ndim - 2), constant_values=fill)
-
-    return VectorScores(np.concatenate([pad(p.reward, 0.0) for p in parts]),
-                        np.concatenate([pad(p.costs, 0.0) for p in parts]),
-                        np.concatenate([pad(p.mask, False) for p in parts]), ids)
+    return pop
 
 
 # ---------------------------------------------------------------------------------------------
@@ -366,9 +315,9 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
+    from lara.calibrate.record import provenance
     from lara.constraints.spec import from_arg
-    from lara.io import sha256_file, write_json
-    from lara.provenance import code_version
+    from lara.io import write_json
     from lara.read.files import DataError, write_table
     from lara.settings import nonfinite
 
@@ -382,11 +331,8 @@ def run(args) -> None:
              pop.n_prompts, int(counts.min()), int(counts.max()), len(constraints), [c.name for c in constraints],
              [c.tau for c in constraints], ", ".join(args.scores), cov, cal)
 
-    def progress(done, total, elapsed):
-        log.info("draw %d/%d (%.1f s, ETA %.0f s)", done, total, elapsed, elapsed / done * (total - done))
-
     try:
-        result, _ = study(pop, constraints, cal, cov, progress)
+        result, _ = study(pop, constraints, cal, cov, log_progress)
     except ValueError as exc:
         raise DataError(f"--scores {', '.join(map(str, args.scores))}: {exc}") from None
     p = result["population"]
@@ -402,9 +348,8 @@ def run(args) -> None:
                  r["promise_consistent"])
     for proc, promise in result["promises"].items():
         log.info("%s: promise %s; consistent: %s", proc, promise["promise"], promise["consistent"])
-    result |= {"constraints": [asdict(c) for c in constraints], "settings": asdict(cov),
-               "calibration_settings": asdict(cal),
-               "scores": [{"path": str(x), "sha256": sha256_file(x)} for x in args.scores], "code": code_version()}
+    result |= provenance(cov, args.scores, constraints=[asdict(c) for c in constraints],
+                         calibration_settings=asdict(cal))
     bad = nonfinite({k: v for k, v in result.items() if k not in ("settings", "calibration_settings")})
     if bad:
         raise DataError(f"{args.out}: refusing to write a record whose {', '.join(bad)} is not finite")
