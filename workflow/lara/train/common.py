@@ -20,6 +20,7 @@ from lara.provenance import record
 from lara.runtime import rank, world_size
 from lara.settings import Dtype, Settings, cross_key, dtype_setting, seed_setting, setting
 from lara.train.checkpoints import (
+    fingerprint,
     numbered,
     prune,
     publish,
@@ -328,6 +329,39 @@ def train_with_resume(trainer, checkpoint_dir: str | Path, fp: dict | None = Non
     result = trainer.train(resume_from_checkpoint=resume)
     log.info("finished at step %d (training loss %.4f)", trainer.state.global_step, result.training_loss)
     return result
+
+
+def start(model_path: str, s: TrainSettings) -> None:
+    """What a TRL-trained stage does first: ``--model`` must be a model (:func:`lara.config.require_model`), then
+    every random generator is seeded with ``s.seed``."""
+    from lara.config import require_model
+
+    require_model(model_path, "--model")
+    seed_everything(s.seed)
+
+
+def load_tokenizer(model_path: str):
+    """The model's tokenizer, padding with its EOS token where it has no pad token."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def fit(trainer, checkpoint_dir: str | Path, s: TrainSettings, inputs: dict[str, str | Path]) -> dict:
+    """:func:`train_with_resume` (checkpoints fingerprinted by ``s`` and ``inputs``, ``s.resume_partial``): the
+    metrics every stage reports, the training loss and the last step."""
+    result = train_with_resume(trainer, checkpoint_dir, fingerprint(s, inputs), resume_partial=s.resume_partial)
+    return {"train_loss": result.training_loss, "global_step": trainer.state.global_step}
+
+
+def save_trained(trainer, tokenizer, out_dir: str | Path, metrics: dict, **kwargs) -> dict:
+    """:func:`save_model` of the trainer's model, its log history added to ``metrics`` (returned)."""
+    metrics["log_history"] = trainer.state.log_history
+    save_model(trainer.model, tokenizer, out_dir, metrics=metrics, **kwargs)
+    return metrics
 
 
 def save_model(model, tokenizer, out_dir: str | Path, *, kind: str, settings: TrainSettings,

@@ -174,26 +174,23 @@ def _on_disk(datasets: dict, checkpoints: Path):
 
 
 def train_safedpo(model_path: str, data_path: str, checkpoints: str, out: str, s: SafeDPOSettings) -> dict:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
     from trl import DPOConfig
 
-    from lara.config import require_model
     from lara.read.files import read_table
-    from lara.train.checkpoints import fingerprint
     from lara.train.common import (
+        fit,
+        load_tokenizer,
         progress_callback,
         quiet_trainer,
-        save_model,
-        seed_everything,
+        save_trained,
         split_eval,
+        start,
         torch_dtype,
-        train_with_resume,
         training_arguments,
     )
 
-    require_model(model_path, "--model")
-
-    seed_everything(s.seed)
+    start(model_path, s)
     df = read_table(data_path, required=("prompt", "response_0", "response_1", "better_response_id",
                                          "is_response_0_safe", "is_response_1_safe"))
     pairs, counts = safedpo_pairs(df, s.both_unsafe)
@@ -202,25 +199,20 @@ def train_safedpo(model_path: str, data_path: str, checkpoints: str, out: str, s
     log.info("SafeDPO transformation of %d pairs: %s; %d pairs carry the safety margin", len(df), counts,
              int(pairs["margin_indicator"].sum()))
     train_df, eval_df = split_eval(pairs, s.eval_fraction, s.seed)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = load_tokenizer(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype(s.dtype))
     args = training_arguments(DPOConfig, s, checkpoints, has_eval=len(eval_df) > 0, beta=s.beta,
                               loss_type=["sigmoid"], max_length=s.max_length, precompute_ref_log_probs=True,
                               remove_unused_columns=True)
     with _on_disk({"train": dpo_dataset(train_df), "eval": dpo_dataset(eval_df) if len(eval_df) else None},
                   Path(checkpoints)) as data:
-        trainer = _trainer_class()(model=model, args=args, train_dataset=data["train"], eval_dataset=data["eval"],
-                                   processing_class=tokenizer, callbacks=[progress_callback()], safety_delta=s.delta)
-    quiet_trainer(trainer)
+        trainer = quiet_trainer(_trainer_class()(
+            model=model, args=args, train_dataset=data["train"], eval_dataset=data["eval"], processing_class=tokenizer,
+            callbacks=[progress_callback()], safety_delta=s.delta))
     inputs = {"sft": model_path, "data": data_path}
-    result = train_with_resume(trainer, checkpoints, fingerprint(s, inputs), resume_partial=s.resume_partial)
     metrics = {"n_pairs": len(df), "transform": counts, "n_train": len(train_df), "n_eval": len(eval_df),
-               "n_margin": int(pairs["margin_indicator"].sum()), "train_loss": result.training_loss,
-               "global_step": trainer.state.global_step, "log_history": trainer.state.log_history}
-    save_model(trainer.model, tokenizer, out, kind="safedpo", settings=s, inputs=inputs, metrics=metrics)
-    return metrics
+               "n_margin": int(pairs["margin_indicator"].sum())} | fit(trainer, checkpoints, s, inputs)
+    return save_trained(trainer, tokenizer, out, metrics, kind="safedpo", settings=s, inputs=inputs)
 
 
 def add_arguments(parser) -> None:
