@@ -31,7 +31,20 @@ import pandas as pd
 
 from lara.settings import new_default, setting
 from lara.template import format_prompt
-from lara.train.common import TrainSettings
+from lara.train.common import (
+    TrainSettings,
+    add_common_arguments,
+    fit,
+    load_tokenizer,
+    progress_callback,
+    quiet_trainer,
+    read_train_settings,
+    save_trained,
+    split_eval,
+    start,
+    torch_dtype,
+    training_arguments,
+)
 
 log = logging.getLogger(__name__)
 
@@ -178,17 +191,6 @@ def train_safedpo(model_path: str, data_path: str, checkpoints: str, out: str, s
     from trl import DPOConfig
 
     from lara.read.files import read_table
-    from lara.train.common import (
-        fit,
-        load_tokenizer,
-        progress_callback,
-        quiet_trainer,
-        save_trained,
-        split_eval,
-        start,
-        torch_dtype,
-        training_arguments,
-    )
 
     start(model_path, s)
     df = read_table(data_path, required=("prompt", "response_0", "response_1", "better_response_id",
@@ -216,13 +218,9 @@ def train_safedpo(model_path: str, data_path: str, checkpoints: str, out: str, s
 
 
 def add_arguments(parser) -> None:
-    from lara.train.common import add_common_arguments
-
     add_common_arguments(parser, SafeDPOSettings, model_help="the SFT model (policy initialisation and reference)")
 
 
 def run(args) -> None:
-    from lara.train.common import read_train_settings
-
     s = read_train_settings(args, SafeDPOSettings)
     train_safedpo(args.model, args.data, args.checkpoints, args.out, s)

@@ -23,6 +23,7 @@ from lara.template import PROMPT_TEMPLATE
 from lara.train.common import (
     TrainSettings,
     ValueSettings,
+    add_common_arguments,
     device,
     fit,
     load_tokenizer,
@@ -186,8 +187,6 @@ def train_value(kind: str, model_path: str, data_path: str, checkpoints: str, ou
 
 
 def add_arguments(parser) -> None:
-    from lara.train.common import add_common_arguments
-
     parser.add_argument("--kind", required=True, choices=("reward", "cost"))
     add_common_arguments(parser, ValueSettings, model_help="initial model and pi_ref (the SFT model)")
 
