@@ -370,33 +370,25 @@ def save_model(model, tokenizer, out_dir: str | Path, *, kind: str, settings: Tr
     """Save weights and tokenizer atomically, with ``training_settings.json``,
     ``metrics.json``, ``provenance.json`` and, for scorers, ``lara_scorer.json``. Under a
     multi-process launch only the main process writes; the others wait until it has."""
-    if not is_main_process():
-        barrier()
-        return
     try:
-        _write_model(model, tokenizer, out_dir, kind=kind, settings=settings, inputs=inputs, metrics=metrics,
-                     scorer=scorer, extra_files=extra_files, state_dict=state_dict)
+        if not is_main_process():
+            return
+        with atomic_output(out_dir, directory=True) as tmp:
+            model.save_pretrained(tmp, state_dict=state_dict)
+            tokenizer.save_pretrained(tmp)
+            write_json(Path(tmp) / "training_settings.json", {"kind": kind, **asdict(settings)})
+            write_json(Path(tmp) / "metrics.json", metrics | {"processes": world_size()})
+            write_json(Path(tmp) / "provenance.json",
+                       record({"kind": kind, **asdict(settings)}, inputs=inputs, seed=settings.seed, device=device()))
+            if scorer is not None:
+                from lara.scoring import SCORER_FILE
+
+                write_json(Path(tmp) / SCORER_FILE, scorer)
+            for name, obj in (extra_files or {}).items():
+                write_json(Path(tmp) / name, obj)
+        log.info("saved %s model to %s", kind, out_dir)
     finally:
         barrier()
-
-
-def _write_model(model, tokenizer, out_dir, *, kind, settings, inputs, metrics, scorer, extra_files,
-                 state_dict) -> None:
-    metrics = metrics | {"processes": world_size()}
-    with atomic_output(out_dir, directory=True) as tmp:
-        model.save_pretrained(tmp, state_dict=state_dict)
-        tokenizer.save_pretrained(tmp)
-        write_json(Path(tmp) / "training_settings.json", {"kind": kind, **asdict(settings)})
-        write_json(Path(tmp) / "metrics.json", metrics)
-        write_json(Path(tmp) / "provenance.json",
-                   record({"kind": kind, **asdict(settings)}, inputs=inputs, seed=settings.seed, device=device()))
-        if scorer is not None:
-            from lara.scoring import SCORER_FILE
-
-            write_json(Path(tmp) / SCORER_FILE, scorer)
-        for name, obj in (extra_files or {}).items():
-            write_json(Path(tmp) / name, obj)
-    log.info("saved %s model to %s", kind, out_dir)
 
 
 def seed_everything(seed: int) -> None:

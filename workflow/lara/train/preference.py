@@ -54,14 +54,9 @@ KINDS = ("reward", "cost")
 
 
 def reward_loss(r_chosen, r_rejected, regularization: float = 0.0):
-    """-log sigma(r_chosen - r_rejected), averaged, + reg * mean over both of r^2."""
-    import torch
-    import torch.nn.functional as F
-
-    loss = -F.logsigmoid(r_chosen - r_rejected).mean()
-    if regularization:
-        loss = loss + regularization * torch.cat([r_chosen, r_rejected]).square().mean()
-    return loss
+    """-log sigma(r_chosen - r_rejected), averaged, + reg * mean over both of r^2: the pairwise term and regulariser
+    of :func:`cost_loss` (its ``bt``), without safety signs."""
+    return cost_loss(r_chosen, r_rejected, None, None, regularization, loss="bt")
 
 
 def cost_loss(c_unsafer, c_safer, s_unsafer, s_safer, regularization: float = 0.0, loss: str = "safe_rlhf"):
