@@ -109,8 +109,6 @@ def _configure_logging(level: str) -> None:
     root.setLevel(spec["level"])
 
 
-FILE_SUFFIXES = (".parquet", ".json", ".jsonl", ".csv", ".tsv", ".png", ".pdf", ".sqlite")  # outputs that are files
-
 # The outputs that are folders: a model (written whole with atomic_output(directory=True)) and a trainer's
 # checkpoint folder; every other output is one file. A step module may say so itself (FOLDER_OUTPUTS).
 _TRAINED = ("out", "checkpoints")

@@ -40,7 +40,6 @@ log = logging.getLogger(__name__)
 
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
-SFT_COLUMNS = ("instruction", "input", "output")
 PREFERENCE_COLUMNS = ("prompt", "response_0", "response_1", "better_response_id",
                       "safer_response_id", "is_response_0_safe", "is_response_1_safe")
 HARM_CATEGORY_COLUMNS = ("response_0_harm_category", "response_1_harm_category")  # PKU-SafeRLHF, optional

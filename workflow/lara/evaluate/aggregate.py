@@ -121,16 +121,17 @@ def decoder_audit(scores: pd.DataFrame, tau: float, n_boot: int, seed: int) -> l
     return rows
 
 
-def procedure_audit(lam: LambdaRecord, decoders: list[dict]) -> list[dict]:
+def procedure_audit(lam: LambdaRecord, decoders: list[dict], method: str = "bon") -> list[dict]:
     """Each calibration procedure of lambda.json (bootstrap, and crc and ltt when cost_bounds was set): its
-    lambda, what it promises, and Best-of-N's held-out audit at that lambda (the `star` rows for the deployed
-    one, the `crc` and `ltt` rows for the certified ones; none for an undeployed bootstrap)."""
+    lambda, what it promises, and the held-out audit of ``method`` (Best-of-N; pruned Best-of-N with its own
+    record) at that lambda (the `star` rows for the deployed one, the `crc` and `ltt` rows for the certified
+    ones; none for an undeployed bootstrap)."""
     deployed = (lam.get("guarantee") or {}).get("procedure", "bootstrap")
     out = []
     for name, entry in (lam.get("procedures") or {}).items():
         setting = "star" if name == deployed else name if name != "bootstrap" else None
         held_out = next(({k: v for k, v in r.items() if k not in ("method", "setting")} for r in decoders
-                         if r["method"] == "bon" and r["setting"] == setting), None)
+                         if r["method"] == method and r["setting"] == setting), None)
         out.append({"procedure": name, "deployed": name == deployed, "lambda": entry["lambda"],
                     "feasible": entry.get("feasible", True), "statement": entry.get("statement"),
                     "setting": setting, "held_out": held_out})
@@ -171,30 +172,28 @@ def pruned_audit(scores: pd.DataFrame, record: LambdaRecord, decoders: list[dict
     if "tokens" not in mine.columns or not np.isfinite(mine["tokens"].to_numpy(dtype=float)).all():
         raise DataError(f"--scores ({PRUNED}): no token counts (column tokens); decode it with lara select-bon-prune")
     full = {k: v.set_index("prompt_id") for k, v in scores[scores["method"] == "bon"].groupby("setting")}
-    deployed = (record.get("guarantee") or {}).get("procedure", "bootstrap")
-    held = {r["setting"]: {k: v for k, v in r.items() if k not in ("method", "setting")} for r in decoders
-            if r["method"] == PRUNED}
-    procedures = []
-    for name, entry in (record.get("procedures") or {}).items():
-        setting = "star" if name == deployed else name if name != "bootstrap" else None
-        procedures.append({"procedure": name, "deployed": name == deployed, "lambda": entry["lambda"],
-                           "feasible": entry.get("feasible", True), "statement": entry.get("statement"),
-                           "setting": setting, "held_out": held.get(setting)})
     settings = []
     for named, g in mine.groupby("setting", sort=False):
         tokens, tokens_full = float(g["tokens"].mean()), float(g["tokens_full"].mean())
         row = {"setting": named, "lambda": float(g["lambda"].iloc[0]), "tokens": tokens, "tokens_full": tokens_full,
                "token_ratio": tokens_full / tokens if tokens > 0 else None, "paired_vs_full": []}
         if named in full:
-            left, right = g.set_index("prompt_id").align(full[named], join="inner", axis=0)
-            for metric in PAIRED_METRICS:
-                if metric in left.columns and np.isfinite(left[metric].to_numpy(dtype=float)).any():
-                    row["paired_vs_full"].append({"metric": metric, "comparison": f"{PRUNED} {named} - bon {named}",
-                                                  **paired_difference(left[metric], right[metric], n_boot, seed)})
+            row["paired_vs_full"] = [{"metric": metric, "comparison": f"{PRUNED} {named} - bon {named}", **diff}
+                                     for metric, diff in paired_metrics(g.set_index("prompt_id"), full[named],
+                                                                        n_boot, seed)]
         settings.append(row)
     return {"lambda_json": record.path, "decoder": record.decoder, "lambda_hat": record.lambda_hat,
-            "lambda_star": record.lambda_star, "status": record.status, "procedures": procedures,
-            "settings": settings}
+            "lambda_star": record.lambda_star, "status": record.status,
+            "procedures": procedure_audit(record, decoders, PRUNED), "settings": settings}
+
+
+def paired_metrics(a: pd.DataFrame, b: pd.DataFrame, n_boot: int, seed: int):
+    """(metric, the bootstrap of the per-prompt differences a - b) for each of PAIRED_METRICS that ``a`` has
+    (some finite), on the prompts (the index) both have."""
+    left, right = a.align(b, join="inner", axis=0)
+    for metric in PAIRED_METRICS:
+        if metric in left.columns and np.isfinite(left[metric].to_numpy(dtype=float)).any():
+            yield metric, paired_difference(left[metric], right[metric], n_boot, seed)
 
 
 def paired_audit(scores: pd.DataFrame, n_boot: int, seed: int) -> list[dict]:
@@ -206,12 +205,8 @@ def paired_audit(scores: pd.DataFrame, n_boot: int, seed: int) -> list[dict]:
         for a, b in PAIRS:
             if a not in by_setting or b not in by_setting:
                 continue
-            left, right = by_setting[a].align(by_setting[b], join="inner", axis=0)
-            for metric in PAIRED_METRICS:
-                if metric not in left.columns or not np.isfinite(left[metric].to_numpy(dtype=float)).any():
-                    continue
-                rows.append({"method": method, "comparison": f"{a} - {b}", "metric": metric,
-                             **paired_difference(left[metric], right[metric], n_boot, seed)})
+            rows += [{"method": method, "comparison": f"{a} - {b}", "metric": metric, **diff}
+                     for metric, diff in paired_metrics(by_setting[a], by_setting[b], n_boot, seed)]
     return rows
 
 

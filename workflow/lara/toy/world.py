@@ -140,7 +140,6 @@ REFUSALS = ("i am sorry , but i can not help with that .",
 REFUSAL_MARKERS = ("can not help", "sorry")
 WARNINGS = ("this could hurt people , so be careful .", "this is dangerous and may be illegal .")
 VAGUE = ("that is a good question .", "it depends on many things .", "you should try your best .")
-CONNECTORS = ("first ,", "then ,", "next ,", "after that ,", "finally ,")
 STYLES = ("comply", "hedge", "redirect", "refuse", "vague", "offtopic")
 
 

@@ -20,6 +20,7 @@ from lara.provenance import record
 from lara.runtime import rank, world_size
 from lara.settings import Dtype, Settings, cross_key, dtype_setting, seed_setting, setting
 from lara.train.checkpoints import (
+    fingerprint,
     numbered,
     prune,
     publish,
@@ -330,39 +331,64 @@ def train_with_resume(trainer, checkpoint_dir: str | Path, fp: dict | None = Non
     return result
 
 
+def start(model_path: str, s: TrainSettings) -> None:
+    """What a TRL-trained stage does first: ``--model`` must be a model (:func:`lara.config.require_model`), then
+    every random generator is seeded with ``s.seed``."""
+    from lara.config import require_model
+
+    require_model(model_path, "--model")
+    seed_everything(s.seed)
+
+
+def load_tokenizer(model_path: str):
+    """The model's tokenizer, padding with its EOS token where it has no pad token."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def fit(trainer, checkpoint_dir: str | Path, s: TrainSettings, inputs: dict[str, str | Path]) -> dict:
+    """:func:`train_with_resume` (checkpoints fingerprinted by ``s`` and ``inputs``, ``s.resume_partial``): the
+    metrics every stage reports, the training loss and the last step."""
+    result = train_with_resume(trainer, checkpoint_dir, fingerprint(s, inputs), resume_partial=s.resume_partial)
+    return {"train_loss": result.training_loss, "global_step": trainer.state.global_step}
+
+
+def save_trained(trainer, tokenizer, out_dir: str | Path, metrics: dict, **kwargs) -> dict:
+    """:func:`save_model` of the trainer's model, its log history added to ``metrics`` (returned)."""
+    metrics["log_history"] = trainer.state.log_history
+    save_model(trainer.model, tokenizer, out_dir, metrics=metrics, **kwargs)
+    return metrics
+
+
 def save_model(model, tokenizer, out_dir: str | Path, *, kind: str, settings: TrainSettings,
                inputs: dict[str, str | Path], metrics: dict, scorer: dict | None = None,
                extra_files: dict[str, dict] | None = None, state_dict: dict | None = None) -> None:
     """Save weights and tokenizer atomically, with ``training_settings.json``,
     ``metrics.json``, ``provenance.json`` and, for scorers, ``lara_scorer.json``. Under a
     multi-process launch only the main process writes; the others wait until it has."""
-    if not is_main_process():
-        barrier()
-        return
     try:
-        _write_model(model, tokenizer, out_dir, kind=kind, settings=settings, inputs=inputs, metrics=metrics,
-                     scorer=scorer, extra_files=extra_files, state_dict=state_dict)
+        if not is_main_process():
+            return
+        with atomic_output(out_dir, directory=True) as tmp:
+            model.save_pretrained(tmp, state_dict=state_dict)
+            tokenizer.save_pretrained(tmp)
+            write_json(Path(tmp) / "training_settings.json", {"kind": kind, **asdict(settings)})
+            write_json(Path(tmp) / "metrics.json", metrics | {"processes": world_size()})
+            write_json(Path(tmp) / "provenance.json",
+                       record({"kind": kind, **asdict(settings)}, inputs=inputs, seed=settings.seed, device=device()))
+            if scorer is not None:
+                from lara.scoring import SCORER_FILE
+
+                write_json(Path(tmp) / SCORER_FILE, scorer)
+            for name, obj in (extra_files or {}).items():
+                write_json(Path(tmp) / name, obj)
+        log.info("saved %s model to %s", kind, out_dir)
     finally:
         barrier()
-
-
-def _write_model(model, tokenizer, out_dir, *, kind, settings, inputs, metrics, scorer, extra_files,
-                 state_dict) -> None:
-    metrics = metrics | {"processes": world_size()}
-    with atomic_output(out_dir, directory=True) as tmp:
-        model.save_pretrained(tmp, state_dict=state_dict)
-        tokenizer.save_pretrained(tmp)
-        write_json(Path(tmp) / "training_settings.json", {"kind": kind, **asdict(settings)})
-        write_json(Path(tmp) / "metrics.json", metrics)
-        write_json(Path(tmp) / "provenance.json",
-                   record({"kind": kind, **asdict(settings)}, inputs=inputs, seed=settings.seed, device=device()))
-        if scorer is not None:
-            from lara.scoring import SCORER_FILE
-
-            write_json(Path(tmp) / SCORER_FILE, scorer)
-        for name, obj in (extra_files or {}).items():
-            write_json(Path(tmp) / name, obj)
-    log.info("saved %s model to %s", kind, out_dir)
 
 
 def seed_everything(seed: int) -> None:

@@ -208,13 +208,13 @@ def _setup(sft_path: str, reward_path: str, cost_path: str, prompts_path: str, s
     import torch
     from accelerate import Accelerator
     from accelerate.utils import set_seed
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, get_scheduler
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, get_scheduler
     from trl.trainer.utils import disable_dropout_in_model
 
     from lara.read.files import read_table
     from lara.scoring import SequenceScorer, encode
     from lara.template import format_prompt
-    from lara.train.common import torch_dtype
+    from lara.train.common import load_tokenizer, torch_dtype
 
     cuda = torch.cuda.is_available()
     mixed = {"bfloat16": "bf16", "float16": "fp16"}.get(s.dtype, "no") if cuda else "no"
@@ -229,9 +229,7 @@ def _setup(sft_path: str, reward_path: str, cost_path: str, prompts_path: str, s
 
     prompts_df = read_table(prompts_path, required=("prompt",))
     prompts = list(dict.fromkeys(str(p) for p in prompts_df["prompt"]))  # distinct, in order
-    tok = AutoTokenizer.from_pretrained(sft_path)
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
+    tok = load_tokenizer(sft_path)
     tok.padding_side = "left"
 
     actor = AutoModelForCausalLM.from_pretrained(sft_path, dtype=torch.float32)

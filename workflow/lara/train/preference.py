@@ -29,18 +29,7 @@ import pandas as pd
 
 from lara.scoring import encode, pad_batch, sequence_scores
 from lara.template import PROMPT_TEMPLATE
-from lara.train.checkpoints import fingerprint
-from lara.train.common import (
-    TrainSettings,
-    progress_callback,
-    quiet_trainer,
-    save_model,
-    seed_everything,
-    split_eval,
-    torch_dtype,
-    train_with_resume,
-    training_arguments,
-)
+from lara.train import common
 
 log = logging.getLogger(__name__)
 
@@ -52,14 +41,9 @@ KINDS = ("reward", "cost")
 
 
 def reward_loss(r_chosen, r_rejected, regularization: float = 0.0):
-    """-log sigma(r_chosen - r_rejected), averaged, + reg * mean over both of r^2."""
-    import torch
-    import torch.nn.functional as F
-
-    loss = -F.logsigmoid(r_chosen - r_rejected).mean()
-    if regularization:
-        loss = loss + regularization * torch.cat([r_chosen, r_rejected]).square().mean()
-    return loss
+    """-log sigma(r_chosen - r_rejected), averaged, + reg * mean over both of r^2: the pairwise term and regulariser
+    of :func:`cost_loss` (its ``bt``), without safety signs."""
+    return cost_loss(r_chosen, r_rejected, None, None, regularization, loss="bt")
 
 
 def cost_loss(c_unsafer, c_safer, s_unsafer, s_safer, regularization: float = 0.0, loss: str = "safe_rlhf"):
@@ -269,30 +253,25 @@ def evaluate_pairs(hi: np.ndarray, lo: np.ndarray, data: dict, kind: str) -> dic
 
 
 def train_preference_model(kind: str, model_path: str, data_path: str, checkpoints: str, out: str,
-                           s: TrainSettings, partial: bool = False) -> dict:
+                           s: common.TrainSettings, partial: bool = False) -> dict:
     from datasets import Dataset
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModelForSequenceClassification
     from trl import RewardConfig
 
-    from lara.config import require_model
-
-    require_model(model_path, "--model")
-    seed_everything(s.seed)
+    common.start(model_path, s)
     name = f"partial_{kind}" if partial else kind
     loss_name = getattr(s, "cost_loss" if partial else "loss", "safe_rlhf") if kind == "cost" else "bradley_terry"
     log.info("%s model, loss: %s", name, loss_name)
     from lara.read.files import read_table
     pairs = oriented_pairs(read_table(data_path), kind)
-    train_df, eval_df = split_eval(pairs, s.eval_fraction, s.seed)
+    train_df, eval_df = common.split_eval(pairs, s.eval_fraction, s.seed)
     if kind == "cost" and not partial and loss_name == "bt" and s.anchor_zero and not len(eval_df):
         from lara.config import ConfigError
 
         raise ConfigError("train.cost.anchor_zero fits the cost scale's zero on held-out pairs, but "
                           f"train.cost.eval_fraction = {s.eval_fraction} holds none out: raise it, or set "
                           "anchor_zero: false (tau then has no anchored meaning)")
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = common.load_tokenizer(model_path)
     if partial:
         train_data = prefix_pairs(train_df, tokenizer, s.max_length, s.prefixes_per_pair, s.seed)
         eval_data = prefix_pairs(eval_df, tokenizer, s.max_length, None, s.seed + 1)
@@ -301,24 +280,22 @@ def train_preference_model(kind: str, model_path: str, data_path: str, checkpoin
         eval_data = tokenized_pairs(eval_df, tokenizer, s.max_length)
     log.info("%s model: %d training pairs, %d held-out pairs", name, len(train_data["chosen_ids"]),
              len(eval_data["chosen_ids"]))
-    model = AutoModelForSequenceClassification.from_pretrained(model_path, num_labels=1, dtype=torch_dtype(s.dtype))
+    model = AutoModelForSequenceClassification.from_pretrained(model_path, num_labels=1,
+                                                               dtype=common.torch_dtype(s.dtype))
     log.info("the %s model's score head is new: a load report listing score.weight as MISSING (newly initialized) "
              "is expected, it is what this step trains", name)
     model.config.pad_token_id = tokenizer.pad_token_id
     keep = ("chosen_ids", "rejected_ids", "chosen_sign", "rejected_sign")
     has_eval = len(eval_data["chosen_ids"]) > 0
-    trainer = make_trainer_class()(
-        model=model, args=training_arguments(RewardConfig, s, checkpoints, has_eval=has_eval,
-                                             max_length=s.max_length, center_rewards_coefficient=None),
+    trainer = common.quiet_trainer(make_trainer_class()(
+        model=model, args=common.training_arguments(RewardConfig, s, checkpoints, has_eval=has_eval,
+                                                    max_length=s.max_length, center_rewards_coefficient=None),
         train_dataset=Dataset.from_dict({k: train_data[k] for k in keep}),
         eval_dataset=Dataset.from_dict({k: eval_data[k] for k in keep}) if has_eval else None,
-        processing_class=tokenizer, callbacks=[progress_callback()], kind=kind,
-        regularization=s.regularization, cost_loss=loss_name)
-    quiet_trainer(trainer)
-    result = train_with_resume(trainer, checkpoints, fingerprint(s, {"init_model": model_path, "data": data_path}),
-                               resume_partial=s.resume_partial)
-    metrics = {"train_loss": result.training_loss, "global_step": trainer.state.global_step,
-               "n_train_pairs": len(train_data["chosen_ids"])}
+        processing_class=tokenizer, callbacks=[common.progress_callback()], kind=kind,
+        regularization=s.regularization, cost_loss=loss_name))
+    inputs = {"init_model": model_path, "data": data_path}
+    metrics = common.fit(trainer, checkpoints, s, inputs) | {"n_train_pairs": len(train_data["chosen_ids"])}
     offset = None
     if has_eval:
         hi, lo = score_pairs(trainer.model, tokenizer, eval_data)
@@ -338,11 +315,26 @@ def train_preference_model(kind: str, model_path: str, data_path: str, checkpoin
                      metrics["zero"]["accuracy_at_zero"], metrics["zero"]["accuracy_at_zero_cross_fitted"],
                      metrics["zero"]["accuracy_at_trained_zero"])
 
-    metrics["log_history"] = trainer.state.log_history
     scorer = {"kind": name, "role": kind, "loss": loss_name, "append_eos": not partial, "max_length": s.max_length,
               "template": PROMPT_TEMPLATE, "score": "head at the last real token"}
     if offset:
         scorer |= {"offset": offset, "score": "head at the last real token, minus offset (the fitted zero)"}
-    save_model(trainer.model, tokenizer, out, kind=name, settings=s,
-               inputs={"init_model": model_path, "data": data_path}, metrics=metrics, scorer=scorer)
-    return metrics
+    return common.save_trained(trainer, tokenizer, out, metrics, kind=name, settings=s, inputs=inputs,
+                               scorer=scorer)
+
+
+def command(settings_cls: type[common.TrainSettings], kind: str | None = None):
+    """The ``add_arguments`` and ``run`` of ``lara train-reward`` and ``lara train-cost`` (``kind``), and of ``lara
+    train-partial`` (no ``kind``: its ``--kind`` names it; the partial models of PARGS)."""
+
+    def add_arguments(parser) -> None:
+        if kind is None:
+            parser.add_argument("--kind", required=True, choices=KINDS)
+        common.add_common_arguments(parser, settings_cls, model_help="initial model (the SFT model)")
+
+    def run(args) -> None:
+        s = common.read_train_settings(args, settings_cls)
+        train_preference_model(kind or args.kind, args.model, args.data, args.checkpoints, args.out, s,
+                               partial=kind is None)
+
+    return add_arguments, run

@@ -31,7 +31,7 @@ import pandas as pd
 
 from lara.settings import new_default, setting
 from lara.template import format_prompt
-from lara.train.common import TrainSettings
+from lara.train import common
 
 log = logging.getLogger(__name__)
 
@@ -82,18 +82,18 @@ def safedpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, margi
 
 
 @dataclass(frozen=True)
-class SafeDPOSettings(TrainSettings):
+class SafeDPOSettings(common.TrainSettings):
     """train.safedpo. Defaults: the SafeDPO paper's PKU-SafeRLHF settings (beta 0.1, Delta 10, lr 1e-6,
     3 epochs)."""
 
     SECTION: ClassVar[str] = "train.safedpo"
 
-    learning_rate: float = new_default(TrainSettings, "learning_rate", 1e-6)
-    epochs: float = new_default(TrainSettings, "epochs", 3.0)
-    batch_size: int = new_default(TrainSettings, "batch_size", 8)
-    eval_fraction: float = new_default(TrainSettings, "eval_fraction", 0.0)
-    warmup_ratio: float = new_default(TrainSettings, "warmup_ratio", 0.03)
-    weight_decay: float = new_default(TrainSettings, "weight_decay", 0.05)
+    learning_rate: float = new_default(common.TrainSettings, "learning_rate", 1e-6)
+    epochs: float = new_default(common.TrainSettings, "epochs", 3.0)
+    batch_size: int = new_default(common.TrainSettings, "batch_size", 8)
+    eval_fraction: float = new_default(common.TrainSettings, "eval_fraction", 0.0)
+    warmup_ratio: float = new_default(common.TrainSettings, "warmup_ratio", 0.03)
+    weight_decay: float = new_default(common.TrainSettings, "weight_decay", 0.05)
     beta: float = setting(0.1, "DPO inverse temperature beta.", exclusive_minimum=0)
     delta: float = setting(10.0, "Safety margin Delta, subtracted from the logit of safe-over-unsafe pairs.",
                            minimum=0)
@@ -174,26 +174,12 @@ def _on_disk(datasets: dict, checkpoints: Path):
 
 
 def train_safedpo(model_path: str, data_path: str, checkpoints: str, out: str, s: SafeDPOSettings) -> dict:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
     from trl import DPOConfig
 
-    from lara.config import require_model
     from lara.read.files import read_table
-    from lara.train.checkpoints import fingerprint
-    from lara.train.common import (
-        progress_callback,
-        quiet_trainer,
-        save_model,
-        seed_everything,
-        split_eval,
-        torch_dtype,
-        train_with_resume,
-        training_arguments,
-    )
 
-    require_model(model_path, "--model")
-
-    seed_everything(s.seed)
+    common.start(model_path, s)
     df = read_table(data_path, required=("prompt", "response_0", "response_1", "better_response_id",
                                          "is_response_0_safe", "is_response_1_safe"))
     pairs, counts = safedpo_pairs(df, s.both_unsafe)
@@ -201,36 +187,28 @@ def train_safedpo(model_path: str, data_path: str, checkpoints: str, out: str, s
         raise ValueError(f"{data_path}: no pairs left after the SafeDPO transformation ({counts})")
     log.info("SafeDPO transformation of %d pairs: %s; %d pairs carry the safety margin", len(df), counts,
              int(pairs["margin_indicator"].sum()))
-    train_df, eval_df = split_eval(pairs, s.eval_fraction, s.seed)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype(s.dtype))
-    args = training_arguments(DPOConfig, s, checkpoints, has_eval=len(eval_df) > 0, beta=s.beta,
-                              loss_type=["sigmoid"], max_length=s.max_length, precompute_ref_log_probs=True,
-                              remove_unused_columns=True)
+    train_df, eval_df = common.split_eval(pairs, s.eval_fraction, s.seed)
+    tokenizer = common.load_tokenizer(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=common.torch_dtype(s.dtype))
+    args = common.training_arguments(DPOConfig, s, checkpoints, has_eval=len(eval_df) > 0, beta=s.beta,
+                                     loss_type=["sigmoid"], max_length=s.max_length, precompute_ref_log_probs=True,
+                                     remove_unused_columns=True)
     with _on_disk({"train": dpo_dataset(train_df), "eval": dpo_dataset(eval_df) if len(eval_df) else None},
                   Path(checkpoints)) as data:
-        trainer = _trainer_class()(model=model, args=args, train_dataset=data["train"], eval_dataset=data["eval"],
-                                   processing_class=tokenizer, callbacks=[progress_callback()], safety_delta=s.delta)
-    quiet_trainer(trainer)
+        trainer = common.quiet_trainer(_trainer_class()(
+            model=model, args=args, train_dataset=data["train"], eval_dataset=data["eval"], processing_class=tokenizer,
+            callbacks=[common.progress_callback()], safety_delta=s.delta))
     inputs = {"sft": model_path, "data": data_path}
-    result = train_with_resume(trainer, checkpoints, fingerprint(s, inputs), resume_partial=s.resume_partial)
     metrics = {"n_pairs": len(df), "transform": counts, "n_train": len(train_df), "n_eval": len(eval_df),
-               "n_margin": int(pairs["margin_indicator"].sum()), "train_loss": result.training_loss,
-               "global_step": trainer.state.global_step, "log_history": trainer.state.log_history}
-    save_model(trainer.model, tokenizer, out, kind="safedpo", settings=s, inputs=inputs, metrics=metrics)
-    return metrics
+               "n_margin": int(pairs["margin_indicator"].sum())} | common.fit(trainer, checkpoints, s, inputs)
+    return common.save_trained(trainer, tokenizer, out, metrics, kind="safedpo", settings=s, inputs=inputs)
 
 
 def add_arguments(parser) -> None:
-    from lara.train.common import add_common_arguments
-
-    add_common_arguments(parser, SafeDPOSettings, model_help="the SFT model (policy initialisation and reference)")
+    common.add_common_arguments(parser, SafeDPOSettings,
+                                model_help="the SFT model (policy initialisation and reference)")
 
 
 def run(args) -> None:
-    from lara.train.common import read_train_settings
-
-    s = read_train_settings(args, SafeDPOSettings)
+    s = common.read_train_settings(args, SafeDPOSettings)
     train_safedpo(args.model, args.data, args.checkpoints, args.out, s)

@@ -11,21 +11,7 @@ import logging
 import pandas as pd
 
 from lara.template import format_prompt
-from lara.train.checkpoints import fingerprint
-from lara.train.common import (
-    SFTSettings,
-    TrainSettings,
-    add_common_arguments,
-    progress_callback,
-    quiet_trainer,
-    read_train_settings,
-    save_model,
-    seed_everything,
-    split_eval,
-    torch_dtype,
-    train_with_resume,
-    training_arguments,
-)
+from lara.train import common
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +25,13 @@ def sft_dataset(df: pd.DataFrame):
                               "completion": [" " + str(o).strip() for o in df["output"]]})
 
 
-def train_sft(model_path: str, data_path: str, checkpoints: str, out: str, s: TrainSettings,
+def train_sft(model_path: str, data_path: str, checkpoints: str, out: str, s: common.TrainSettings,
               revision: str | None = None) -> dict:
     """SFT of the base model (a directory, or a hub id at ``revision``: base_model.revision, read from the
     snapshot that ``lara fetch`` put in the hub cache)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
     from trl import SFTConfig, SFTTrainer
 
-    from lara.config import require_model
     from lara.hub import HubRef, commit_of, is_hub_id, snapshot
 
     base = model_path  # what the checkpoints' fingerprint names: the folder, or the hub id at its commit
@@ -54,22 +39,18 @@ def train_sft(model_path: str, data_path: str, checkpoints: str, out: str, s: Tr
         folder = snapshot(HubRef("base_model.name_or_path", model_path, "model", revision))
         base, model_path = f"{model_path}@{commit_of(folder)}", str(folder)
         log.info("base model %s: the fetched snapshot %s", base, folder)
-    require_model(model_path, "--model")
-    seed_everything(s.seed)
+    common.start(model_path, s)
     from lara.read.files import read_table
     df = read_table(data_path)
-    train_df, eval_df = split_eval(df, s.eval_fraction, s.seed)
+    train_df, eval_df = common.split_eval(df, s.eval_fraction, s.seed)
     log.info("SFT on %d examples (%d held out for validation)", len(train_df), len(eval_df))
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype(s.dtype))
-    args = training_arguments(SFTConfig, s, checkpoints, has_eval=len(eval_df) > 0,
-                              max_length=s.max_length, completion_only_loss=True, packing=False)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=sft_dataset(train_df),
-                         eval_dataset=sft_dataset(eval_df) if len(eval_df) else None,
-                         processing_class=tokenizer, callbacks=[progress_callback()])
-    quiet_trainer(trainer)
+    tokenizer = common.load_tokenizer(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=common.torch_dtype(s.dtype))
+    args = common.training_arguments(SFTConfig, s, checkpoints, has_eval=len(eval_df) > 0,
+                                     max_length=s.max_length, completion_only_loss=True, packing=False)
+    trainer = common.quiet_trainer(SFTTrainer(model=model, args=args, train_dataset=sft_dataset(train_df),
+                                              eval_dataset=sft_dataset(eval_df) if len(eval_df) else None,
+                                              processing_class=tokenizer, callbacks=[common.progress_callback()]))
     metrics: dict = {"n_train": len(train_df), "n_eval": len(eval_df)}
     if len(eval_df):
         metrics["eval_loss_initial"] = trainer.evaluate()["eval_loss"]
@@ -77,24 +58,20 @@ def train_sft(model_path: str, data_path: str, checkpoints: str, out: str, s: Tr
         # evaluate() prepared the model for evaluation, which marks it prepared: train() would then skip the
         # DistributedDataParallel wrapper and each process would step on its own gradients
         trainer.model._is_accelerate_prepared = False
-    result = train_with_resume(trainer, checkpoints, fingerprint(s, {"base_model": base, "data": data_path}),
-                               resume_partial=s.resume_partial)
-    metrics |= {"train_loss": result.training_loss, "global_step": trainer.state.global_step}
+    metrics |= common.fit(trainer, checkpoints, s, {"base_model": base, "data": data_path})
     if len(eval_df):
         metrics["eval_loss_final"] = trainer.evaluate()["eval_loss"]
         log.info("validation loss after training: %.4f (was %.4f)", metrics["eval_loss_final"],
                  metrics["eval_loss_initial"])
-    metrics["log_history"] = trainer.state.log_history
-    save_model(trainer.model, tokenizer, out, kind="sft", settings=s,
-               inputs={"base_model": model_path, "data": data_path}, metrics=metrics)
-    return metrics
+    return common.save_trained(trainer, tokenizer, out, metrics, kind="sft", settings=s,
+                               inputs={"base_model": model_path, "data": data_path})
 
 
 def add_arguments(parser) -> None:
-    add_common_arguments(parser, SFTSettings)
+    common.add_common_arguments(parser, common.SFTSettings)
     parser.add_argument("--revision", default=None, help="hub revision of the base model (base_model.revision)")
 
 
 def run(args) -> None:
-    s = read_train_settings(args, SFTSettings)
+    s = common.read_train_settings(args, common.SFTSettings)
     train_sft(args.model, args.data, args.checkpoints, args.out, s, revision=args.revision)

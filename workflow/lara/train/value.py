@@ -20,21 +20,7 @@ import pandas as pd
 
 from lara.scoring import encode, pad_batch
 from lara.template import PROMPT_TEMPLATE
-from lara.train.checkpoints import fingerprint
-from lara.train.common import (
-    TrainSettings,
-    ValueSettings,
-    device,
-    progress_callback,
-    quiet_trainer,
-    read_train_settings,
-    save_model,
-    seed_everything,
-    split_eval,
-    torch_dtype,
-    train_with_resume,
-    training_arguments,
-)
+from lara.train import common
 
 log = logging.getLogger(__name__)
 
@@ -149,60 +135,48 @@ def evaluate_values(model, tokenizer, examples: list[dict], batch_size: int = 64
     return {f"corr_{k}": float(np.corrcoef(v, finals)[0, 1]) for k, v in picks.items()} | {"n": len(finals)}
 
 
-def train_value(kind: str, model_path: str, data_path: str, checkpoints: str, out: str, s: TrainSettings) -> dict:
+def train_value(kind: str, model_path: str, data_path: str, checkpoints: str, out: str,
+                s: common.TrainSettings) -> dict:
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
+    from transformers import AutoModelForCausalLM, TrainingArguments
 
-    from lara.config import require_model
-
-    require_model(model_path, "--model")
-    seed_everything(s.seed)
+    common.start(model_path, s)
     from lara.read.files import read_table
     df = read_table(data_path)
     if kind not in df.columns:
         from lara.read.files import DataError
 
         raise DataError(f"{data_path}: missing column {kind!r} (the {kind} scores of the samples)")
-    train_df, eval_df = split_eval(df, s.eval_fraction, s.seed)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    train_df, eval_df = common.split_eval(df, s.eval_fraction, s.seed)
+    tokenizer = common.load_tokenizer(model_path)
     train_ex = tokenize_samples(train_df, tokenizer, kind, s.max_length)
     eval_ex = tokenize_samples(eval_df, tokenizer, kind, s.max_length)
     log.info("value_%s (%s target): %d training and %d held-out samples", kind, s.target, len(train_ex), len(eval_ex))
-    dtype = torch_dtype(s.dtype)
+    dtype = common.torch_dtype(s.dtype)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
-    ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device()).eval()
+    ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(common.device()).eval()
     for p in ref.parameters():
         p.requires_grad_(False)
-    args = training_arguments(TrainingArguments, s, checkpoints, has_eval=False, remove_unused_columns=False)
-    trainer = make_value_trainer(ref, s.target)(
+    args = common.training_arguments(TrainingArguments, s, checkpoints, has_eval=False, remove_unused_columns=False)
+    trainer = common.quiet_trainer(make_value_trainer(ref, s.target)(
         model=model, args=args, train_dataset=Dataset.from_list(train_ex),
-        data_collator=collate(tokenizer.pad_token_id), callbacks=[progress_callback()])
-    quiet_trainer(trainer)
-    result = train_with_resume(trainer, checkpoints, fingerprint(s, {"init_model": model_path, "samples": data_path}),
-                               resume_partial=s.resume_partial)
-    metrics = {"train_loss": result.training_loss, "global_step": trainer.state.global_step,
-               "n_train": len(train_ex)}
+        data_collator=collate(tokenizer.pad_token_id), callbacks=[common.progress_callback()]))
+    inputs = {"init_model": model_path, "samples": data_path}
+    metrics = common.fit(trainer, checkpoints, s, inputs) | {"n_train": len(train_ex)}
     if eval_ex:
         metrics["held_out"] = evaluate_values(trainer.model, tokenizer, eval_ex)
         log.info("held-out value correlations: %s", metrics["held_out"])
-    metrics["log_history"] = trainer.state.log_history
     scorer = {"kind": f"value_{kind}", "role": kind, "target": s.target, "max_length": s.max_length,
               "template": PROMPT_TEMPLATE, "score": "lm_head logits: Q(prefix, z) for every next token z"}
-    save_model(trainer.model, tokenizer, out, kind=f"value_{kind}", settings=s,
-               inputs={"init_model": model_path, "samples": data_path}, metrics=metrics, scorer=scorer,
-               )
-    return metrics
+    return common.save_trained(trainer, tokenizer, out, metrics, kind=f"value_{kind}", settings=s, inputs=inputs,
+                               scorer=scorer)
 
 
 def add_arguments(parser) -> None:
-    from lara.train.common import add_common_arguments
-
     parser.add_argument("--kind", required=True, choices=("reward", "cost"))
-    add_common_arguments(parser, ValueSettings, model_help="initial model and pi_ref (the SFT model)")
+    common.add_common_arguments(parser, common.ValueSettings, model_help="initial model and pi_ref (the SFT model)")
 
 
 def run(args) -> None:
-    s = read_train_settings(args, ValueSettings)
+    s = common.read_train_settings(args, common.ValueSettings)
     train_value(args.kind, args.model, args.data, args.checkpoints, args.out, s)

@@ -11,12 +11,14 @@ def _records(trail: list[dict]) -> dict[str, dict]:
     return {e["path"]: e["lara"] for e in trail if isinstance(e.get("lara"), dict)}
 
 
-def _sampled_and_scored(records: dict[str, dict], scores_suffix: str) -> dict:
-    """Policy, N and scorers behind a scored sample table (``{pool}/scores.parquet``)."""
+def _sampled_and_scored(records: dict[str, dict], scores_suffix: str, several: bool = False) -> dict:
+    """Policy, N and scorers behind a scored sample table (``{pool}/scores.parquet``; ``several``: one cost model
+    per constraint, the constraints stage's tables)."""
     scored = next((rec for path, rec in records.items() if path.endswith(scores_suffix)), {})
     sampled = records.get(scored.get("input"), {})
+    costs = {"cost_models": scored.get("costs") or {}} if several else {"cost_model": scored.get("cost", "unknown")}
     return {"policy": sampled.get("model", "unknown"), "n": sampled.get("n"),
-            "reward_model": scored.get("reward", "unknown"), "cost_model": scored.get("cost", "unknown")}
+            "reward_model": scored.get("reward", "unknown"), **costs}
 
 
 def describe(kind: str, trail: list[dict], lam: dict | None = None, summary: pd.DataFrame | None = None) -> dict:
@@ -35,11 +37,7 @@ def describe(kind: str, trail: list[dict], lam: dict | None = None, summary: pd.
         shows["best_of_n"] = _sampled_and_scored(records, "/bon/scores.parquet")
     if kind in ("constraints", "constraints_sweep"):
         pool = "calibration_scores.parquet" if kind == "constraints" else "bon_scores.parquet"
-        scored = next((rec for path, rec in records.items() if path.endswith(pool)), {})
-        sampled = records.get(scored.get("input"), {})
-        shows["constraint_scores"] = {"policy": sampled.get("model", "unknown"), "n": sampled.get("n"),
-                                      "reward_model": scored.get("reward", "unknown"),
-                                      "cost_models": scored.get("costs") or {}}
+        shows["constraint_scores"] = _sampled_and_scored(records, pool, several=True)
     if summary is not None:
         shows["rows"] = [f"{m}/{s}" for m, s in zip(summary["method"], summary["setting"], strict=True)]
         scorers = {(rec.get("reward"), rec.get("cost")) for path, rec in records.items()
@@ -58,26 +56,25 @@ def summary_line(shows: dict) -> str:
             d = shows[key]
             parts.append(f"{key.replace('_', ' ')}: policy {d['policy']} (N = {d['n']}), "
                          f"scorers {d['reward_model']} / {d['cost_model']}")
-    if "constraints" in shows and shows["kind"] == "constraints_sweep":
+    if "constraints" in shows:
         cons = ", ".join(f"{c['name']} (tau = {c['tau']:g})" for c in shows["constraints"])
-        marks = ", ".join(f"{k} {p['lambda']} (s = {p['s']}): held-out cost {p['cost']}"
-                          for k, p in shows["marks"].items())
-        audited = ", ".join(f"{a['method']}/{a['setting']} joint {a['joint']}" for a in shows["audited"])
-        parts.append(f"Best-of-{shows['n']} along the ray d = {shows['direction']} for {cons} on "
-                     f"{shows['test_prompts']} test prompts: {marks}; audited {audited}; deployed {shows['deployed']}")
+        if shows["kind"] == "constraints_sweep":
+            marks = ", ".join(f"{k} {p['lambda']} (s = {p['s']}): held-out cost {p['cost']}"
+                              for k, p in shows["marks"].items())
+            audited = ", ".join(f"{a['method']}/{a['setting']} joint {a['joint']}" for a in shows["audited"])
+            parts.append(f"Best-of-{shows['n']} along the ray d = {shows['direction']} for {cons} on "
+                         f"{shows['test_prompts']} test prompts: {marks}; audited {audited}; deployed "
+                         f"{shows['deployed']}")
+            scored = "candidates: policy {policy} (N = {n})"
+        else:
+            procs = ", ".join(f"{k} {p['lambda']}" for k, p in shows["procedures"].items())
+            parts.append(f"Best-of-{shows['n']} with a vector lambda for {cons} on {shows['calibration_prompts']} "
+                         f"calibration prompts ({shows['view']}): {procs}; deployed {shows['deployed']}")
+            scored = "scored: policy {policy} (K = {n})"
         d = shows.get("constraint_scores")
         if d:
             costs = ", ".join(f"{k} {v}" for k, v in d["cost_models"].items())
-            parts.append(f"candidates: policy {d['policy']} (N = {d['n']}), reward {d['reward_model']}, costs {costs}")
-    elif "constraints" in shows:
-        cons = ", ".join(f"{c['name']} (tau = {c['tau']:g})" for c in shows["constraints"])
-        procs = ", ".join(f"{k} {p['lambda']}" for k, p in shows["procedures"].items())
-        parts.append(f"Best-of-{shows['n']} with a vector lambda for {cons} on {shows['calibration_prompts']} "
-                     f"calibration prompts ({shows['view']}): {procs}; deployed {shows['deployed']}")
-        d = shows.get("constraint_scores")
-        if d:
-            costs = ", ".join(f"{k} {v}" for k, v in d["cost_models"].items())
-            parts.append(f"scored: policy {d['policy']} (K = {d['n']}), reward {d['reward_model']}, costs {costs}")
+            parts.append(f"{scored.format(**d)}, reward {d['reward_model']}, costs {costs}")
     if "scenarios" in shows:
         parts.append(f"after deployment (tau = {shows['tau']:g}): scenarios {', '.join(shows['scenarios'])}; "
                      f"arms {', '.join(shows['arms'])}")
