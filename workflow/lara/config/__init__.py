@@ -50,7 +50,7 @@ from lara.config.refs import (  # noqa: F401 (re-exported)
     require_model,
 )
 from lara.config.runs import constraints, taus  # noqa: F401 (re-exported)
-from lara.config.schema import SCHEMA_PATH, SETTINGS_SCHEMA, _resolve, load_schema, section  # noqa: F401
+from lara.config.schema import SCHEMA_PATH, SETTINGS_SCHEMA, _resolve, load_schema, schema_node, section  # noqa: F401
 from lara.config.steps import (  # noqa: F401 (re-exported)
     BASE_POLICIES,
     TRAIN_SECTIONS,
@@ -156,19 +156,21 @@ def validate(config: dict, schema: dict | None = None, source: str = "config", l
     step's settings as the plan hands them over (:mod:`lara.config.runs`), every rule between sections
     (:mod:`lara.config.plan`), and, given ``root`` (the folder relative paths are read from), every model, data set
     and scorer it names (:func:`check_references`). ``lara validate-config`` and the Snakefile call it with ``root``."""
-    old = [renamed_message(k) for k in RENAMED if _has_key(config, k)]
-    if old:
-        lines = "\n".join(f"  - {p}" for p in old)
-        raise ConfigError(f"{source}: invalid configuration:\n{lines}")
+    _refuse(source, [renamed_message(k) for k in RENAMED if _has_key(config, k)])
     schema = schema or load_schema()
     filled = _fill(copy.deepcopy(config), schema, schema)
     problems = ([_describe(e, layer_list) for e in schema_errors(filled, schema)]
                 or [f"{k}: not a finite number (NaN and infinities are refused)" for k in nonfinite(filled)]
                 or [p + problem_origin(layer_list, p) for p in _cross_checks(filled, schema, root)])
+    _refuse(source, problems)
+    return filled
+
+
+def _refuse(source: str, problems: list[str]) -> None:
+    """Refuse a configuration with problems: one :class:`ConfigError` listing each on its own line."""
     if problems:
         lines = "\n".join(f"  - {p}" for p in problems)
         raise ConfigError(f"{source}: invalid configuration:\n{lines}")
-    return filled
 
 
 def _has_key(config: dict, dotted: str) -> bool:
@@ -238,25 +240,20 @@ def launch_command(plan: dict) -> list[str]:
 def _launch_checks(config: dict) -> list[str]:
     problems = []
     res = config.get("resources", {})
-    try:  # the plan every training job without an override gets
-        launch_plan(dict(res.get("default", {})), "resources.default")
-    except ConfigError as exc:
-        problems.append(str(exc))
-    for rule, override in res.get("rules", {}).items():
-        if rule not in TRAINING_RULES:  # a launch plan (processes per GPU) is a training job's only
-            continue
+    # the plan every training job without an override gets, then each training rule's (a launch plan, processes
+    # per GPU, is a training job's only)
+    plans = [("resources.default", {})] + [(f"resources.rules.{rule}", override) for rule, override
+                                            in res.get("rules", {}).items() if rule in TRAINING_RULES]
+    for key, override in plans:
         try:
-            launch_plan(dict(res.get("default", {})) | override, f"resources.rules.{rule}")
+            launch_plan(dict(res.get("default", {})) | override, key)
         except ConfigError as exc:
             problems.append(str(exc))
     return problems
 
 
 def _section_schema(schema: dict, dotted: str) -> dict:
-    node = schema
-    for part in dotted.split("."):
-        node = _resolve(node, schema)["properties"][part]
-    return {**_resolve(node, schema), "$defs": schema.get("$defs", {})}
+    return {**_resolve(schema_node(schema, dotted), schema), "$defs": schema.get("$defs", {})}
 
 
 def check_value(dotted: str, value, schema: dict | None = None):
