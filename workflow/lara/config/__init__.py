@@ -5,7 +5,7 @@ unknown key, a wrong type or an out-of-range value fails with a message that nam
 the key as a dotted path (``calibration.bootstrap: -1 is less than the minimum of 1``).
 The Snakefile calls :func:`validate` before any job is scheduled.
 
-Its parts, whose names are this module's too (every caller imports them from here): the schema file and the
+Its parts, whose names that callers use are this module's too (they import them from here): the schema file and the
 paths into it (:mod:`lara.config.schema`), the layers a configuration is merged from and the experiment they
 name (:mod:`lara.config.layers`), the models and data sets it names (:mod:`lara.config.refs`); config files are
 read strictly by :mod:`lara.read.yamlfile`.
@@ -21,15 +21,9 @@ import yaml
 # the parts of the configuration, this package's modules (none imports a name defined here); re-exported: callers
 # import them from here
 from lara.config.layers import (  # noqa: F401 (re-exported)
-    EXECUTION_SECTIONS,
-    EXTENDS,
     MODULE_CONFIG,
-    SETTINGS_TABLE_HEADER,
-    check_experiment_names,
     check_results,
     command_line_values,
-    experiment_name,
-    experiment_owner,
     explain,
     explain_text,
     layers,
@@ -44,22 +38,19 @@ from lara.config.messages import origin_of, problem_origin, unknown_key_hint
 from lara.config.refs import (  # noqa: F401 (re-exported)
     check_references,
     looks_local,
-    model_vocab_size,
     named_scorer_names,
     references,
     require_model,
 )
 from lara.config.runs import constraints, taus  # noqa: F401 (re-exported)
-from lara.config.schema import SCHEMA_PATH, SETTINGS_SCHEMA, _resolve, load_schema, schema_node, section  # noqa: F401
+from lara.config.schema import _resolve, load_schema, schema_node, section  # noqa: F401 (re-exported)
 from lara.config.steps import (  # noqa: F401 (re-exported)
     BASE_POLICIES,
     TRAIN_SECTIONS,
     settings_json,
-    several_keys,
     step_settings,
     variant_settings,
 )
-from lara.read.yamlfile import MERGE_TAG, YAMLRefused, strict_yaml  # noqa: F401 (re-exported)
 
 # what the settings and the config share lives in lara.settings (which imports nothing of lara.config); the names
 # are lara.config's too, where every caller has imported them from
@@ -67,18 +58,13 @@ from lara.settings import (  # noqa: F401 (re-exported)
     RENAMED,
     SECTIONS,
     ConfigError,
-    check_nesting,
     dotted_key,
     error_message,
-    listed,
     nesting_problem,
     nonfinite,
     renamed_message,
     schema_errors,
-    settings_class,
-    shown,
     strict_json,
-    strict_validator,
 )
 
 
