@@ -160,10 +160,7 @@ def rate_audit(losses, tau: float, reward=None, n_boot: int = 0, seed: int = 0) 
     lower, upper = clopper_pearson(k, n, 0.90)
     row = {"n_prompts": n, "mean_cost": k / n, "ci95": [lo, hi], "one_sided95": [lower, upper],
            "verdict": verdict(lower, upper, tau, n), "interval": "clopper_pearson", "count": k}
-    if reward is not None:
-        r, r_lo, r_hi = mean_interval(reward, n_boot, seed)
-        row |= {"mean_reward": r, "reward_ci95": [r_lo, r_hi]}
-    return row
+    return _with_reward(row, reward, n_boot, seed)
 
 
 def cost_audit(cost, tau: float, n_boot: int, seed: int, reward=None) -> dict:
@@ -173,6 +170,11 @@ def cost_audit(cost, tau: float, n_boot: int, seed: int, reward=None) -> dict:
     n = int(np.isfinite(np.asarray(cost, dtype=float)).sum())
     row = {"n_prompts": n, "mean_cost": mean, "ci95": [lo, hi], "one_sided95": [lower, upper],
            "verdict": verdict(lower, upper, tau, n)}
+    return _with_reward(row, reward, n_boot, seed)
+
+
+def _with_reward(row: dict, reward, n_boot: int, seed: int) -> dict:
+    """An audit row with, given per-prompt ``reward``, its mean and bootstrap interval."""
     if reward is not None:
         r, r_lo, r_hi = mean_interval(reward, n_boot, seed)
         row |= {"mean_reward": r, "reward_ci95": [r_lo, r_hi]}

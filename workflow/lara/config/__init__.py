@@ -5,7 +5,7 @@ unknown key, a wrong type or an out-of-range value fails with a message that nam
 the key as a dotted path (``calibration.bootstrap: -1 is less than the minimum of 1``).
 The Snakefile calls :func:`validate` before any job is scheduled.
 
-Its parts, whose names are this module's too (every caller imports them from here): the schema file and the
+Its parts, whose names that callers use are this module's too (they import them from here): the schema file and the
 paths into it (:mod:`lara.config.schema`), the layers a configuration is merged from and the experiment they
 name (:mod:`lara.config.layers`), the models and data sets it names (:mod:`lara.config.refs`); config files are
 read strictly by :mod:`lara.read.yamlfile`.
@@ -21,15 +21,9 @@ import yaml
 # the parts of the configuration, this package's modules (none imports a name defined here); re-exported: callers
 # import them from here
 from lara.config.layers import (  # noqa: F401 (re-exported)
-    EXECUTION_SECTIONS,
-    EXTENDS,
     MODULE_CONFIG,
-    SETTINGS_TABLE_HEADER,
-    check_experiment_names,
     check_results,
     command_line_values,
-    experiment_name,
-    experiment_owner,
     explain,
     explain_text,
     layers,
@@ -44,22 +38,19 @@ from lara.config.messages import origin_of, problem_origin, unknown_key_hint
 from lara.config.refs import (  # noqa: F401 (re-exported)
     check_references,
     looks_local,
-    model_vocab_size,
     named_scorer_names,
     references,
     require_model,
 )
 from lara.config.runs import constraints, taus  # noqa: F401 (re-exported)
-from lara.config.schema import SCHEMA_PATH, SETTINGS_SCHEMA, _resolve, load_schema, section  # noqa: F401
+from lara.config.schema import _resolve, load_schema, schema_node, section  # noqa: F401 (re-exported)
 from lara.config.steps import (  # noqa: F401 (re-exported)
     BASE_POLICIES,
     TRAIN_SECTIONS,
     settings_json,
-    several_keys,
     step_settings,
     variant_settings,
 )
-from lara.read.yamlfile import MERGE_TAG, YAMLRefused, strict_yaml  # noqa: F401 (re-exported)
 
 # what the settings and the config share lives in lara.settings (which imports nothing of lara.config); the names
 # are lara.config's too, where every caller has imported them from
@@ -67,18 +58,13 @@ from lara.settings import (  # noqa: F401 (re-exported)
     RENAMED,
     SECTIONS,
     ConfigError,
-    check_nesting,
     dotted_key,
     error_message,
-    listed,
     nesting_problem,
     nonfinite,
     renamed_message,
     schema_errors,
-    settings_class,
-    shown,
     strict_json,
-    strict_validator,
 )
 
 
@@ -156,19 +142,21 @@ def validate(config: dict, schema: dict | None = None, source: str = "config", l
     step's settings as the plan hands them over (:mod:`lara.config.runs`), every rule between sections
     (:mod:`lara.config.plan`), and, given ``root`` (the folder relative paths are read from), every model, data set
     and scorer it names (:func:`check_references`). ``lara validate-config`` and the Snakefile call it with ``root``."""
-    old = [renamed_message(k) for k in RENAMED if _has_key(config, k)]
-    if old:
-        lines = "\n".join(f"  - {p}" for p in old)
-        raise ConfigError(f"{source}: invalid configuration:\n{lines}")
+    _refuse(source, [renamed_message(k) for k in RENAMED if _has_key(config, k)])
     schema = schema or load_schema()
     filled = _fill(copy.deepcopy(config), schema, schema)
     problems = ([_describe(e, layer_list) for e in schema_errors(filled, schema)]
                 or [f"{k}: not a finite number (NaN and infinities are refused)" for k in nonfinite(filled)]
                 or [p + problem_origin(layer_list, p) for p in _cross_checks(filled, schema, root)])
+    _refuse(source, problems)
+    return filled
+
+
+def _refuse(source: str, problems: list[str]) -> None:
+    """Refuse a configuration with problems: one :class:`ConfigError` listing each on its own line."""
     if problems:
         lines = "\n".join(f"  - {p}" for p in problems)
         raise ConfigError(f"{source}: invalid configuration:\n{lines}")
-    return filled
 
 
 def _has_key(config: dict, dotted: str) -> bool:
@@ -238,25 +226,20 @@ def launch_command(plan: dict) -> list[str]:
 def _launch_checks(config: dict) -> list[str]:
     problems = []
     res = config.get("resources", {})
-    try:  # the plan every training job without an override gets
-        launch_plan(dict(res.get("default", {})), "resources.default")
-    except ConfigError as exc:
-        problems.append(str(exc))
-    for rule, override in res.get("rules", {}).items():
-        if rule not in TRAINING_RULES:  # a launch plan (processes per GPU) is a training job's only
-            continue
+    # the plan every training job without an override gets, then each training rule's (a launch plan, processes
+    # per GPU, is a training job's only)
+    plans = [("resources.default", {})] + [(f"resources.rules.{rule}", override) for rule, override
+                                            in res.get("rules", {}).items() if rule in TRAINING_RULES]
+    for key, override in plans:
         try:
-            launch_plan(dict(res.get("default", {})) | override, f"resources.rules.{rule}")
+            launch_plan(dict(res.get("default", {})) | override, key)
         except ConfigError as exc:
             problems.append(str(exc))
     return problems
 
 
 def _section_schema(schema: dict, dotted: str) -> dict:
-    node = schema
-    for part in dotted.split("."):
-        node = _resolve(node, schema)["properties"][part]
-    return {**_resolve(node, schema), "$defs": schema.get("$defs", {})}
+    return {**_resolve(schema_node(schema, dotted), schema), "$defs": schema.get("$defs", {})}
 
 
 def check_value(dotted: str, value, schema: dict | None = None):

@@ -10,6 +10,7 @@ import json
 import re
 from pathlib import Path
 
+from lara.config.messages import origin_of
 from lara.config.schema import _resolve, load_schema
 from lara.data.errors import DataError
 from lara.read.yamlfile import yaml_file
@@ -247,17 +248,6 @@ def explain(resolved: dict, layer_list: list[tuple[str, dict]], schema: dict | N
     schema = schema or load_schema()
     rows = []
 
-    def origin_of(path: list[str]) -> str:
-        for origin, data in reversed(layer_list):
-            node = data
-            for part in path:
-                if not isinstance(node, dict) or part not in node:
-                    break
-                node = node[part]
-            else:
-                return origin
-        return "default"
-
     def walk(node, sub_schema, path):
         sub_schema = _resolve(sub_schema or {}, schema)
         props = sub_schema.get("properties")
@@ -267,7 +257,7 @@ def explain(resolved: dict, layer_list: list[tuple[str, dict]], schema: dict | N
             for key, value in node.items():
                 walk(value, (props or {}).get(key) or extra, [*path, key])
             return
-        origin = origin_of(path)
+        origin = origin_of(layer_list, path) or "default"
         if origin == "default":
             owner = _owner(path)
             origin = f"step default ({owner})" if owner else "schema default"

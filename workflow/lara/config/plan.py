@@ -46,12 +46,17 @@ def plan_rule(*keys: str, witness: dict):
     return register
 
 
-def rule_count() -> dict[str, int]:
-    """How many cross-key rules validate() runs: the settings classes' and the plan's."""
+def settings_rules() -> list:
+    """The settings classes' cross-key rules validate() runs, each once, in section order."""
     from lara.settings import SECTIONS, STEPS, settings_class
 
-    settings = {rule for name in [*SECTIONS, *STEPS] for rule in settings_class(name).cross_key_rules()}
-    return {"settings": len(settings), "plan": len(PLAN_RULES)}
+    found = [rule for name in [*SECTIONS, *STEPS] for rule in settings_class(name).cross_key_rules()]
+    return list(dict.fromkeys(found))
+
+
+def rule_count() -> dict[str, int]:
+    """How many cross-key rules validate() runs: the settings classes' and the plan's."""
+    return {"settings": len(settings_rules()), "plan": len(PLAN_RULES)}
 
 
 def plan_problems(config: dict) -> list[str]:

@@ -149,11 +149,10 @@ def check_references(config: dict, base: Path = Path("."), scorers: tuple[str, .
     named = [r for r in references(config) if r[1] not in ("toy", *scorers) and r[1].partition(":")[0] not in scorers]
     refs = [(key, value, kind) for key, value, kind, _ in named]
     resources = config.get("resources", {})
-    if resources.get("default", {}).get("accelerate_config"):
-        refs.append(("resources.default.accelerate_config", resources["default"]["accelerate_config"], "file"))
-    for rule, override in resources.get("rules", {}).items():
-        if override.get("accelerate_config"):
-            refs.append((f"resources.rules.{rule}.accelerate_config", override["accelerate_config"], "file"))
+    plans = [("resources.default", resources.get("default", {}))]
+    plans += [(f"resources.rules.{rule}", override) for rule, override in resources.get("rules", {}).items()]
+    refs += [(f"{key}.accelerate_config", res["accelerate_config"], "file") for key, res in plans
+             if res.get("accelerate_config")]
     # a hub setting (revision, configuration, folder) on the toy world, a named scorer or a local path would be
     # ignored: refused instead
     pinned = []

@@ -79,6 +79,15 @@ def _resolve(node: dict, root: dict) -> dict:
     return {**_resolve(target, root), **{k: v for k, v in node.items() if k != "$ref"}}
 
 
+def schema_node(schema: dict, dotted: str) -> dict:
+    """The schema node of the config key at a dotted path (``train.sft``), ``$ref``s followed on the way (the node
+    itself as written)."""
+    node = schema
+    for part in dotted.split("."):
+        node = _resolve(node, schema)["properties"][part]
+    return node
+
+
 def section(config: dict, dotted: str) -> dict:
     """The config section at a dotted path (``train.sft``)."""
     node = config

@@ -8,7 +8,7 @@ import dataclasses
 import functools
 import json
 
-from lara.config.schema import _resolve, section
+from lara.config.schema import schema_node, section
 from lara.settings import SECTIONS, ConfigError, settings_class
 
 BASE_POLICIES = ("sft", "safe_rlhf", "safedpo")
@@ -24,9 +24,7 @@ def step_settings(config: dict, name: str, schema: dict, **derived) -> dict:
     rule builds a step's settings."""
     out = {}
     if name not in schema.get("x-steps", []):
-        node = schema
-        for part in name.split("."):
-            node = _resolve(node, schema)["properties"][part]
+        node = schema_node(schema, name)
         if "x-settings-keys" not in node:
             raise ConfigError(f"{name}: no step settings own this section (x-settings)")
         values = section(config, name)

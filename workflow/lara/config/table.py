@@ -10,18 +10,12 @@ from pathlib import Path
 
 from lara.config import ConfigError, load_yaml, merge, validate
 from lara.config import plan as config_plan
-from lara.settings import SECTIONS, STEPS, settings_class
 
 
 def all_rules() -> list[tuple[str, tuple[str, ...], dict]]:
     """Every cross-key rule validate() runs: ``(name, keys, witness)``, the settings classes' then the plan's."""
-    seen, out = set(), []
-    for section_name in [*SECTIONS, *STEPS]:
-        for rule in settings_class(section_name).cross_key_rules():
-            if rule not in seen:
-                seen.add(rule)
-                out.append((rule.__qualname__, rule.cross_key.keys, rule.cross_key.witness))
-    return out + [(r.name, r.keys, r.witness) for r in config_plan.PLAN_RULES]
+    return ([(rule.__qualname__, rule.cross_key.keys, rule.cross_key.witness) for rule in config_plan.settings_rules()]
+            + [(r.name, r.keys, r.witness) for r in config_plan.PLAN_RULES])
 
 
 def _flat(witness: dict, prefix: str = "") -> str:

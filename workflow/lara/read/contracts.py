@@ -42,16 +42,17 @@ SCORES_ANY = Expect("scored samples (lara score)", kinds=("scores",), columns=("
 SCORES_DEPLOY = Expect("the deployment pool's scored candidates (lara score)", kinds=("scores",),
                        roles=("deployment",), columns=("prompt_id", "sample_id", "reward", "cost"),
                        numbers=("reward", "cost"), unit="response")
-VSCORES_CAL = Expect("the calibration prompts' constraint scores (lara score-constraints)",
-                     kinds=("constraint_scores",),
-                     roles=("calibration",), columns=("prompt_id", "sample_id", "reward"), numbers=("reward",),
-                     unit="response", agree=SCORERS)
-VSCORES_TEST = Expect("the test prompts' constraint scores (lara score-constraints)", kinds=("constraint_scores",),
-                      roles=("test",), columns=("prompt_id", "sample_id", "reward"), numbers=("reward",),
-                      unit="response", agree=SCORERS)
-VSCORES_ANY = Expect("constraint scores (lara score-constraints)", kinds=("constraint_scores",),
-                     columns=("prompt_id", "sample_id", "reward"), numbers=("reward",), unit="response",
-                     agree=SCORERS)
+
+
+def _constraint_scores(what: str, roles: tuple[str, ...] = (), agree: tuple[str, ...] = SCORERS) -> Expect:
+    """A pool's constraint scores (lara score-constraints): one row shape for every pool that reads them."""
+    return Expect(f"{what} (lara score-constraints)", kinds=("constraint_scores",), roles=roles,
+                  columns=("prompt_id", "sample_id", "reward"), numbers=("reward",), unit="response", agree=agree)
+
+
+VSCORES_CAL = _constraint_scores("the calibration prompts' constraint scores", ("calibration",))
+VSCORES_TEST = _constraint_scores("the test prompts' constraint scores", ("test",))
+VSCORES_ANY = _constraint_scores("constraint scores")
 PROMPTS = Expect("prompts (prompt_id, prompt)", kinds=("prompts",), columns=("prompt_id", "prompt"), per_prompt=1)
 ROLLOUT_PROMPTS = Expect("the prompts PPO rolls out (a table with a prompt column: the preference data's)",
                          columns=("prompt",))
@@ -115,9 +116,7 @@ TRACE = Expect("an arm trace (lara deploy-arms --trace)", kinds=("deployment_tra
 STREAM_PROMPTS = Expect("a scenario's stream (lara make-stream): the prompts it visits", kinds=("stream",),
                         roles=("deployment",), columns=("t", "prompt_id"), stamped=True)
 # the deployment stage following the vector lambda (--constraints; deployment.follows: constraints)
-VSCORES_DEPLOY = Expect("the deployment pool's constraint scores (lara score-constraints)",
-                        kinds=("constraint_scores",), roles=("deployment",),
-                        columns=("prompt_id", "sample_id", "reward"), numbers=("reward",), unit="response")
+VSCORES_DEPLOY = _constraint_scores("the deployment pool's constraint scores", ("deployment",), agree=())
 VSTREAM = Expect("a scenario's stream of constraint costs (lara make-stream --constraints)", kinds=("stream",),
                  roles=("deployment",), columns=("t", "prompt_id", "sample_id", "reward"), numbers=("reward",),
                  agree=("scenario", "stream", "tau", "n", "window", "batch_size", *SCORERS), stamped=True)

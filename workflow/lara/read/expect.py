@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from lara.data.errors import DataError
+from lara.read.files import _rows  # (importers take it from here too)
 
 TABLE, JSON = "table", "json"
 WRITTEN = {"code", "settings"}  # what a lambda record a calibration wrote states beside its identity (a hand-made
@@ -67,12 +68,6 @@ class Expect:
         if self.stamped:
             parts.append("written by its step only")
         return "; ".join(parts)
-
-
-def _rows(mask, limit: int = 5) -> str:
-    rows = np.flatnonzero(np.asarray(mask))
-    more = f" and {len(rows) - limit} more" if len(rows) > limit else ""
-    return f"row{'s' if len(rows) > 1 else ''} {', '.join(map(str, rows[:limit]))}{more}"
 
 
 def check_numbers(df: pd.DataFrame, columns, where: str) -> None:

@@ -10,6 +10,7 @@ import pandas as pd
 
 from lara.io import atomic_output, record_seal
 from lara.read.jsontext import no_duplicate_keys
+from lara.read.yamlfile import JSON_FILE, readable
 
 # ids are text in every format: a CSV or JSON reader guessing types would make "01" the number 1 (and one prompt of
 # "01" and "1"); JSON keeps the types it wrote (1 and "1" are then refused as one id spelt two ways)
@@ -302,14 +303,8 @@ def json_file(path: str | Path, where: str | None = None, mapping: bool = True, 
     """A JSON file's content (a mapping unless ``mapping`` is False), or one :class:`DataError` line naming it."""
     path = Path(path)
     where = where or str(path)
-    try:
+    with readable(where, JSON_FILE):
         text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DataError(f"{where}: file not found") from None
-    except IsADirectoryError:
-        raise DataError(f"{where}: is a folder, expected a JSON file") from None
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{where}: not UTF-8 (byte {exc.start}); re-encode the file as UTF-8") from None
     data = parse_json(text, where, finite)
     check_seal(data, where)
     if mapping and not isinstance(data, dict):

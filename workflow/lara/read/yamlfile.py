@@ -7,6 +7,7 @@ refused, naming the line (:func:`strict_yaml`), and a config file's problems are
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -120,17 +121,33 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return " ".join(str(exc).split())
 
 
+# what a file that cannot be read as text is said to be (missing, a folder, not UTF-8 at byte {}), by what it should be
+CONFIG_FILE = ("config file not found", "is a folder, not a config file", "not UTF-8 text (byte {}): not a config file")
+JSON_FILE = ("file not found", "is a folder, expected a JSON file", "not UTF-8 (byte {}); re-encode the file as UTF-8")
+
+
+@contextmanager
+def readable(where, refusals: tuple[str, str, str]):
+    """Reading a text file: a missing file, a folder or bytes that are not UTF-8 is one
+    :class:`~lara.data.errors.DataError` naming ``where``, said as ``refusals`` (:data:`CONFIG_FILE`,
+    :data:`JSON_FILE`)."""
+    missing, folder, encoding = refusals
+    try:
+        yield
+    except FileNotFoundError:
+        raise DataError(f"{where}: {missing}") from None
+    except IsADirectoryError:
+        raise DataError(f"{where}: {folder}") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{where}: {encoding.format(exc.start)}") from None
+
+
 def yaml_file(path: str | Path) -> dict:
     """A config file's mapping (an empty file is refused), or :class:`~lara.data.errors.DataError` naming the file
     (and the line) in one line."""
     try:
-        data = read_yaml(path)
-    except FileNotFoundError:
-        raise DataError(f"{path}: config file not found") from None
-    except IsADirectoryError:
-        raise DataError(f"{path}: is a folder, not a config file") from None
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 text (byte {exc.start}): not a config file") from None
+        with readable(path, CONFIG_FILE):
+            data = read_yaml(path)
     except YAMLRefused as exc:
         raise DataError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
