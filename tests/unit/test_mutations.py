@@ -511,3 +511,63 @@ def test_the_suite_size(count, record_property):
     record_property("triples", count)
     assert count >= 100
     assert len({triple_id(*t) for t in TRIPLES}) == count  # every triple has its own id
+
+
+def test_hostile_round_63_cases_are_refused(mutation_chain, tmp_path):  # noqa: F811
+    """The wrong answers with exit 0 a hostile round found after the decoders' chains were merged (all older than the
+    merge): one scenario's shift check reported beside another's arms, an arms table whose rows ran with two records
+    or list an arm twice, a soft-mode record deployed as the fixed Best-of-N arms, a coverage population holding the
+    same prompts twice under new ids, a sweep that no longer says which prompts it swept, and another decoder's
+    record given as another tau's."""
+    f, s = mutation_chain.files, mutation_chain.settings
+
+    def refused(message, *argv):
+        rc, err = mc.lara(*argv)
+        assert rc == 2 and message in err and len(err.strip().splitlines()[-1]) > 0, err[-1500:]
+
+    def arms(name, edit):
+        out = tmp_path / f"{name}.csv"
+        edit(pd.read_csv(f["arms_control"])).to_csv(out, index=False)
+        return out
+
+    swapped = [arms("h_as_c", lambda d: pd.read_csv(f["arms_heavy"]).assign(scenario="control")),
+               arms("c_as_h", lambda d: d.assign(scenario="heavy"))]
+    refused("is of stream", "deployment-report", "--arms", *swapped, "--shift", f["shift_heavy"], f["shift_control"],
+            "--out", tmp_path / "r.csv")
+    mixed = arms("mixed", lambda d: d.assign(lambda_record=d["lambda_record"].where(d.index != 2, "0123456789abcdef")))
+    refused("row 2", "deployment-report", "--arms", mixed, f["arms_heavy"], "--out", tmp_path / "r.csv")
+    refused("given twice", "deployment-report", "--arms", arms("twice", lambda d: pd.concat([d, d.iloc[[0]]])),
+            f["arms_heavy"], "--out", tmp_path / "r.csv")
+    refused("no column stream", "deployment-report", "--arms", arms("nostream", lambda d: d.drop(columns="stream")),
+            f["arms_heavy"], "--out", tmp_path / "r.csv")
+    assert not (tmp_path / "r.csv").exists()
+
+    soft = tmp_path / "lambda_soft.json"
+    mc.ok("calibrate", "--scores", f["scores_cal"], "--tau", s["tau"], "--mode", "soft", "--beta", 1, "--bootstrap",
+          mc.BOOT, "--lambda-search-max", 20, "--seed", 0, "--allow-infeasible", "--out", soft)
+    outs = [tmp_path / "arms.csv", tmp_path / "trace.parquet"]
+    refused("soft mode", "deploy-arms", "--candidates", f["stream_heavy"], "--lambda-json", soft, *s["deployment"],
+            "--out", outs[0], "--trace", outs[1])
+    assert not any(p.exists() for p in outs)
+
+    renamed = tmp_path / "cal_new_ids.parquet"
+    cal = pd.read_parquet(f["scores_cal"])
+    cal.assign(prompt_id="x" + cal["prompt_id"].astype(str),  # (a table by hand: each response its own text)
+               response=cal["response"] + " #" + cal["sample_id"].astype(str)).to_parquet(renamed)
+    b = mutation_chain.baseline("coverage", "--scores")
+    at = b.argv.index("--scores") + 1 + len(b.inputs("--scores"))
+    argv = [*b.argv[:at], str(renamed), *b.argv[at:]]  # the calibration prompts again, under new ids
+    argv[argv.index("--out") + 1], argv[argv.index("--table") + 1] = tmp_path / "c.json", tmp_path / "c.csv"
+    refused("share", *argv)
+
+    sweep = tmp_path / "sweep.csv"
+    pd.read_csv(f["sweep"]).drop(columns=["prompt_set", "n_prompts"]).to_csv(sweep, index=False)
+    b = mutation_chain.baseline("aggregate", "--sweep")
+    argv, _ = b.variant("--sweep", b.inputs("--sweep")[0], sweep, tmp_path / "agg")
+    refused("no column prompt_set", *argv)
+    b = mutation_chain.baseline("bon-sweep", "--tau-lambda-json")
+    argv, _ = b.variant("--tau-lambda-json", b.inputs("--tau-lambda-json")[0], soft, tmp_path / "sw")
+    refused("expected best_of_n", *argv)
+    b = mutation_chain.baseline("aggregate", "--sweep")
+    argv, _ = b.variant("--sweep", b.inputs("--sweep")[0], b.inputs("--sweep")[0], tmp_path / "agg2")
+    refused("each tau's lambda* is for the audited decoder", *argv, "--tau-lambda-json", f["lambda_n2"])

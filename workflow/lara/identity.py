@@ -123,6 +123,19 @@ def same_prompts(sets: dict[str, PromptSet], what: str = "test prompts") -> None
 ID_KEY = "id:"  # the key of a prompt a table names by its id alone (no prompt text)
 
 
+def distinct_pools(sets: dict[str, PromptSet], flag: str = "--scores") -> None:
+    """Tables pooled into one population (a coverage study's) share no prompt, by text or, where a table has no
+    text, by id: the same prompts again under new ids would count each prompt twice. The first two that share are
+    named."""
+    items = list(sets.items())
+    for i, (name, found) in enumerate(items):
+        for first, other in items[:i]:
+            shared = found.keys & other.keys
+            if shared:
+                raise _error(f"{flag} {first} and {name}: share {len(shared)} prompt(s) (by text, or by id where a "
+                             "table has no text); the population's prompts must be distinct")
+
+
 def disjoint(calibration: PromptSet | dict | None, audit: PromptSet, where: str) -> int:
     """How many audit prompts are calibration prompts (0 for a held-out audit); keys from a record's
     identity or a :class:`PromptSet`. Prompts named by text on one side and by id alone on the other cannot be told
@@ -364,7 +377,13 @@ def evaluated(responses: str | Path, out: str | Path) -> dict:
 
 def check_sweep(sweep: pd.DataFrame, record, where: str, prompts: PromptSet | None = None) -> None:
     """A sweep read beside ``record`` was made with it: its lambda* row at the record's N is the record's lambda*
-    and tau (and, where the sweep carries them, the record's digest and the ``prompts`` it is compared with)."""
+    and tau, made with the record (its digest) and, with ``prompts``, over the prompts it is compared with: a sweep
+    without the columns that say so (lara bon-sweep writes them) is refused, never taken on trust."""
+    needed = ["tau", "record"] + (["prompt_set", "n_prompts"] if prompts is not None else [])
+    missing = [c for c in needed if c not in sweep.columns]
+    if missing:
+        raise _error(f"{where}: no column {', '.join(missing)} (lara bon-sweep writes them): cannot tell which record "
+                     "and which prompts it was swept with")
     n = record.decoder_n or int(sweep["n"].max())
     rows = sweep[(sweep["label"] == "lambda_star") & (sweep["n"] == n)]
     if rows.empty:
@@ -373,12 +392,12 @@ def check_sweep(sweep: pd.DataFrame, record, where: str, prompts: PromptSet | No
     if not _same(float(row["lambda"]), record.lambda_star):
         raise _error(f"{where}: lambda* {float(row['lambda']):.6g}, expected {record.lambda_star:.6g} (lambda* from "
                      f"{record.path}): the sweep was made with another calibration")
-    if "tau" in sweep.columns and not _same(float(row["tau"]), record.tau):
+    if not _same(float(row["tau"]), record.tau):
         raise _error(f"{where}: tau {float(row['tau']):g}, expected {record.tau:g} (the tau of {record.path})")
-    if "record" in sweep.columns and str(row["record"]) != file_digest(record.path):
+    if str(row["record"]) != file_digest(record.path):
         raise _error(f"{where}: made with lambda record {row['record']}, expected {record.path} "
                      f"({file_digest(record.path)})")
-    if prompts is not None and "prompt_set" in sweep.columns and str(row["prompt_set"]) != prompts.digest:
+    if prompts is not None and str(row["prompt_set"]) != prompts.digest:
         raise _error(f"{where}: swept over other test prompts ({int(row['n_prompts'])}) than the audit's "
                      f"({prompts.n})")
 

@@ -275,6 +275,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
+    from lara import identity
     from lara.calibrate.calibrate import load_scores
     from lara.calibrate.procedures import check_sizes
     from lara.calibrate.record import provenance
@@ -288,7 +289,9 @@ def run(args) -> None:
         raise ConfigError("calibration.cost_bounds: the coverage study compares CRC and LTT with the bootstrap; they "
                           "need fixed cost bounds [lo, hi]")
     check_sizes(s.n_prompts)
-    pop = PromptScores(*population([load_scores(p) for p in args.scores], args.scores))
+    sets = []
+    pop = PromptScores(*population([load_scores(p, sets) for p in args.scores], args.scores))
+    identity.distinct_pools(dict(zip(map(str, args.scores), sets, strict=True)))
     log.info("population: %d prompts (K %d to %d) from %s; settings %s", pop.n_prompts, int(pop.counts.min()),
              int(pop.counts.max()), ", ".join(args.scores), s)
     try:

@@ -58,7 +58,7 @@ def calibrate_command(args, cls, from_table, scorers: tuple[str, ...] = ()) -> N
         log.info("%s: lambda %.6g, feasible %s, mean cost %.4f, reward %.4f, %.1f tokens per prompt", name, p["lambda"],
                  p["feasible"], p["mean_cost"], p["mean_reward"], p["mean_tokens"])
     log.info("tokens per prompt: full Best-of-%d %.1f, %s at lambda* %.1f (ratio %.2f); cost curve %s in lambda",
-             result["decoder"]["n"], result["tokens"]["full_best_of_n"], decoder.describe(),
+             s.n, result["tokens"]["full_best_of_n"], decoder.describe(),
              result["tokens"]["at_lambda_star"], result["tokens"]["ratio_at_lambda_star"],
              "monotone" if result["monotone"] else "NOT monotone")
     log.info("guarantee: %s", result["guarantee"]["statement"])
@@ -87,9 +87,10 @@ def coverage_command(args, cls, from_table, kind: str) -> None:
                           "which need fixed bounds")
     check_sizes(s.n_prompts)
     grid = np.linspace(0.0, s.lambda_search_max, s.grid_points)
-    parts, seen, decoder = [], set(), None
+    parts, seen, decoder, sets = [], set(), None, {}
     for path in args.scores:
-        decoder, ids, cost, _ = from_table(path, s, "--scores")
+        decoder, ids, cost, df = from_table(path, s, "--scores")
+        sets[str(path)] = identity.prompt_set(df, f"--scores {path}")
         twice = seen & set(map(str, ids))
         if twice:
             raise DataError(f"--scores {path}: prompt {sorted(twice)[0]!r} is in another table too: each population "
@@ -98,6 +99,7 @@ def coverage_command(args, cls, from_table, kind: str) -> None:
         c = decoder.curves(grid, s.cost_bounds)
         check_floors(len(ids), cost.shape[1], c, decoder, f"--scores {path}")
         parts.append(c)
+    identity.distinct_pools(sets)
     pop = Curves.stack(parts)
     log.info("population: %d prompts; %s; %d repeats per size %s", pop.n_prompts, decoder.describe(), s.repeats,
              s.n_prompts)

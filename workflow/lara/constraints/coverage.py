@@ -282,17 +282,11 @@ def load_population(paths, constraints):
     load_vector_scores`, errors naming the file), refusing a prompt found in two of them."""
     from lara import identity
     from lara.constraints.calibrate import VectorScores, load_vector_scores
-    from lara.read.files import DataError
 
     identity.distinct_files(paths, "--scores")
     parts = [load_vector_scores(p, constraints, "--scores") for p in paths]
-    found = [part.prompts for part in parts]
     pop = VectorScores(*population(parts, paths, "costs"))
-    for i in range(len(paths)):
-        for j in range(i):
-            if found[i].keys & found[j].keys:
-                raise DataError(f"--scores {paths[j]} and {paths[i]}: share {len(found[i].keys & found[j].keys)} "
-                                "prompt text(s) under different ids; the population's prompts must be distinct")
+    identity.distinct_pools({str(p): part.prompts for p, part in zip(paths, parts, strict=True)})
     return pop
 
 

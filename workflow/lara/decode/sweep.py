@@ -111,6 +111,9 @@ def read_records(args, tau: float | None, sizes: list[int], m: int) -> tuple[dic
     other_taus = []
     for path in args.tau_lambda_json:
         rec = read_lambda(path)
+        if rec.decoder.get("kind") != "best_of_n":
+            raise DataError(f"--tau-lambda-json {path}: decoder {rec.decoder.get('kind')} ({rec.mode} mode), expected "
+                            "best_of_n (a bon-mode record): its lambda* is swept as Best-of-N's at its tau")
         n = rec.decoder_n or m
         if n not in sizes:
             raise DataError(f"{path}: calibrated for Best-of-N with N = {n}, which is not a swept size {sizes}")

@@ -60,14 +60,27 @@ def check_arms(arms: list[pd.DataFrame], paths: list[str]) -> None:
                 raise DataError(f"--arms {path}: arm {r['arm']}: {verdict} {r[verdict]} but {value} "
                                 f"{float(r[value]):.6g} vs tau {float(r['tau']):g}: a verdict is its numbers' (edited "
                                 "by hand?)")
-        if "lambda_record" in df.columns:
-            records.setdefault(str(df["lambda_record"].iloc[0]), path)
-        if "stream" in df.columns:
-            stream = str(df["stream"].iloc[0])
-            if stream in streams:
-                raise DataError(f"--arms {path}: the same stream as {streams[stream]} under scenario "
-                                f"{names.iloc[0]!r}: one scenario's arms given twice?")
-            streams[stream] = path
+        missing = [c for c in ("lambda_record", "stream") if c not in df.columns]
+        if missing:
+            raise DataError(f"--arms {path}: no column {', '.join(missing)} (lara deploy-arms writes them): a report "
+                            "must tell which calibration and which stream each arm ran on")
+        for col in ("lambda_record", "stream"):
+            other = np.flatnonzero(df[col].astype(str).to_numpy() != str(df[col].iloc[0]))
+            if len(other):
+                r = df.iloc[other[0]]
+                raise DataError(f"--arms {path}: row {other[0]} (arm {r['arm']}) has {col} {r[col]}, the first row "
+                                f"{df[col].iloc[0]}: one scenario's arms ran on one stream with one lambda record")
+        keys = ["arm", "constraint"] if "constraint" in df.columns else ["arm"]
+        twice = df.duplicated(keys)
+        if twice.any():
+            r = df[twice].iloc[0]
+            raise DataError(f"--arms {path}: arm {r['arm']} is given twice in scenario {names.iloc[0]!r}")
+        records.setdefault(str(df["lambda_record"].iloc[0]), path)
+        stream = str(df["stream"].iloc[0])
+        if stream in streams:
+            raise DataError(f"--arms {path}: the same stream as {streams[stream]} under scenario "
+                            f"{names.iloc[0]!r}: one scenario's arms given twice?")
+        streams[stream] = path
     if len(records) > 1:
         (a, pa), (b, pb) = list(records.items())[:2]
         raise DataError(f"--arms {pb}: made with another lambda record ({b}) than {pa} ({a}); one report compares "
@@ -94,6 +107,11 @@ def combine(arms: list[pd.DataFrame], shifts: list[dict], where: list[str]) -> p
             raise DataError(f"--shift {path}: scenario {data['scenario']!r} has no arms (--arms: {scenarios})")
         if data["scenario"] in by_scenario:
             raise DataError(f"--shift {path}: a second shift check of scenario {data['scenario']!r}")
+        checked = (data.get("identity") or {}).get("stream")
+        ran = str(arms[scenarios.index(data["scenario"])]["stream"].iloc[0])
+        if checked is not None and str(checked) != ran:
+            raise DataError(f"--shift {path}: the shift check of scenario {data['scenario']!r} is of stream {checked}, "
+                            f"but the arms of that scenario ran on stream {ran}: another scenario's check?")
         by_scenario[data["scenario"]] = data
     table = pd.concat(arms, ignore_index=True)
     for col in SHIFT_COLUMNS:

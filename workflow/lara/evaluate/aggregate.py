@@ -370,6 +370,11 @@ def audit_taus(args, s: AuditSettings, audit: dict) -> None:
         raise DataError("--tau-lambda-json: the other taus are audited beside the main one; pass --lambda-json")
     main = read_lambda(args.lambda_json)
     check_budget(main, s.tau)
+    for path, r in zip(args.tau_lambda_json, others, strict=True):
+        if (r.decoder.get("kind"), r.decoder_n) != (main.decoder.get("kind"), main.decoder_n):
+            raise DataError(f"--tau-lambda-json {path}: calibrated for {r.decoder.get('kind')} with N = {r.decoder_n}, "
+                            f"but the audit's decoder is {main.decoder.get('kind')} with N = {main.decoder_n} "
+                            f"({args.lambda_json}): each tau's lambda* is for the audited decoder")
     taus = [main.tau] + [r.tau for r in others]
     if len(set(taus)) != len(taus):
         raise DataError(f"--tau-lambda-json: two records were calibrated for the same tau ({taus})")
