@@ -332,11 +332,7 @@ def run(args) -> None:
     names, tau = (None, s.tau) if constraints is None else ([c.name for c in constraints],
                                                             [float(c.tau) for c in constraints])
     identity.distinct_files(args.online, "--online")
-    stream, record = read_inputs(args, s, constraints)
-    if constraints is None:  # the fixed arms decode argmax Best-of-N at lambda*: a record of this very decoder
-        from lara.decode.bon import check_calibrated_for
-
-        check_calibrated_for(stream.reward.shape[1], "star", args.lambda_json)
+    stream, record = read_inputs(args, s, constraints, decoded=True)
     scenario = identity.read_identity(args.candidates).get("scenario")
     online = [online_arm(p, stream, s, args.lambda_json, args.candidates, names, tau) for p in args.online]
     arm_names = [name for name, _, _ in online]

@@ -421,10 +421,12 @@ def per_visit(stream: Stream, trace: Trace, names, tau, eta: float) -> pd.DataFr
     return out
 
 
-def read_inputs(args, s: DeploymentSettings, constraints) -> tuple[Stream, object]:
+def read_inputs(args, s: DeploymentSettings, constraints, decoded: bool = False) -> tuple[Stream, object]:
     """--candidates and --lambda-json, checked (``lara online`` and ``lara deploy-arms``): the stream, which the
     settings describe, and the record lambda* is read from: one cost, lara.calibrate.record's, for this tau and N
-    (:func:`check_record`); with constraints the vector record's dict (:func:`check_vector_record`)."""
+    (:func:`check_record`); with constraints the vector record's dict (:func:`check_vector_record`). ``decoded``:
+    argmax Best-of-N is decoded at the record's lambda* (deploy-arms' fixed arms), so the record must be of that very
+    decoder (select-bon's check); the online lambda only starts there."""
     from lara.calibrate.record import read_lambda
 
     stream = read_stream(args.candidates, constraints)
@@ -432,6 +434,10 @@ def read_inputs(args, s: DeploymentSettings, constraints) -> tuple[Stream, objec
     visits, n = stream.reward.shape
     check_stream_settings(s, args.candidates, visits, n)
     if constraints is None:
+        if decoded:
+            from lara.decode.bon import check_calibrated_for
+
+            check_calibrated_for(n, "star", args.lambda_json)
         check_record(record, s, n, args.lambda_json)
         return stream, record
     return stream, check_vector_record(args.lambda_json, constraints, s, n)
