@@ -538,8 +538,8 @@ def test_hostile_round_63_cases_are_refused(mutation_chain, tmp_path):  # noqa: 
     refused("row 2", "deployment-report", "--arms", mixed, f["arms_heavy"], "--out", tmp_path / "r.csv")
     refused("given twice", "deployment-report", "--arms", arms("twice", lambda d: pd.concat([d, d.iloc[[0]]])),
             f["arms_heavy"], "--out", tmp_path / "r.csv")
-    refused("no column stream", "deployment-report", "--arms", arms("nostream", lambda d: d.drop(columns="stream")),
-            f["arms_heavy"], "--out", tmp_path / "r.csv")
+    refused("missing column(s) stream", "deployment-report", "--arms",
+            arms("nostream", lambda d: d.drop(columns="stream")), f["arms_heavy"], "--out", tmp_path / "r.csv")
     assert not (tmp_path / "r.csv").exists()
 
     soft = tmp_path / "lambda_soft.json"

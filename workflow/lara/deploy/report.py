@@ -60,10 +60,6 @@ def check_arms(arms: list[pd.DataFrame], paths: list[str]) -> None:
                 raise DataError(f"--arms {path}: arm {r['arm']}: {verdict} {r[verdict]} but {value} "
                                 f"{float(r[value]):.6g} vs tau {float(r['tau']):g}: a verdict is its numbers' (edited "
                                 "by hand?)")
-        missing = [c for c in ("lambda_record", "stream") if c not in df.columns]
-        if missing:
-            raise DataError(f"--arms {path}: no column {', '.join(missing)} (lara deploy-arms writes them): a report "
-                            "must tell which calibration and which stream each arm ran on")
         for col in ("lambda_record", "stream"):
             other = np.flatnonzero(df[col].astype(str).to_numpy() != str(df[col].iloc[0]))
             if len(other):
@@ -143,7 +139,8 @@ def run(args) -> None:
     from lara.read.files import read_table, write_table
 
     identity.distinct_files(args.arms, "--arms")
-    arms = [read_table(p, required=("scenario", "arm", "tau", "mean_cost", "met")) for p in args.arms]
+    arms = [read_table(p, required=("scenario", "arm", "tau", "mean_cost", "met", "lambda_record", "stream"))
+            for p in args.arms]
     check_arms(arms, args.arms)
     table = combine(arms, [read_shift(p) for p in args.shift], args.shift)
     write_table(table, args.out)

@@ -101,7 +101,8 @@ JUDGED = Expect("judged responses (lara judge)", kinds=("judged",),
                 columns=("prompt_id", "method", "setting", "lambda"),
                 stamped=True)
 SWEEP = Expect("the Best-of-N sweep (lara bon-sweep)", columns=("n", "lambda", "label"))
-ARMS = Expect("a scenario's arms (lara deploy-arms)", columns=("scenario", "arm", "tau", "mean_cost", "met"),
+ARMS = Expect("a scenario's arms (lara deploy-arms)",
+              columns=("scenario", "arm", "tau", "mean_cost", "met", "lambda_record", "stream"),
               numbers=("tau", "mean_cost", "worst_window_cost", "mean_reward"), booleans=("met", "window_met"))
 PREFERENCES = Expect("preference pairs (lara prepare-data --kind preferences)", kinds=("preferences", "stable"),
                      columns=("prompt",))
