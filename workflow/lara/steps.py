@@ -4,6 +4,15 @@ rules (:mod:`lara.codehash`) and the settings (:mod:`lara.settings`))."""
 
 from __future__ import annotations
 
+# the calibration core's decoders with a command of their own (lara.calibrate.decoder): each is calibrated on the lambda
+# grid from the calibration samples with their lengths (--scores) and writes a record of its decoder kind. Registered
+# here once: the command, its settings, its input row and its record's row (lara.read.contracts) and the jobs
+# validate-config builds (lara.config.runs, from the settings class's ``jobs``) all derive from this table.
+# command -> (module, settings class, decoder kind)
+CORE_DECODERS: dict[str, tuple[str, str, str]] = {
+    "calibrate-best-of-k": ("lara.calibrate.best_of_k", "BestOfKSettings", "best_of_k"),
+}
+
 # subcommand -> module; grouped by workflow stage, in DAG order.
 COMMANDS: dict[str, str] = {
     # configuration
@@ -40,7 +49,7 @@ COMMANDS: dict[str, str] = {
     "score-prefixes": "lara.decode.prefixes",
     "calibrate-prune": "lara.calibrate.prune_record",
     "coverage-prune": "lara.calibrate.prune_coverage",
-    "calibrate-best-of-k": "lara.calibrate.best_of_k",
+    **{name: module for name, (module, _, _) in CORE_DECODERS.items()},
     # decoding
     "select-bon": "lara.decode.bon",
     "bon-sweep": "lara.decode.sweep",
@@ -80,7 +89,7 @@ SECTIONLESS: dict[str, str] = {
     "score": "ScoreSettings",
     "bon-sweep": "SweepSettings",
     "coverage-prune": "PruneCoverageSettings",
-    "calibrate-best-of-k": "BestOfKSettings",
+    **{name: settings for name, (_, settings, _) in CORE_DECODERS.items()},
     "score-prefixes": "PrefixSettings",
     "select-bon-prune": "PruneScheduleSettings",
     "bon-prune-sweep": "PruneSweepSettings",

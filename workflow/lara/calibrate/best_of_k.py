@@ -83,6 +83,14 @@ class BestOfKSettings(GridCalibration, Settings):
                                key="decode.bon_prune.grid_points")
     seed: int = seed_setting()
 
+    @staticmethod
+    def jobs(config: dict) -> list[dict]:
+        """The k of each job the rules give it: one record per Fig. 1 size and at decode.bon_n (bon mode only)."""
+        dec = config["decode"]
+        if "bon" not in dec["methods"] or config["calibration"]["mode"] != "bon":
+            return []
+        return [{"k": k} for k in sorted(set(dec["sweep_n"]) | {dec["bon_n"]})]
+
 
 def from_table(path, s: BestOfKSettings, where: str):
     """Best-of-k of settings ``s`` on scored samples with their lengths: (decoder, prompt ids, costs (P, K), table)."""

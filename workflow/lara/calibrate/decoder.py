@@ -15,8 +15,9 @@ object with
 
 Full Best-of-N keeps its exact-breakpoint kernel (:mod:`lara.calibrate.bestofn`, lambda continuous); the decoders
 here are searched on a grid, where a non-monotone decoder (pruned Best-of-N) is still searched correctly (the
-stable root). A new decoder is one more instance (:mod:`lara.calibrate.best_of_k` is one in a page); the
-procedures, the record, its statements, floors and identity checks are the core's, written once.
+stable root). A new decoder is one more instance (:mod:`lara.calibrate.best_of_k` is one in a page) and one
+line in :data:`lara.steps.CORE_DECODERS`; the procedures, the record, its statements, floors and identity checks are
+the core's, written once.
 """
 
 from __future__ import annotations

@@ -52,7 +52,8 @@ def certified_settings(config: dict) -> list[str]:
 def settings_runs(config: dict) -> list[tuple[str, dict]]:
     """Every ``(settings name, derived values)`` the plan hands a step (``lara.config.step_settings``), one entry
     per distinct run: the rules of rules/*.smk, as :func:`lara.config.step_settings` is called there."""
-    from lara.settings import SECTIONS, STEPS
+    from lara.settings import SECTIONS, STEPS, settings_class
+    from lara.steps import CORE_DECODERS
 
     cal, dec = config["calibration"], config["decode"]
     scenarios = config["deployment"]["scenarios"]
@@ -70,7 +71,7 @@ def settings_runs(config: dict) -> list[tuple[str, dict]]:
     runs += [("calibration", {"bon_n": bon_n, "tau": t}) for t in taus(config)[1:]]
     if "bon" in dec["methods"] and cal["mode"] == "bon":
         runs += [("calibration", {"bon_n": n}) for n in sorted(set(dec["sweep_n"]) - {dec["bon_n"]})]
-        runs += [("calibrate-best-of-k", {"k": k}) for k in sorted(set(dec["sweep_n"]) | {dec["bon_n"]})]
+    runs += [(name, derived) for name in CORE_DECODERS for derived in settings_class(name).jobs(config)]
     if "bon" in dec["methods"]:
         runs += [("calibration", {"mode": "soft", "bon_n": None, "beta": b, "guarantee": "bootstrap"})
                  for b in sorted(set(cal.get("soft_betas") or []))]

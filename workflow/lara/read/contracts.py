@@ -16,6 +16,7 @@ from pathlib import Path
 
 from lara.data.errors import DataError
 from lara.read.expect import JSON, TABLE, Expect
+from lara.steps import CORE_DECODERS
 
 FOLDER, SOURCE, CONFIG = "folder", "source", "config"  # read by their own loaders (models, data sources, YAML)
 
@@ -66,8 +67,10 @@ STREAM = Expect("a scenario's stream (lara make-stream)", kinds=("stream",), rol
 LAMBDA = Expect("a calibration record (lara calibrate)", JSON, kinds=("lambda", "lambda_weighted"),
                 keys=("lambda_hat", "lambda_star", "tau"), agree=("lambda_record", "tau", "n", *SCALAR_SCORERS),
                 decoders=FULL_BON)
-LAMBDA_K = Expect("Best-of-k's record (lara calibrate-best-of-k)", JSON, kinds=("lambda",),
-                  keys=("lambda_hat", "lambda_star", "tau"), agree=("tau", *SCALAR_SCORERS), decoders=("best_of_k",))
+# a record of one of the calibration core's own decoders (lara.steps.CORE_DECODERS); its reader checks which
+LAMBDA_CORE = Expect(f"a calibration core record (lara {' / '.join(CORE_DECODERS)})", JSON, kinds=("lambda",),
+                     keys=("lambda_hat", "lambda_star", "tau"), agree=("tau", *SCALAR_SCORERS),
+                     decoders=tuple(kind for _, _, kind in CORE_DECODERS.values()))
 LAMBDA_DECODER = Expect("a calibration record (lara calibrate, or lara calibrate-decoder for this decoder)", JSON,
                         kinds=("lambda", "lambda_weighted", "token_level_direct"), keys=("lambda_star", "tau"),
                         agree=("lambda_record", "tau"), decoders=FULL_BON)
@@ -227,7 +230,7 @@ CONTRACTS: dict[str, Command] = {
     "score-prefixes": Command({"--input": SCORES_TOKENS, "--tokenizer": POLICY, "--reward": MODEL, "--cost": MODEL}),
     "calibrate-prune": Command({"--scores": PREFIXES_CAL}),
     "import-table": Command({"--input": source("a table made outside the workflow (checked as its --kind's)")}),
-    "calibrate-best-of-k": Command({"--scores": SCORES_CAL_TOKENS}),
+    **{name: Command({"--scores": SCORES_CAL_TOKENS}) for name in CORE_DECODERS},
     "coverage-prune": Command({"--scores": many(PREFIXES_ANY)}),
     "select-bon": Command({"--candidates": SCORES_TEST, "--lambda-json": LAMBDA}),
     "select-bon-prune": Command({"--candidates": PREFIXES_TEST, "--lambda-json": LAMBDA_PRUNED}),
@@ -235,7 +238,7 @@ CONTRACTS: dict[str, Command] = {
     "choose-decoder": Command({"--selection": PREFIXES_SEL, "--calibration": PREFIXES_CAL, "--test": PREFIXES_TEST}),
     "bon-sweep": Command({"--candidates": SCORES_HELD_OUT, "--lambda-json": many(LAMBDA),
                           "--soft-lambda-json": many(LAMBDA), "--tau-lambda-json": many(LAMBDA),
-                          "--k-lambda-json": many(LAMBDA_K)},
+                          "--k-lambda-json": many(LAMBDA_CORE)},
                          note="records for several N and taus: no agreement across them"),
     "rgtg": Command({"--policy": POLICY, "--prompts": PROMPTS, "--lambda-json": LAMBDA_DECODER}),
     "generate-policy": Command({"--policy": POLICY, "--prompts": PROMPTS}),
