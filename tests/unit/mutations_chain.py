@@ -19,6 +19,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from lara.settings import settings_class
+from lara.steps import CORE_DECODERS
+
 K, N, K_DEP = 4, 4, 4  # candidates per calibration/test prompt, Best-of-N size, candidates per deployment prompt
 N_CAL, N_TEST, N_SEL = 30, 25, 20
 STREAM_LENGTH, WINDOW = 200, 50
@@ -35,7 +38,7 @@ BASELINES: dict[str, tuple[tuple[str, ...], ...]] = {
     "calibrate": (("--scores",), ("--scores", "--weights")),
     "select-bon": (("--candidates", "--lambda-json"),),
     "bon-sweep": (("--candidates", "--lambda-json", "--tau-lambda-json", "--k-lambda-json"),),
-    "calibrate-best-of-k": (("--scores",),),
+    **{name: (("--scores",),) for name in CORE_DECODERS},  # each of the core's own decoders, from its registration
     "evaluate": (("--responses",),),
     "judge": (("--responses",),),
     "aggregate": (("--scores", "--judge", "--bon-star", "--lambda-json", "--sweep"),),
@@ -311,13 +314,16 @@ def build(root: Path) -> Chain:
         f[f"bon_star_{other}"] = R / f"decode/bon_star_{other}.parquet"
         ok("select-bon", "--candidates", f["scores_test"], "--setting", "star", "--overpenalised-lambda", 50,
            "--lambda-json", f[f"lambda_{other}"], "--out", f[f"bon_star_{other}"])
-    # Best-of-2 through the calibration core (its own record), audited in the sweep beside Best-of-4
-    f["lambda_k2"] = R / "calibration/lambda_bon_k2.json"
-    base("calibrate-best-of-k", "--scores", f["scores_cal"], "--settings", json.dumps(
-        {"k": 2, "n": N, "max_new_tokens": 48, "tau": tau, "lambda_search_max": 20, "bootstrap": BOOT,
-         "quantile": 0.975, "guarantee": "bootstrap", "delta": 0.1, "cost_bounds": json.loads(BOUNDS),
-         "grid_points": 101, "seed": 0}),
-         "--allow-infeasible", "--out", f["lambda_k2"])
+    # each of the core's own decoders at size 2 (its own record; Best-of-2 is audited in the sweep beside Best-of-4):
+    # its settings are its class's fields, taken from one pool of values
+    pool = {"k": 2, "n": N, "max_new_tokens": 48, "tau": tau, "lambda_search_max": 20, "bootstrap": BOOT,
+            "quantile": 0.975, "guarantee": "bootstrap", "delta": 0.1, "cost_bounds": json.loads(BOUNDS),
+            "grid_points": 101, "seed": 0}
+    for name in CORE_DECODERS:
+        fields = settings_class(name).__dataclass_fields__
+        f["lambda_k2" if name == "calibrate-best-of-k" else name] = out = R / f"calibration/{name}.json"
+        base(name, "--scores", f["scores_cal"], "--settings", json.dumps({k: pool[k] for k in fields}),
+             "--allow-infeasible", "--out", out)
     f["sweep"] = R / "bon/sweep.csv"
     base("bon-sweep", "--candidates", f["scores_test"], "--lambda-json", f["lambda"], "--tau-lambda-json",
          f["lambda_tau2"], "--k-lambda-json", f["lambda_k2"], "--n", 2, N, "--lambda-grid", "[0, 1, 4]", "--tau", tau,
