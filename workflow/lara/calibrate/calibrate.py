@@ -42,15 +42,7 @@ from lara.calibrate.certify import (
     weighted_p_value,
 )
 from lara.calibrate.decoder import MIN_PROMPTS
-from lara.calibrate.dual import (
-    InputError,
-    PromptScores,
-    bootstrap,
-    dual,
-    dual_grad,
-    mean_cost,
-    solve,
-)
+from lara.calibrate.dual import InputError, PromptScores, bootstrap, dual, dual_grad, mean_cost, solve
 from lara.calibrate.procedures import (
     MAX_CLIPPED,
     QUANTILES,
