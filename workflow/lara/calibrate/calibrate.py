@@ -38,7 +38,6 @@ from lara.calibrate.certify import (
     equal_weights,
     hb_p_value,
     statement,
-    weighted_certified_lambda,
     weighted_p_value,
 )
 from lara.calibrate.decoder import MIN_PROMPTS
@@ -273,10 +272,8 @@ def certify(scores: PromptScores, s: CalibrationSettings, bon_n: int | None, k_m
     n = scores.n_prompts
     out = {}
     for proc in CERTIFIED if weights is None else WEIGHTED:
-        if weights is None:
-            c = certified_lambda(st, n, proc, s.tau, s.lambda_search_max, s.cost_bounds, s.delta, seed=s.seed)
-        else:
-            c = weighted_certified_lambda(st, weights, proc, s.tau, s.lambda_search_max, s.cost_bounds, s.delta)
+        c = certified_lambda(st, n, proc, s.tau, s.lambda_search_max, s.cost_bounds, s.delta, seed=s.seed,
+                             shift=weights)
         at = expected(scores.reward, scores.cost, scores.mask, [c.lam], bon_n, clip)[0, :, 0]
         mean = float(at.mean() if weights is None else weights @ at / weights.sum())
         out[proc] = {"lambda": c.lam, "feasible": c.feasible, "threshold": c.threshold, "clipped_mean_cost": mean,

@@ -125,18 +125,13 @@ def tilted_moments(s: PromptScores, lams, beta: float, chunk: int = 32):
     return lme, cbar, var
 
 
-def bon_selected_cost(s: PromptScores, lams, n: int | None = None) -> np.ndarray:
-    """(P, L) exact expected cost of Best-of-n (n = K: the argmax of all K samples) per prompt and
-    lam, ties as the decoder breaks them (:mod:`lara.calibrate.bestofn`)."""
-    from lara.calibrate.bestofn import expected_cost
-
-    return expected_cost(s.reward, s.cost, s.mask, lams, n)
-
-
 def mean_cost(s: PromptScores, lams, beta: float, mode: str = "soft", weights=None,
               bon_n: int | None = None) -> np.ndarray:
-    """(Weighted) mean over prompts of the tilted (or Best-of-N) expected cost at each lam."""
-    cbar = bon_selected_cost(s, lams, bon_n) if mode == "bon" else tilted_moments(s, lams, beta)[1]
+    """(Weighted) mean over prompts of the tilted (or exact Best-of-n, ties as the decoder breaks them:
+    :func:`lara.calibrate.bestofn.expected_cost`) expected cost at each lam."""
+    from lara.calibrate.bestofn import expected_cost
+
+    cbar = expected_cost(s.reward, s.cost, s.mask, lams, bon_n) if mode == "bon" else tilted_moments(s, lams, beta)[1]
     w = np.full(s.n_prompts, 1.0 / s.n_prompts) if weights is None else np.asarray(weights)
     return w @ cbar
 
