@@ -8,12 +8,10 @@ The scores file (parquet, CSV or jsonl) has one row per response with columns
 ``prompt_id, reward, cost``; prompts may have different numbers of samples.
 
 ``--weights weights.parquet`` (``lara shift-check``: one covariate-shift weight per calibration prompt, an
-estimate of dP_deploy / dP_cal) calibrates for the deployment prompt distribution instead (Best-of-N mode only):
-lambda-hat is the root of the weighted mean expected Best-of-N cost, the bootstrap draws prompts uniformly and
-keeps their weights (:mod:`lara.calibrate.dual`), and CRC and LTT are their covariate-shift versions
-(:mod:`lara.calibrate.certify`). Below the weights' ``min_ess`` (config key deployment.shift.min_ess, which
-``lara shift-check`` writes into the weights' identity) the record is written with ``certified: false``, and
-:func:`lara.calibrate.record.read_lambda` refuses it to every decoder. The record's identity kind is
+estimate of dP_deploy / dP_cal) calibrates every procedure for the deployment prompt distribution instead (Best-of-N
+mode only; :mod:`lara.calibrate.dual`, :mod:`lara.calibrate.certify`, docs/shift.md). Below the weights'
+``min_ess`` (config key deployment.shift.min_ess, in the weights' identity) the record is written with ``certified:
+false`` and :func:`lara.calibrate.record.read_lambda` refuses it to every decoder; its identity kind is
 ``lambda_weighted``.
 """
 

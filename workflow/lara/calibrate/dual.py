@@ -14,11 +14,8 @@ r - lam c (ties go to the lower cost, the limit from the right) and g' is a step
 
 Covariate-shift weights (``weights``, Best-of-N mode only): the prompts' mean becomes the weighted mean
 sum_i w_i v_i / sum_i w_i, and a bootstrap replicate resamples prompts uniformly (multinomial counts n_b) and
-keeps each drawn prompt's weight, n_bi w_i / sum_j n_bj w_j: the bootstrap of the weighted estimator itself.
-(Drawing prompts with probabilities proportional to w and averaging them unweighted has the right mean but the
-spread of n prompts from the deployment, not of the ~ESS that the weighted mean is worth: on a Gaussian shift
-with ESS 79 of 200 its standard deviation was 0.049 against the estimator's 0.074; uniform draws with their
-weights gave 0.068.) Weights all equal are no reweighting: pass None.
+keeps each drawn prompt's weight, n_bi w_i / sum_j n_bj w_j: the bootstrap of the weighted estimator itself
+(why not draws proportional to w: docs/shift.md). Weights all equal are no reweighting: pass None.
 
 Bootstrap. A replicate reweights prompts by multinomial counts n_b, and
 g'_b(lam) = tau - sum_i (n_bi / N) cbar_i(lam). The per-prompt curves cbar_i do not
