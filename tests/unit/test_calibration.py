@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 from scipy.optimize import brentq
 
+from lara.calibrate.bestofn import expected_cost
 from lara.calibrate.calibrate import CalibrationSettings, calibrate
 from lara.calibrate.dual import (
     InputError,
     PromptScores,
-    bon_selected_cost,
     bootstrap,
     chunk_for,
     dual,
@@ -227,7 +227,7 @@ def test_bon_mode_matches_brute_force_selection():
 
 def test_bon_selection_helper_breaks_ties_towards_lower_cost():
     s = PromptScores.from_long([0, 0], [1.0, 1.0], [2.0, -1.0])
-    assert bon_selected_cost(s, [0.0])[0, 0] == -1.0
+    assert expected_cost(s.reward, s.cost, s.mask, [0.0], None)[0, 0] == -1.0
 
 
 def test_calibrate_is_deterministic_for_a_seed_and_cli_writes_the_record(tmp_path):

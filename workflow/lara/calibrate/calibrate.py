@@ -8,12 +8,10 @@ The scores file (parquet, CSV or jsonl) has one row per response with columns
 ``prompt_id, reward, cost``; prompts may have different numbers of samples.
 
 ``--weights weights.parquet`` (``lara shift-check``: one covariate-shift weight per calibration prompt, an
-estimate of dP_deploy / dP_cal) calibrates for the deployment prompt distribution instead (Best-of-N mode only):
-lambda-hat is the root of the weighted mean expected Best-of-N cost, the bootstrap draws prompts uniformly and
-keeps their weights (:mod:`lara.calibrate.dual`), and CRC and LTT are their covariate-shift versions
-(:mod:`lara.calibrate.certify`). Below the weights' ``min_ess`` (config key deployment.shift.min_ess, which
-``lara shift-check`` writes into the weights' identity) the record is written with ``certified: false``, and
-:func:`lara.calibrate.record.read_lambda` refuses it to every decoder. The record's identity kind is
+estimate of dP_deploy / dP_cal) calibrates every procedure for the deployment prompt distribution instead (Best-of-N
+mode only; :mod:`lara.calibrate.dual`, :mod:`lara.calibrate.certify`, docs/shift.md). Below the weights'
+``min_ess`` (config key deployment.shift.min_ess, in the weights' identity) the record is written with ``certified:
+false`` and :func:`lara.calibrate.record.read_lambda` refuses it to every decoder; its identity kind is
 ``lambda_weighted``.
 """
 
@@ -38,19 +36,10 @@ from lara.calibrate.certify import (
     equal_weights,
     hb_p_value,
     statement,
-    weighted_certified_lambda,
     weighted_p_value,
 )
 from lara.calibrate.decoder import MIN_PROMPTS
-from lara.calibrate.dual import (
-    InputError,
-    PromptScores,
-    bootstrap,
-    dual,
-    dual_grad,
-    mean_cost,
-    solve,
-)
+from lara.calibrate.dual import InputError, PromptScores, bootstrap, dual, dual_grad, mean_cost, solve
 from lara.calibrate.procedures import (
     MAX_CLIPPED,
     QUANTILES,
@@ -281,10 +270,8 @@ def certify(scores: PromptScores, s: CalibrationSettings, bon_n: int | None, k_m
     n = scores.n_prompts
     out = {}
     for proc in CERTIFIED if weights is None else WEIGHTED:
-        if weights is None:
-            c = certified_lambda(st, n, proc, s.tau, s.lambda_search_max, s.cost_bounds, s.delta, seed=s.seed)
-        else:
-            c = weighted_certified_lambda(st, weights, proc, s.tau, s.lambda_search_max, s.cost_bounds, s.delta)
+        c = certified_lambda(st, n, proc, s.tau, s.lambda_search_max, s.cost_bounds, s.delta, seed=s.seed,
+                             shift=weights)
         at = expected(scores.reward, scores.cost, scores.mask, [c.lam], bon_n, clip)[0, :, 0]
         mean = float(at.mean() if weights is None else weights @ at / weights.sum())
         out[proc] = {"lambda": c.lam, "feasible": c.feasible, "threshold": c.threshold, "clipped_mean_cost": mean,

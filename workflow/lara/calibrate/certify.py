@@ -29,7 +29,7 @@ lambda is exact (the first crossing where R_n drops to the threshold, :func:`lar
   threshold on the mean: every stretch of constant losses from Lambda down is tested until one is not rejected.
   Same statement as LTT's. No weighted version (the weighted procedures are crc and ltt).
 
-**Covariate-shift weighted versions** (:func:`weighted_certified_lambda`; weights w_i > 0 of the calibration
+**Covariate-shift weighted versions** (:func:`certified_lambda` with ``shift``; weights w_i > 0 of the calibration
 prompts, estimates of dP_deploy / dP_cal at each prompt, :mod:`lara.deploy.shift`). Both are about the deployment
 prompt distribution as the weights describe it, and both reduce to a threshold on the weighted mean
 R_w(lam) = sum_i w_i l_i(lam) / sum_i w_i, still non-increasing in lam, so their lambda is exact too:
@@ -155,24 +155,33 @@ class Certified:
 
 def certified_lambda(clipped_steps, n: int, procedure: str, tau: float, lam_max: float, bounds,
                      delta: float, weights: np.ndarray | None = None, seed: int = 0,
-                     rows: np.ndarray | None = None) -> Certified:
+                     rows: np.ndarray | None = None, shift: np.ndarray | None = None) -> Certified:
     """The CRC, LTT or betting-LTT lambda from the steps of the clipped expected cost
     (:func:`lara.calibrate.bestofn.steps` with ``value`` the clipped costs) of n prompts (``weights``: the prompts'
     weights, default equal: a draw with repeats; ``rows``: that draw as a sequence of prompt indices, which the
-    betting test takes in its order; ``seed``: the betting test's order of the prompts when no ``rows``)."""
+    betting test takes in its order; ``seed``: the betting test's order of the prompts when no ``rows``).
+    ``shift``: the prompts' covariate-shift weights (finite, > 0), for the weighted CRC or LTT lambda (module
+    docstring); equal ones are no reweighting and give the plain lambda."""
     from lara.calibrate.bestofn import roots
 
+    if shift is not None and procedure not in WEIGHTED:
+        raise ValueError(f"no weighted version of {procedure!r} (weighted: {', '.join(WEIGHTED)})")
+    if shift is not None and equal_weights(shift):
+        n, shift = len(shift), None
     if procedure == "ltt_wsr":
         from lara.calibrate.betting import betting_ltt_lambda
 
         lam, feasible = betting_ltt_lambda(clipped_steps, tau, delta, lam_max, bounds, seed, rows=rows)
         return Certified(procedure, lam, feasible, None)
-    if procedure == "crc":
-        threshold = crc_threshold(tau, n, bounds)
-    elif procedure == "ltt":
-        threshold = ltt_threshold(tau, n, delta, bounds)
-    else:
+    if procedure not in ("crc", "ltt"):
         raise ValueError(f"not a certified procedure: {procedure!r} (one of {', '.join(CERTIFIED)})")
+    if shift is None:
+        threshold = crc_threshold(tau, n, bounds) if procedure == "crc" else ltt_threshold(tau, n, delta, bounds)
+    else:
+        weights = np.asarray(shift, dtype=float)
+        threshold = (weighted_crc_threshold(tau, weights, bounds) if procedure == "crc" else
+                     weighted_ltt_threshold(tau, effective_sample_size(weights), delta, bounds))
+        weights = (weights / weights.sum())[None, :]
     if threshold is None:
         return Certified(procedure, float(lam_max), False, None)
     w = np.full((1, len(clipped_steps.start)), 1.0 / len(clipped_steps.start)) if weights is None else weights
@@ -216,29 +225,6 @@ def weighted_p_value(mean, ess: float, tau: float, bounds) -> np.ndarray:
     lo, hi = (float(b) for b in bounds)
     gap = np.maximum((tau - np.asarray(mean, dtype=float)) / (hi - lo), 0.0)
     return np.minimum(np.exp(-2.0 * ess * gap * gap), 1.0)
-
-
-def weighted_certified_lambda(clipped_steps, weights, procedure: str, tau: float, lam_max: float, bounds,
-                              delta: float) -> Certified:
-    """The covariate-shift weighted CRC or LTT lambda (module docstring) from the steps of the clipped expected cost
-    of the calibration prompts and their weights (finite, > 0); equal weights give :func:`certified_lambda`'s."""
-    from lara.calibrate.bestofn import roots
-
-    w = np.asarray(weights, dtype=float)
-    if procedure not in WEIGHTED:
-        raise ValueError(f"no weighted version of {procedure!r} (weighted: {', '.join(WEIGHTED)})")
-    if equal_weights(w):
-        return certified_lambda(clipped_steps, len(w), procedure, tau, lam_max, bounds, delta)
-    if procedure == "crc":
-        threshold = weighted_crc_threshold(tau, w, bounds)
-    elif procedure == "ltt":
-        threshold = weighted_ltt_threshold(tau, effective_sample_size(w), delta, bounds)
-    else:
-        raise ValueError(f"not a certified procedure: {procedure!r} (one of {', '.join(CERTIFIED)})")
-    if threshold is None:
-        return Certified(procedure, float(lam_max), False, None)
-    lam, status = roots(clipped_steps, (w / w.sum())[None, :], threshold, lam_max)
-    return Certified(procedure, float(lam[0]), bool(status[0] != 2), float(threshold))
 
 
 def statement(procedure: str, *, lam: float, tau: float, n_prompts: int, bon_n: int | None, feasible: bool,

@@ -36,13 +36,7 @@ import pandas as pd
 from lara.calibrate.certify import CERTIFIED, PROCEDURES, certified_lambda, clip_costs, clipped_steps
 from lara.calibrate.dual import PromptScores
 from lara.calibrate.procedures import CoverageCalibration
-from lara.settings import (
-    Settings,
-    add_settings_arguments,
-    read_settings,
-    seed_setting,
-    setting,
-)
+from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
 from lara.stats import clopper_pearson
 
 log = logging.getLogger(__name__)

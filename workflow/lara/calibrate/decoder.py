@@ -57,18 +57,17 @@ class Curves:
         """The calibration mean cost never rises with lambda."""
         return bool((np.diff(self.cost.mean(axis=0)) <= 1e-12).all())
 
+    PER_PROMPT = ("cost", "clipped", "reward", "tokens", "cost_se")  # the (P, L) fields
+
     def take(self, rows) -> Curves:
         """The curves of the prompts ``rows`` (with repeats: a draw of prompts)."""
-        return replace(self, cost=self.cost[rows], clipped=self.clipped[rows], reward=self.reward[rows],
-                       tokens=self.tokens[rows], cost_se=self.cost_se[rows])
+        return replace(self, **{f: getattr(self, f)[rows] for f in self.PER_PROMPT})
 
     @classmethod
     def stack(cls, parts: list[Curves]) -> Curves:
         """The curves of several prompt sets on one grid, one after the other (a coverage population)."""
-        first = parts[0]
-        cat = {f: np.concatenate([getattr(c, f) for c in parts]) for f in ("cost", "clipped", "reward", "tokens",
-                                                                            "cost_se")}
-        return cls(first.grid, **cat, n_subsets=min(c.n_subsets for c in parts), exact=all(c.exact for c in parts))
+        cat = {f: np.concatenate([getattr(c, f) for c in parts]) for f in cls.PER_PROMPT}
+        return cls(parts[0].grid, **cat, n_subsets=min(c.n_subsets for c in parts), exact=all(c.exact for c in parts))
 
     def at(self, i: int) -> dict:
         """The decoder's calibration-set means at grid point ``i``."""

@@ -14,11 +14,8 @@ r - lam c (ties go to the lower cost, the limit from the right) and g' is a step
 
 Covariate-shift weights (``weights``, Best-of-N mode only): the prompts' mean becomes the weighted mean
 sum_i w_i v_i / sum_i w_i, and a bootstrap replicate resamples prompts uniformly (multinomial counts n_b) and
-keeps each drawn prompt's weight, n_bi w_i / sum_j n_bj w_j: the bootstrap of the weighted estimator itself.
-(Drawing prompts with probabilities proportional to w and averaging them unweighted has the right mean but the
-spread of n prompts from the deployment, not of the ~ESS that the weighted mean is worth: on a Gaussian shift
-with ESS 79 of 200 its standard deviation was 0.049 against the estimator's 0.074; uniform draws with their
-weights gave 0.068.) Weights all equal are no reweighting: pass None.
+keeps each drawn prompt's weight, n_bi w_i / sum_j n_bj w_j: the bootstrap of the weighted estimator itself
+(why not draws proportional to w: docs/shift.md). Weights all equal are no reweighting: pass None.
 
 Bootstrap. A replicate reweights prompts by multinomial counts n_b, and
 g'_b(lam) = tau - sum_i (n_bi / N) cbar_i(lam). The per-prompt curves cbar_i do not
@@ -125,18 +122,13 @@ def tilted_moments(s: PromptScores, lams, beta: float, chunk: int = 32):
     return lme, cbar, var
 
 
-def bon_selected_cost(s: PromptScores, lams, n: int | None = None) -> np.ndarray:
-    """(P, L) exact expected cost of Best-of-n (n = K: the argmax of all K samples) per prompt and
-    lam, ties as the decoder breaks them (:mod:`lara.calibrate.bestofn`)."""
-    from lara.calibrate.bestofn import expected_cost
-
-    return expected_cost(s.reward, s.cost, s.mask, lams, n)
-
-
 def mean_cost(s: PromptScores, lams, beta: float, mode: str = "soft", weights=None,
               bon_n: int | None = None) -> np.ndarray:
-    """(Weighted) mean over prompts of the tilted (or Best-of-N) expected cost at each lam."""
-    cbar = bon_selected_cost(s, lams, bon_n) if mode == "bon" else tilted_moments(s, lams, beta)[1]
+    """(Weighted) mean over prompts of the tilted (or exact Best-of-n, ties as the decoder breaks them:
+    :func:`lara.calibrate.bestofn.expected_cost`) expected cost at each lam."""
+    from lara.calibrate.bestofn import expected_cost
+
+    cbar = expected_cost(s.reward, s.cost, s.mask, lams, bon_n) if mode == "bon" else tilted_moments(s, lams, beta)[1]
     w = np.full(s.n_prompts, 1.0 / s.n_prompts) if weights is None else np.asarray(weights)
     return w @ cbar
 

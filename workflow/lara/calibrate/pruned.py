@@ -82,21 +82,14 @@ def make_schedule(n: int, checkpoints, keep, max_new_tokens: int, ties: str = "i
     """A schedule from config values: a checkpoint is a token count (int >= 1) or a fraction of max_new_tokens
     (a float in (0, 1), rounded up); a keep is a count (int >= 1) or a fraction of N (a float in (0, 1), rounded
     up)."""
-    def whole_or_fraction(v, what):
+    def whole(v, what: str, of: int) -> int:  # a whole number, or a fraction of ``of`` rounded up
         v = float(v)
         if not (0 < v < 1 or (v >= 1 and v.is_integer())):
             raise ValueError(f"{what} {v:g} is neither a whole number >= 1 nor a fraction in (0, 1)")
-        return v
+        return int(v) if v >= 1 else max(1, math.ceil(v * of))
 
-    def tokens(v):
-        v = whole_or_fraction(v, "checkpoint")
-        return int(v) if v >= 1 else max(1, math.ceil(v * max_new_tokens))
-
-    def count(v):
-        v = whole_or_fraction(v, "keep")
-        return int(v) if v >= 1 else max(1, math.ceil(v * n))
-
-    return Schedule(int(n), tuple(tokens(v) for v in checkpoints), tuple(count(v) for v in keep), ties)
+    return Schedule(int(n), tuple(whole(v, "checkpoint", max_new_tokens) for v in checkpoints),
+                    tuple(whole(v, "keep", n) for v in keep), ties)
 
 
 @dataclass(frozen=True)

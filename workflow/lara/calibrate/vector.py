@@ -34,11 +34,41 @@ def combined(costs: np.ndarray, lam) -> np.ndarray:
     return np.tensordot(costs, np.asarray(lam, dtype=float), axes=([2], [0]))
 
 
+def columns(a: np.ndarray) -> list[np.ndarray]:
+    """The (P, K) slices of (P, K, m) costs, one per constraint."""
+    return [a[..., j] for j in range(a.shape[2])]
+
+
+def expected_at(reward: np.ndarray, costs: np.ndarray, mask: np.ndarray, lam, n: int | None, *values) -> np.ndarray:
+    """(V, P) the exact expectation of each of ``values`` (P, K) at the Best-of-n choice of the vector ``lam``."""
+    return expected(reward, combined(costs, lam), mask, [1.0], n, *values)[:, :, 0]
+
+
 def expected_vector(reward: np.ndarray, costs: np.ndarray, mask: np.ndarray, lam, n: int | None) -> np.ndarray:
     """(P, m) exact expected Best-of-n cost vector per prompt at the vector ``lam``."""
-    c = combined(costs, lam)
-    values = [costs[..., j] for j in range(costs.shape[2])]
-    return expected(reward, c, mask, [1.0], n, *values)[:, :, 0].T
+    return expected_at(reward, costs, mask, lam, n, *columns(costs)).T
+
+
+def clip_each(costs: np.ndarray, bounds) -> np.ndarray:
+    """(P, K, m) costs clipped to ``bounds``: a (m, 2) array, or one [lo, hi] pair for every cost."""
+    b = np.broadcast_to(np.asarray(bounds, dtype=float), (costs.shape[2], 2))
+    return np.stack([np.clip(c, lo, hi) for c, (lo, hi) in zip(columns(costs), b, strict=True)], axis=2)
+
+
+def slack(tau: np.ndarray) -> np.ndarray:
+    """The scalar calibration's rounding slack: a mean cost at tau + slack meets tau."""
+    return 1e-12 * np.maximum(1.0, np.abs(tau))
+
+
+def meets(mean: np.ndarray, tau) -> np.ndarray:
+    """Whether each row of mean cost vectors is at or below tau in every coordinate (within :func:`slack`)."""
+    tau = np.asarray(tau, dtype=float)
+    return np.all(mean <= tau + slack(tau), axis=-1)
+
+
+def prompt_weights(p_count: int, weights) -> np.ndarray:
+    """Prompt weights summing to 1 (None: equal)."""
+    return np.full(p_count, 1.0 / p_count) if weights is None else np.asarray(weights, dtype=float) / np.sum(weights)
 
 
 @dataclass(frozen=True)
@@ -66,13 +96,11 @@ def prompt_values(reward: np.ndarray, costs: np.ndarray, mask: np.ndarray, direc
     """Per prompt along lam = s d on [0, s_max]: its crossings (:func:`prompt_crossings`) and its expected cost
     vector (L, m) at s = 0 and at each of them, every prompt's every s ranked in one batch (each row as
     :func:`lara.calibrate.bestofn.expected` ranks it alone)."""
-    d = np.asarray(direction, dtype=float)
-    m = costs.shape[2]
-    c = combined(costs, d)
+    c = combined(costs, np.asarray(direction, dtype=float))
     pts = [prompt_crossings(reward[i], c[i], mask[i], s_max) for i in range(len(reward))]
     lams = [np.concatenate([[0.0], p]) for p in pts]
     of = np.repeat(np.arange(len(reward)), [len(lam) for lam in lams])
-    v = expected_rows(reward[of], c[of], mask[of], np.concatenate(lams), n, *[costs[of, :, j] for j in range(m)])
+    v = expected_rows(reward[of], c[of], mask[of], np.concatenate(lams), n, *columns(costs[of]))
     cut = np.cumsum([len(lam) for lam in lams])[:-1]
     return [(p, vi.T) for p, vi in zip(pts, np.split(v, cut, axis=1), strict=True)]
 
@@ -84,10 +112,8 @@ def ray_path(reward: np.ndarray, costs: np.ndarray, mask: np.ndarray, direction,
     just after it: ties go to the lower combined cost), its changes merged across prompts. ``per_prompt``: the
     prompts' :func:`prompt_values` along this ray, when already computed."""
     d = np.asarray(direction, dtype=float)
-    p_count, _, m = costs.shape
-    w = np.full(p_count, 1.0 / p_count) if weights is None else np.asarray(weights, dtype=float) / np.sum(weights)
     values = prompt_values(reward, costs, mask, d, n, s_max) if per_prompt is None else per_prompt
-    return _merged(values, w, d, m)
+    return _merged(values, prompt_weights(len(reward), weights), d, costs.shape[2])
 
 
 def _merged(values: list, w: np.ndarray, d: np.ndarray, m: int) -> RayPath:
@@ -114,8 +140,7 @@ def _merged(values: list, w: np.ndarray, d: np.ndarray, m: int) -> RayPath:
 def first_feasible(path: RayPath, tau) -> tuple[float | None, int]:
     """The smallest s on the path whose mean cost vector is <= tau in every coordinate (with the scalar
     calibration's rounding slack), and its index; (None, -1) when no s up to the path's end is."""
-    tau = np.asarray(tau, dtype=float)
-    ok = np.all(path.mean <= tau + 1e-12 * np.maximum(1.0, np.abs(tau)), axis=1)
+    ok = meets(path.mean, tau)
     if not ok.any():
         return None, -1
     t = int(np.argmax(ok))
@@ -130,8 +155,7 @@ def soft_dual(reward: np.ndarray, costs: np.ndarray, mask: np.ndarray, tau, beta
     from scipy.special import logsumexp
 
     tau = np.asarray(tau, dtype=float)
-    p_count, k, m = costs.shape
-    w = np.full(p_count, 1.0 / p_count) if weights is None else np.asarray(weights, dtype=float) / np.sum(weights)
+    w = prompt_weights(len(reward), weights)
     counts = mask.sum(axis=1)
 
     def value_and_grad(lam):
@@ -142,6 +166,7 @@ def soft_dual(reward: np.ndarray, costs: np.ndarray, mask: np.ndarray, tau, beta
         mean_c = np.einsum("pk,pkm->pm", tilt, np.where(mask[..., None], costs, 0.0))
         return g, tau - w @ mean_c
 
+    m = costs.shape[2]
     res = minimize(value_and_grad, np.zeros(m), jac=True, method="L-BFGS-B", bounds=[(0.0, lam_max)] * m,
                    options={"gtol": 1e-10, "ftol": 1e-14, "maxiter": 1000})
     _, grad = value_and_grad(res.x)
@@ -185,7 +210,7 @@ def ltt_along(reward, costs, mask, direction, tau, n: int | None, grid, delta: f
     tau = np.asarray(tau, dtype=float)
     m = costs.shape[2]
     b = np.broadcast_to(np.asarray(bounds, dtype=float), (m, 2))
-    clipped = np.stack([np.clip(costs[..., j], b[j, 0], b[j, 1]) for j in range(m)], axis=2)
+    clipped = clip_each(costs, b)
     d = np.asarray(direction, dtype=float)
     order = prompt_order(len(reward), seed)
     chosen, p_at, mean_at = None, None, None
@@ -218,7 +243,7 @@ def _along_grid(reward, costs, clipped, mask, d, n: int | None, grid, first: int
         block = grid[at:at + size]
         c = np.concatenate([combined(costs, s * d) for s in block])
         tile = np.tile(np.arange(p_count), len(block))
-        v = expected_rows(reward[tile], c, mask[tile], np.ones(len(c)), n, *[clipped[tile, :, j] for j in range(m)])
+        v = expected_rows(reward[tile], c, mask[tile], np.ones(len(c)), n, *columns(clipped[tile]))
         yield block, v.reshape(m, len(block), p_count)
         at, size = at + size, 2 * size
 
@@ -238,13 +263,11 @@ def bootstrap_along(reward, costs, mask, direction, tau, n: int | None, s_max: f
     # each prompt's vector on the common breakpoints (its own path is piecewise constant between its own ones)
     at = np.stack([p.mean[np.searchsorted(p.s, s_all, side="right") - 1] for p in per_prompt])  # (P, S, m)
     rng = np.random.default_rng(seed)
-    tau = np.asarray(tau, dtype=float)
     out = np.empty(replicates)
     uniform = np.full(p_count, 1.0 / p_count)
     for b in range(replicates):
         w = rng.multinomial(p_count, uniform) / p_count
-        mean = np.einsum("p,psm->sm", w, at)
-        ok = np.all(mean <= tau + 1e-12 * np.maximum(1.0, np.abs(tau)), axis=1)
+        ok = meets(np.einsum("p,psm->sm", w, at), tau)
         out[b] = s_all[np.argmax(ok)] if ok.any() else s_max
     s_q = float(np.quantile(out, quantile))
     return {"s": s_q, "lambda": (s_q * d).tolist(), "replicates": out, "quantile": quantile}

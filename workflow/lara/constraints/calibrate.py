@@ -172,15 +172,13 @@ def check_clipping(result: dict, constraints, s: CalibrationSettings, allow: boo
 def brute_force(scores: VectorScores, tau, n, points, top: float, grid: int = BRUTE_GRID) -> dict:
     """Two constraints: the mean expected Best-of-N reward and costs on a grid over [0, top]^2; the best feasible
     grid point against each procedure's lambda (their exact values there)."""
-    from lara.calibrate import vector
-    from lara.calibrate.bestofn import expected
+    from lara.calibrate.vector import columns, expected_at
 
     r, c, mask = scores.reward, scores.costs, scores.mask
     axis = np.linspace(0.0, top, grid)
 
     def at(lam):
-        comb = vector.combined(c, lam)
-        v = expected(r, comb, mask, [1.0], n, r, *[c[..., j] for j in range(c.shape[2])])[:, :, 0].mean(axis=1)
+        v = expected_at(r, c, mask, lam, n, r, *columns(c)).mean(axis=1)
         return float(v[0]), v[1:]
 
     table = [(a, b, *at([a, b])) for a in axis for b in axis]

@@ -63,6 +63,7 @@ from lara.calibrate.coverage import (
     sample_sizes,
     violation_summary,
 )
+from lara.calibrate.vector import slack
 from lara.settings import SEED_MAX, ConfigError, add_settings_arguments, read_settings
 
 log = logging.getLogger(__name__)
@@ -74,11 +75,6 @@ VECTOR_PROCEDURES = ("hat", "bootstrap", "ltt", "ltt_wsr")  # several constraint
 SCALAR_PROCEDURES = ("hat", "bootstrap", "crc", "ltt", "ltt_wsr")  # one constraint: the scalar calibration's
 LTT_BOUNDS = {"ltt": "Hoeffding-Bentkus", "ltt_wsr": "betting"}  # each LTT procedure's p-values
 STREAM = 27  # the scalar study's random stream ([seed, 27]): one constraint draws exactly what it draws
-
-
-def slack(tau: np.ndarray) -> np.ndarray:
-    """The rounding slack of :func:`lara.calibrate.vector.first_feasible`: a cost at tau + slack meets tau."""
-    return 1e-12 * np.maximum(1.0, np.abs(tau))
 
 
 def check_settings(cal: CalibrationSettings, cov: CoverageSettings, m: int) -> None:
@@ -106,18 +102,10 @@ def population_at(pop, lams: np.ndarray, n: int, bounds) -> np.ndarray:
     vector lambda (rows of ``lams``): :func:`lara.calibrate.vector.expected_vector`'s computation (the same
     ranking cost), with the clipped costs and the reward averaged beside the costs; ``bounds``: one [lo, hi] for
     every cost, or one per cost."""
-    from lara.calibrate.bestofn import expected
-    from lara.calibrate.vector import combined
+    from lara.calibrate.vector import clip_each, columns, expected_at
 
-    m = pop.costs.shape[2]
-    b = np.broadcast_to(np.asarray(bounds, dtype=float), (m, 2))
-    clipped = np.stack([np.clip(pop.costs[..., j], b[j, 0], b[j, 1]) for j in range(m)], axis=2)
-    values = [pop.costs[..., j] for j in range(m)] + [clipped[..., j] for j in range(m)] + [pop.reward]
-    out = np.empty((len(lams), 2 * m + 1))
-    for i, lam in enumerate(lams):
-        c = combined(pop.costs, lam)
-        out[i] = expected(pop.reward, c, pop.mask, [1.0], n, *values)[:, :, 0].mean(axis=1)
-    return out
+    values = [*columns(pop.costs), *columns(clip_each(pop.costs, bounds)), pop.reward]
+    return np.array([expected_at(pop.reward, pop.costs, pop.mask, lam, n, *values).mean(axis=1) for lam in lams])
 
 
 def _vector_draw(sub, tau, cal: CalibrationSettings, cov: CoverageSettings, seed: int, bounds=None) -> dict:
