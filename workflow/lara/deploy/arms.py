@@ -105,6 +105,7 @@ def online_arm(path, stream, s: DeploymentSettings, record_path, stream_path=Non
     """An online arm's per-visit table, checked against the stream it claims to have run on; with constraints
     ``names`` (their budgets ``tau``) a vector run's (``lara online --constraints``), for these constraints."""
     from lara import identity
+    from lara.calibrate.record import literal_name
     from lara.read.files import read_metadata, read_table
 
     made = identity.read_identity(path)
@@ -145,7 +146,7 @@ def online_arm(path, stream, s: DeploymentSettings, record_path, stream_path=Non
         raise DataError(f"--online {path}: its certificate is stated for windows of {window} visits, this report's "
                         f"for {s.window} (deployment.window); a certificate is never restated for another window: "
                         "rerun `lara online` with this window")
-    return f"online_eta_{_name(made['step_size'])}", df, made | {"summary": summary}
+    return f"online_eta_{literal_name(float(made['step_size']))}", df, made | {"summary": summary}
 
 
 def weighted_lambda(path, s: DeploymentSettings, n: int, scenario: str | None) -> tuple[float | None, bool]:
@@ -173,12 +174,6 @@ def check_made_on(args, stream: str) -> None:
         if made.get("stream") not in (None, stream):
             raise DataError(f"{flag} {path}: made on another stream ({made['stream']}) than --candidates "
                             f"{args.candidates} ({stream}): another draw of the scenario")
-
-
-def _name(value: float) -> str:
-    from lara.calibrate.record import literal_name
-
-    return literal_name(float(value))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -303,7 +298,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.deploy.online import constraints_of, read_inputs
+    from lara.deploy.online import budgets, constraints_of, read_inputs
     from lara.read.files import write_table
 
     s = read_settings(args, DeploymentSettings)
@@ -311,8 +306,7 @@ def run(args) -> None:
     if constraints is not None and args.weighted is not None:
         raise DataError(f"--weighted {args.weighted}: the covariate-shift weighted lambda is scalar only; the vector "
                         "mode (--constraints) has no weighted arm")
-    names, tau = (None, s.tau) if constraints is None else ([c.name for c in constraints],
-                                                            [float(c.tau) for c in constraints])
+    names, tau = budgets(constraints, s)
     identity.distinct_files(args.online, "--online")
     stream, record = read_inputs(args, s, constraints, decoded=True)
     scenario = identity.read_identity(args.candidates).get("scenario")

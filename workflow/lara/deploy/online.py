@@ -321,6 +321,12 @@ def constraints_of(args, s: DeploymentSettings):
     return from_arg(given) if given else None
 
 
+def budgets(constraints, s: DeploymentSettings) -> tuple:
+    """(names, tau): None and deployment.tau for the one cost, else the constraints' names and taus."""
+    return (None, s.tau) if constraints is None else ([c.name for c in constraints],
+                                                      [float(c.tau) for c in constraints])
+
+
 def check_vector_record(path, constraints, s: DeploymentSettings, n: int) -> dict:
     """The vector record (lara calibrate-vector) for these constraints (names, taus, scorers), this N, with a
     lambda* inside the cap."""
@@ -407,17 +413,15 @@ def per_visit(stream: Stream, trace: Trace, names, tau, eta: float) -> pd.DataFr
     mean cost and its certificate (:func:`running`); with constraints ``names``, each one's as lambda_<name>,
     cost_<name>, mean_cost_<name> and certificate_<name>."""
     rows = np.arange(len(trace.reward))
-    if names is None:
-        mean, bound = running(trace, tau, eta)
-        return pd.DataFrame({"t": rows, "prompt_id": stream.prompt_id, "lambda": trace.lam,
-                             "sample_id": stream.sample_id[rows, trace.choice], "reward": trace.reward,
-                             "cost": trace.cost, "mean_cost": mean, "certificate": bound})
     out = pd.DataFrame({"t": rows, "prompt_id": stream.prompt_id, "sample_id": stream.sample_id[rows, trace.choice],
                         "reward": trace.reward})
-    for j, name in enumerate(names):
-        mean, bound = running(trace.coordinate(j), tau[j], eta)
-        out[f"lambda_{name}"], out[f"cost_{name}"] = trace.lam[:, j], trace.cost[:, j]
-        out[f"mean_cost_{name}"], out[f"certificate_{name}"] = mean, bound
+    for j, name in enumerate(names or [None]):
+        part, sfx = (trace, "") if names is None else (trace.coordinate(j), f"_{name}")
+        mean, bound = running(part, tau if names is None else tau[j], eta)
+        out[f"lambda{sfx}"], out[f"cost{sfx}"], out[f"mean_cost{sfx}"], out[f"certificate{sfx}"] = (
+            part.lam, part.cost, mean, bound)
+    if names is None:  # the one cost's table keeps its columns' order: lambda first
+        out.insert(2, "lambda", out.pop("lambda"))
     return out
 
 
@@ -453,11 +457,8 @@ def run(args) -> None:
     constraints = constraints_of(args, s)  # None: the one cost and the scalar record
     stream, record = read_inputs(args, s, constraints)
     visits, n = stream.reward.shape
-    if constraints is None:
-        names, tau, start = None, s.tau, record.lambda_star
-    else:
-        names, tau = [c.name for c in constraints], [float(c.tau) for c in constraints]
-        start = [float(x) for x in record["lambda_star"]]
+    names, tau = budgets(constraints, s)
+    start = record.lambda_star if constraints is None else [float(x) for x in record["lambda_star"]]
     log.info("online Best-of-%d on %d visits%s from lambda* = %s (eta %g, batch %d)", n, visits,
              f", {len(names)} constraints {names}" if names else "", start if names else f"{start:.6g}",
              s.step_size, s.batch_size)

@@ -114,16 +114,14 @@ def read_pool(pool_path, scores_path, n: int, constraints=None) -> Pool:
     k = int(counts.max())
     col = np.concatenate([np.arange(c) for c in counts])
     row = scores["_p"].to_numpy()
-    out = {name: np.zeros((len(pool), k), dtype=dtype) for name, dtype in
-           (("reward", float), ("cost", float), ("sample_id", np.int64), ("mask", bool))}
+    out = {name: np.zeros((len(pool), k, *m), dtype=dtype) for name, dtype, m in
+           (("reward", float, ()), ("cost", float, () if constraints is None else (len(columns),)),
+            ("sample_id", np.int64, ()), ("mask", bool, ()))}
     out["reward"][row, col] = scores["reward"].to_numpy(float)
-    if constraints is None:
-        out["cost"][row, col] = scores["cost"].to_numpy(float)
-    else:
-        out["cost"] = np.zeros((len(pool), k, len(columns)))
-        # each constraint's loss (a probability constraint's 1[c > threshold]): what the vector lambda was
-        # calibrated on, so the stream, the online lambda and every arm see what the calibration saw
-        out["cost"][row, col] = np.stack([c.loss(scores[c.column]) for c in constraints], axis=1)
+    # with constraints each one's loss (a probability constraint's 1[c > threshold]): what the vector lambda was
+    # calibrated on, so the stream, the online lambda and every arm see what the calibration saw
+    out["cost"][row, col] = scores["cost"].to_numpy(float) if constraints is None else np.stack(
+        [c.loss(scores[c.column]) for c in constraints], axis=1)
     out["sample_id"][row, col] = scores["sample_id"].to_numpy(np.int64)
     out["mask"][row, col] = True
     return Pool(pool["prompt_id"].to_numpy(object), pool["prompt"].to_numpy(object), pool["stratum"].to_numpy(object),
@@ -183,7 +181,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.deploy.online import constraints_of
+    from lara.deploy.online import budgets, constraints_of
     from lara.provenance import code_version
     from lara.read.files import write_table
     from lara.settings import strict_json
@@ -195,8 +193,7 @@ def run(args) -> None:
     visit_row, columns = draw(pool, schedule, s.stream_length, s.bon_n, s.seed)
     stream = stream_table(pool, visit_row, columns)
     shares = {k: int(v) for k, v in pd.Series(pool.stratum[visit_row]).value_counts().items()}
-    vector = {} if constraints is None else {"constraints": [c.name for c in constraints],
-                                             "tau": [float(c.tau) for c in constraints]}
+    vector = {} if constraints is None else dict(zip(("constraints", "tau"), budgets(constraints, s), strict=True))
     made = identity.stamp("stream", args.out, role="deployment", scenario=args.scenario,
                           **identity.inherit(identity.read_identity(args.scores), "reward_scorer", "cost_scorer",
                                              *(() if constraints is None else ("cost_scorers",))), **vector,

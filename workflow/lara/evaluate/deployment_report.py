@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lara.data.errors import DataError
+
 REPORT_COLUMNS = ("scenario", "arm", "T", "window", "tau", "lambda_start", "lambda_end", "mean_cost", "mean_reward",
                   "worst_window_cost", "met")
 # read when there (empty where they do not apply): the online arms' step size and certificate, the oracle's
@@ -37,12 +39,6 @@ NAMES = {"fixed_star": ("fixed lambda*", "fixed $\\lambda^*$"),
          "fixed_weighted": ("fixed reweighted lambda", "fixed reweighted $\\lambda$"),
          "fixed_ltt_wsr": ("fixed LTT-WSR lambda", "fixed LTT-WSR $\\lambda$"),
          "oracle": ("oracle", "oracle (best fixed $\\lambda$ in hindsight)")}
-
-
-def _error(message: str):
-    from lara.read.files import DataError
-
-    return DataError(message)
 
 
 def flag(value) -> bool | None:
@@ -101,21 +97,21 @@ def read_report(path: str | Path, lambda_record=None) -> pd.DataFrame:
     twice = report.duplicated(["scenario", "arm", *(["constraint"] if vector else [])])
     if twice.any():
         r = report[twice].iloc[0]
-        raise _error(f"{path}: scenario {r['scenario']!r} lists arm {r['arm']!r} twice (one row per scenario and arm"
-                     f"{' and constraint' if vector else ''})")
+        raise DataError(f"{path}: scenario {r['scenario']!r} lists arm {r['arm']!r} twice (one row per scenario and arm"
+                        f"{' and constraint' if vector else ''})")
     taus = sorted(set(report["tau"].astype(float)))
     if vector and report.groupby("constraint")["tau"].nunique().max() > 1:
-        raise _error(f"{path}: a constraint with several taus; a deployment report holds one tau per constraint")
+        raise DataError(f"{path}: a constraint with several taus; a deployment report holds one tau per constraint")
     if len(taus) > 1 and not vector:
-        raise _error(f"{path}: several taus ({', '.join(f'{t:g}' for t in taus)}); a deployment report holds one "
-                     "tau (the calibrated one)")
+        raise DataError(f"{path}: several taus ({', '.join(f'{t:g}' for t in taus)}); a deployment report holds one "
+                        "tau (the calibrated one)")
     for col in ("met", "window_met", "feasible", "shifted", "weights_usable", "weighted_certified"):
         values = []
         for row, v in enumerate(report[col]):
             try:
                 values.append(flag(v))
             except ValueError as exc:
-                raise _error(f"{path}: column {col!r} holds {exc} at row {row}, not True, False or empty") from None
+                raise DataError(f"{path}: column {col!r} holds {exc} at row {row}, not True, False or empty") from None
         report[col] = values
     # each verdict as its own cost against tau says (window_met: where both are given; met: always)
     worst = [number(v) for v in report["worst_window_cost"]]
@@ -125,8 +121,8 @@ def read_report(path: str | Path, lambda_record=None) -> pd.DataFrame:
                if (col == "met" or m is not None and c is not None) and m is not bool(c <= t)]
         if off:
             r, c = report.iloc[off[0]], costs[off[0]]
-            raise _error(f"{path}: {r['scenario']}/{r['arm']}: {col} is {r[col]} but {what} {c:g} against tau "
-                         f"{r['tau']:g} says {c <= r['tau']}")
+            raise DataError(f"{path}: {r['scenario']}/{r['arm']}: {col} is {r[col]} but {what} {c:g} against tau "
+                            f"{r['tau']:g} says {c <= r['tau']}")
     if lambda_record is not None and not vector:  # the vector report follows constraints/lambda.json, not this one
         _check_record(report, path, lambda_record)
     return report
@@ -142,8 +138,8 @@ def _check_record(report: pd.DataFrame, path, record) -> None:
     if len(off):
         problems.append(f"its fixed_star lambda is {off.iloc[0]:g}, {record.path}'s lambda* {record.lambda_star:g}")
     if problems:
-        raise _error(f"{path}: does not belong to {record.path}: {'; '.join(problems)}. Rerun the workflow (the "
-                     "deployment steps follow the calibration)")
+        raise DataError(f"{path}: does not belong to {record.path}: {'; '.join(problems)}. Rerun the workflow (the "
+                        "deployment steps follow the calibration)")
 
 
 def trace_scenario(path: str | Path) -> str:
@@ -164,28 +160,29 @@ def read_traces(paths: list[str], report: pd.DataFrame, report_path) -> dict[str
     for path in paths:
         scenario = trace_scenario(path)
         if scenario not in set(report["scenario"]):
-            raise _error(f"{path}: scenario {scenario!r} is not in {report_path} (scenarios: "
-                         f"{', '.join(dict.fromkeys(report['scenario']))}); the trace is from another deployment run")
+            raise DataError(f"{path}: scenario {scenario!r} is not in {report_path} (scenarios: "
+                            f"{', '.join(dict.fromkeys(report['scenario']))}); the trace is from another deployment "
+                            "run")
         if scenario in found:
-            raise _error(f"{path}: a second trace for scenario {scenario!r} (the first: {found[scenario][0]})")
+            raise DataError(f"{path}: a second trace for scenario {scenario!r} (the first: {found[scenario][0]})")
         made = read_identity(path)
         rows = report[report["scenario"] == scenario]
         for col, flag in (("lambda_record", "--lambda-json"), ("stream", "--candidates")):
             ran = (made.get("made_from") or {}).get(flag)
             if col in rows.columns and ran is not None and str(rows[col].iloc[0]) != ran:
-                raise _error(f"{path}: made with another {col.replace('_', ' ')} ({ran}) than {report_path}'s "
-                             f"{scenario} arms ({rows[col].iloc[0]}); the trace is from another deployment run")
+                raise DataError(f"{path}: made with another {col.replace('_', ' ')} ({ran}) than {report_path}'s "
+                                f"{scenario} arms ({rows[col].iloc[0]}); the trace is from another deployment run")
         made_for = number(made.get("tau"))
         if made_for is not None and not math.isclose(made_for, tau, rel_tol=1e-9, abs_tol=1e-12):
-            raise _error(f"{path}: made for tau {made_for:g}, {report_path} for tau {tau:g}")
+            raise DataError(f"{path}: made for tau {made_for:g}, {report_path} for tau {tau:g}")
         trace = require_finite(require_rows(read_table(path, required=TRACE_COLUMNS), path), ("t", "mean_cost"), path)
         if trace["lambda"].isna().any():
-            raise _error(f"{path}: column 'lambda' has no value at some visit (infinite only for an oracle that "
-                         "holds no tau)")
+            raise DataError(f"{path}: column 'lambda' has no value at some visit (infinite only for an oracle that "
+                            "holds no tau)")
         trace = trace.astype({"arm": str})
         extra = sorted(set(trace["arm"]) - set(report.loc[report["scenario"] == scenario, "arm"]))
         if extra:
-            raise _error(f"{path}: arm(s) {', '.join(extra)} of scenario {scenario!r} are not in {report_path}")
+            raise DataError(f"{path}: arm(s) {', '.join(extra)} of scenario {scenario!r} are not in {report_path}")
         found[scenario] = (str(path), trace.sort_values(["arm", "t"]))
     order = list(dict.fromkeys(report["scenario"]))
     return {s: found[s][1] for s in sorted(found, key=order.index)}
@@ -232,12 +229,12 @@ def read_shift(path: Path, rows: pd.DataFrame, report_path) -> dict:
         from lara.read.files import json_file
         shift = json_file(path, mapping=False)
     except (OSError, ValueError) as exc:
-        raise _error(f"{path}: not a readable shift check ({exc})") from None
+        raise DataError(f"{path}: not a readable shift check ({exc})") from None
     for key in ("auc", "p_value", "ess"):
         a, b = number(shift.get(key)), from_report[key]
         if a is not None and b is not None and not math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9):
-            raise _error(f"{path}: {key} {a:g}, but {report_path} says {b:g} for scenario {first['scenario']!r}; the "
-                         "files are from different deployment runs")
+            raise DataError(f"{path}: {key} {a:g}, but {report_path} says {b:g} for scenario {first['scenario']!r}; "
+                            "the files are from different deployment runs")
     return from_report | {k: v for k, v in shift.items() if v is not None} | {"path": path}
 
 
