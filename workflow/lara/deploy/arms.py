@@ -32,11 +32,13 @@ OUTPUTS = ("out", "trace")
 ORACLE_MAX = 1e12  # the largest fixed lambda the oracle tries: beyond it every visit takes its safest candidate
 
 
-def chosen(reward: np.ndarray, cost: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray]:
-    """(cost, reward) of the Best-of-N choice at a fixed lambda on every visit (the decoder's order)."""
+def chosen(reward: np.ndarray, cost: np.ndarray, lam) -> tuple[np.ndarray, np.ndarray]:
+    """(cost, reward) of the Best-of-N choice at a fixed lambda on every visit (the decoder's order); with (T, N, m)
+    costs and a lambda vector, ((T, m) costs, (T,) reward) of the vector decoder's choice."""
     from lara.calibrate.bestofn import select
+    from lara.constraints.decode import select_vector
 
-    pick = select(reward, cost, lam)
+    pick = select(reward, cost, lam) if cost.ndim == 2 else select_vector(reward, cost, np.asarray(lam, dtype=float))
     rows = np.arange(len(reward))
     return cost[rows, pick], reward[rows, pick]
 
@@ -180,15 +182,6 @@ def check_made_on(args, stream: str) -> None:
 # several constraints (deployment.follows: constraints): the vector record's lambdas, one row per arm and constraint
 
 
-def chosen_vector(reward: np.ndarray, costs: np.ndarray, lam) -> tuple[np.ndarray, np.ndarray]:
-    """((T, m) costs, (T,) reward) of the vector decoder's choice at a fixed lambda vector on every visit."""
-    from lara.constraints.decode import select_vector
-
-    pick = select_vector(reward, costs, np.asarray(lam, dtype=float))
-    rows = np.arange(len(reward))
-    return costs[rows, pick], reward[rows, pick]
-
-
 def oracle_vector(reward: np.ndarray, costs: np.ndarray, tau, direction) -> tuple[float | None, dict]:
     """The best fixed lambda in hindsight along the record's direction d: the smallest s >= 0 whose stream mean
     cost vector at lambda = s d meets every tau_j, found exactly (every s where some visit's choice changes, as
@@ -208,7 +201,7 @@ def oracle_vector(reward: np.ndarray, costs: np.ndarray, tau, direction) -> tupl
         return None, info | {"safest_mean_cost": path.mean[-1].tolist()}
     nxt = path.s[t + 1] if t + 1 < len(path.s) else 2.0 * s + 1.0
     for at in (s, 0.5 * (s + nxt)):
-        cost, _ = chosen_vector(reward, costs, at * d)
+        cost, _ = chosen(reward, costs, at * d)
         if np.all(cost.mean(axis=0) <= tau):
             return float(at), info | {"s": float(at), "s_first": float(s)}
     raise DataError(f"the oracle's s = {s:.6g} along {d.tolist()} meets tau {tau.tolist()} on the exact path but not "
@@ -237,19 +230,19 @@ def run_arms(stream, record, online: list, s: DeploymentSettings, weighted: floa
     if vector:
         d = np.asarray(record["direction"], dtype=float)
         at, info = oracle_vector(stream.reward, stream.cost, tau, record["direction"])
-        fixed, pick = fixed_arms_vector(record, path), chosen_vector
+        fixed = fixed_arms_vector(record, path)
         lam_oracle = None if at is None else (at * d).tolist()
     else:
-        at, info, fixed, pick = None, None, fixed_arms(record, weighted), chosen
+        at, info, fixed = None, None, fixed_arms(record, weighted)
         lam_oracle = oracle(stream.reward, stream.cost, s.tau)
     for name, lam in fixed + ([("oracle", lam_oracle)] if lam_oracle is not None else []):
-        cost, reward = pick(stream.reward, stream.cost, lam)
+        cost, reward = chosen(stream.reward, stream.cost, lam)
         lam_t = np.tile(np.asarray(lam, dtype=float), (length, 1)) if vector else np.full(len(cost), lam)
         rows += arm_rows(name, cost, reward, lam_t, s, names, tau, **({"oracle_s": at} if vector and name == "oracle"
                                                                        else {}))
         traces.append((name, lam_t, cost, reward))
     if lam_oracle is None:
-        cost, reward = pick(stream.reward, stream.cost, ORACLE_MAX * d if vector else ORACLE_MAX)
+        cost, reward = chosen(stream.reward, stream.cost, ORACLE_MAX * d if vector else ORACLE_MAX)
         if vector:
             log.warning("no lambda along %s meets every tau %s on this stream: its lowest-combined-cost candidates "
                         "average %s", d.tolist(), list(tau), cost.mean(axis=0).tolist())

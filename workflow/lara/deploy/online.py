@@ -379,17 +379,11 @@ def check_stream_settings(s: DeploymentSettings, path, visits: int, n: int) -> N
         if key in made and made[key] != getattr(s, key):
             raise ConfigError(f"deployment.{key}: {getattr(s, key)}, but --candidates {path} states {key} "
                               f"{made[key]}; settings and stream agree")
-    check_window(s, visits, f"--candidates {path}")
-
-
-def check_window(s: DeploymentSettings, visits: int, where) -> None:
-    """A statement over windows of W visits needs a stream of at least W visits: a shorter one has no such window,
-    and a "certificate" for it would be about something that does not exist."""
-    from lara.settings import ConfigError
-
+    # a statement over windows of W visits needs a stream of at least W visits: a shorter one has no such window,
+    # and a "certificate" for it would be about something that does not exist
     if s.window > visits:
-        raise ConfigError(f"deployment.window: {s.window} visits, but {where} has {visits:,}: no window of "
-                          f"{s.window} visits exists to state a certificate for (a window of at most the stream's "
+        raise ConfigError(f"deployment.window: {s.window} visits, but --candidates {path} has {visits:,}: no window "
+                          f"of {s.window} visits exists to state a certificate for (a window of at most the stream's "
                           "length, or a longer stream)")
 
 

@@ -3,15 +3,8 @@ traces (``deployment/{scenario}/trace.parquet``) and the shift checks (``deploym
 for ``lara figure --kind deployment`` and the "After deployment" section of ``lara summary``.
 
 One reader per file, checking the columns both consumers need, so a report the summary prints is a report the
-figure could draw. The arms are named once here (:func:`arm_label`), so the figure's legend and the summary's
-table say the same thing:
-
-* ``fixed_star``: the calibrated bootstrap λ*, held fixed on the stream;
-* ``fixed_ltt``: the Learn-then-Test certified λ, held fixed;
-* ``fixed_weighted``: the covariate-shift reweighted λ (only where it was certified);
-* ``online_eta_<η>``: λ_{t+1} = clip(λ_t + η (c_t − τ), 0, Λ) from λ*, its certificate an upper bound on every
-  window mean cost;
-* ``oracle``: the best fixed λ in hindsight for the stream (the smallest whose stream mean cost is ≤ τ).
+figure could draw. The arms (what each is: :mod:`lara.deploy.arms`) are named once here (:func:`arm_label`), so the
+figure's legend and the summary's table say the same thing.
 """
 
 from __future__ import annotations
@@ -306,37 +299,36 @@ def scenario_reading(scenario: str, rows: pd.DataFrame) -> str:
 def deployment_lines(root: Path, lambda_record=None) -> list[str]:
     """The "After deployment" section of ``lara summary``: nothing when the run has no deployment report."""
     path = root / "deployment" / "report.csv"
-    if not path.exists():
-        return []
-    report = read_report(path, lambda_record)
-    if "constraint" in report.columns:
-        return vector_lines(report, path, root)
-    first = report.iloc[0]
-    lines = ["", f"After deployment ({path}): lambda on streams of visits (Best-of-N on each visit's candidates), "
-                 f"tau = {first['tau']:g}"]
+    return report_lines(read_report(path, lambda_record), path, root) if path.exists() else []
+
+
+def report_lines(report: pd.DataFrame, path, root: Path | None = None) -> list[str]:
+    """The section's lines: per scenario its shift check (beside its trace under ``root``, if given) and its arms;
+    for the vector lambda (deployment.follows: constraints) per arm each constraint's mean and worst-window cost
+    against its tau, and the online arms' certificates."""
+    vector = "constraint" in report.columns
+    lines = ["", f"After deployment ({path}): " + (
+        "the vector lambda of the constraints on streams of visits (one row per arm and constraint; no reweighted "
+        "arm: the covariate-shift weights are scalar only)" if vector else "lambda on streams of visits (Best-of-N "
+        f"on each visit's candidates), tau = {report['tau'].iloc[0]:g}")]
     for scenario, rows in report.groupby("scenario", sort=False):
         r = rows.iloc[0]
-        batches = f" in batches of {int(number(r['batch_size']))}" if number(r["batch_size"]) is not None else ""
-        lines += ["", f"  {scenario}: T = {int(r['T'])} visits{batches}, windows of {int(r['window'])} visits",
-                  shift_line(read_shift(root / "deployment" / scenario / "shift.json", rows, path)),
-                  *arm_table(rows), scenario_reading(scenario, rows)]
+        batches = "" if vector or number(r["batch_size"]) is None else f" in batches of {int(number(r['batch_size']))}"
+        shift = [] if root is None else [shift_line(read_shift(root / "deployment" / scenario / "shift.json", rows,
+                                                               path))]
+        lines += ["", f"  {scenario}: T = {int(r['T'])} visits{batches}, windows of {int(r['window'])}"
+                      f"{'' if vector else ' visits'}", *shift,
+                  *(vector_table(rows) if vector else [*arm_table(rows), scenario_reading(scenario, rows)])]
     return lines + ["", DEPLOYMENT_READING]
 
 
-def vector_lines(report: pd.DataFrame, path, root: Path | None = None) -> list[str]:
-    """The "After deployment" section for the vector lambda (deployment.follows: constraints): per scenario and
-    arm, each constraint's mean and worst-window cost against its tau, and the online arms' certificates."""
-    lines = ["", f"After deployment ({path}): the vector lambda of the constraints on streams of visits (one row per "
-                 "arm and constraint; no reweighted arm: the covariate-shift weights are scalar only)"]
-    for scenario, rows in report.groupby("scenario", sort=False):
-        shift = [] if root is None or "auc" not in rows.columns else [
-            shift_line(read_shift(root / "deployment" / scenario / "shift.json", rows, path))]
-        lines += ["", f"  {scenario}: T = {int(rows['T'].iloc[0])} visits, windows of {int(rows['window'].iloc[0])}",
-                  *shift, f"    {'arm':18} {'constraint':12} {'tau':>8}  {'mean cost':>9}  {'worst window':>12}  "
-                  f"{'certificate':>11}  {'reward':>8}  verdict"]
-        for r in rows.to_dict("records"):
-            verdict = ("met" if r["met"] else "violated") + ("" if r["window_met"] is not False else ", a window above")
-            lines.append(f"    {arm_label(r['arm'], r['step_size']):18} {r['constraint']:12} {r['tau']:8.3g}  "
-                         f"{r['mean_cost']:9.3f}  {_fmt(r['worst_window_cost']):>12}  {_fmt(r['certificate']):>11}  "
-                         f"{r['mean_reward']:8.3f}  {verdict}")
-    return lines + ["", DEPLOYMENT_READING]
+def vector_table(rows: pd.DataFrame) -> list[str]:
+    """The vector arms of a scenario, one line per arm and constraint: tau, costs, certificate, reward, verdict."""
+    lines = [f"    {'arm':18} {'constraint':12} {'tau':>8}  {'mean cost':>9}  {'worst window':>12}  "
+             f"{'certificate':>11}  {'reward':>8}  verdict"]
+    for r in rows.to_dict("records"):
+        verdict = ("met" if r["met"] else "violated") + ("" if r["window_met"] is not False else ", a window above")
+        lines.append(f"    {arm_label(r['arm'], r['step_size']):18} {r['constraint']:12} {r['tau']:8.3g}  "
+                     f"{r['mean_cost']:9.3f}  {_fmt(r['worst_window_cost']):>12}  {_fmt(r['certificate']):>11}  "
+                     f"{r['mean_reward']:8.3f}  {verdict}")
+    return lines
