@@ -460,12 +460,10 @@ def run(args) -> None:
     trace = run_online(stream.reward, stream.cost, start, tau, s.step_size, s.batch_size, s.lambda_cap)
     seconds = time.perf_counter() - t0
     out = per_visit(stream, trace, names, tau, s.step_size)
-    if names is None:
-        summary = summarise(trace, tau, s.step_size, s.window)
-        text = statement(summary, n=n, eta=s.step_size, batch_size=s.batch_size, cap=s.lambda_cap, tau=tau)
-    else:
-        summary = summarise_vector(trace, names, tau, s.step_size, s.window)
-        text = statement_vector(summary, n=n, eta=s.step_size, batch_size=s.batch_size, cap=s.lambda_cap)
+    summary = summarise(trace, tau, s.step_size, s.window) if names is None else summarise_vector(
+        trace, names, tau, s.step_size, s.window)
+    told = {"n": n, "eta": s.step_size, "batch_size": s.batch_size, "cap": s.lambda_cap}
+    text = statement(summary, **told, tau=tau) if names is None else statement_vector(summary, **told)
     made = identity.stamp("online", args.out, **identity.inherit(identity.read_identity(args.candidates), "scenario",
                                                                  "role"),
                           method="bon", setting="online", n=n, **({} if names is None else {"constraints": names}),

@@ -292,8 +292,7 @@ def run(args) -> None:
         found = check(x[rows], y, s, progress="shift check")
     except ValueError as exc:
         raise DataError(f"--deployment {args.deployment}: {exc}") from None
-    weights = found.pop("weights")
-    null = found.pop("null")
+    weights, null = found.pop("weights"), found.pop("null")
     made_from = {"--features": args.features, "--calibration": args.calibration, "--deployment": args.deployment}
     record = {"scenario": scenario, **found,
               "null_auc": {"mean": float(null.mean()), "quantile_95": float(np.quantile(null, 0.95))},

@@ -128,14 +128,9 @@ def read_pool(pool_path, scores_path, n: int, constraints=None) -> Pool:
                 **out, cost_columns=columns)
 
 
-def scenario_seed(seed: int, name: str) -> list[int]:
-    """Each scenario's own random stream (stable across runs and machines)."""
-    return [seed, 40, zlib.crc32(name.encode())]
-
-
 def draw(pool: Pool, schedule: Schedule, length: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(T,) pool row of each visit and (T, N) column of its candidates, by the schedule."""
-    rng = np.random.default_rng(scenario_seed(seed, schedule.name))
+    rng = np.random.default_rng([seed, 40, zlib.crc32(schedule.name.encode())])  # each scenario's own, stable
     rows = {s: np.flatnonzero(pool.stratum == s) for s in ("benign", "harmful", "held_out")}
     in_dist = len(rows["benign"]) + len(rows["harmful"])
     u = np.arange(length) / max(1, length - 1)
