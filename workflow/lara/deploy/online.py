@@ -56,6 +56,7 @@ def read_stream(path, constraints=None) -> Stream:
     """A candidates table (t, prompt_id, sample_id, reward, cost), checked: visits 0..T-1 in order, each with the
     same number N of distinct candidates of one prompt, finite numbers. With ``constraints`` (the vector mode) the
     costs are the columns cost_<name> of the constraints, in their order: ``cost`` is then (T, N, m)."""
+    from lara import identity
     from lara.read.files import read_table, require_finite, require_in_range
 
     columns = ("cost",) if constraints is None else tuple(c.column for c in constraints)
@@ -90,21 +91,14 @@ def read_stream(path, constraints=None) -> Stream:
     if constraints is None:
         cost = df["cost"].to_numpy(float).reshape(shape)
     else:
-        check_stream_constraints(path, constraints)
+        # a vector stream names the constraints its cost columns were scored for (lara make-stream --constraints):
+        # a stream of other constraints is refused, even where its columns happen to share the names' form
+        made, names = identity.read_identity(path).get("constraints"), [c.name for c in constraints]
+        if made is not None and list(made) != names:
+            raise DataError(f"{path}: a stream of the constraints {list(made)}, not {names} (--constraints)")
         cost = np.stack([df[col].to_numpy(float).reshape(shape) for col in columns], axis=2)
     return Stream(pid[:, 0], df["sample_id"].to_numpy(np.int64).reshape(shape),
                   df["reward"].to_numpy(float).reshape(shape), cost)
-
-
-def check_stream_constraints(path, constraints) -> None:
-    """A vector stream names the constraints its cost columns were scored for (lara make-stream --constraints):
-    a stream of other constraints is refused, even where its columns happen to share the names' form."""
-    from lara import identity
-
-    made = identity.read_identity(path).get("constraints")
-    names = [c.name for c in constraints]
-    if made is not None and list(made) != names:
-        raise DataError(f"{path}: a stream of the constraints {list(made)}, not {names} (--constraints)")
 
 
 @dataclass(frozen=True)
@@ -245,15 +239,11 @@ def worst_window(cost: np.ndarray, window: int) -> float:
     return float(np.max(c[window:] - c[:-window]) / window)
 
 
-def window_certificate(trace: Trace, tau: float, eta: float, window: int) -> float:
-    """tau + (max lambda - min lambda + U) / (eta W): a bound on the mean cost of every window of W visits made
-    of whole batches (lambda over the batch boundaries)."""
-    return float(tau + (trace.boundaries.max() - trace.boundaries.min() + trace.upper.sum()) / (eta * window))
-
-
 def summarise(trace: Trace, tau: float, eta: float, window: int) -> dict:
     length = len(trace.cost)
-    cert = window_certificate(trace, tau, eta, window)
+    # the certificate, a bound on the mean cost of every window of W visits made of whole batches (lambda over the
+    # batch boundaries): tau + (max lambda - min lambda + U) / (eta W)
+    cert = float(tau + (trace.boundaries.max() - trace.boundaries.min() + trace.upper.sum()) / (eta * window))
     return {"visits": length, "mean_cost": float(trace.cost.mean()), "mean_reward": float(trace.reward.mean()),
             "lambda_start": float(trace.boundaries[0]), "lambda_end": float(trace.boundaries[-1]),
             "lambda_min": float(trace.boundaries.min()), "lambda_max": float(trace.boundaries.max()),

@@ -135,13 +135,6 @@ def _check_record(report: pd.DataFrame, path, record) -> None:
                         "deployment steps follow the calibration)")
 
 
-def trace_scenario(path: str | Path) -> str:
-    """A trace's scenario: the ``scenario`` in its identity metadata, else its folder's name."""
-    from lara.identity import read_identity
-
-    return str(read_identity(path).get("scenario") or Path(path).parent.name)
-
-
 def read_traces(paths: list[str], report: pd.DataFrame, report_path) -> dict[str, pd.DataFrame]:
     """The traces by scenario, in the report's scenario order: each of a scenario of the report, once, with arms
     the report lists for that scenario and finite lambda and running mean cost."""
@@ -151,14 +144,14 @@ def read_traces(paths: list[str], report: pd.DataFrame, report_path) -> dict[str
     tau = float(report["tau"].iloc[0])
     found: dict[str, tuple[str, pd.DataFrame]] = {}
     for path in paths:
-        scenario = trace_scenario(path)
+        made = read_identity(path)
+        scenario = str(made.get("scenario") or Path(path).parent.name)  # else its folder's name
         if scenario not in set(report["scenario"]):
             raise DataError(f"{path}: scenario {scenario!r} is not in {report_path} (scenarios: "
                             f"{', '.join(dict.fromkeys(report['scenario']))}); the trace is from another deployment "
                             "run")
         if scenario in found:
             raise DataError(f"{path}: a second trace for scenario {scenario!r} (the first: {found[scenario][0]})")
-        made = read_identity(path)
         rows = report[report["scenario"] == scenario]
         for col, flag in (("lambda_record", "--lambda-json"), ("stream", "--candidates")):
             ran = (made.get("made_from") or {}).get(flag)
@@ -255,8 +248,9 @@ def shift_line(shift: dict) -> str:
     return line + (f"\n      {shift['statement']}" if shift.get("statement") else "")
 
 
-def arm_table(rows: pd.DataFrame) -> list[str]:
-    """The arms of a scenario: lambda, costs, certificate, reward given up, and each against tau."""
+def arm_table(rows: pd.DataFrame, scenario: str) -> list[str]:
+    """The arms of a scenario: lambda, costs, certificate, reward given up, and each against tau; then the reading:
+    which arms held tau, the violations first."""
     lines = [f"    {'arm':18} {'lambda start -> end':>21}  {'mean cost':>9}  {'worst window':>12}  "
              f"{'certificate':>11}  {'given up':>8}  {'mean':8}  windows"]
     for r in rows.to_dict("records"):
@@ -266,7 +260,8 @@ def arm_table(rows: pd.DataFrame) -> list[str]:
         window = {True: "met", False: "violated", None: "-"}[r["window_met"]]
         lines.append(f"    {arm_label(r['arm'], r['step_size']):18} {lam:>21}  {numbers}  "
                      f"{'met' if r['met'] else 'violated':8}  {window}")
-    return lines
+    records = sorted(rows.to_dict("records"), key=lambda r: bool(r["met"]))
+    return lines + [f"    reading on {scenario}: " + "; ".join(verdict_clause(r) for r in records)]
 
 
 def verdict_clause(r: dict) -> str:
@@ -288,12 +283,6 @@ def verdict_clause(r: dict) -> str:
         if worst is not None:
             clause += f", worst {worst:.3f}" + ("" if worst <= cert else " ABOVE its certificate")
     return clause + ")"
-
-
-def scenario_reading(scenario: str, rows: pd.DataFrame) -> str:
-    """Which arms held tau on a scenario: the violations first."""
-    records = sorted(rows.to_dict("records"), key=lambda r: bool(r["met"]))
-    return f"    reading on {scenario}: " + "; ".join(verdict_clause(r) for r in records)
 
 
 def deployment_lines(root: Path, lambda_record=None) -> list[str]:
@@ -318,7 +307,7 @@ def report_lines(report: pd.DataFrame, path, root: Path | None = None) -> list[s
                                                                path))]
         lines += ["", f"  {scenario}: T = {int(r['T'])} visits{batches}, windows of {int(r['window'])}"
                       f"{'' if vector else ' visits'}", *shift,
-                  *(vector_table(rows) if vector else [*arm_table(rows), scenario_reading(scenario, rows)])]
+                  *(vector_table(rows) if vector else arm_table(rows, scenario))]
     return lines + ["", DEPLOYMENT_READING]
 
 
