@@ -421,14 +421,14 @@ def read_inputs(args, s: DeploymentSettings, constraints, decoded: bool = False)
     record = read_lambda(args.lambda_json) if constraints is None else None
     visits, n = stream.reward.shape
     check_stream_settings(s, args.candidates, visits, n)
-    if constraints is None:
-        if decoded:
-            from lara.decode.bon import check_calibrated_for
+    if constraints is not None:
+        return stream, check_vector_record(args.lambda_json, constraints, s, n)
+    if decoded:
+        from lara.decode.bon import check_calibrated_for
 
-            check_calibrated_for(n, "star", args.lambda_json)
-        check_record(record, s, n, args.lambda_json)
-        return stream, record
-    return stream, check_vector_record(args.lambda_json, constraints, s, n)
+        check_calibrated_for(n, "star", args.lambda_json)
+    check_record(record, s, n, args.lambda_json)
+    return stream, record
 
 
 def run(args) -> None:

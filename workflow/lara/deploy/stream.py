@@ -85,6 +85,7 @@ def read_pool(pool_path, scores_path, n: int, constraints=None) -> Pool:
     exactly these constraints) and the pool's costs are (P, K, m), each constraint's loss
     (:meth:`lara.constraints.spec.Constraint.loss`)."""
     from lara.calibrate.calibrate import load_scores
+    from lara.constraints.calibrate import load_vector_scores
     from lara.read.files import read_table
 
     pool = read_table(pool_path, required=("prompt_id", "prompt", "stratum"))
@@ -93,8 +94,6 @@ def read_pool(pool_path, scores_path, n: int, constraints=None) -> Pool:
     if constraints is None:
         load_scores(scores_path)  # numeric, finite, in range, each (prompt, sample) once, each prompt once by text
     else:
-        from lara.constraints.calibrate import load_vector_scores
-
         load_vector_scores(scores_path, constraints, "--scores")  # the same checks, and these constraints' scores
     missing = ~pool["prompt_id"].isin(set(scores["prompt_id"]))
     if missing.any():

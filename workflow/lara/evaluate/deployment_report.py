@@ -116,14 +116,10 @@ def read_report(path: str | Path, lambda_record=None) -> pd.DataFrame:
             r, c = report.iloc[off[0]], costs[off[0]]
             raise DataError(f"{path}: {r['scenario']}/{r['arm']}: {col} is {r[col]} but {what} {c:g} against tau "
                             f"{r['tau']:g} says {c <= r['tau']}")
-    if lambda_record is not None and not vector:  # the vector report follows constraints/lambda.json, not this one
-        _check_record(report, path, lambda_record)
-    return report
-
-
-def _check_record(report: pd.DataFrame, path, record) -> None:
-    """The report was made for this calibration: its tau, and λ* as the fixed_star arm's λ."""
-    tau = float(report["tau"].iloc[0])
+    if lambda_record is None or vector:  # the vector report follows constraints/lambda.json, not this one
+        return report
+    # the report was made for this calibration: its tau, and λ* as the fixed_star arm's λ
+    record, tau = lambda_record, float(report["tau"].iloc[0])
     problems = [] if math.isclose(tau, record.tau, rel_tol=1e-9, abs_tol=1e-12) else \
         [f"its tau is {tau:g}, {record.path}'s {record.tau:g}"]
     star = report.loc[report["arm"] == "fixed_star", "lambda_start"].astype(float)
@@ -133,6 +129,7 @@ def _check_record(report: pd.DataFrame, path, record) -> None:
     if problems:
         raise DataError(f"{path}: does not belong to {record.path}: {'; '.join(problems)}. Rerun the workflow (the "
                         "deployment steps follow the calibration)")
+    return report
 
 
 def read_traces(paths: list[str], report: pd.DataFrame, report_path) -> dict[str, pd.DataFrame]:
