@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from lara.constraints.decode import select_vector
-from lara.deploy.arms import chosen_vector, oracle_vector
+from lara.deploy.arms import chosen, oracle_vector
 from lara.deploy.online import (
     identity_residual,
     run_online,
@@ -81,10 +81,10 @@ def test_the_online_choice_is_the_vector_decoders_and_one_constraint_is_the_scal
 def test_the_oracle_is_the_smallest_s_along_the_ray_meeting_every_tau():
     reward, costs = candidates(4, visits=60, n=4)
     d = np.array([1.0, 0.5])
-    tau = chosen_vector(reward, costs, [0.0, 0.0])[0].mean(axis=0) - 0.25  # lambda = 0 misses both
+    tau = chosen(reward, costs, [0.0, 0.0])[0].mean(axis=0) - 0.25  # lambda = 0 misses both
     s, info = oracle_vector(reward, costs, tau, d)
     assert s is not None and info["s_first"] > 0
-    cost, _ = chosen_vector(reward, costs, s * d)
+    cost, _ = chosen(reward, costs, s * d)
     assert np.all(cost.mean(axis=0) <= tau)
     # brute force: every crossing of two candidates' scores along the ray, and just below the oracle's s
     comb = np.tensordot(costs, d, axes=([2], [0]))
@@ -92,10 +92,10 @@ def test_the_oracle_is_the_smallest_s_along_the_ray_meeting_every_tau():
                         for t in range(len(reward)) for a in range(4) for b in range(a + 1, 4)
                         if comb[t, a] != comb[t, b] and (reward[t, a] - reward[t, b]) / (comb[t, a] - comb[t, b]) > 0})
     points = sorted({0.0, *crossings, *[c * (1 + 1e-9) for c in crossings]})
-    feasible = [p for p in points if np.all(chosen_vector(reward, costs, p * d)[0].mean(axis=0) <= tau)]
+    feasible = [p for p in points if np.all(chosen(reward, costs, p * d)[0].mean(axis=0) <= tau)]
     assert math.isclose(min(feasible), info["s_first"], rel_tol=1e-6)
     below = info["s_first"] * (1 - 1e-7)
-    assert not np.all(chosen_vector(reward, costs, below * d)[0].mean(axis=0) <= tau)
+    assert not np.all(chosen(reward, costs, below * d)[0].mean(axis=0) <= tau)
     # a tau below every candidate's reach: no s meets it
     assert oracle_vector(reward, costs, np.array([-5.0, -5.0]), d)[0] is None
 
@@ -185,9 +185,9 @@ def test_the_vector_deployment_steps_end_to_end(tmp_path):
                                   tmp_path / "report.csv"])
     assert rc == 0, err
     assert len(pd.read_csv(tmp_path / "report.csv")) == 10
-    from lara.evaluate.deployment_report import read_report, vector_lines
+    from lara.evaluate.deployment_report import read_report, report_lines
 
-    text = "\n".join(vector_lines(read_report(tmp_path / "report.csv"), tmp_path / "report.csv"))
+    text = "\n".join(report_lines(read_report(tmp_path / "report.csv"), tmp_path / "report.csv"))
     assert "offensive" in text and "fixed LTT lambda" in text and "online eta=0.5" in text
     refusals(tmp_path, settings, spec, stream, online)
 

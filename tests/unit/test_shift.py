@@ -11,15 +11,15 @@ import pandas as pd
 import pytest
 from scipy.stats import binom
 
+from lara.calibrate.certify import effective_sample_size
 from lara.data.errors import DataError
 from lara.deploy.features import distinct_prompts
 from lara.deploy.shift import (
     P_CLIP,
     ShiftSettings,
+    check,
     cross_fit,
-    density_ratio_weights,
     deployment_sample,
-    effective_sample_size,
     odds,
     two_sample_test,
 )
@@ -77,10 +77,11 @@ def test_the_weights_estimate_a_known_density_ratio():
     truth = np.exp(mu * x[:n_cal, 0] - mu**2 / 2)
     assert raw.mean() == pytest.approx(1.0, abs=0.05)
     assert np.abs(np.log(raw / truth)).max() < 0.25
-    w = density_ratio_weights(p[:n_cal], n_cal, n_dep)
+    found = check(x, y, ShiftSettings(folds=5, permutations=1, alpha=0.5, seed=0))  # the weights shift-check writes
+    w = found["weights"]
     assert w.mean() == pytest.approx(1.0) and w == pytest.approx(raw / raw.mean())
-    ess = effective_sample_size(w)
-    assert ess == pytest.approx(w.sum() ** 2 / (w**2).sum())
+    ess = found["ess"]
+    assert ess == pytest.approx(w.sum() ** 2 / (w**2).sum()) == effective_sample_size(w)
     # the population ESS fraction is 1 / E[ratio^2] = exp(-mu^2) (the fitted slope is off by its sampling error)
     assert ess / n_cal == pytest.approx(np.exp(-mu**2), abs=0.08)
     assert np.polyfit(x[:n_cal, 0], np.log(raw), 1)[0] == pytest.approx(mu, abs=0.1)

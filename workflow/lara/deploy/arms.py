@@ -32,11 +32,13 @@ OUTPUTS = ("out", "trace")
 ORACLE_MAX = 1e12  # the largest fixed lambda the oracle tries: beyond it every visit takes its safest candidate
 
 
-def chosen(reward: np.ndarray, cost: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray]:
-    """(cost, reward) of the Best-of-N choice at a fixed lambda on every visit (the decoder's order)."""
+def chosen(reward: np.ndarray, cost: np.ndarray, lam) -> tuple[np.ndarray, np.ndarray]:
+    """(cost, reward) of the Best-of-N choice at a fixed lambda on every visit (the decoder's order); with (T, N, m)
+    costs and a lambda vector, ((T, m) costs, (T,) reward) of the vector decoder's choice."""
     from lara.calibrate.bestofn import select
+    from lara.constraints.decode import select_vector
 
-    pick = select(reward, cost, lam)
+    pick = select(reward, cost, lam) if cost.ndim == 2 else select_vector(reward, cost, np.asarray(lam, dtype=float))
     rows = np.arange(len(reward))
     return cost[rows, pick], reward[rows, pick]
 
@@ -60,25 +62,30 @@ def oracle(reward: np.ndarray, cost: np.ndarray, tau: float, tol: float = 1e-10)
     return hi
 
 
+def _coords(names, *arrays):
+    """(j, name, each array's column j) per constraint j of ``names``; the arrays whole, once, for the one cost."""
+    if names is None:
+        yield 0, None, *arrays
+    for j, cname in enumerate(names or []):
+        yield j, cname, *(a[:, j] for a in arrays)
+
+
 def arm_rows(name: str, cost: np.ndarray, reward: np.ndarray, lam: np.ndarray, s: DeploymentSettings, names=None,
              tau=None, per: dict | None = None, **extra) -> list[dict]:
     """One arm's rows: one for the one cost (``names`` None, against deployment's tau), or one per constraint j of
-    ``names`` with (T, m) costs and lambdas: its lambda_j, mean and worst-window cost_j against tau_j (and, for a
-    vector online arm, its certificate_j from ``per``, the online summary by constraint)."""
+    ``names`` with (T, m) costs and lambdas: its lambda_j, mean and worst-window cost_j against tau_j; an online
+    arm's certificate from ``per``, its summary by constraint (the one cost's under None)."""
     rows = []
-    for j, cname in enumerate(names or [None]):
-        c, lam_j = (cost, lam) if names is None else (cost[:, j], lam[:, j])
+    for j, cname, c, lam_j in _coords(names, cost, lam):
         row = {"arm": name, **({} if names is None else {"constraint": cname}), "T": len(reward), "window": s.window,
                "tau": s.tau if names is None else float(tau[j]), "lambda_start": float(lam_j[0]),
                "lambda_end": float(lam_j[-1]), "lambda_min": float(lam_j.min()), "lambda_max": float(lam_j.max()),
                "mean_cost": float(c.mean()), "mean_reward": float(reward.mean()),
                "worst_window_cost": worst_window(c, s.window)}
-        if per is not None:
-            p = per[cname]
-            row |= {"certificate": float(p["certificate"]), "mean_certificate": float(p["mean_certificate"]),
-                    "lambda_end": float(p["lambda_end"]), "lambda_min": float(p["lambda_min"]),
-                    "lambda_max": float(p["lambda_max"])}
-        rows.append(row | extra)
+        cert = {} if per is None else {k: float(per[cname][k]) for k in (
+            "certificate", "mean_certificate", "lambda_end", "lambda_min", "lambda_max")}
+        # the two tables' column orders as they always were: the one cost's step size comes before its certificate
+        rows.append(row | extra | cert if names is None else row | cert | extra)
     return rows
 
 
@@ -100,6 +107,7 @@ def online_arm(path, stream, s: DeploymentSettings, record_path, stream_path=Non
     """An online arm's per-visit table, checked against the stream it claims to have run on; with constraints
     ``names`` (their budgets ``tau``) a vector run's (``lara online --constraints``), for these constraints."""
     from lara import identity
+    from lara.calibrate.record import literal_name
     from lara.read.files import read_metadata, read_table
 
     made = identity.read_identity(path)
@@ -140,7 +148,7 @@ def online_arm(path, stream, s: DeploymentSettings, record_path, stream_path=Non
         raise DataError(f"--online {path}: its certificate is stated for windows of {window} visits, this report's "
                         f"for {s.window} (deployment.window); a certificate is never restated for another window: "
                         "rerun `lara online` with this window")
-    return f"online_eta_{_name(made['step_size'])}", df, made | {"summary": summary}
+    return f"online_eta_{literal_name(float(made['step_size']))}", df, made | {"summary": summary}
 
 
 def weighted_lambda(path, s: DeploymentSettings, n: int, scenario: str | None) -> tuple[float | None, bool]:
@@ -170,58 +178,8 @@ def check_made_on(args, stream: str) -> None:
                             f"{args.candidates} ({stream}): another draw of the scenario")
 
 
-def _name(value: float) -> str:
-    from lara.calibrate.record import literal_name
-
-    return literal_name(float(value))
-
-
-def run_arms(stream, record, online: list, s: DeploymentSettings, weighted: float | None = None):
-    """The arms' summary rows and traces on ``stream``."""
-    rows, traces = [], []
-    lam_oracle = oracle(stream.reward, stream.cost, s.tau)
-    for name, lam in fixed_arms(record, weighted) + ([("oracle", lam_oracle)] if lam_oracle is not None else []):
-        cost, reward = chosen(stream.reward, stream.cost, lam)
-        lam_t = np.full(len(cost), lam)
-        rows += arm_rows(name, cost, reward, lam_t, s)
-        traces.append((name, lam_t, cost, reward))
-    if lam_oracle is None:
-        cost, reward = chosen(stream.reward, stream.cost, ORACLE_MAX)
-        log.warning("no fixed lambda meets tau = %g on this stream: its safest candidates average %.4g", s.tau,
-                    cost.mean())
-        rows += arm_rows("oracle", cost, reward, np.full(len(cost), math.inf), s, feasible=False)
-    for name, df, made in online:
-        cost, reward, lam_t = (df[c].to_numpy(float) for c in ("cost", "reward", "lambda"))
-        summary = made["summary"]
-        rows += arm_rows(name, cost, reward, lam_t, s, step_size=float(made["step_size"]),
-                         batch_size=int(made["batch_size"]), certificate=float(summary["certificate"]),
-                         mean_certificate=float(summary["mean_certificate"]),
-                         lambda_end=float(summary["lambda_end"]), lambda_min=float(summary["lambda_min"]),
-                         lambda_max=float(summary["lambda_max"]))
-        traces.append((name, lam_t, cost, reward))
-    table = pd.DataFrame(rows)
-    table["feasible"] = table["feasible"].fillna(True).astype(bool) if "feasible" in table else True
-    best = table.loc[table.arm == "oracle"].iloc[0]
-    table["reward_given_up"] = (best.mean_reward - table.mean_reward) if lam_oracle is not None else math.nan
-    table["met"] = table.mean_cost <= s.tau
-    table["window_met"] = table.worst_window_cost <= s.tau
-    trace = pd.concat([pd.DataFrame({"t": np.arange(len(c)), "arm": n, "lambda": lam, "cost": c, "reward": r,
-                                     "mean_cost": np.cumsum(c) / np.arange(1, len(c) + 1)})
-                       for n, lam, c, r in traces], ignore_index=True)
-    return table, trace
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # several constraints (deployment.follows: constraints): the vector record's lambdas, one row per arm and constraint
-
-
-def chosen_vector(reward: np.ndarray, costs: np.ndarray, lam) -> tuple[np.ndarray, np.ndarray]:
-    """((T, m) costs, (T,) reward) of the vector decoder's choice at a fixed lambda vector on every visit."""
-    from lara.constraints.decode import select_vector
-
-    pick = select_vector(reward, costs, np.asarray(lam, dtype=float))
-    rows = np.arange(len(reward))
-    return costs[rows, pick], reward[rows, pick]
 
 
 def oracle_vector(reward: np.ndarray, costs: np.ndarray, tau, direction) -> tuple[float | None, dict]:
@@ -243,7 +201,7 @@ def oracle_vector(reward: np.ndarray, costs: np.ndarray, tau, direction) -> tupl
         return None, info | {"safest_mean_cost": path.mean[-1].tolist()}
     nxt = path.s[t + 1] if t + 1 < len(path.s) else 2.0 * s + 1.0
     for at in (s, 0.5 * (s + nxt)):
-        cost, _ = chosen_vector(reward, costs, at * d)
+        cost, _ = chosen(reward, costs, at * d)
         if np.all(cost.mean(axis=0) <= tau):
             return float(at), info | {"s": float(at), "s_first": float(s)}
     raise DataError(f"the oracle's s = {s:.6g} along {d.tolist()} meets tau {tau.tolist()} on the exact path but not "
@@ -262,46 +220,58 @@ def fixed_arms_vector(record: dict, path) -> list[tuple[str, list[float]]]:
     return arms
 
 
-def run_arms_vector(stream, record: dict, online: list, s: DeploymentSettings, names, tau, path=None):
-    """The vector arms' rows (one per arm and constraint) and traces on ``stream`` ((T, N, m) costs)."""
+def run_arms(stream, record, online: list, s: DeploymentSettings, weighted: float | None = None, names=None,
+             tau=None, path=None):
+    """The arms' summary rows, traces and oracle search on ``stream``: one row per arm for the one cost (``weighted``
+    the weighted lambda*, if certified); with constraints ``names`` (budgets ``tau``, the vector ``record`` at
+    ``path``, (T, N, m) costs) one row per arm and constraint, the oracle along the record's ray."""
     rows, traces = [], []
-    length, m = len(stream.reward), len(names)
-    s_oracle, info = oracle_vector(stream.reward, stream.cost, tau, record["direction"])
-    d = np.asarray(record["direction"], dtype=float)
-    fixed = fixed_arms_vector(record, path)
-    if s_oracle is not None:
-        fixed.append(("oracle", (s_oracle * d).tolist()))
-    for name, lam in fixed:
-        cost, reward = chosen_vector(stream.reward, stream.cost, lam)
-        lam_t = np.tile(np.asarray(lam, dtype=float), (length, 1))
-        extra = {"oracle_s": s_oracle} if name == "oracle" else {}
-        rows += arm_rows(name, cost, reward, lam_t, s, names, tau, **extra)
+    length, vector = len(stream.reward), names is not None
+    if vector:
+        d = np.asarray(record["direction"], dtype=float)
+        at, info = oracle_vector(stream.reward, stream.cost, tau, record["direction"])
+        fixed = fixed_arms_vector(record, path)
+        lam_oracle = None if at is None else (at * d).tolist()
+    else:
+        at, info, fixed = None, None, fixed_arms(record, weighted)
+        lam_oracle = oracle(stream.reward, stream.cost, s.tau)
+    for name, lam in fixed + ([("oracle", lam_oracle)] if lam_oracle is not None else []):
+        cost, reward = chosen(stream.reward, stream.cost, lam)
+        lam_t = np.tile(np.asarray(lam, dtype=float), (length, 1)) if vector else np.full(len(cost), lam)
+        rows += arm_rows(name, cost, reward, lam_t, s, names, tau, **({"oracle_s": at} if vector and name == "oracle"
+                                                                       else {}))
         traces.append((name, lam_t, cost, reward))
-    if s_oracle is None:
-        cost, reward = chosen_vector(stream.reward, stream.cost, ORACLE_MAX * d)
-        log.warning("no lambda along %s meets every tau %s on this stream: its lowest-combined-cost candidates "
-                    "average %s", d.tolist(), list(tau), cost.mean(axis=0).tolist())
-        lam_t = np.full((length, m), math.inf)
-        rows += arm_rows("oracle", cost, reward, lam_t, s, names, tau, feasible=False)
+    if lam_oracle is None:
+        cost, reward = chosen(stream.reward, stream.cost, ORACLE_MAX * d if vector else ORACLE_MAX)
+        if vector:
+            log.warning("no lambda along %s meets every tau %s on this stream: its lowest-combined-cost candidates "
+                        "average %s", d.tolist(), list(tau), cost.mean(axis=0).tolist())
+        else:
+            log.warning("no fixed lambda meets tau = %g on this stream: its safest candidates average %.4g", s.tau,
+                        cost.mean())
+        rows += arm_rows("oracle", cost, reward, np.full(cost.shape, math.inf), s, names, tau, feasible=False)
     for name, df, made in online:
-        cost = np.stack([df[f"cost_{n}"].to_numpy(float) for n in names], axis=1)
-        lam_t = np.stack([df[f"lambda_{n}"].to_numpy(float) for n in names], axis=1)
-        reward = df["reward"].to_numpy(float)
-        rows += arm_rows(name, cost, reward, lam_t, s, names, tau, per=made["summary"]["constraints"],
-                            step_size=float(made["step_size"]), batch_size=int(made["batch_size"]))
+        cost, lam_t, reward = (df[k].to_numpy(float) if not vector or k == "reward" else
+                               np.stack([df[f"{k}_{n}"].to_numpy(float) for n in names], axis=1)
+                               for k in ("cost", "lambda", "reward"))
+        summary = made["summary"]
+        rows += arm_rows(name, cost, reward, lam_t, s, names, tau, per=summary["constraints"] if vector else
+                         {None: summary}, step_size=float(made["step_size"]), batch_size=int(made["batch_size"]))
         traces.append((name, lam_t, cost, reward))
     table = pd.DataFrame(rows)
     table["feasible"] = table["feasible"].fillna(True).astype(bool) if "feasible" in table else True
-    table["met"] = table.mean_cost <= table.tau
-    table["window_met"] = table.worst_window_cost <= table.tau
-    table["met_all"] = table.groupby("arm")["met"].transform("all")
-    table["window_met_all"] = table.groupby("arm")["window_met"].transform("all")
     best = table.loc[table.arm == "oracle", "mean_reward"].iloc[0]
-    table["reward_given_up"] = (best - table.mean_reward) if s_oracle is not None else math.nan
-    trace = pd.concat([pd.DataFrame({"t": np.arange(length), "arm": n, "constraint": cname, "lambda": lam[:, j],
-                                     "cost": c[:, j], "reward": r,
-                                     "mean_cost": np.cumsum(c[:, j]) / np.arange(1, length + 1)})
-                       for n, lam, c, r in traces for j, cname in enumerate(names)], ignore_index=True)
+    given_up = {"reward_given_up": (best - table.mean_reward) if lam_oracle is not None else math.nan}
+    met = {"met": table.mean_cost <= table.tau, "window_met": table.worst_window_cost <= table.tau}
+    if vector:  # the vector table's verdicts, each arm's over all constraints, then the reward given up
+        met |= {f"{k}_all": v.groupby(table["arm"]).transform("all") for k, v in met.items()}
+    table = table.assign(**(met | given_up if vector else given_up | met))
+    trace = pd.concat([pd.DataFrame({"t": np.arange(length), "arm": n, **({} if cname is None else
+                                                                          {"constraint": cname}),
+                                     "lambda": lam_j, "cost": c, "reward": r,
+                                     "mean_cost": np.cumsum(c) / np.arange(1, length + 1)})
+                       for n, lam, cost, r in traces for _, cname, lam_j, c in _coords(names, lam, cost)],
+                      ignore_index=True)
     return table, trace, info
 
 
@@ -321,7 +291,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.deploy.online import constraints_of, read_inputs
+    from lara.deploy.online import budgets, constraints_of, read_inputs
     from lara.read.files import write_table
 
     s = read_settings(args, DeploymentSettings)
@@ -329,8 +299,7 @@ def run(args) -> None:
     if constraints is not None and args.weighted is not None:
         raise DataError(f"--weighted {args.weighted}: the covariate-shift weighted lambda is scalar only; the vector "
                         "mode (--constraints) has no weighted arm")
-    names, tau = (None, s.tau) if constraints is None else ([c.name for c in constraints],
-                                                            [float(c.tau) for c in constraints])
+    names, tau = budgets(constraints, s)
     identity.distinct_files(args.online, "--online")
     stream, record = read_inputs(args, s, constraints, decoded=True)
     scenario = identity.read_identity(args.candidates).get("scenario")
@@ -339,15 +308,12 @@ def run(args) -> None:
     if len(set(arm_names)) != len(arm_names):
         raise DataError(f"--online: two runs with one step size ({', '.join(arm_names)})")
     check_made_on(args, identity.file_digest(args.candidates))
+    weighted, certified = (None, None) if args.weighted is None else weighted_lambda(
+        args.weighted, s, stream.reward.shape[1], scenario)
+    table, trace, info = run_arms(stream, record, online, s, weighted, names, tau, args.lambda_json)
     if constraints is None:
-        weighted, certified = (None, None) if args.weighted is None else weighted_lambda(
-            args.weighted, s, stream.reward.shape[1], scenario)
-        table, trace = run_arms(stream, record, online, s, weighted)
         table["weighted_certified"] = certified
-        vector = {}
-    else:
-        table, trace, info = run_arms_vector(stream, record, online, s, names, tau, args.lambda_json)
-        vector = {"constraints": names, "oracle": info}
+    vector = {} if constraints is None else {"constraints": names, "oracle": info}
     table.insert(0, "scenario", scenario)
     # what the report checks the arms of all scenarios against: one lambda record, one stream per scenario
     table["lambda_record"] = identity.file_digest(args.lambda_json)

@@ -56,6 +56,7 @@ def read_stream(path, constraints=None) -> Stream:
     """A candidates table (t, prompt_id, sample_id, reward, cost), checked: visits 0..T-1 in order, each with the
     same number N of distinct candidates of one prompt, finite numbers. With ``constraints`` (the vector mode) the
     costs are the columns cost_<name> of the constraints, in their order: ``cost`` is then (T, N, m)."""
+    from lara import identity
     from lara.read.files import read_table, require_finite, require_in_range
 
     columns = ("cost",) if constraints is None else tuple(c.column for c in constraints)
@@ -90,21 +91,14 @@ def read_stream(path, constraints=None) -> Stream:
     if constraints is None:
         cost = df["cost"].to_numpy(float).reshape(shape)
     else:
-        check_stream_constraints(path, constraints)
+        # a vector stream names the constraints its cost columns were scored for (lara make-stream --constraints):
+        # a stream of other constraints is refused, even where its columns happen to share the names' form
+        made, names = identity.read_identity(path).get("constraints"), [c.name for c in constraints]
+        if made is not None and list(made) != names:
+            raise DataError(f"{path}: a stream of the constraints {list(made)}, not {names} (--constraints)")
         cost = np.stack([df[col].to_numpy(float).reshape(shape) for col in columns], axis=2)
     return Stream(pid[:, 0], df["sample_id"].to_numpy(np.int64).reshape(shape),
                   df["reward"].to_numpy(float).reshape(shape), cost)
-
-
-def check_stream_constraints(path, constraints) -> None:
-    """A vector stream names the constraints its cost columns were scored for (lara make-stream --constraints):
-    a stream of other constraints is refused, even where its columns happen to share the names' form."""
-    from lara import identity
-
-    made = identity.read_identity(path).get("constraints")
-    names = [c.name for c in constraints]
-    if made is not None and list(made) != names:
-        raise DataError(f"{path}: a stream of the constraints {list(made)}, not {names} (--constraints)")
 
 
 @dataclass(frozen=True)
@@ -245,15 +239,11 @@ def worst_window(cost: np.ndarray, window: int) -> float:
     return float(np.max(c[window:] - c[:-window]) / window)
 
 
-def window_certificate(trace: Trace, tau: float, eta: float, window: int) -> float:
-    """tau + (max lambda - min lambda + U) / (eta W): a bound on the mean cost of every window of W visits made
-    of whole batches (lambda over the batch boundaries)."""
-    return float(tau + (trace.boundaries.max() - trace.boundaries.min() + trace.upper.sum()) / (eta * window))
-
-
 def summarise(trace: Trace, tau: float, eta: float, window: int) -> dict:
     length = len(trace.cost)
-    cert = window_certificate(trace, tau, eta, window)
+    # the certificate, a bound on the mean cost of every window of W visits made of whole batches (lambda over the
+    # batch boundaries): tau + (max lambda - min lambda + U) / (eta W)
+    cert = float(tau + (trace.boundaries.max() - trace.boundaries.min() + trace.upper.sum()) / (eta * window))
     return {"visits": length, "mean_cost": float(trace.cost.mean()), "mean_reward": float(trace.reward.mean()),
             "lambda_start": float(trace.boundaries[0]), "lambda_end": float(trace.boundaries[-1]),
             "lambda_min": float(trace.boundaries.min()), "lambda_max": float(trace.boundaries.max()),
@@ -321,6 +311,12 @@ def constraints_of(args, s: DeploymentSettings):
     return from_arg(given) if given else None
 
 
+def budgets(constraints, s: DeploymentSettings) -> tuple:
+    """(names, tau): None and deployment.tau for the one cost, else the constraints' names and taus."""
+    return (None, s.tau) if constraints is None else ([c.name for c in constraints],
+                                                      [float(c.tau) for c in constraints])
+
+
 def check_vector_record(path, constraints, s: DeploymentSettings, n: int) -> dict:
     """The vector record (lara calibrate-vector) for these constraints (names, taus, scorers), this N, with a
     lambda* inside the cap."""
@@ -373,17 +369,11 @@ def check_stream_settings(s: DeploymentSettings, path, visits: int, n: int) -> N
         if key in made and made[key] != getattr(s, key):
             raise ConfigError(f"deployment.{key}: {getattr(s, key)}, but --candidates {path} states {key} "
                               f"{made[key]}; settings and stream agree")
-    check_window(s, visits, f"--candidates {path}")
-
-
-def check_window(s: DeploymentSettings, visits: int, where) -> None:
-    """A statement over windows of W visits needs a stream of at least W visits: a shorter one has no such window,
-    and a "certificate" for it would be about something that does not exist."""
-    from lara.settings import ConfigError
-
+    # a statement over windows of W visits needs a stream of at least W visits: a shorter one has no such window,
+    # and a "certificate" for it would be about something that does not exist
     if s.window > visits:
-        raise ConfigError(f"deployment.window: {s.window} visits, but {where} has {visits:,}: no window of "
-                          f"{s.window} visits exists to state a certificate for (a window of at most the stream's "
+        raise ConfigError(f"deployment.window: {s.window} visits, but --candidates {path} has {visits:,}: no window "
+                          f"of {s.window} visits exists to state a certificate for (a window of at most the stream's "
                           "length, or a longer stream)")
 
 
@@ -407,17 +397,15 @@ def per_visit(stream: Stream, trace: Trace, names, tau, eta: float) -> pd.DataFr
     mean cost and its certificate (:func:`running`); with constraints ``names``, each one's as lambda_<name>,
     cost_<name>, mean_cost_<name> and certificate_<name>."""
     rows = np.arange(len(trace.reward))
-    if names is None:
-        mean, bound = running(trace, tau, eta)
-        return pd.DataFrame({"t": rows, "prompt_id": stream.prompt_id, "lambda": trace.lam,
-                             "sample_id": stream.sample_id[rows, trace.choice], "reward": trace.reward,
-                             "cost": trace.cost, "mean_cost": mean, "certificate": bound})
     out = pd.DataFrame({"t": rows, "prompt_id": stream.prompt_id, "sample_id": stream.sample_id[rows, trace.choice],
                         "reward": trace.reward})
-    for j, name in enumerate(names):
-        mean, bound = running(trace.coordinate(j), tau[j], eta)
-        out[f"lambda_{name}"], out[f"cost_{name}"] = trace.lam[:, j], trace.cost[:, j]
-        out[f"mean_cost_{name}"], out[f"certificate_{name}"] = mean, bound
+    for j, name in enumerate(names or [None]):
+        part, sfx = (trace, "") if names is None else (trace.coordinate(j), f"_{name}")
+        mean, bound = running(part, tau if names is None else tau[j], eta)
+        out[f"lambda{sfx}"], out[f"cost{sfx}"], out[f"mean_cost{sfx}"], out[f"certificate{sfx}"] = (
+            part.lam, part.cost, mean, bound)
+    if names is None:  # the one cost's table keeps its columns' order: lambda first
+        out.insert(2, "lambda", out.pop("lambda"))
     return out
 
 
@@ -433,14 +421,14 @@ def read_inputs(args, s: DeploymentSettings, constraints, decoded: bool = False)
     record = read_lambda(args.lambda_json) if constraints is None else None
     visits, n = stream.reward.shape
     check_stream_settings(s, args.candidates, visits, n)
-    if constraints is None:
-        if decoded:
-            from lara.decode.bon import check_calibrated_for
+    if constraints is not None:
+        return stream, check_vector_record(args.lambda_json, constraints, s, n)
+    if decoded:
+        from lara.decode.bon import check_calibrated_for
 
-            check_calibrated_for(n, "star", args.lambda_json)
-        check_record(record, s, n, args.lambda_json)
-        return stream, record
-    return stream, check_vector_record(args.lambda_json, constraints, s, n)
+        check_calibrated_for(n, "star", args.lambda_json)
+    check_record(record, s, n, args.lambda_json)
+    return stream, record
 
 
 def run(args) -> None:
@@ -453,11 +441,8 @@ def run(args) -> None:
     constraints = constraints_of(args, s)  # None: the one cost and the scalar record
     stream, record = read_inputs(args, s, constraints)
     visits, n = stream.reward.shape
-    if constraints is None:
-        names, tau, start = None, s.tau, record.lambda_star
-    else:
-        names, tau = [c.name for c in constraints], [float(c.tau) for c in constraints]
-        start = [float(x) for x in record["lambda_star"]]
+    names, tau = budgets(constraints, s)
+    start = record.lambda_star if constraints is None else [float(x) for x in record["lambda_star"]]
     log.info("online Best-of-%d on %d visits%s from lambda* = %s (eta %g, batch %d)", n, visits,
              f", {len(names)} constraints {names}" if names else "", start if names else f"{start:.6g}",
              s.step_size, s.batch_size)
@@ -465,12 +450,10 @@ def run(args) -> None:
     trace = run_online(stream.reward, stream.cost, start, tau, s.step_size, s.batch_size, s.lambda_cap)
     seconds = time.perf_counter() - t0
     out = per_visit(stream, trace, names, tau, s.step_size)
-    if names is None:
-        summary = summarise(trace, tau, s.step_size, s.window)
-        text = statement(summary, n=n, eta=s.step_size, batch_size=s.batch_size, cap=s.lambda_cap, tau=tau)
-    else:
-        summary = summarise_vector(trace, names, tau, s.step_size, s.window)
-        text = statement_vector(summary, n=n, eta=s.step_size, batch_size=s.batch_size, cap=s.lambda_cap)
+    summary = summarise(trace, tau, s.step_size, s.window) if names is None else summarise_vector(
+        trace, names, tau, s.step_size, s.window)
+    told = {"n": n, "eta": s.step_size, "batch_size": s.batch_size, "cap": s.lambda_cap}
+    text = statement(summary, **told, tau=tau) if names is None else statement_vector(summary, **told)
     made = identity.stamp("online", args.out, **identity.inherit(identity.read_identity(args.candidates), "scenario",
                                                                  "role"),
                           method="bon", setting="online", n=n, **({} if names is None else {"constraints": names}),

@@ -96,22 +96,17 @@ class ShiftSettings(Settings):
 # the test and the weights (pure numpy / scikit-learn)
 
 
-def _classifier():
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    return make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=2000))
-
-
 def cross_fit(x: np.ndarray, y: np.ndarray, folds: int, seed: int) -> np.ndarray:
     """Out-of-fold probability of label 1 for every row: stratified ``folds``, each fold's classifier (scaler and
     logistic regression) fitted on the others. A fixed function of (x, y) for a seed."""
+    from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
 
     out = np.empty(len(y))
     for train, test in StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed).split(x, y):
-        model = _classifier().fit(x[train], y[train])
+        model = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=2000)).fit(x[train], y[train])
         out[test] = model.predict_proba(x[test])[:, 1]
     return out
 
@@ -156,21 +151,12 @@ def odds(p: np.ndarray, n_cal: int, n_dep: int) -> np.ndarray:
     return p / (1 - p) * (n_cal / n_dep)
 
 
-def density_ratio_weights(p_cal: np.ndarray, n_cal: int, n_dep: int) -> np.ndarray:
-    """The calibration prompts' weights: :func:`odds` of their out-of-fold probabilities, normalised to mean 1."""
-    w = odds(p_cal, n_cal, n_dep)
-    return w / w.mean()
-
-
-def effective_sample_size(w) -> float:
-    from lara.calibrate.certify import effective_sample_size as ess
-
-    return ess(w)
-
-
 def check(x: np.ndarray, y: np.ndarray, s: ShiftSettings, progress: str | None = None) -> dict:
     """The shift check of features ``x`` with labels ``y`` (0 calibration, 1 deployment): the test, the calibration
-    prompts' weights (``weights``, in the order of their rows) and the summary shift.json holds."""
+    prompts' weights (``weights``, in the order of their rows: :func:`odds` normalised to mean 1) and the summary
+    shift.json holds."""
+    from lara.calibrate.certify import effective_sample_size
+
     test = two_sample_test(x, y, s.folds, s.permutations, s.seed, progress)
     cal, dep = y == 0, y == 1
     n_cal, n_dep = int(cal.sum()), int(dep.sum())
@@ -301,8 +287,7 @@ def run(args) -> None:
         found = check(x[rows], y, s, progress="shift check")
     except ValueError as exc:
         raise DataError(f"--deployment {args.deployment}: {exc}") from None
-    weights = found.pop("weights")
-    null = found.pop("null")
+    weights, null = found.pop("weights"), found.pop("null")
     made_from = {"--features": args.features, "--calibration": args.calibration, "--deployment": args.deployment}
     record = {"scenario": scenario, **found,
               "null_auc": {"mean": float(null.mean()), "quantile_95": float(np.quantile(null, 0.95))},

@@ -85,6 +85,7 @@ def read_pool(pool_path, scores_path, n: int, constraints=None) -> Pool:
     exactly these constraints) and the pool's costs are (P, K, m), each constraint's loss
     (:meth:`lara.constraints.spec.Constraint.loss`)."""
     from lara.calibrate.calibrate import load_scores
+    from lara.constraints.calibrate import load_vector_scores
     from lara.read.files import read_table
 
     pool = read_table(pool_path, required=("prompt_id", "prompt", "stratum"))
@@ -93,8 +94,6 @@ def read_pool(pool_path, scores_path, n: int, constraints=None) -> Pool:
     if constraints is None:
         load_scores(scores_path)  # numeric, finite, in range, each (prompt, sample) once, each prompt once by text
     else:
-        from lara.constraints.calibrate import load_vector_scores
-
         load_vector_scores(scores_path, constraints, "--scores")  # the same checks, and these constraints' scores
     missing = ~pool["prompt_id"].isin(set(scores["prompt_id"]))
     if missing.any():
@@ -114,30 +113,23 @@ def read_pool(pool_path, scores_path, n: int, constraints=None) -> Pool:
     k = int(counts.max())
     col = np.concatenate([np.arange(c) for c in counts])
     row = scores["_p"].to_numpy()
-    out = {name: np.zeros((len(pool), k), dtype=dtype) for name, dtype in
-           (("reward", float), ("cost", float), ("sample_id", np.int64), ("mask", bool))}
+    out = {name: np.zeros((len(pool), k, *m), dtype=dtype) for name, dtype, m in
+           (("reward", float, ()), ("cost", float, () if constraints is None else (len(columns),)),
+            ("sample_id", np.int64, ()), ("mask", bool, ()))}
     out["reward"][row, col] = scores["reward"].to_numpy(float)
-    if constraints is None:
-        out["cost"][row, col] = scores["cost"].to_numpy(float)
-    else:
-        out["cost"] = np.zeros((len(pool), k, len(columns)))
-        # each constraint's loss (a probability constraint's 1[c > threshold]): what the vector lambda was
-        # calibrated on, so the stream, the online lambda and every arm see what the calibration saw
-        out["cost"][row, col] = np.stack([c.loss(scores[c.column]) for c in constraints], axis=1)
+    # with constraints each one's loss (a probability constraint's 1[c > threshold]): what the vector lambda was
+    # calibrated on, so the stream, the online lambda and every arm see what the calibration saw
+    out["cost"][row, col] = scores["cost"].to_numpy(float) if constraints is None else np.stack(
+        [c.loss(scores[c.column]) for c in constraints], axis=1)
     out["sample_id"][row, col] = scores["sample_id"].to_numpy(np.int64)
     out["mask"][row, col] = True
     return Pool(pool["prompt_id"].to_numpy(object), pool["prompt"].to_numpy(object), pool["stratum"].to_numpy(object),
                 **out, cost_columns=columns)
 
 
-def scenario_seed(seed: int, name: str) -> list[int]:
-    """Each scenario's own random stream (stable across runs and machines)."""
-    return [seed, 40, zlib.crc32(name.encode())]
-
-
 def draw(pool: Pool, schedule: Schedule, length: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(T,) pool row of each visit and (T, N) column of its candidates, by the schedule."""
-    rng = np.random.default_rng(scenario_seed(seed, schedule.name))
+    rng = np.random.default_rng([seed, 40, zlib.crc32(schedule.name.encode())])  # each scenario's own, stable
     rows = {s: np.flatnonzero(pool.stratum == s) for s in ("benign", "harmful", "held_out")}
     in_dist = len(rows["benign"]) + len(rows["harmful"])
     u = np.arange(length) / max(1, length - 1)
@@ -183,7 +175,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
-    from lara.deploy.online import constraints_of
+    from lara.deploy.online import budgets, constraints_of
     from lara.provenance import code_version
     from lara.read.files import write_table
     from lara.settings import strict_json
@@ -195,8 +187,7 @@ def run(args) -> None:
     visit_row, columns = draw(pool, schedule, s.stream_length, s.bon_n, s.seed)
     stream = stream_table(pool, visit_row, columns)
     shares = {k: int(v) for k, v in pd.Series(pool.stratum[visit_row]).value_counts().items()}
-    vector = {} if constraints is None else {"constraints": [c.name for c in constraints],
-                                             "tau": [float(c.tau) for c in constraints]}
+    vector = {} if constraints is None else dict(zip(("constraints", "tau"), budgets(constraints, s), strict=True))
     made = identity.stamp("stream", args.out, role="deployment", scenario=args.scenario,
                           **identity.inherit(identity.read_identity(args.scores), "reward_scorer", "cost_scorer",
                                              *(() if constraints is None else ("cost_scorers",))), **vector,

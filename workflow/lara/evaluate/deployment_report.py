@@ -3,15 +3,8 @@ traces (``deployment/{scenario}/trace.parquet``) and the shift checks (``deploym
 for ``lara figure --kind deployment`` and the "After deployment" section of ``lara summary``.
 
 One reader per file, checking the columns both consumers need, so a report the summary prints is a report the
-figure could draw. The arms are named once here (:func:`arm_label`), so the figure's legend and the summary's
-table say the same thing:
-
-* ``fixed_star``: the calibrated bootstrap λ*, held fixed on the stream;
-* ``fixed_ltt``: the Learn-then-Test certified λ, held fixed;
-* ``fixed_weighted``: the covariate-shift reweighted λ (only where it was certified);
-* ``online_eta_<η>``: λ_{t+1} = clip(λ_t + η (c_t − τ), 0, Λ) from λ*, its certificate an upper bound on every
-  window mean cost;
-* ``oracle``: the best fixed λ in hindsight for the stream (the smallest whose stream mean cost is ≤ τ).
+figure could draw. The arms (what each is: :mod:`lara.deploy.arms`) are named once here (:func:`arm_label`), so the
+figure's legend and the summary's table say the same thing.
 """
 
 from __future__ import annotations
@@ -21,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from lara.data.errors import DataError
 
 REPORT_COLUMNS = ("scenario", "arm", "T", "window", "tau", "lambda_start", "lambda_end", "mean_cost", "mean_reward",
                   "worst_window_cost", "met")
@@ -37,12 +32,6 @@ NAMES = {"fixed_star": ("fixed lambda*", "fixed $\\lambda^*$"),
          "fixed_weighted": ("fixed reweighted lambda", "fixed reweighted $\\lambda$"),
          "fixed_ltt_wsr": ("fixed LTT-WSR lambda", "fixed LTT-WSR $\\lambda$"),
          "oracle": ("oracle", "oracle (best fixed $\\lambda$ in hindsight)")}
-
-
-def _error(message: str):
-    from lara.read.files import DataError
-
-    return DataError(message)
 
 
 def flag(value) -> bool | None:
@@ -101,21 +90,21 @@ def read_report(path: str | Path, lambda_record=None) -> pd.DataFrame:
     twice = report.duplicated(["scenario", "arm", *(["constraint"] if vector else [])])
     if twice.any():
         r = report[twice].iloc[0]
-        raise _error(f"{path}: scenario {r['scenario']!r} lists arm {r['arm']!r} twice (one row per scenario and arm"
-                     f"{' and constraint' if vector else ''})")
+        raise DataError(f"{path}: scenario {r['scenario']!r} lists arm {r['arm']!r} twice (one row per scenario and arm"
+                        f"{' and constraint' if vector else ''})")
     taus = sorted(set(report["tau"].astype(float)))
     if vector and report.groupby("constraint")["tau"].nunique().max() > 1:
-        raise _error(f"{path}: a constraint with several taus; a deployment report holds one tau per constraint")
+        raise DataError(f"{path}: a constraint with several taus; a deployment report holds one tau per constraint")
     if len(taus) > 1 and not vector:
-        raise _error(f"{path}: several taus ({', '.join(f'{t:g}' for t in taus)}); a deployment report holds one "
-                     "tau (the calibrated one)")
+        raise DataError(f"{path}: several taus ({', '.join(f'{t:g}' for t in taus)}); a deployment report holds one "
+                        "tau (the calibrated one)")
     for col in ("met", "window_met", "feasible", "shifted", "weights_usable", "weighted_certified"):
         values = []
         for row, v in enumerate(report[col]):
             try:
                 values.append(flag(v))
             except ValueError as exc:
-                raise _error(f"{path}: column {col!r} holds {exc} at row {row}, not True, False or empty") from None
+                raise DataError(f"{path}: column {col!r} holds {exc} at row {row}, not True, False or empty") from None
         report[col] = values
     # each verdict as its own cost against tau says (window_met: where both are given; met: always)
     worst = [number(v) for v in report["worst_window_cost"]]
@@ -125,16 +114,12 @@ def read_report(path: str | Path, lambda_record=None) -> pd.DataFrame:
                if (col == "met" or m is not None and c is not None) and m is not bool(c <= t)]
         if off:
             r, c = report.iloc[off[0]], costs[off[0]]
-            raise _error(f"{path}: {r['scenario']}/{r['arm']}: {col} is {r[col]} but {what} {c:g} against tau "
-                         f"{r['tau']:g} says {c <= r['tau']}")
-    if lambda_record is not None and not vector:  # the vector report follows constraints/lambda.json, not this one
-        _check_record(report, path, lambda_record)
-    return report
-
-
-def _check_record(report: pd.DataFrame, path, record) -> None:
-    """The report was made for this calibration: its tau, and λ* as the fixed_star arm's λ."""
-    tau = float(report["tau"].iloc[0])
+            raise DataError(f"{path}: {r['scenario']}/{r['arm']}: {col} is {r[col]} but {what} {c:g} against tau "
+                            f"{r['tau']:g} says {c <= r['tau']}")
+    if lambda_record is None or vector:  # the vector report follows constraints/lambda.json, not this one
+        return report
+    # the report was made for this calibration: its tau, and λ* as the fixed_star arm's λ
+    record, tau = lambda_record, float(report["tau"].iloc[0])
     problems = [] if math.isclose(tau, record.tau, rel_tol=1e-9, abs_tol=1e-12) else \
         [f"its tau is {tau:g}, {record.path}'s {record.tau:g}"]
     star = report.loc[report["arm"] == "fixed_star", "lambda_start"].astype(float)
@@ -142,15 +127,9 @@ def _check_record(report: pd.DataFrame, path, record) -> None:
     if len(off):
         problems.append(f"its fixed_star lambda is {off.iloc[0]:g}, {record.path}'s lambda* {record.lambda_star:g}")
     if problems:
-        raise _error(f"{path}: does not belong to {record.path}: {'; '.join(problems)}. Rerun the workflow (the "
-                     "deployment steps follow the calibration)")
-
-
-def trace_scenario(path: str | Path) -> str:
-    """A trace's scenario: the ``scenario`` in its identity metadata, else its folder's name."""
-    from lara.identity import read_identity
-
-    return str(read_identity(path).get("scenario") or Path(path).parent.name)
+        raise DataError(f"{path}: does not belong to {record.path}: {'; '.join(problems)}. Rerun the workflow (the "
+                        "deployment steps follow the calibration)")
+    return report
 
 
 def read_traces(paths: list[str], report: pd.DataFrame, report_path) -> dict[str, pd.DataFrame]:
@@ -162,30 +141,31 @@ def read_traces(paths: list[str], report: pd.DataFrame, report_path) -> dict[str
     tau = float(report["tau"].iloc[0])
     found: dict[str, tuple[str, pd.DataFrame]] = {}
     for path in paths:
-        scenario = trace_scenario(path)
-        if scenario not in set(report["scenario"]):
-            raise _error(f"{path}: scenario {scenario!r} is not in {report_path} (scenarios: "
-                         f"{', '.join(dict.fromkeys(report['scenario']))}); the trace is from another deployment run")
-        if scenario in found:
-            raise _error(f"{path}: a second trace for scenario {scenario!r} (the first: {found[scenario][0]})")
         made = read_identity(path)
+        scenario = str(made.get("scenario") or Path(path).parent.name)  # else its folder's name
+        if scenario not in set(report["scenario"]):
+            raise DataError(f"{path}: scenario {scenario!r} is not in {report_path} (scenarios: "
+                            f"{', '.join(dict.fromkeys(report['scenario']))}); the trace is from another deployment "
+                            "run")
+        if scenario in found:
+            raise DataError(f"{path}: a second trace for scenario {scenario!r} (the first: {found[scenario][0]})")
         rows = report[report["scenario"] == scenario]
         for col, flag in (("lambda_record", "--lambda-json"), ("stream", "--candidates")):
             ran = (made.get("made_from") or {}).get(flag)
             if col in rows.columns and ran is not None and str(rows[col].iloc[0]) != ran:
-                raise _error(f"{path}: made with another {col.replace('_', ' ')} ({ran}) than {report_path}'s "
-                             f"{scenario} arms ({rows[col].iloc[0]}); the trace is from another deployment run")
+                raise DataError(f"{path}: made with another {col.replace('_', ' ')} ({ran}) than {report_path}'s "
+                                f"{scenario} arms ({rows[col].iloc[0]}); the trace is from another deployment run")
         made_for = number(made.get("tau"))
         if made_for is not None and not math.isclose(made_for, tau, rel_tol=1e-9, abs_tol=1e-12):
-            raise _error(f"{path}: made for tau {made_for:g}, {report_path} for tau {tau:g}")
+            raise DataError(f"{path}: made for tau {made_for:g}, {report_path} for tau {tau:g}")
         trace = require_finite(require_rows(read_table(path, required=TRACE_COLUMNS), path), ("t", "mean_cost"), path)
         if trace["lambda"].isna().any():
-            raise _error(f"{path}: column 'lambda' has no value at some visit (infinite only for an oracle that "
-                         "holds no tau)")
+            raise DataError(f"{path}: column 'lambda' has no value at some visit (infinite only for an oracle that "
+                            "holds no tau)")
         trace = trace.astype({"arm": str})
         extra = sorted(set(trace["arm"]) - set(report.loc[report["scenario"] == scenario, "arm"]))
         if extra:
-            raise _error(f"{path}: arm(s) {', '.join(extra)} of scenario {scenario!r} are not in {report_path}")
+            raise DataError(f"{path}: arm(s) {', '.join(extra)} of scenario {scenario!r} are not in {report_path}")
         found[scenario] = (str(path), trace.sort_values(["arm", "t"]))
     order = list(dict.fromkeys(report["scenario"]))
     return {s: found[s][1] for s in sorted(found, key=order.index)}
@@ -232,12 +212,12 @@ def read_shift(path: Path, rows: pd.DataFrame, report_path) -> dict:
         from lara.read.files import json_file
         shift = json_file(path, mapping=False)
     except (OSError, ValueError) as exc:
-        raise _error(f"{path}: not a readable shift check ({exc})") from None
+        raise DataError(f"{path}: not a readable shift check ({exc})") from None
     for key in ("auc", "p_value", "ess"):
         a, b = number(shift.get(key)), from_report[key]
         if a is not None and b is not None and not math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9):
-            raise _error(f"{path}: {key} {a:g}, but {report_path} says {b:g} for scenario {first['scenario']!r}; the "
-                         "files are from different deployment runs")
+            raise DataError(f"{path}: {key} {a:g}, but {report_path} says {b:g} for scenario {first['scenario']!r}; "
+                            "the files are from different deployment runs")
     return from_report | {k: v for k, v in shift.items() if v is not None} | {"path": path}
 
 
@@ -265,8 +245,9 @@ def shift_line(shift: dict) -> str:
     return line + (f"\n      {shift['statement']}" if shift.get("statement") else "")
 
 
-def arm_table(rows: pd.DataFrame) -> list[str]:
-    """The arms of a scenario: lambda, costs, certificate, reward given up, and each against tau."""
+def arm_table(rows: pd.DataFrame, scenario: str) -> list[str]:
+    """The arms of a scenario: lambda, costs, certificate, reward given up, and each against tau; then the reading:
+    which arms held tau, the violations first."""
     lines = [f"    {'arm':18} {'lambda start -> end':>21}  {'mean cost':>9}  {'worst window':>12}  "
              f"{'certificate':>11}  {'given up':>8}  {'mean':8}  windows"]
     for r in rows.to_dict("records"):
@@ -276,7 +257,8 @@ def arm_table(rows: pd.DataFrame) -> list[str]:
         window = {True: "met", False: "violated", None: "-"}[r["window_met"]]
         lines.append(f"    {arm_label(r['arm'], r['step_size']):18} {lam:>21}  {numbers}  "
                      f"{'met' if r['met'] else 'violated':8}  {window}")
-    return lines
+    records = sorted(rows.to_dict("records"), key=lambda r: bool(r["met"]))
+    return lines + [f"    reading on {scenario}: " + "; ".join(verdict_clause(r) for r in records)]
 
 
 def verdict_clause(r: dict) -> str:
@@ -300,46 +282,39 @@ def verdict_clause(r: dict) -> str:
     return clause + ")"
 
 
-def scenario_reading(scenario: str, rows: pd.DataFrame) -> str:
-    """Which arms held tau on a scenario: the violations first."""
-    records = sorted(rows.to_dict("records"), key=lambda r: bool(r["met"]))
-    return f"    reading on {scenario}: " + "; ".join(verdict_clause(r) for r in records)
-
-
 def deployment_lines(root: Path, lambda_record=None) -> list[str]:
     """The "After deployment" section of ``lara summary``: nothing when the run has no deployment report."""
     path = root / "deployment" / "report.csv"
-    if not path.exists():
-        return []
-    report = read_report(path, lambda_record)
-    if "constraint" in report.columns:
-        return vector_lines(report, path, root)
-    first = report.iloc[0]
-    lines = ["", f"After deployment ({path}): lambda on streams of visits (Best-of-N on each visit's candidates), "
-                 f"tau = {first['tau']:g}"]
+    return report_lines(read_report(path, lambda_record), path, root) if path.exists() else []
+
+
+def report_lines(report: pd.DataFrame, path, root: Path | None = None) -> list[str]:
+    """The section's lines: per scenario its shift check (beside its trace under ``root``, if given) and its arms;
+    for the vector lambda (deployment.follows: constraints) per arm each constraint's mean and worst-window cost
+    against its tau, and the online arms' certificates."""
+    vector = "constraint" in report.columns
+    lines = ["", f"After deployment ({path}): " + (
+        "the vector lambda of the constraints on streams of visits (one row per arm and constraint; no reweighted "
+        "arm: the covariate-shift weights are scalar only)" if vector else "lambda on streams of visits (Best-of-N "
+        f"on each visit's candidates), tau = {report['tau'].iloc[0]:g}")]
     for scenario, rows in report.groupby("scenario", sort=False):
         r = rows.iloc[0]
-        batches = f" in batches of {int(number(r['batch_size']))}" if number(r["batch_size"]) is not None else ""
-        lines += ["", f"  {scenario}: T = {int(r['T'])} visits{batches}, windows of {int(r['window'])} visits",
-                  shift_line(read_shift(root / "deployment" / scenario / "shift.json", rows, path)),
-                  *arm_table(rows), scenario_reading(scenario, rows)]
+        batches = "" if vector or number(r["batch_size"]) is None else f" in batches of {int(number(r['batch_size']))}"
+        shift = [] if root is None else [shift_line(read_shift(root / "deployment" / scenario / "shift.json", rows,
+                                                               path))]
+        lines += ["", f"  {scenario}: T = {int(r['T'])} visits{batches}, windows of {int(r['window'])}"
+                      f"{'' if vector else ' visits'}", *shift,
+                  *(vector_table(rows) if vector else arm_table(rows, scenario))]
     return lines + ["", DEPLOYMENT_READING]
 
 
-def vector_lines(report: pd.DataFrame, path, root: Path | None = None) -> list[str]:
-    """The "After deployment" section for the vector lambda (deployment.follows: constraints): per scenario and
-    arm, each constraint's mean and worst-window cost against its tau, and the online arms' certificates."""
-    lines = ["", f"After deployment ({path}): the vector lambda of the constraints on streams of visits (one row per "
-                 "arm and constraint; no reweighted arm: the covariate-shift weights are scalar only)"]
-    for scenario, rows in report.groupby("scenario", sort=False):
-        shift = [] if root is None or "auc" not in rows.columns else [
-            shift_line(read_shift(root / "deployment" / scenario / "shift.json", rows, path))]
-        lines += ["", f"  {scenario}: T = {int(rows['T'].iloc[0])} visits, windows of {int(rows['window'].iloc[0])}",
-                  *shift, f"    {'arm':18} {'constraint':12} {'tau':>8}  {'mean cost':>9}  {'worst window':>12}  "
-                  f"{'certificate':>11}  {'reward':>8}  verdict"]
-        for r in rows.to_dict("records"):
-            verdict = ("met" if r["met"] else "violated") + ("" if r["window_met"] is not False else ", a window above")
-            lines.append(f"    {arm_label(r['arm'], r['step_size']):18} {r['constraint']:12} {r['tau']:8.3g}  "
-                         f"{r['mean_cost']:9.3f}  {_fmt(r['worst_window_cost']):>12}  {_fmt(r['certificate']):>11}  "
-                         f"{r['mean_reward']:8.3f}  {verdict}")
-    return lines + ["", DEPLOYMENT_READING]
+def vector_table(rows: pd.DataFrame) -> list[str]:
+    """The vector arms of a scenario, one line per arm and constraint: tau, costs, certificate, reward, verdict."""
+    lines = [f"    {'arm':18} {'constraint':12} {'tau':>8}  {'mean cost':>9}  {'worst window':>12}  "
+             f"{'certificate':>11}  {'reward':>8}  verdict"]
+    for r in rows.to_dict("records"):
+        verdict = ("met" if r["met"] else "violated") + ("" if r["window_met"] is not False else ", a window above")
+        lines.append(f"    {arm_label(r['arm'], r['step_size']):18} {r['constraint']:12} {r['tau']:8.3g}  "
+                     f"{r['mean_cost']:9.3f}  {_fmt(r['worst_window_cost']):>12}  {_fmt(r['certificate']):>11}  "
+                     f"{r['mean_reward']:8.3f}  {verdict}")
+    return lines
