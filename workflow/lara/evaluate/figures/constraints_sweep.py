@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lara.evaluate.figures.common import MARKERS, Drawn, FigureSettings, log, theme
-from lara.evaluate.figures.vector import RAY_POINTS, meets, search_max, vec
+from lara.evaluate.figures.vector import RAY_POINTS, meets, r4, read_vector_inputs, search_max, vec
 from lara.stats import VERDICTS
 
 SWEEP_MARKERS = MARKERS | {"soft": "X", "bootstrap": "P", "ltt": "s"}  # an audited setting's marker
@@ -264,9 +264,6 @@ def _judge_panel(ax, judge: str, view: SweepView, colour: dict, shift: dict, s_t
 
 def sweep_shows(view: SweepView, audit: dict) -> dict:
     """What the constraints_sweep figure shows, for its provenance sidecar and report caption."""
-    def r4(v):
-        return [round(float(x), 4) for x in np.atleast_1d(v)]
-
     marks = {k: {"lambda": r4(p["lambda"]), "s": round(p["s"], 4), "on_ray": p["on_ray"], "cost": r4(p["cost"]),
                  "reward": round(p["reward"], 4), "meets_tau": p["meets_tau"]} for k, p in view.marks.items()}
     audited = [{"method": a["method"], "setting": a["setting"], "lambda": r4(a["lambda"]), "s": round(a["s"], 4),
@@ -287,9 +284,9 @@ def sweep_shows(view: SweepView, audit: dict) -> dict:
 def figure(args, opts: FigureSettings, lam: dict | None) -> Drawn:
     """The vector --lambda-json for --constraints, the test prompts' --scores and the --audit of the decoded outputs
     (:mod:`lara.evaluate.figures.constraints_sweep_inputs`), drawn; what the figure shows (:func:`sweep_shows`)."""
-    from lara.evaluate.figures.constraints_sweep_inputs import read_sweep_audit, read_sweep_inputs
+    from lara.evaluate.figures.constraints_sweep_inputs import read_sweep_audit
 
-    record, scores = read_sweep_inputs(args.lambda_json, args.scores, args.constraints)
+    record, scores = read_vector_inputs(args.lambda_json, args.scores, args.constraints, held_out=True)
     audit = read_sweep_audit(args.audit, args.lambda_json, record, scores.prompts)
     view = sweep_view(record, scores, audit)
     return Drawn(constraints_sweep(view, opts), sweep_shows(view, audit))

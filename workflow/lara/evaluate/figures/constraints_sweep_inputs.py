@@ -1,47 +1,10 @@
-"""The inputs of ``lara figure --kind constraints_sweep``, read and checked against each other: the vector record
-(``lara calibrate-vector``), the held-out test prompts' scored Best-of-N candidates (``lara score-constraints``) and
-the audit of the decoded outputs (``lara audit-constraints``)."""
+"""The audit of the decoded outputs (``lara audit-constraints``) that ``lara figure --kind constraints_sweep`` draws,
+read and checked against the vector record and the held-out test prompts' scored Best-of-N candidates
+(:func:`lara.evaluate.figures.vector.read_vector_inputs`)."""
 
 from __future__ import annotations
 
 import numpy as np
-
-from lara.evaluate.figures.vector import check_vectors
-
-
-def read_sweep_inputs(lambda_json: str, scores_path: str, constraints_json: str):
-    """The vector record (``lara calibrate-vector``) for ``--constraints`` and the held-out test prompts' scored
-    Best-of-N candidates (``lara score-constraints`` on the bon pool, what ``lara decode-vector --method bon``
-    decodes from), checked where the identities allow: the candidates are the test pool (role test; not the file
-    the record was calibrated on), none of their prompts is a calibration prompt of the record, and every prompt
-    has exactly the record's N candidates."""
-    from lara import identity
-    from lara.constraints.calibrate import load_vector_scores
-    from lara.constraints.decode import read_vector
-    from lara.constraints.spec import from_arg
-    from lara.read.files import DataError
-
-    cons = from_arg(constraints_json)
-    record = read_vector(lambda_json, cons)
-    made = record.get("identity") or {}
-    identity.expect_role(scores_path, "--scores", "test", "the figure draws the decoder on the held-out test "
-                         "prompts' candidates, constraints/bon_scores.parquet")
-    if (made.get("made_from") or {}).get("--scores") == identity.file_digest(scores_path):
-        raise DataError(f"--scores {scores_path}: the scores --lambda-json {lambda_json} was calibrated on, not the "
-                        "held-out test prompts' candidates")
-    scores = load_vector_scores(scores_path, cons)
-    counts = scores.mask.sum(axis=1)
-    n = (record.get("decoder") or {}).get("n")
-    if counts.min() != counts.max() or not isinstance(n, int) or int(counts[0]) != n:
-        raise DataError(f"--scores {scores_path}: prompts have {counts.min()}..{counts.max()} candidates, but "
-                        f"--lambda-json {lambda_json} was calibrated for Best-of-{n!r} (the decoder picks from exactly "
-                        "N candidates per prompt)")
-    overlap = identity.disjoint(made.get("prompts"), scores.prompts, f"--scores {scores_path}")
-    if overlap:
-        raise DataError(f"--scores {scores_path}: {overlap} of its prompts are calibration prompts of --lambda-json "
-                        f"{lambda_json}: the figure would be in-sample")
-    check_vectors(record, len(cons), lambda_json)
-    return record, scores
 
 
 def _close(a, b) -> bool:
