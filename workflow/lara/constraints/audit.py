@@ -1,24 +1,13 @@
-"""``lara audit-constraints``: the held-out audit of every constraint, and of all of them at once.
+"""``lara audit-constraints``: the held-out audit of every constraint, and of all of them at once (docs/constraints.md,
+"The audit", "Probability constraints" and "Judges": the rules written once there).
 
-For every decoded output (method, setting) on the test prompts: the decoding cost of each constraint (tau's
-units; the constraint's cost scorer) with its mean, bootstrap 95 % interval, one-sided bounds and verdict
-(:func:`lara.stats.cost_audit`); the joint verdict from the same prompt resamples: met when the
-one-sided 95 % upper bound of max_j (mean c_j - tau_j) is <= 0 (a simultaneous bound: every constraint at once),
-violated when some constraint's own verdict is, inconclusive otherwise. Beside them, descriptive: each
-constraint's evaluation score (``evaluation``: the toy oracle's category harm, a classifier) and the reward.
-
-A **probability constraint** (``kind: probability``) is audited on its loss 1[c > threshold]: its rate, with the
-exact Clopper-Pearson interval, and the verdict from the Clopper-Pearson one-sided 95 % bounds
-(:func:`lara.stats.rate_audit`).
-
-**Judges** (``--judge SPEC``, ``evaluation.judges``: scorers the decoder never saw, given each constraint's name as
-their role): each output's mean judge score per constraint with its interval; per decoder, every setting against
-the same decoder at lambda = 0 on the same prompts (paired differences with bootstrap intervals) under the
-decoding scorer and under each judge, and whether the scorer's improvement carries to the judge (``carries``: the
-scorer's paired difference is significantly below 0 and so is the judge's; ``does not carry``: the scorer's is and
-the judge's is not; ``no scorer improvement`` otherwise); and per constraint and judge, their agreement on every
-audited response (Spearman's rank correlation and top-decile agreement of the decoding scorer's raw score and the
-judge's, :mod:`lara.evaluate.agreement`).
+For every decoded output (method, setting) on the test prompts: each constraint's decoding cost (tau's units) with
+its mean, intervals and verdict (:func:`lara.stats.cost_audit`; a probability constraint's rate of its loss
+1[c > threshold]: :func:`lara.stats.rate_audit`, Clopper-Pearson), the joint verdict from the same prompt resamples
+(:func:`joint_rule`), and, descriptive, each constraint's evaluation score and the reward. With judges (``--judge``):
+each output's mean judge score per constraint, every setting against its decoder at lambda = 0 under the decoding
+scorer and each judge (:func:`judge_report`: whether the improvement carries), and each judge's agreement with each
+constraint's scorer (:mod:`lara.evaluate.agreement`).
 """
 
 from __future__ import annotations
