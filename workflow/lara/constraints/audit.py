@@ -258,33 +258,12 @@ def fill_columns(df: pd.DataFrame, own: list[str], constraints, specs: dict, sco
     return df
 
 
-def log_audit(table: pd.DataFrame, joint: list[dict], judged: dict | None) -> None:
-    for j in joint:
-        log.info("%s at %s (lambda %s): joint %s; max excess %.4f (upper 95%% %.4f)", j["method"], j["setting"],
-                 j["lambda"], j["verdict"], j["max_excess"], j["max_excess_upper95"])
-    for r in table.to_dict("records"):
-        log.info("  %s: mean cost %.4f [%.4f, %.4f] vs tau %g: %s; evaluation %.4f", r["constraint"], r["mean_cost"],
-                 *r["ci95"], r["tau"], r["verdict"], r["eval_mean"])
-    for row in (judged or {}).get("paired", []):
-        for jr in row["judges"]:
-            log.info("%s at %s - zero, %s: scorer %+.4f [%+.4f, %+.4f]; judge %s %+.4f [%+.4f, %+.4f]: %s",
-                     row["method"], row["setting"], row["constraint"], row["scorer"]["mean"], *row["scorer"]["ci95"],
-                     jr["judge"], jr["mean"], *jr["ci95"], jr["verdict"])
-    for a in (judged or {}).get("agreement", []):
-        if "undefined" in a:
-            log.info("agreement of %s's scorer and judge %s on %d responses: undefined (%s)", a["constraint"],
-                     a["judge"], a["n"], a["undefined"])
-            continue
-        log.info("agreement of %s's scorer and judge %s on %d responses: Spearman %.3f [%.3f, %.3f], top decile "
-                 "%.3f [%.3f, %.3f]", a["constraint"], a["judge"], a["n"], a["spearman"], *a["spearman_ci"],
-                 a["top_decile"], *a["top_decile_ci"])
-
-
 def run(args) -> None:
     from lara import identity
     from lara.constraints.decode import read_vector
     from lara.constraints.score import cost_specs
     from lara.constraints.spec import from_arg
+    from lara.evaluate.constraints_summary import audit_lines
     from lara.io import write_json
     from lara.provenance import code_version
     from lara.read.files import DataError, require_finite, write_table
@@ -340,14 +319,17 @@ def run(args) -> None:
                             f"{args.lambda_json}: the audit would be in-sample")
     table, joint = audit(outputs, constraints, s.bootstrap, s.seed, args.judge)
     judged = judge_report(outputs, constraints, args.judge, s.bootstrap, s.seed) if args.judge else None
-    log_audit(table, joint, judged)
     made = identity.stamp("audit_constraints", args.out, names=[c.name for c in constraints], tau=record["tau"],
                           lambda_record=digest, prompts=None if test is None else test.record(),
                           made_from={"--lambda-json": args.lambda_json})
-    write_json(args.out, {"constraints": record["constraints"], "lambda_hat": record["lambda_hat"],
-                          "lambda_star": record["lambda_star"], "procedure": record["guarantee"]["procedure"],
-                          "rows": json.loads(table.to_json(orient="records")), "joint": joint, "judges": judged,
-                          "code": code_version(), identity.KEY: made})
+    doc = {"constraints": record["constraints"], "lambda_hat": record["lambda_hat"],
+           "lambda_star": record["lambda_star"], "procedure": record["guarantee"]["procedure"],
+           "rows": json.loads(table.to_json(orient="records")), "joint": joint, "judges": judged,
+           "code": code_version(), identity.KEY: made}
+    for line in audit_lines(args.out, doc):  # the audit as lara summary prints it
+        if line:
+            log.info("%s", line)
+    write_json(args.out, doc)
     flat = table.assign(ci95_lo=table["ci95"].str[0], ci95_hi=table["ci95"].str[1],
                         upper95=table["one_sided95"].str[1]).drop(columns=["ci95", "one_sided95", "eval_ci95",
                                                                            "reward_ci95"])
