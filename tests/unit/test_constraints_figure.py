@@ -29,8 +29,7 @@ from lara.evaluate.figures.constraints import (
     constraints,
     read_vector_inputs,
 )
-from lara.evaluate.figures.constraints_sweep import constraints_sweep, sweep_view
-from lara.evaluate.figures.constraints_sweep_inputs import read_sweep_audit
+from lara.evaluate.figures.constraints_sweep import constraints_sweep, read_sweep_audit, sweep_view
 from lara.io import write_json
 from lara.read.files import write_table
 

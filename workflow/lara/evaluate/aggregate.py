@@ -66,11 +66,6 @@ def summarise(scores: pd.DataFrame, judge: pd.DataFrame | None, n_boot: int, see
     return pd.DataFrame(rows)
 
 
-def star_n(lam: LambdaRecord, sweep: pd.DataFrame) -> int:
-    """The N that lambda.json was calibrated for (else the sweep's largest N)."""
-    return lam.decoder_n or int(sweep["n"].max())
-
-
 def constraint_audit(bon_star: pd.DataFrame, lam: LambdaRecord, n_boot: int, seed: int,
                      overpenalised: float | None = None) -> dict:
     """The held-out verdict of Best-of-N at lambda* against the tau that ``lam`` was calibrated for."""
@@ -316,7 +311,7 @@ def audit_star(args, s: AuditSettings, test_prompts) -> tuple[dict, LambdaRecord
         log.warning("%s", audit["note"])
     if args.sweep:
         sweep = read_sweep(args.sweep, lam, prompts)
-        audit |= sweep_audit(sweep, star_n(lam, sweep))
+        audit |= sweep_audit(sweep, lam.decoder_n or int(sweep["n"].max()))  # the record's N, else the largest
     return audit, lam
 
 

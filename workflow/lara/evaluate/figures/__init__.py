@@ -10,11 +10,10 @@ redraws the figures and nothing else.
 Each kind's module holds its drawing function, named as the kind, and its ``figure(args, opts, lam)``, which reads the
 kind's inputs and draws them (a :class:`~.common.Drawn`). This module is the command: the flags each kind needs, the
 scalar lambda.json, the figure's provenance and the files written. Shared: :mod:`.common` (the plot options and theme),
-:mod:`.audit` (the evaluation's constraint audit, the decoders and taus figures' input), :mod:`.vector` (what the two
-constraints figures share), :mod:`.constraints_sweep_inputs` and :mod:`.provenance` (what a figure shows). The drawing
-functions and :class:`FigureSettings` are importable from here (``from lara.evaluate.figures import taus`` is the taus
-figure's drawing function, not its module; a module's names are imported as ``from lara.evaluate.figures.taus import
-...``).
+:func:`.decoders.read_audit` (the evaluation's constraint audit, the decoders and taus figures' input), :mod:`.vector`
+(what the two constraints figures share) and :mod:`.provenance` (what a figure shows). The drawing functions and
+:class:`FigureSettings` are importable from here (``from lara.evaluate.figures import taus`` is the taus figure's
+drawing function, not its module; a module's names are imported as ``from lara.evaluate.figures.taus import ...``).
 """
 
 from __future__ import annotations
