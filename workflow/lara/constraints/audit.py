@@ -121,23 +121,10 @@ def carried(scorer: dict, judge: dict) -> str:
     return "carries" if judge["ci95"][1] < 0 else "does not carry"
 
 
-def _agreement(scorer, judge, n_boot: int, seed: int) -> dict:
-    """The agreement record, or why it is undefined (a constant side: a probability constraint whose decoders never
-    pick a response above the threshold; too few defined resamples)."""
-    from lara.evaluate.agreement import agreement, agreement_problem
-
-    problem = agreement_problem(scorer, judge)
-    if problem is None:
-        try:
-            return agreement(scorer, judge, n_boot, seed).to_dict()
-        except ValueError as exc:
-            problem = str(exc)
-    return {"undefined": problem}
-
-
 def judge_report(outputs: list[pd.DataFrame], constraints, judges: list[str], n_boot: int, seed: int) -> dict:
     """Every setting against its decoder at lambda = 0 under the decoding scorer and each judge (paired on the
     prompts), and each judge's agreement with each constraint's scorer on all audited responses."""
+    from lara.evaluate.agreement import agreement
     from lara.stats import paired_difference
 
     zero = {str(df["method"].iloc[0]): df.set_index("prompt_id") for df in outputs
@@ -163,7 +150,13 @@ def judge_report(outputs: list[pd.DataFrame], constraints, judges: list[str], n_
         for j, spec in enumerate(judges):
             scorer, judge = pooled[f"score_{c.name}"].to_numpy(float), pooled[judge_column(c, j)].to_numpy(float)
             row = {"constraint": c.name, "judge": spec, "responses": "every audited output, pooled", "n": len(scorer)}
-            agree.append(row | _agreement(scorer, judge, n_boot, seed))
+            # else why it is undefined (agreement's ValueError: a constant side, as a probability constraint whose
+            # decoders never pick a response above the threshold; too few defined resamples)
+            try:
+                row |= agreement(scorer, judge, n_boot, seed).to_dict()
+            except ValueError as exc:
+                row["undefined"] = str(exc)
+            agree.append(row)
     missing = sorted({str(df["method"].iloc[0]) for df in outputs} - set(zero))
     note = (f"no lambda = 0 output of {', '.join(missing)} was audited: its settings have no paired differences"
             if missing else None)

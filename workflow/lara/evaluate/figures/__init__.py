@@ -116,21 +116,11 @@ def _shows(args, drawn, inputs: list[str], lam: dict | None) -> tuple[list[dict]
     return trail, shows
 
 
-def _save(fig, args, opts: FigureSettings, line: str) -> None:
-    """The PNG and the PDF, each written atomically with ``line`` in its metadata."""
-    from lara.io import atomic_output
-
-    for path, fmt in ((args.png, "png"), (args.pdf, "pdf")):
-        meta = {"Creator": "lara", "Description": line} if fmt == "png" else \
-            {"Creator": "lara", "Subject": line, "CreationDate": None}
-        with atomic_output(path) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=opts.dpi, bbox_inches="tight", metadata=meta)
-
-
 def run(args) -> None:
     import matplotlib.pyplot as plt
 
     from lara.calibrate.record import read_lambda
+    from lara.io import atomic_output
     from lara.trail import write_sidecar
 
     opts = read_settings(args, FigureSettings)
@@ -141,10 +131,13 @@ def run(args) -> None:
     drawn = import_module(f"{__name__}.{args.kind}").figure(args, opts, lam)
     trail, shows = _shows(args, drawn, inputs, lam)
     line = summary_line(shows)
-    _save(drawn.fig, args, opts, line)
+    for path, fmt in ((args.png, "png"), (args.pdf, "pdf")):  # each written atomically, ``line`` in its metadata
+        meta = {"Creator": "lara", "Description": line} if fmt == "png" else \
+            {"Creator": "lara", "Subject": line, "CreationDate": None}
+        with atomic_output(path) as tmp:
+            drawn.fig.savefig(tmp, format=fmt, dpi=opts.dpi, bbox_inches="tight", metadata=meta)
     plt.close(drawn.fig)
     write_sidecar([args.png, args.pdf], inputs, args.rule, {"kind": args.kind, "options": opts.section()},
-                  args.provenance,
-                  trail=trail, shows=shows)
+                  args.provenance, trail=trail, shows=shows)
     log.info("%s", line)
     log.info("wrote %s, %s and %s", args.png, args.pdf, args.provenance)

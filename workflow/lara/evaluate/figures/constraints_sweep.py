@@ -129,10 +129,6 @@ def judge_points(rows: list[dict]) -> dict[str, dict]:
     return out
 
 
-def _named(names, v) -> str:
-    return "(" + ", ".join(f"{name} {x:.3g}" for name, x in zip(names, np.atleast_1d(v), strict=True)) + ")"
-
-
 def _short(verdict: str | None) -> str:
     return str(verdict).split(" (", 1)[0] if verdict else "not audited"
 
@@ -196,8 +192,8 @@ def constraints_sweep(view: SweepView, opts: FigureSettings):
     lines = {"hat": {"color": "grey", "lw": 1.2, "ls": "-"}, "star": {"color": "black", "lw": 1.5, "ls": "-."}}
     # the direction in every panel's label, wrapped to the panel's width (about half a font size per character)
     room = int(0.8 * fig.get_figwidth() / (m + 1) * 72 / (0.5 * plt.rcParams["font.size"]))
-    xlabel = "$\\lambda$" if m == 1 else textwrap.fill(
-        f"s ($\\lambda$ = s d), d = {_named(view.names, view.direction)}", max(room, 16))
+    named = ", ".join(f"{name} {x:.3g}" for name, x in zip(view.names, view.direction, strict=True))
+    xlabel = "$\\lambda$" if m == 1 else textwrap.fill(f"s ($\\lambda$ = s d), d = ({named})", max(room, 16))
     for j, (ax, y, title, ylabel, gid) in enumerate(panels):
         ax.plot(s, y, drawstyle="steps-post", color=pal[j] if j < m else "0.3", lw=1.6, zorder=3, gid=f"curve:{gid}")
         if j < m:
