@@ -341,9 +341,8 @@ def check_sweep_rows(sweep: pd.DataFrame, tau: float, where: str) -> None:
         want = verdict(lo, up, t, n)
         if r.verdict != want or not lo - 1e-9 * max(1.0, abs(lo)) <= mean <= up + 1e-9 * max(1.0, abs(up)):
             raise DataError(f"{where}: row {i} (N = {r.n}, lambda {float(sweep['lambda'].iloc[i]):g}, {r.label}): mean "
-                            f"cost {mean:g}, "
-                            f"verdict {r.verdict!r}, but its own bounds [{lo:g}, {up:g}] against tau {t:g} give "
-                            f"{want!r}: edited after lara bon-sweep wrote it; rerun the sweep")
+                            f"cost {mean:g}, verdict {r.verdict!r}, but its own bounds [{lo:g}, {up:g}] against tau "
+                            f"{t:g} give {want!r}: edited after lara bon-sweep wrote it; rerun the sweep")
 
 
 def audit_taus(args, s: AuditSettings, audit: dict) -> None:

@@ -1,8 +1,6 @@
-"""``lara figure --kind constraints``: several constraints at once (``lara calibrate-vector``). Two constraints:
-the feasible region of the vector lambda in (lambda_1, lambda_2), every grid point's exact mean expected Best-of-N
-cost of each constraint on the calibration prompts, each constraint's boundary at its tau, the mean reward faint,
-the ray searched and every procedure's lambda; any other number: each constraint's cost (and the reward) along that
-ray."""
+"""``lara figure --kind constraints``: several constraints at once (``lara calibrate-vector``) on the calibration
+prompts: the feasible region of the vector lambda (two constraints), else each constraint's cost along the ray
+searched; what it draws in full: :func:`constraints`."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """``lara figure --kind constraints_sweep``: Fig. 1 per constraint for the vector lambda, on the held-out test
-prompts: each constraint's mean Best-of-N decoder cost along the ray lambda = s d (the candidate ``lara
-decode-vector`` picks), its tau, and the mean reward; lambda-hat and lambda* marked, every audited output (``lara
-audit-constraints``: Best-of-N and ARGS at each setting) at the s of its lambda with its 95 % interval."""
+prompts, every audited output (``lara audit-constraints``) at the s of its lambda; what it draws in full:
+:func:`constraints_sweep`."""
 
 from __future__ import annotations
 
