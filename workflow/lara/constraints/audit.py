@@ -67,6 +67,52 @@ def edited_verdicts(audit: dict) -> list[str]:
     return out
 
 
+def _ci(mean: float, ci) -> str:
+    return f"{mean:.4f} [{ci[0]:.4f}, {ci[1]:.4f}]"
+
+
+def audit_lines(path, audit: dict) -> list[str]:
+    """The audit as ``lara summary`` prints it (and audit-constraints logs it), after checking every verdict is the one
+    its own numbers give (:func:`edited_verdicts`)."""
+    from lara.read.files import DataError
+
+    edited = edited_verdicts(audit)
+    if edited:
+        raise DataError(f"{path}: {edited[0]}: edited after lara audit-constraints wrote it; rerun the audit")
+    lines = ["", f"held-out audit ({path}): each constraint's decoding cost (tau's units; a probability constraint's "
+                 "rate with its Clopper-Pearson interval) and each judge's mean score"]
+    joint = {(j["method"], j["setting"]): j["verdict"].split(" (")[0] for j in audit.get("joint") or []}
+    for r in audit["rows"]:
+        judges = "".join(f"; {r[f'judge{j}']} {_ci(r[f'judge{j}_mean'], r[f'judge{j}_ci95'])}"
+                         for j in range(8) if f"judge{j}" in r)
+        lines.append(f"  {r['method']:5} {r['setting']:18} {r['constraint']:10} {_ci(r['mean_cost'], r['ci95'])} vs "
+                     f"tau {r['tau']:g}: {r['verdict'].split(' (')[0]}{judges}; joint "
+                     f"{joint.get((r['method'], r['setting']), '?')}")
+    judged = audit.get("judges")
+    if not judged:
+        return lines
+    lines += ["", "  against lambda = 0 (paired on the test prompts; lower is better): the decoding scorer and each "
+                  "judge"]
+    lost = []
+    for row in judged["paired"]:
+        for j in row["judges"]:
+            lines.append(f"    {row['method']:5} {row['setting']:18} {row['constraint']:10} scorer "
+                         f"{_ci(row['scorer']['mean'], row['scorer']['ci95'])}; {j['judge']} "
+                         f"{_ci(j['mean'], j['ci95'])}: {j['verdict']}")
+            if j["verdict"] == "does not carry":
+                lost.append(f"{row['method']} at {row['setting']} on {row['constraint']} ({j['judge']})")
+    if lost:
+        lines.append("  The scorer's improvement does NOT carry to the judge for: " + "; ".join(lost))
+    if judged.get("note"):
+        lines.append(f"  note: {judged['note']}")
+    for a in judged["agreement"]:
+        said = (f"undefined ({a['undefined']})" if "undefined" in a else
+                f"Spearman {_ci(a['spearman'], a['spearman_ci'])}, top decile "
+                f"{_ci(a['top_decile'], a['top_decile_ci'])}")
+        lines.append(f"  agreement of {a['constraint']}'s scorer and {a['judge']} on {a['n']} responses: {said}")
+    return lines
+
+
 def judge_column(c, j: int) -> str:
     return f"judge{j}_{c.name}"
 
@@ -256,7 +302,6 @@ def run(args) -> None:
     from lara.constraints.decode import read_vector
     from lara.constraints.score import cost_specs
     from lara.constraints.spec import from_arg
-    from lara.evaluate.constraints_summary import audit_lines
     from lara.io import write_json
     from lara.provenance import code_version
     from lara.read.files import DataError, require_finite, write_table
