@@ -29,8 +29,7 @@ from lara.evaluate.figures.constraints import (
     constraints,
     read_vector_inputs,
 )
-from lara.evaluate.figures.constraints_sweep import constraints_sweep, sweep_view
-from lara.evaluate.figures.constraints_sweep_inputs import read_sweep_audit, read_sweep_inputs
+from lara.evaluate.figures.constraints_sweep import constraints_sweep, read_sweep_audit, sweep_view
 from lara.io import write_json
 from lara.read.files import write_table
 
@@ -343,7 +342,7 @@ def test_the_curve_is_the_picked_candidates_mean_cost(sweep):
 
     matplotlib.use("Agg")
     record, test = sweep["record"], sweep["test"]
-    _, scores = read_sweep_inputs(str(sweep["lam"]), str(sweep["bon"]), sweep["cons"])
+    _, scores = read_vector_inputs(str(sweep["lam"]), str(sweep["bon"]), sweep["cons"], held_out=True)
     audit = read_sweep_audit(str(sweep["audit"]), str(sweep["lam"]), record, scores.prompts)
     view = sweep_view(record, scores, audit)
     fig = constraints_sweep(view, FigureSettings())

@@ -237,9 +237,12 @@ def test_a_judge_the_decoder_was_held_to_is_refused(chain, capsys, judge, says):
 
 
 def test_an_agreement_with_a_constant_side_is_recorded_as_undefined():
-    from lara.constraints.audit import _agreement
+    from lara.constraints.audit import judge_report
 
-    got = _agreement(np.zeros(40), np.linspace(0, 1, 40), 400, 0)
+    cons = parse([{"name": "harmful", "cost": "oracle:cost", "kind": "probability", "threshold": 0.0, "tau": 0.35}])
+    out = pd.DataFrame({"prompt_id": range(40), "method": "bon", "setting": "star", "cost_harmful": 0.0,
+                        "score_harmful": np.zeros(40), "judge0_harmful": np.linspace(0, 1, 40)})
+    got = judge_report([out], cons, ["profanity"], 400, 0)["agreement"][0]
     assert "constant" in got["undefined"] and "spearman" not in got
 
 

@@ -1,24 +1,13 @@
-"""``lara audit-constraints``: the held-out audit of every constraint, and of all of them at once.
+"""``lara audit-constraints``: the held-out audit of every constraint, and of all of them at once (docs/constraints.md,
+"The audit", "Probability constraints" and "Judges": the rules written once there).
 
-For every decoded output (method, setting) on the test prompts: the decoding cost of each constraint (tau's
-units; the constraint's cost scorer) with its mean, bootstrap 95 % interval, one-sided bounds and verdict
-(:func:`lara.stats.cost_audit`); the joint verdict from the same prompt resamples: met when the
-one-sided 95 % upper bound of max_j (mean c_j - tau_j) is <= 0 (a simultaneous bound: every constraint at once),
-violated when some constraint's own verdict is, inconclusive otherwise. Beside them, descriptive: each
-constraint's evaluation score (``evaluation``: the toy oracle's category harm, a classifier) and the reward.
-
-A **probability constraint** (``kind: probability``) is audited on its loss 1[c > threshold]: its rate, with the
-exact Clopper-Pearson interval, and the verdict from the Clopper-Pearson one-sided 95 % bounds
-(:func:`lara.stats.rate_audit`).
-
-**Judges** (``--judge SPEC``, ``evaluation.judges``: scorers the decoder never saw, given each constraint's name as
-their role): each output's mean judge score per constraint with its interval; per decoder, every setting against
-the same decoder at lambda = 0 on the same prompts (paired differences with bootstrap intervals) under the
-decoding scorer and under each judge, and whether the scorer's improvement carries to the judge (``carries``: the
-scorer's paired difference is significantly below 0 and so is the judge's; ``does not carry``: the scorer's is and
-the judge's is not; ``no scorer improvement`` otherwise); and per constraint and judge, their agreement on every
-audited response (Spearman's rank correlation and top-decile agreement of the decoding scorer's raw score and the
-judge's, :mod:`lara.evaluate.agreement`).
+For every decoded output (method, setting) on the test prompts: each constraint's decoding cost (tau's units) with
+its mean, intervals and verdict (:func:`lara.stats.cost_audit`; a probability constraint's rate of its loss
+1[c > threshold]: :func:`lara.stats.rate_audit`, Clopper-Pearson), the joint verdict from the same prompt resamples
+(:func:`joint_rule`), and, descriptive, each constraint's evaluation score and the reward. With judges (``--judge``):
+each output's mean judge score per constraint, every setting against its decoder at lambda = 0 under the decoding
+scorer and each judge (:func:`judge_report`: whether the improvement carries), and each judge's agreement with each
+constraint's scorer (:mod:`lara.evaluate.agreement`).
 """
 
 from __future__ import annotations
@@ -78,6 +67,52 @@ def edited_verdicts(audit: dict) -> list[str]:
     return out
 
 
+def _ci(mean: float, ci) -> str:
+    return f"{mean:.4f} [{ci[0]:.4f}, {ci[1]:.4f}]"
+
+
+def audit_lines(path, audit: dict) -> list[str]:
+    """The audit as ``lara summary`` prints it (and audit-constraints logs it), after checking every verdict is the one
+    its own numbers give (:func:`edited_verdicts`)."""
+    from lara.read.files import DataError
+
+    edited = edited_verdicts(audit)
+    if edited:
+        raise DataError(f"{path}: {edited[0]}: edited after lara audit-constraints wrote it; rerun the audit")
+    lines = ["", f"held-out audit ({path}): each constraint's decoding cost (tau's units; a probability constraint's "
+                 "rate with its Clopper-Pearson interval) and each judge's mean score"]
+    joint = {(j["method"], j["setting"]): j["verdict"].split(" (")[0] for j in audit.get("joint") or []}
+    for r in audit["rows"]:
+        judges = "".join(f"; {r[f'judge{j}']} {_ci(r[f'judge{j}_mean'], r[f'judge{j}_ci95'])}"
+                         for j in range(8) if f"judge{j}" in r)
+        lines.append(f"  {r['method']:5} {r['setting']:18} {r['constraint']:10} {_ci(r['mean_cost'], r['ci95'])} vs "
+                     f"tau {r['tau']:g}: {r['verdict'].split(' (')[0]}{judges}; joint "
+                     f"{joint.get((r['method'], r['setting']), '?')}")
+    judged = audit.get("judges")
+    if not judged:
+        return lines
+    lines += ["", "  against lambda = 0 (paired on the test prompts; lower is better): the decoding scorer and each "
+                  "judge"]
+    lost = []
+    for row in judged["paired"]:
+        for j in row["judges"]:
+            lines.append(f"    {row['method']:5} {row['setting']:18} {row['constraint']:10} scorer "
+                         f"{_ci(row['scorer']['mean'], row['scorer']['ci95'])}; {j['judge']} "
+                         f"{_ci(j['mean'], j['ci95'])}: {j['verdict']}")
+            if j["verdict"] == "does not carry":
+                lost.append(f"{row['method']} at {row['setting']} on {row['constraint']} ({j['judge']})")
+    if lost:
+        lines.append("  The scorer's improvement does NOT carry to the judge for: " + "; ".join(lost))
+    if judged.get("note"):
+        lines.append(f"  note: {judged['note']}")
+    for a in judged["agreement"]:
+        said = (f"undefined ({a['undefined']})" if "undefined" in a else
+                f"Spearman {_ci(a['spearman'], a['spearman_ci'])}, top decile "
+                f"{_ci(a['top_decile'], a['top_decile_ci'])}")
+        lines.append(f"  agreement of {a['constraint']}'s scorer and {a['judge']} on {a['n']} responses: {said}")
+    return lines
+
+
 def judge_column(c, j: int) -> str:
     return f"judge{j}_{c.name}"
 
@@ -132,23 +167,10 @@ def carried(scorer: dict, judge: dict) -> str:
     return "carries" if judge["ci95"][1] < 0 else "does not carry"
 
 
-def _agreement(scorer, judge, n_boot: int, seed: int) -> dict:
-    """The agreement record, or why it is undefined (a constant side: a probability constraint whose decoders never
-    pick a response above the threshold; too few defined resamples)."""
-    from lara.evaluate.agreement import agreement, agreement_problem
-
-    problem = agreement_problem(scorer, judge)
-    if problem is None:
-        try:
-            return agreement(scorer, judge, n_boot, seed).to_dict()
-        except ValueError as exc:
-            problem = str(exc)
-    return {"undefined": problem}
-
-
 def judge_report(outputs: list[pd.DataFrame], constraints, judges: list[str], n_boot: int, seed: int) -> dict:
     """Every setting against its decoder at lambda = 0 under the decoding scorer and each judge (paired on the
     prompts), and each judge's agreement with each constraint's scorer on all audited responses."""
+    from lara.evaluate.agreement import agreement
     from lara.stats import paired_difference
 
     zero = {str(df["method"].iloc[0]): df.set_index("prompt_id") for df in outputs
@@ -174,7 +196,13 @@ def judge_report(outputs: list[pd.DataFrame], constraints, judges: list[str], n_
         for j, spec in enumerate(judges):
             scorer, judge = pooled[f"score_{c.name}"].to_numpy(float), pooled[judge_column(c, j)].to_numpy(float)
             row = {"constraint": c.name, "judge": spec, "responses": "every audited output, pooled", "n": len(scorer)}
-            agree.append(row | _agreement(scorer, judge, n_boot, seed))
+            # else why it is undefined (agreement's ValueError: a constant side, as a probability constraint whose
+            # decoders never pick a response above the threshold; too few defined resamples)
+            try:
+                row |= agreement(scorer, judge, n_boot, seed).to_dict()
+            except ValueError as exc:
+                row["undefined"] = str(exc)
+            agree.append(row)
     missing = sorted({str(df["method"].iloc[0]) for df in outputs} - set(zero))
     note = (f"no lambda = 0 output of {', '.join(missing)} was audited: its settings have no paired differences"
             if missing else None)
@@ -269,28 +297,6 @@ def fill_columns(df: pd.DataFrame, own: list[str], constraints, specs: dict, sco
     return df
 
 
-def log_audit(table: pd.DataFrame, joint: list[dict], judged: dict | None) -> None:
-    for j in joint:
-        log.info("%s at %s (lambda %s): joint %s; max excess %.4f (upper 95%% %.4f)", j["method"], j["setting"],
-                 j["lambda"], j["verdict"], j["max_excess"], j["max_excess_upper95"])
-    for r in table.to_dict("records"):
-        log.info("  %s: mean cost %.4f [%.4f, %.4f] vs tau %g: %s; evaluation %.4f", r["constraint"], r["mean_cost"],
-                 *r["ci95"], r["tau"], r["verdict"], r["eval_mean"])
-    for row in (judged or {}).get("paired", []):
-        for jr in row["judges"]:
-            log.info("%s at %s - zero, %s: scorer %+.4f [%+.4f, %+.4f]; judge %s %+.4f [%+.4f, %+.4f]: %s",
-                     row["method"], row["setting"], row["constraint"], row["scorer"]["mean"], *row["scorer"]["ci95"],
-                     jr["judge"], jr["mean"], *jr["ci95"], jr["verdict"])
-    for a in (judged or {}).get("agreement", []):
-        if "undefined" in a:
-            log.info("agreement of %s's scorer and judge %s on %d responses: undefined (%s)", a["constraint"],
-                     a["judge"], a["n"], a["undefined"])
-            continue
-        log.info("agreement of %s's scorer and judge %s on %d responses: Spearman %.3f [%.3f, %.3f], top decile "
-                 "%.3f [%.3f, %.3f]", a["constraint"], a["judge"], a["n"], a["spearman"], *a["spearman_ci"],
-                 a["top_decile"], *a["top_decile_ci"])
-
-
 def run(args) -> None:
     from lara import identity
     from lara.constraints.decode import read_vector
@@ -351,14 +357,17 @@ def run(args) -> None:
                             f"{args.lambda_json}: the audit would be in-sample")
     table, joint = audit(outputs, constraints, s.bootstrap, s.seed, args.judge)
     judged = judge_report(outputs, constraints, args.judge, s.bootstrap, s.seed) if args.judge else None
-    log_audit(table, joint, judged)
     made = identity.stamp("audit_constraints", args.out, names=[c.name for c in constraints], tau=record["tau"],
                           lambda_record=digest, prompts=None if test is None else test.record(),
                           made_from={"--lambda-json": args.lambda_json})
-    write_json(args.out, {"constraints": record["constraints"], "lambda_hat": record["lambda_hat"],
-                          "lambda_star": record["lambda_star"], "procedure": record["guarantee"]["procedure"],
-                          "rows": json.loads(table.to_json(orient="records")), "joint": joint, "judges": judged,
-                          "code": code_version(), identity.KEY: made})
+    doc = {"constraints": record["constraints"], "lambda_hat": record["lambda_hat"],
+           "lambda_star": record["lambda_star"], "procedure": record["guarantee"]["procedure"],
+           "rows": json.loads(table.to_json(orient="records")), "joint": joint, "judges": judged,
+           "code": code_version(), identity.KEY: made}
+    for line in audit_lines(args.out, doc):  # the audit as lara summary prints it
+        if line:
+            log.info("%s", line)
+    write_json(args.out, doc)
     flat = table.assign(ci95_lo=table["ci95"].str[0], ci95_hi=table["ci95"].str[1],
                         upper95=table["one_sided95"].str[1]).drop(columns=["ci95", "one_sided95", "eval_ci95",
                                                                            "reward_ci95"])

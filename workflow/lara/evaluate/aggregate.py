@@ -1,21 +1,12 @@
-"""``lara aggregate``: one summary row per (method, setting) with bootstrap confidence intervals,
-and the held-out constraint audit of Best-of-N at lambda*.
+"""``lara aggregate``: one summary row per (method, setting) with bootstrap confidence intervals, and the held-out
+constraint audit (docs/evaluation.md, "Aggregate": the columns and the audit's sections).
 
-Summary columns: method, setting, lambda, n, and for each metric (helpfulness, harmfulness,
-safe_rate = share with harmfulness <= 0, and the judge's ratings when present) its mean and a
-percentile bootstrap interval over test prompts (``_lo``, ``_hi``); each judge rating also has
-``_n`` (valid ratings, the ones its mean is over) and ``_failed`` (replies with no rating).
-
-The audit asks whether each decoder meets E[c] <= tau on the *test* prompts, with c the cost model
-that calibration used (tau is in its units; ``lara evaluate`` keeps it as ``decoder_cost`` beside the
-decoding reward model's ``decoder_reward``): Best-of-N at lambda* first (the calibrated claim), then
-every decoder at every lambda setting (``decoders``). Each has its mean cost, the bootstrap 95 %
-interval, the one-sided 95 % bounds and the verdict (met, inconclusive, violated:
-:mod:`lara.stats`). ``paired`` holds, per decoder, the differences lambda* - 0,
-lambda* - max and lambda* - lambda-hat on the same prompts, in decoder reward and cost and in the
-evaluation scores. With ``--sweep`` (the Best-of-N sweep), the same verdict at every lambda of the
-sweep for the decoder's N (``by_lambda``) and for the other N drawn in Fig. 1 (``by_n``), and for
-the paper's own estimator, soft mode at each beta, its lambda* applied to Best-of-N (``soft_mode``).
+The audit holds each output to tau in the units of the cost model calibration used (``decoder_cost``, kept by ``lara
+evaluate`` beside ``decoder_reward``): Best-of-N at lambda* first (the calibrated claim), then every decoder at every
+lambda setting (``decoders``), each with its mean cost, intervals and verdict (:mod:`lara.stats`); ``paired``: per
+decoder, the differences of :data:`PAIRS` on the same prompts. With ``--sweep``, the same verdict at every lambda of
+the sweep (``by_lambda``, ``by_n``) and for the paper's own estimator, soft mode at each beta, its lambda* applied to
+Best-of-N (``soft_mode``).
 """
 
 from __future__ import annotations
@@ -73,11 +64,6 @@ def summarise(scores: pd.DataFrame, judge: pd.DataFrame | None, n_boot: int, see
                 row[f"{m}_n"], row[f"{m}_failed"] = valid, len(g) - valid
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def star_n(lam: LambdaRecord, sweep: pd.DataFrame) -> int:
-    """The N that lambda.json was calibrated for (else the sweep's largest N)."""
-    return lam.decoder_n or int(sweep["n"].max())
 
 
 def constraint_audit(bon_star: pd.DataFrame, lam: LambdaRecord, n_boot: int, seed: int,
@@ -325,7 +311,7 @@ def audit_star(args, s: AuditSettings, test_prompts) -> tuple[dict, LambdaRecord
         log.warning("%s", audit["note"])
     if args.sweep:
         sweep = read_sweep(args.sweep, lam, prompts)
-        audit |= sweep_audit(sweep, star_n(lam, sweep))
+        audit |= sweep_audit(sweep, lam.decoder_n or int(sweep["n"].max()))  # the record's N, else the largest
     return audit, lam
 
 
@@ -355,9 +341,8 @@ def check_sweep_rows(sweep: pd.DataFrame, tau: float, where: str) -> None:
         want = verdict(lo, up, t, n)
         if r.verdict != want or not lo - 1e-9 * max(1.0, abs(lo)) <= mean <= up + 1e-9 * max(1.0, abs(up)):
             raise DataError(f"{where}: row {i} (N = {r.n}, lambda {float(sweep['lambda'].iloc[i]):g}, {r.label}): mean "
-                            f"cost {mean:g}, "
-                            f"verdict {r.verdict!r}, but its own bounds [{lo:g}, {up:g}] against tau {t:g} give "
-                            f"{want!r}: edited after lara bon-sweep wrote it; rerun the sweep")
+                            f"cost {mean:g}, verdict {r.verdict!r}, but its own bounds [{lo:g}, {up:g}] against tau "
+                            f"{t:g} give {want!r}: edited after lara bon-sweep wrote it; rerun the sweep")
 
 
 def audit_taus(args, s: AuditSettings, audit: dict) -> None:

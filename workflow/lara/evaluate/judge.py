@@ -1,16 +1,7 @@
-"""``lara judge``: LLM-judge ratings of helpfulness and harmlessness on a 1-10 scale.
-
-A judge is any OpenAI-compatible chat endpoint (``--base-url``, ``--model``; the key is read
-from the environment variable ``--api-key-env``), asked separately for each aspect and each
-response, in the manner of SafeDPO's GPT-4 evaluation (the wording here is our own). Replies
-are parsed robustly (``Rating: 7``, ``7/10``, ``**7**``...); transient failures are retried by the
-``openai`` client (jittered back-off, ``Retry-After`` honoured), anything else fails at once; a reply
-with no rating is asked again, then counted, and more than ``max_failure_share`` of them fails the
-job. Every judgment is cached in a SQLite file keyed by the judge's identity (endpoint, model,
-sampling settings, wording of the prompt) with the aspect, prompt and response, so a rerun of the
-same responses costs nothing and another judge never reuses them. Keys never reach the log. On the
-toy world the oracle is the judge (``--model oracle``): its helpfulness and harmfulness map
-linearly to 1-10.
+"""``lara judge``: LLM-judge ratings of helpfulness and harmlessness on a 1-10 scale (docs/evaluation.md, "LLM
+judge": the endpoint, retries, failures, cache and keys), in the manner of SafeDPO's GPT-4 evaluation (the wording
+here is our own). Replies are parsed robustly (``Rating: 7``, ``7/10``, ``**7**``...). On the toy world the oracle is
+the judge (``--model oracle``): its helpfulness and harmfulness map linearly to 1-10.
 """
 
 from __future__ import annotations

@@ -58,20 +58,6 @@ def fig2_reading(summary) -> list[str]:
     return lines
 
 
-def check_agreement(root: Path, lam, audit: dict, summary_path: Path) -> None:
-    """The run's files tell one story: the audit was made with this lambda.json (its digest, tau and lambda*) and
-    wrote this summary.csv. A recalibration, or a file copied in from another run, is reported, never printed
-    beside verdicts that were reached for something else."""
-    from lara.identity import audit_disagreements
-    from lara.read.files import DataError
-
-    problems = audit_disagreements(audit, lam, summary_path)
-    if problems:
-        raise DataError(f"{root / 'eval' / 'constraint_audit.json'}: does not belong to {lam.path}: "
-                        f"{'; '.join(problems)}. The files are from different runs or a step was rerun by hand: "
-                        "rerun the workflow (it reruns the audit) before reading the verdicts")
-
-
 HEADLINE_LINES = 15  # the first screen: what the run found, before the details
 
 
@@ -371,26 +357,31 @@ def summarise_run(root: Path) -> str:
 
 def read_run(root: Path) -> str:
     """The summary of the run whose outputs are in ``root`` (``results/{experiment}``), after checking its files
-    agree (:func:`check_agreement`)."""
+    agree."""
     from lara.calibrate.record import read_lambda
     from lara.evaluate.constraints_summary import constraints_lines
     from lara.evaluate.deployment_report import deployment_lines
-    from lara.read.files import DataError, read_table
+    from lara.identity import audit_disagreements
+    from lara.read.files import DataError, json_file, read_table
+    from lara.stats import verdict_problems
 
     if not (root / "calibration" / "lambda.json").exists() and (root / "constraints" / "lambda.json").exists():
         return constraints_run(root)  # the constraints stage alone (the real-text experiment)
     lam = read_lambda(root / "calibration" / "lambda.json")
     audit_path = root / "eval" / "constraint_audit.json"
     try:
-        from lara.read.files import json_file
         audit = json_file(audit_path, mapping=False)
     except (OSError, ValueError) as exc:
         raise DataError(f"{audit_path}: no readable constraint audit ({exc}); is the run finished?") from None
     summary_path = root / "eval" / "summary.csv"
     summary = read_table(summary_path, required=("method", "setting", "helpfulness", "harmfulness"))
-    check_agreement(root, lam, audit, summary_path)
-    from lara.stats import verdict_problems
-
+    # the run's files tell one story: the audit was made with this lambda.json (its digest, tau and lambda*) and wrote
+    # this summary.csv; a recalibration, or a file copied in from another run, is never printed beside its verdicts
+    problems = audit_disagreements(audit, lam, summary_path)
+    if problems:
+        raise DataError(f"{audit_path}: does not belong to {lam.path}: {'; '.join(problems)}. The files are from "
+                        "different runs or a step was rerun by hand: rerun the workflow (it reruns the audit) before "
+                        "reading the verdicts")
     edited = verdict_problems(audit)
     if edited:
         raise DataError(f"{audit_path}: {edited[0]}" + (f" (and {len(edited) - 1} more)" if len(edited) > 1 else "")

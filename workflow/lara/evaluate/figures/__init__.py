@@ -1,71 +1,37 @@
 """``lara figure``: the paper's figures (seaborn; PDF and PNG), each with a provenance sidecar.
 
-* ``lambda_sweep`` (Fig. 1): mean reward and mean cost of Best-of-N against lambda, tau as a
-  dashed line, lambda-hat and lambda* marked with the bootstrap interval;
-* ``tradeoff`` (Fig. 2): helpfulness against harmlessness for every method and setting, one
-  panel for the model evaluation and one for the LLM judge (a note when no judge ran);
-* ``calibration``: the empirical dual g(lambda), its derivative g'(lambda) and the bootstrap
-  histogram of lambda-hat;
-* ``decoders``: every decoder's held-out mean reward and cost by the decoding models (tau's units)
-  against lambda, at each decoded lambda setting, with tau and the audit's verdicts;
-* ``taus``: lambda*(tau) for every listed calibration.tau, and Best-of-N at each lambda* on the held-out test
-  prompts against tau;
-* ``coverage``: the coverage study (``lara coverage``): each procedure's violation rate and reward given up
-  against the calibration size n;
-* ``deployment``: lambda after deployment, one column per scenario: each arm's running mean cost against
-  the visit t with tau (top) and its lambda_t (bottom).
-* ``constraints``: several constraints at once (``lara calibrate-vector``). Two constraints: the feasible region
-  of the vector lambda in (lambda_1, lambda_2), every grid point's exact mean expected Best-of-N cost of each
-  constraint on the calibration prompts, each constraint's boundary at its tau, the mean reward faint, the ray
-  searched and every procedure's lambda; any other number: each constraint's cost (and the reward) along that ray.
-* ``constraints_sweep``: Fig. 1 per constraint for the vector lambda, on the held-out test prompts: each
-  constraint's mean Best-of-N decoder cost along the ray lambda = s d (the candidate ``lara decode-vector`` picks),
-  its tau, and the mean reward; lambda-hat and lambda* marked, every audited output (``lara audit-constraints``:
-  Best-of-N and ARGS at each setting) at the s of its lambda with its 95 % interval.
-* ``frontier``: the token-budget chooser (``lara choose-decoder``): held-out mean reward against tokens per prompt,
-  each decoder at its own certified lambda* (Best-of-k for k = 1..N as a line, the pruned schedules as points, each
-  with its 95 % interval; hollow where the held-out verdict is not met), a dashed line at each budget and a star on
-  the decoder chosen at it.
+One module per kind (``lambda_sweep`` is Fig. 1, ``tradeoff`` Fig. 2; then ``calibration``, ``decoders``, ``taus``,
+``coverage``, ``deployment``, ``constraints``, ``constraints_sweep``, ``frontier``): its docstring says what the
+figure draws.
 
 Plot options (size, dpi, font scale, palette) are their own config slice, so changing one
 redraws the figures and nothing else.
 
-One module per kind (``lambda_sweep``, ``tradeoff``, ``calibration``, ``decoders``, ``taus``, ``coverage``,
-``deployment``, ``constraints``, ``constraints_sweep``, ``frontier``): its drawing function, named as the kind, and its
-``figure(args, opts, lam)``, which reads the kind's inputs and draws them (a :class:`~.common.Drawn`). This module is
-the command: the flags each kind needs, the scalar lambda.json, the figure's provenance and the files written.
-Shared: :mod:`.common` (the plot options and theme), :mod:`.audit` (the evaluation's constraint audit, the decoders
-and taus figures' input), :mod:`.vector` (what the two constraints figures share), :mod:`.constraints_sweep_inputs`
-and :mod:`.provenance` (what a figure shows). The drawing functions and :class:`FigureSettings` are importable from
-here (``from lara.evaluate.figures import taus`` is the taus figure's drawing function, not its module; a
-module's names are imported as ``from lara.evaluate.figures.taus import ...``).
+Each kind's module holds its drawing function, named as the kind, and its ``figure(args, opts, lam)``, which reads the
+kind's inputs and draws them (a :class:`~.common.Drawn`). This module is the command: the flags each kind needs, the
+scalar lambda.json, the figure's provenance and the files written. Shared: :mod:`.common` (the plot options and theme),
+:func:`.decoders.read_audit` (the evaluation's constraint audit, the decoders and taus figures' input), :mod:`.vector`
+(what the two constraints figures share) and :mod:`.provenance` (what a figure shows). The drawing functions and
+:class:`FigureSettings` are importable from here (``from lara.evaluate.figures import taus`` is the taus figure's
+drawing function, not its module; a module's names are imported as ``from lara.evaluate.figures.taus import ...``).
 """
 
 from __future__ import annotations
 
+from importlib import import_module
 from pathlib import Path
 
 from lara.evaluate.figures.calibration import calibration
-from lara.evaluate.figures.calibration import figure as draw_calibration
 from lara.evaluate.figures.common import FigureSettings, log
 from lara.evaluate.figures.constraints import constraints
-from lara.evaluate.figures.constraints import figure as draw_constraints
 from lara.evaluate.figures.constraints_sweep import constraints_sweep
-from lara.evaluate.figures.constraints_sweep import figure as draw_constraints_sweep
 from lara.evaluate.figures.coverage import coverage
-from lara.evaluate.figures.coverage import figure as draw_coverage
 from lara.evaluate.figures.decoders import decoders
-from lara.evaluate.figures.decoders import figure as draw_decoders
 from lara.evaluate.figures.deployment import deployment
-from lara.evaluate.figures.deployment import figure as draw_deployment
-from lara.evaluate.figures.frontier import figure as draw_frontier
 from lara.evaluate.figures.frontier import frontier
-from lara.evaluate.figures.lambda_sweep import figure as draw_lambda_sweep
 from lara.evaluate.figures.lambda_sweep import lambda_sweep
 from lara.evaluate.figures.provenance import describe, summary_line
-from lara.evaluate.figures.taus import figure as draw_taus
 from lara.evaluate.figures.taus import taus
-from lara.evaluate.figures.tradeoff import figure as draw_tradeoff
 from lara.evaluate.figures.tradeoff import tradeoff
 from lara.settings import add_settings_arguments, read_settings
 
@@ -73,20 +39,13 @@ __all__ = ["HELP", "KINDS", "OUTPUTS", "FigureSettings", "add_arguments", "calib
            "constraints_sweep", "coverage", "decoders", "deployment", "frontier", "lambda_sweep", "run", "taus",
            "tradeoff"]
 
-HELP = ("draw a figure (lambda_sweep, tradeoff, calibration, decoders, taus, coverage, deployment, constraints, "
-        "constraints_sweep, frontier) as PDF + PNG with a provenance sidecar")
-
-# each kind's figure(args, opts, lam): reads the kind's inputs, draws them (lam: the scalar --lambda-json, or None)
-FIGURES = {"lambda_sweep": draw_lambda_sweep, "tradeoff": draw_tradeoff, "calibration": draw_calibration,
-           "decoders": draw_decoders, "taus": draw_taus, "coverage": draw_coverage, "deployment": draw_deployment,
-           "constraints": draw_constraints, "constraints_sweep": draw_constraints_sweep,
-           "frontier": draw_frontier}
-KINDS = tuple(FIGURES)
 # the flags each kind needs (their destinations)
 NEEDS = {"lambda_sweep": ("sweep", "lambda_json"), "tradeoff": ("summary",), "calibration": ("lambda_json",),
          "decoders": ("audit", "lambda_json"), "taus": ("audit", "lambda_json"), "coverage": ("coverage",),
          "deployment": ("report", "traces"), "constraints": ("lambda_json", "scores", "constraints"),
          "constraints_sweep": ("lambda_json", "scores", "audit", "constraints"), "frontier": ("frontier", "choice")}
+KINDS = tuple(NEEDS)
+HELP = f"draw a figure ({', '.join(KINDS)}) as PDF + PNG with a provenance sidecar"
 # the kinds whose --lambda-json is the vector record (read by their own figure), not a scalar lambda.json
 VECTOR_KINDS = ("constraints", "constraints_sweep")
 INPUTS = ("sweep", "prune_sweep", "prune_lambda_json", "summary", "audit", "coverage", "report", "scores",
@@ -157,34 +116,28 @@ def _shows(args, drawn, inputs: list[str], lam: dict | None) -> tuple[list[dict]
     return trail, shows
 
 
-def _save(fig, args, opts: FigureSettings, line: str) -> None:
-    """The PNG and the PDF, each written atomically with ``line`` in its metadata."""
-    from lara.io import atomic_output
-
-    for path, fmt in ((args.png, "png"), (args.pdf, "pdf")):
-        meta = {"Creator": "lara", "Description": line} if fmt == "png" else \
-            {"Creator": "lara", "Subject": line, "CreationDate": None}
-        with atomic_output(path) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=opts.dpi, bbox_inches="tight", metadata=meta)
-
-
 def run(args) -> None:
     import matplotlib.pyplot as plt
 
     from lara.calibrate.record import read_lambda
+    from lara.io import atomic_output
     from lara.trail import write_sidecar
 
     opts = read_settings(args, FigureSettings)
     inputs = inputs_of(args)
     # the constraints figures' record is a vector lambda (their read_vector_inputs), not a scalar lambda.json
     lam = read_lambda(args.lambda_json).data if args.lambda_json and args.kind not in VECTOR_KINDS else None
-    drawn = FIGURES[args.kind](args, opts, lam)
+    # the kind's figure(args, opts, lam): reads the kind's inputs, draws them (lam: the scalar --lambda-json, or None)
+    drawn = import_module(f"{__name__}.{args.kind}").figure(args, opts, lam)
     trail, shows = _shows(args, drawn, inputs, lam)
     line = summary_line(shows)
-    _save(drawn.fig, args, opts, line)
+    for path, fmt in ((args.png, "png"), (args.pdf, "pdf")):  # each written atomically, ``line`` in its metadata
+        meta = {"Creator": "lara", "Description": line} if fmt == "png" else \
+            {"Creator": "lara", "Subject": line, "CreationDate": None}
+        with atomic_output(path) as tmp:
+            drawn.fig.savefig(tmp, format=fmt, dpi=opts.dpi, bbox_inches="tight", metadata=meta)
     plt.close(drawn.fig)
     write_sidecar([args.png, args.pdf], inputs, args.rule, {"kind": args.kind, "options": opts.section()},
-                  args.provenance,
-                  trail=trail, shows=shows)
+                  args.provenance, trail=trail, shows=shows)
     log.info("%s", line)
     log.info("wrote %s, %s and %s", args.png, args.pdf, args.provenance)

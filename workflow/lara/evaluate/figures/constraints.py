@@ -1,8 +1,6 @@
-"""``lara figure --kind constraints``: several constraints at once (``lara calibrate-vector``). Two constraints:
-the feasible region of the vector lambda in (lambda_1, lambda_2), every grid point's exact mean expected Best-of-N
-cost of each constraint on the calibration prompts, each constraint's boundary at its tau, the mean reward faint,
-the ray searched and every procedure's lambda; any other number: each constraint's cost (and the reward) along that
-ray."""
+"""``lara figure --kind constraints``: several constraints at once (``lara calibrate-vector``) on the calibration
+prompts: the feasible region of the vector lambda (two constraints), else each constraint's cost along the ray
+searched; what it draws in full: :func:`constraints`."""
 
 from __future__ import annotations
 
@@ -11,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lara.evaluate.figures.common import Drawn, FigureSettings, theme
-from lara.evaluate.figures.vector import RAY_POINTS, check_vectors, meets, search_max, vec
+from lara.evaluate.figures.vector import RAY_POINTS, meets, r4, read_vector_inputs, search_max, vec
 
 GRID_POINTS = 61  # points per axis of the feasible-region grid (two constraints)
 SHADE = "green"  # where every constraint is met
@@ -160,6 +158,14 @@ def _procedure_label(name: str, p: dict, view: ConstraintView, record: dict, sho
     return f"{title}: {where}, reward {p['reward']:.3g}{off}"
 
 
+def _mark(ax, name: str, p: dict, at: tuple, shown_off: bool, view: ConstraintView, record: dict, colour: dict):
+    """A procedure's lambda drawn at ``at``: its marker, size and layer, hollow where not certified / feasible."""
+    size, z = LAYER.get(name, (9, 5))
+    ax.plot(*at, marker=PROCEDURES.get(name, ("o", name))[0], ms=size, ls="none", color=colour[name],
+            mfc=colour[name] if p["feasible"] else "none", mew=1.4, mec="black" if p["feasible"] else colour[name],
+            clip_on=False, zorder=z, label=_procedure_label(name, p, view, record, shown_off))
+
+
 def _feasible_plane(view: ConstraintView, record: dict, opts: FigureSettings, pal, colour: dict, handles: list):
     """Two constraints: the (lambda_1, lambda_2) plane of :func:`constraints`; its legend entries go to
     ``handles``."""
@@ -197,12 +203,7 @@ def _feasible_plane(view: ConstraintView, record: dict, opts: FigureSettings, pa
     handles.append(Line2D([], [], color="0.25", ls="--", lw=1.0, label=f"ray searched: s d, d = {vec(d)}"))
     for name, p in view.procedures.items():
         x, y = p["lambda"]
-        off = max(x, y) > top * (1 + 1e-9)
-        marker = PROCEDURES.get(name, ("o", name))[0]
-        size, z = LAYER.get(name, (9, 5))
-        ax.plot(min(x, top), min(y, top), marker=marker, ms=size, ls="none", color=colour[name],
-                mfc=colour[name] if p["feasible"] else "none", mew=1.4, mec="black" if p["feasible"] else
-                colour[name], clip_on=False, zorder=z, label=_procedure_label(name, p, view, record, off))
+        _mark(ax, name, p, (min(x, top), min(y, top)), max(x, y) > top * (1 + 1e-9), view, record, colour)
     ax.set_xlim(0.0, top)
     ax.set_ylim(0.0, top)
     ax.set_aspect("equal")
@@ -234,13 +235,8 @@ def _costs_along_ray(view: ConstraintView, record: dict, opts: FigureSettings, p
         if j < m:
             ax.axhline(view.tau[j], color="black", ls="--", lw=1.0)
         for name, p in view.procedures.items():
-            off = p["s"] > s_top * (1 + 1e-9)
-            size, z = LAYER.get(name, (9, 5))
-            ax.plot(min(p["s"], s_top), p["cost"][j] if j < m else p["reward"], ls="none", clip_on=False,
-                    marker=PROCEDURES.get(name, ("o", name))[0], ms=size, color=colour[name],
-                    mfc=colour[name] if p["feasible"] else "none", mew=1.4, zorder=z,
-                    mec="black" if p["feasible"] else colour[name],
-                    label=_procedure_label(name, p, view, record, off))
+            _mark(ax, name, p, (min(p["s"], s_top), p["cost"][j] if j < m else p["reward"]),
+                  p["s"] > s_top * (1 + 1e-9), view, record, colour)
         ax.set_title(title)
         ax.set_ylabel(ylabel)
         ax.set_xlim(0.0, s_top)
@@ -278,9 +274,6 @@ def constraints(view: ConstraintView, record: dict, opts: FigureSettings):
 
 def constraint_shows(view: ConstraintView) -> dict:
     """What the constraints figure shows, for its provenance sidecar and report caption."""
-    def r4(v):
-        return [round(float(x), 4) for x in np.atleast_1d(v)]
-
     shows = {"constraints": [{"name": n, "tau": float(t)} for n, t in zip(view.names, view.tau, strict=True)],
              "n": view.n, "k": view.k, "calibration_prompts": view.n_prompts, "direction": r4(view.direction),
              "deployed": view.deployed, "view": "region" if view.grid is not None else "ray",
@@ -295,32 +288,6 @@ def constraint_shows(view: ConstraintView) -> dict:
     else:
         shows["ray"] = {"s_max": round(float(view.ray["s_max"]), 4), "points": len(view.ray["s"])}
     return shows
-
-
-def read_vector_inputs(lambda_json: str, scores_path: str, constraints_json: str):
-    """The vector record (``lara calibrate-vector``) for ``--constraints`` and the calibration scores it was
-    calibrated on (its identity's digest of them), every procedure's lambda m finite numbers >= 0."""
-    from lara import identity
-    from lara.constraints.calibrate import load_vector_scores
-    from lara.constraints.decode import read_vector
-    from lara.constraints.spec import from_arg
-    from lara.read.files import DataError
-
-    cons = from_arg(constraints_json)
-    record = read_vector(lambda_json, cons)
-    want = ((record.get("identity") or {}).get("made_from") or {}).get("--scores")
-    got = identity.file_digest(scores_path)
-    if want is not None and want != got:
-        raise DataError(f"--scores {scores_path}: not the scores --lambda-json {lambda_json} was calibrated on "
-                        f"(digest {got}, the record's {want})")
-    scores = load_vector_scores(scores_path, cons)
-    m, k_min = len(cons), int(scores.mask.sum(axis=1).min())
-    n = (record.get("decoder") or {}).get("n")
-    if not isinstance(n, int) or not 1 <= n <= k_min:
-        raise DataError(f"--lambda-json {lambda_json}: decoder n {n!r}, but --scores {scores_path} has K = {k_min} "
-                        "samples per prompt (Best-of-N needs 1 <= N <= K)")
-    check_vectors(record, m, lambda_json)
-    return record, scores
 
 
 def figure(args, opts: FigureSettings, lam: dict | None) -> Drawn:

@@ -60,9 +60,31 @@ def decoders(audit: dict, lam: dict, opts: FigureSettings):
     return fig
 
 
-def figure(args, opts: FigureSettings, lam: dict) -> Drawn:
-    """--audit (constraint_audit.json, made with --lambda-json: :func:`~lara.evaluate.figures.audit.read_audit`)
-    drawn."""
-    from lara.evaluate.figures.audit import read_audit
+def read_audit(path: str, lambda_json: str | None = None) -> dict:
+    """constraint_audit.json with at least one decoder row, every number in them finite, made with ``lambda_json``
+    (lara.identity.audit_disagreements)."""
+    import math
 
+    from lara.calibrate.record import read_lambda
+    from lara.identity import audit_disagreements
+    from lara.read.files import DataError, json_file
+
+    audit = json_file(path)
+    problems = audit_disagreements(audit, read_lambda(lambda_json)) if lambda_json else []
+    if problems:
+        raise DataError(f"--audit {path}: does not belong to --lambda-json {lambda_json}: {'; '.join(problems)}")
+    rows = [r for r in audit.get("decoders") or [] if r.get("setting") != "policy"]
+    if not rows:
+        raise DataError(f"{path}: no decoder scored by the decoding models (decoders); nothing to draw")
+    for r in rows:
+        values = [r.get("lambda"), r.get("mean_cost"), r.get("mean_reward"), *r.get("ci95", []),
+                  *r.get("reward_ci95", [])]
+        if len(values) != 7 or not all(isinstance(v, int | float) and math.isfinite(v) for v in values):
+            raise DataError(f"{path}: decoder row {r.get('method')}/{r.get('setting')} lacks a finite lambda, "
+                            "mean or interval")
+    return audit
+
+
+def figure(args, opts: FigureSettings, lam: dict) -> Drawn:
+    """--audit (constraint_audit.json, made with --lambda-json: :func:`read_audit`) drawn."""
     return Drawn(decoders(read_audit(args.audit, args.lambda_json), lam, opts))

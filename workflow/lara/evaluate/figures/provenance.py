@@ -6,11 +6,6 @@ from __future__ import annotations
 import pandas as pd
 
 
-def _records(trail: list[dict]) -> dict[str, dict]:
-    """The steps' own records (parquet metadata, model provenance) along a trail, by path."""
-    return {e["path"]: e["lara"] for e in trail if isinstance(e.get("lara"), dict)}
-
-
 def _sampled_and_scored(records: dict[str, dict], scores_suffix: str, several: bool = False) -> dict:
     """Policy, N and scorers behind a scored sample table (``{pool}/scores.parquet``; ``several``: one cost model
     per constraint, the constraints stage's tables)."""
@@ -24,7 +19,7 @@ def _sampled_and_scored(records: dict[str, dict], scores_suffix: str, several: b
 def describe(kind: str, trail: list[dict], lam: dict | None = None, summary: pd.DataFrame | None = None) -> dict:
     """What a figure shows, read from its inputs and the records of the jobs that made them (never
     from the configuration): the policy and scorers behind the data, N, tau, lambda-hat, lambda*."""
-    records = _records(trail)
+    records = {e["path"]: e["lara"] for e in trail if isinstance(e.get("lara"), dict)}  # the steps' own, by path
     shows: dict = {"kind": kind}
     if lam is not None:
         shows |= {"tau": lam["tau"], "lambda_hat": round(lam["lambda_hat"], 4),

@@ -59,7 +59,7 @@ def taus(audit: dict, opts: FigureSettings):
 
 def figure(args, opts: FigureSettings, lam: dict) -> Drawn:
     """--audit (constraint_audit.json, made with --lambda-json), which must list at least two taus, drawn."""
-    from lara.evaluate.figures.audit import read_audit
+    from lara.evaluate.figures.decoders import read_audit
     from lara.read.files import DataError
 
     audit = read_audit(args.audit, args.lambda_json)

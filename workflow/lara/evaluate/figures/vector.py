@@ -1,5 +1,6 @@
 """What the two figures of several constraints (kinds ``constraints`` and ``constraints_sweep``) share: the
-feasibility test, the points along the ray, the search's range, the vector record's checks and a vector's text."""
+feasibility test, the points along the ray, the search's range, the vector record and the scores drawn with it, read
+and checked, and a vector's text."""
 
 from __future__ import annotations
 
@@ -26,6 +27,11 @@ def vec(v) -> str:
     return "(" + ", ".join(f"{x:.3g}" for x in np.atleast_1d(v)) + ")"
 
 
+def r4(v) -> list[float]:
+    """A vector's numbers to 4 decimals, for what a figure shows."""
+    return [round(float(x), 4) for x in np.atleast_1d(v)]
+
+
 def check_vectors(record: dict, m: int, lambda_json: str) -> None:
     """The record's direction and every procedure's lambda are m finite numbers >= 0, the direction not zero."""
     from lara.read.files import DataError
@@ -41,3 +47,51 @@ def check_vectors(record: dict, m: int, lambda_json: str) -> None:
             raise DataError(f"--lambda-json {lambda_json}: {key} {v!r} is not {m} finite numbers >= 0")
     if max(direction) <= 0:
         raise DataError(f"--lambda-json {lambda_json}: direction {direction} is zero")
+
+
+def read_vector_inputs(lambda_json: str, scores_path: str, constraints_json: str, held_out: bool = False):
+    """The vector record (``lara calibrate-vector``) for ``--constraints``, every procedure's lambda m finite numbers
+    >= 0 (:func:`check_vectors`), and the scores to draw it on. The constraints figure: the calibration scores it was
+    calibrated on (its identity's digest of them), with at least its N samples per prompt. ``held_out`` (the
+    constraints_sweep figure): the held-out test prompts' scored Best-of-N candidates (``lara score-constraints`` on
+    the bon pool, what ``lara decode-vector --method bon`` decodes from), checked where the identities allow: the
+    candidates are the test pool (role test; not the file the record was calibrated on), none of their prompts is a
+    calibration prompt of the record, and every prompt has exactly the record's N candidates."""
+    from lara import identity
+    from lara.constraints.calibrate import load_vector_scores
+    from lara.constraints.decode import read_vector
+    from lara.constraints.spec import from_arg
+    from lara.read.files import DataError
+
+    cons = from_arg(constraints_json)
+    record = read_vector(lambda_json, cons)
+    made = record.get("identity") or {}
+    calibrated_on = (made.get("made_from") or {}).get("--scores")
+    if held_out:
+        identity.expect_role(scores_path, "--scores", "test", "the figure draws the decoder on the held-out test "
+                             "prompts' candidates, constraints/bon_scores.parquet")
+        if calibrated_on == identity.file_digest(scores_path):
+            raise DataError(f"--scores {scores_path}: the scores --lambda-json {lambda_json} was calibrated on, not "
+                            "the held-out test prompts' candidates")
+    else:
+        got = identity.file_digest(scores_path)
+        if calibrated_on is not None and calibrated_on != got:
+            raise DataError(f"--scores {scores_path}: not the scores --lambda-json {lambda_json} was calibrated on "
+                            f"(digest {got}, the record's {calibrated_on})")
+    scores = load_vector_scores(scores_path, cons)
+    counts = scores.mask.sum(axis=1)
+    n = (record.get("decoder") or {}).get("n")
+    if held_out:
+        if counts.min() != counts.max() or not isinstance(n, int) or int(counts[0]) != n:
+            raise DataError(f"--scores {scores_path}: prompts have {counts.min()}..{counts.max()} candidates, but "
+                            f"--lambda-json {lambda_json} was calibrated for Best-of-{n!r} (the decoder picks from "
+                            "exactly N candidates per prompt)")
+        overlap = identity.disjoint(made.get("prompts"), scores.prompts, f"--scores {scores_path}")
+        if overlap:
+            raise DataError(f"--scores {scores_path}: {overlap} of its prompts are calibration prompts of "
+                            f"--lambda-json {lambda_json}: the figure would be in-sample")
+    elif not isinstance(n, int) or not 1 <= n <= int(counts.min()):
+        raise DataError(f"--lambda-json {lambda_json}: decoder n {n!r}, but --scores {scores_path} has K = "
+                        f"{int(counts.min())} samples per prompt (Best-of-N needs 1 <= N <= K)")
+    check_vectors(record, len(cons), lambda_json)
+    return record, scores
