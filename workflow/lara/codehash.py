@@ -219,7 +219,7 @@ def step_code(command: str, *also: str) -> str:
 def named_scorer_modules(*specs: str) -> list[str]:
     """The modules of the named scorers among ``specs`` (entry points of ``lara.scorers``), whose code
     a step that scores with them runs although it never imports them."""
-    from importlib.metadata import entry_points
+    from lara.scorer_specs import named_scorers
 
-    named = {ep.name: ep.module for ep in entry_points(group="lara.scorers")}
-    return sorted({named[s] for s in specs if s in named})
+    named = named_scorers()
+    return sorted({named[s].module for s in specs if s in named})

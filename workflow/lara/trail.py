@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import socket
 from base64 import urlsafe_b64encode
 from datetime import UTC, datetime
 from pathlib import Path
@@ -158,7 +157,7 @@ def write_sidecar(figures: list[str], inputs: list[str], rule: str, params: dict
     """Write the provenance sidecar of a figure (its PNG and PDF files) atomically; ``shows`` (what
     the figure shows, which the report caption prints) is stored with it."""
     from lara.io import atomic_output, sha256_path, write_json
-    from lara.provenance import code_version, software_versions
+    from lara.provenance import machine
 
     try:
         import torch
@@ -169,9 +168,7 @@ def write_sidecar(figures: list[str], inputs: list[str], rule: str, params: dict
     trail = build_trail(list(inputs), root) if trail is None else trail
     record = {
         "figure": [{"path": f, "sha256": sha256_path(root / f)} for f in figures],
-        "rule": rule, "params": params, "inputs": list(inputs), "shows": shows or {},
-        "code": code_version(), "software": software_versions(), "host": socket.gethostname(), "device": device,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "rule": rule, "params": params, "inputs": list(inputs), "shows": shows or {}, **machine(device),
         "seeds": {e["path"]: e["seed"] for e in trail if e.get("seed") is not None},
         "trail": trail,
         "digest_covers": DIGEST_COVERS,
