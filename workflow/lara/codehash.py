@@ -67,18 +67,20 @@ def _absolute(name: str, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def _parse(name: str) -> ast.Module:
+def _source(name: str) -> Path:
+    """The source file of module ``name``, or ValueError: not a module of this package."""
     path = module_file(name)
     if path is None:
         raise ValueError(f"{name}: not a module of the {ROOT_PACKAGE} package (no source under {PACKAGE_DIR})")
-    return ast.parse(path.read_text(), filename=str(path))
+    return path
 
 
 @functools.cache
 def _read(name: str) -> tuple[frozenset[str], str]:
     """One parse of module ``name``: every module its imports may name (``from lara.read import files``: lara.read
     and lara.read.files), and what it does as text (its syntax tree without docstrings, positions or comments)."""
-    tree = _parse(name)
+    path = _source(name)
+    tree = ast.parse(path.read_text(), filename=str(path))
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -102,9 +104,7 @@ def _read(name: str) -> tuple[frozenset[str], str]:
 @functools.cache
 def _key(name: str) -> str:
     """Module ``name`` as the cache knows it: its name, whether it is a package, and its file's digest."""
-    path = module_file(name)
-    if path is None:
-        raise ValueError(f"{name}: not a module of the {ROOT_PACKAGE} package (no source under {PACKAGE_DIR})")
+    path = _source(name)
     return f"{name}:{path.name == '__init__.py'}:{hashlib.sha256(path.read_bytes()).hexdigest()}"
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 import pandas as pd
 
 from lara.data.errors import DataError
+from lara.data.ids import check_id_types, id_key  # (callers use identity.id_key: "01", 1 and "1" are one id)
 
 KEY = "identity"
 MISSING = object()
@@ -47,14 +48,6 @@ def text_key(text) -> str:
     from lara.data.text import prompt_key
 
     return hashlib.sha256(prompt_key(text).encode()).hexdigest()[:16]
-
-
-def id_key(value) -> str:
-    """What an id collapses to once written and read again (:func:`lara.data.ids.id_key`: "01", " 1", 1, 1.0 and
-    "1" are one id)."""
-    from lara.data.ids import id_key as key
-
-    return key(value)
 
 
 def digest(keys) -> str:
@@ -79,8 +72,6 @@ def prompt_set(df: pd.DataFrame, where: str, per_prompt: int | None = None) -> P
     has, 1 for a table of one response per prompt) a prompt given more often than that."""
     if "prompt_id" not in df.columns:
         raise DataError(f"{where}: no prompt_id column")
-    from lara.data.ids import check_id_types
-
     ids = df["prompt_id"]
     distinct = pd.Series(pd.unique(ids), dtype=object)
     check_id_types(pd.DataFrame({"prompt_id": distinct}), where, ("prompt_id",))  # "01" and "1": one id

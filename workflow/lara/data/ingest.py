@@ -128,8 +128,7 @@ def load_source(source: str, split: str, hub=None) -> tuple[pd.DataFrame, dict]:
             origin = {"source": source, "kind": "directory", "sha256": sha256_path(path)}
         elif is_hub_id(source):
             key = f"{hub.SECTION}.source" if hub is not None else "--source"
-            ref = HubRef(key, source, "dataset", getattr(hub, "revision", None), getattr(hub, "name", None),
-                         getattr(hub, "data_dir", None), split)
+            ref = HubRef(key, source, "dataset", given["revision"], given["name"], given["data_dir"], split)
             folder = snapshot(ref)
             log.info("%s %s: the fetched snapshot %s", ref.key, ref.label, folder)
             ds = load_dataset_snapshot(ref, folder)
