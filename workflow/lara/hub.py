@@ -35,15 +35,6 @@ def revision_setting(what: str) -> str | None:
                          "ignored for a local source.")
 
 
-def dataset_name_setting() -> str | None:
-    return setting(None, "The hub dataset's configuration (load_dataset's name; null = its default).")
-
-
-def data_dir_setting() -> str | None:
-    return setting(None, "A folder of the hub dataset repository to read (load_dataset's data_dir; null = the "
-                         "configuration's files).")
-
-
 class HubError(RuntimeError):
     """A hub reference that cannot be downloaded, found in the cache, or loaded."""
 

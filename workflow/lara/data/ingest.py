@@ -23,8 +23,6 @@ import pandas as pd
 from lara.hub import (
     HubRef,
     commit_of,
-    data_dir_setting,
-    dataset_name_setting,
     is_hub_id,
     load_dataset_snapshot,
     revision_setting,
@@ -54,8 +52,9 @@ class SourceSettings(Settings):
                                "where toy names the toy world's file).", config=False)
     split: str = setting("train", "Dataset split to read.")
     revision: str | None = revision_setting("the dataset")
-    name: str | None = dataset_name_setting()
-    data_dir: str | None = data_dir_setting()
+    name: str | None = setting(None, "The hub dataset's configuration (load_dataset's name; null = its default).")
+    data_dir: str | None = setting(None, "A folder of the hub dataset repository to read (load_dataset's data_dir; "
+                                         "null = the configuration's files).")
 
 
 @dataclass(frozen=True)
