@@ -75,16 +75,10 @@ def references(config: dict, base: Path = Path("."), scorers: tuple[str, ...] = 
     for key, value, kind, revision in lara_config.references(config):
         if value == "toy" or value in scorers or not is_hub_id(value, base):
             continue
-        if revision is None:  # a constraint's scorer: no revision key of its own
-            refs.append(HubRef(key, value, "model", None))
-            continue
-        parent, _, field = revision.rpartition(".")
-        rev = lara_config.section(config, parent).get(field)
-        if kind == "data":
-            d = lara_config.section(config, parent)
-            refs.append(HubRef(key, value, "dataset", rev, d.get("name"), d.get("data_dir"), d.get("split")))
-        else:
-            refs.append(HubRef(key, value, "model", rev))
+        parent, _, field = (revision or "").rpartition(".")
+        d = lara_config.section(config, parent) if revision else {}  # (a constraint's scorer: no revision key)
+        refs.append(HubRef(key, value, "dataset", d.get(field), d.get("name"), d.get("data_dir"), d.get("split"))
+                    if kind == "data" else HubRef(key, value, "model", d.get(field)))
     return refs
 
 
