@@ -273,14 +273,10 @@ def output_flags(args) -> tuple[dict[str, str], set[str]]:
 def input_paths(args, outputs) -> list[tuple[str, str]]:
     """Every other flag's value that names a file or folder that is there, (destination, path): what the step
     may read (a list flag gives each of its paths)."""
-    found = []
-    for dest, value in vars(args).items():
-        if dest.startswith("_") or dest in outputs or dest in NOT_PATHS:
-            continue
-        for v in value if isinstance(value, (list, tuple)) else [value]:
-            if isinstance(v, (str, os.PathLike)) and os.fspath(v) not in ("", "-") and os.path.exists(v):
-                found.append((dest, os.fspath(v)))
-    return found
+    return [(dest, os.fspath(v)) for dest, value in vars(args).items()
+            if not (dest.startswith("_") or dest in outputs or dest in NOT_PATHS)
+            for v in (value if isinstance(value, (list, tuple)) else [value])
+            if isinstance(v, (str, os.PathLike)) and os.fspath(v) not in ("", "-") and os.path.exists(v)]
 
 
 def _flag_names(parser: argparse.ArgumentParser) -> dict[str, str]:
@@ -370,9 +366,9 @@ def main(argv: list[str] | None = None) -> int:
     _configure_logging(args.log_level)
     from lara.config import ConfigError
     from lara.hub import HubError
-    from lara.io import DISK_ERRNOS, WriteError
+    from lara.io import BEFORE_WRITE, DISK_ERRNOS, WriteError
     from lara.provenance import code_version
-    from lara.read.files import DataError
+    from lara.read.files import DataError, forget
 
     settings = {k: v for k, v in vars(args).items() if not k.startswith("_")}
     log.info("lara %s %s", args.command, settings)
@@ -385,17 +381,13 @@ def main(argv: list[str] | None = None) -> int:
 
         configure_torch()
     start = time.perf_counter()
-    from lara.read import files
-
-    files.forget()  # every input of this command is read afresh, once
+    forget()  # every input of this command is read afresh, once
     try:
         check_outputs(args)
         from lara.read.contracts import ensure
 
         args._after_settings = ensure
-        from lara import io
-
-        io.BEFORE_WRITE[:] = [lambda: ensure(args)]  # at the latest before its first output
+        BEFORE_WRITE[:] = [lambda: ensure(args)]  # at the latest before its first output
         if not reads_settings(COMMANDS[args.command]):
             ensure(args)  # a step without settings: its inputs through the one reader, against its contract row
         args._run(args)  # a step with settings: read_settings checks them, then its inputs (ensure), before it computes
@@ -414,9 +406,7 @@ def main(argv: list[str] | None = None) -> int:
                   where, words[:1].lower() + words[1:])
         return 2
     finally:
-        from lara import io
-
-        io.BEFORE_WRITE.clear()
+        BEFORE_WRITE.clear()
     log.info("lara %s done in %.1f s", args.command, time.perf_counter() - start)
     return 0
 

@@ -67,18 +67,20 @@ def _absolute(name: str, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def _parse(name: str) -> ast.Module:
+def _source(name: str) -> Path:
+    """The source file of module ``name``, or ValueError: not a module of this package."""
     path = module_file(name)
     if path is None:
         raise ValueError(f"{name}: not a module of the {ROOT_PACKAGE} package (no source under {PACKAGE_DIR})")
-    return ast.parse(path.read_text(), filename=str(path))
+    return path
 
 
 @functools.cache
 def _read(name: str) -> tuple[frozenset[str], str]:
     """One parse of module ``name``: every module its imports may name (``from lara.read import files``: lara.read
     and lara.read.files), and what it does as text (its syntax tree without docstrings, positions or comments)."""
-    tree = _parse(name)
+    path = _source(name)
+    tree = ast.parse(path.read_text(), filename=str(path))
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -102,9 +104,7 @@ def _read(name: str) -> tuple[frozenset[str], str]:
 @functools.cache
 def _key(name: str) -> str:
     """Module ``name`` as the cache knows it: its name, whether it is a package, and its file's digest."""
-    path = module_file(name)
-    if path is None:
-        raise ValueError(f"{name}: not a module of the {ROOT_PACKAGE} package (no source under {PACKAGE_DIR})")
+    path = _source(name)
     return f"{name}:{path.name == '__init__.py'}:{hashlib.sha256(path.read_bytes()).hexdigest()}"
 
 
@@ -219,7 +219,7 @@ def step_code(command: str, *also: str) -> str:
 def named_scorer_modules(*specs: str) -> list[str]:
     """The modules of the named scorers among ``specs`` (entry points of ``lara.scorers``), whose code
     a step that scores with them runs although it never imports them."""
-    from importlib.metadata import entry_points
+    from lara.scorer_specs import named_scorers
 
-    named = {ep.name: ep.module for ep in entry_points(group="lara.scorers")}
-    return sorted({named[s] for s in specs if s in named})
+    named = named_scorers()
+    return sorted({named[s].module for s in specs if s in named})

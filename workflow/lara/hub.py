@@ -35,15 +35,6 @@ def revision_setting(what: str) -> str | None:
                          "ignored for a local source.")
 
 
-def dataset_name_setting() -> str | None:
-    return setting(None, "The hub dataset's configuration (load_dataset's name; null = its default).")
-
-
-def data_dir_setting() -> str | None:
-    return setting(None, "A folder of the hub dataset repository to read (load_dataset's data_dir; null = the "
-                         "configuration's files).")
-
-
 class HubError(RuntimeError):
     """A hub reference that cannot be downloaded, found in the cache, or loaded."""
 
@@ -84,16 +75,10 @@ def references(config: dict, base: Path = Path("."), scorers: tuple[str, ...] = 
     for key, value, kind, revision in lara_config.references(config):
         if value == "toy" or value in scorers or not is_hub_id(value, base):
             continue
-        if revision is None:  # a constraint's scorer: no revision key of its own
-            refs.append(HubRef(key, value, "model", None))
-            continue
-        parent, _, field = revision.rpartition(".")
-        rev = lara_config.section(config, parent).get(field)
-        if kind == "data":
-            d = lara_config.section(config, parent)
-            refs.append(HubRef(key, value, "dataset", rev, d.get("name"), d.get("data_dir"), d.get("split")))
-        else:
-            refs.append(HubRef(key, value, "model", rev))
+        parent, _, field = (revision or "").rpartition(".")
+        d = lara_config.section(config, parent) if revision else {}  # (a constraint's scorer: no revision key)
+        refs.append(HubRef(key, value, "dataset", d.get(field), d.get("name"), d.get("data_dir"), d.get("split"))
+                    if kind == "data" else HubRef(key, value, "model", d.get(field)))
     return refs
 
 

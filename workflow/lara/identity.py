@@ -31,14 +31,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from lara.data.errors import DataError
+from lara.data.ids import check_id_types, id_key  # (callers use identity.id_key: "01", 1 and "1" are one id)
+
 KEY = "identity"
 MISSING = object()
-
-
-def _error(message: str):
-    from lara.read.files import DataError
-
-    return DataError(message)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -51,14 +48,6 @@ def text_key(text) -> str:
     from lara.data.text import prompt_key
 
     return hashlib.sha256(prompt_key(text).encode()).hexdigest()[:16]
-
-
-def id_key(value) -> str:
-    """What an id collapses to once written and read again (:func:`lara.data.ids.id_key`: "01", " 1", 1, 1.0 and
-    "1" are one id)."""
-    from lara.data.ids import id_key as key
-
-    return key(value)
 
 
 def digest(keys) -> str:
@@ -82,9 +71,7 @@ def prompt_set(df: pd.DataFrame, where: str, per_prompt: int | None = None) -> P
     refusing ids that collapse to one, two ids for one text, and (``per_prompt``: the rows each prompt
     has, 1 for a table of one response per prompt) a prompt given more often than that."""
     if "prompt_id" not in df.columns:
-        raise _error(f"{where}: no prompt_id column")
-    from lara.data.ids import check_id_types
-
+        raise DataError(f"{where}: no prompt_id column")
     ids = df["prompt_id"]
     distinct = pd.Series(pd.unique(ids), dtype=object)
     check_id_types(pd.DataFrame({"prompt_id": distinct}), where, ("prompt_id",))  # "01" and "1": one id
@@ -92,9 +79,9 @@ def prompt_set(df: pd.DataFrame, where: str, per_prompt: int | None = None) -> P
         counts = ids.map(id_key).value_counts()
         over = counts[counts > per_prompt]
         if len(over):
-            raise _error(f"{where}: prompt {over.index[0]!r} has {int(over.iloc[0])} rows, expected {per_prompt} "
-                         f"({len(over)} prompt(s) repeated: a file passed twice, or rows copied?); n counts "
-                         "distinct prompts, never rows")
+            raise DataError(f"{where}: prompt {over.index[0]!r} has {int(over.iloc[0])} rows, expected {per_prompt} "
+                            f"({len(over)} prompt(s) repeated: a file passed twice, or rows copied?); n counts "
+                            "distinct prompts, never rows")
     if "prompt" not in df.columns:  # known by id alone: its keys say so (ID_KEY), and only ids are compared with them
         ids = distinct.map(id_key)
         return PromptSet(len(distinct), digest(ids), frozenset(ID_KEY + i for i in ids))
@@ -103,8 +90,8 @@ def prompt_set(df: pd.DataFrame, where: str, per_prompt: int | None = None) -> P
     twice = keys.duplicated(keep=False)
     if twice.any():
         both = pairs.loc[twice.to_numpy(), "prompt_id"].tolist()
-        raise _error(f"{where}: prompts {both[0]!r} and {both[1]!r} are one prompt (the same text up to Unicode "
-                     "form, invisible characters and whitespace); count it once")
+        raise DataError(f"{where}: prompts {both[0]!r} and {both[1]!r} are one prompt (the same text up to Unicode "
+                        "form, invisible characters and whitespace); count it once")
     return PromptSet(len(pairs), digest(keys), frozenset(keys))
 
 
@@ -116,8 +103,8 @@ def same_prompts(sets: dict[str, PromptSet], what: str = "test prompts") -> None
     for name, other in items[1:]:
         if other.digest != first.digest:
             shared = len(first.keys & other.keys) if first.keys and other.keys else "?"
-            raise _error(f"{name}: covers other {what} than {first_name} ({other.n} and {first.n} prompts, "
-                         f"{shared} shared); compare outputs on one prompt set")
+            raise DataError(f"{name}: covers other {what} than {first_name} ({other.n} and {first.n} prompts, "
+                            f"{shared} shared); compare outputs on one prompt set")
 
 
 ID_KEY = "id:"  # the key of a prompt a table names by its id alone (no prompt text)
@@ -132,8 +119,8 @@ def distinct_pools(sets: dict[str, PromptSet], flag: str = "--scores") -> None:
         for first, other in items[:i]:
             shared = found.keys & other.keys
             if shared:
-                raise _error(f"{flag} {first} and {name}: share {len(shared)} prompt(s) (by text, or by id where a "
-                             "table has no text); the population's prompts must be distinct")
+                raise DataError(f"{flag} {first} and {name}: share {len(shared)} prompt(s) (by text, or by id where a "
+                                "table has no text); the population's prompts must be distinct")
 
 
 def disjoint(calibration: PromptSet | dict | None, audit: PromptSet, where: str) -> int:
@@ -148,8 +135,8 @@ def disjoint(calibration: PromptSet | dict | None, audit: PromptSet, where: str)
     by_id = {side: all(k.startswith(ID_KEY) for k in ks) for side, ks in (("cal", keys), ("audit", audit.keys))}
     if by_id["cal"] != by_id["audit"]:
         named, bare = ("the audited", "the calibration") if by_id["cal"] else ("the calibration", "the audited")
-        raise _error(f"{where}: {named} prompts carry their texts and {bare} prompts only ids: whether they overlap "
-                     "cannot be told; give both tables their prompt column")
+        raise DataError(f"{where}: {named} prompts carry their texts and {bare} prompts only ids: whether they overlap "
+                        "cannot be told; give both tables their prompt column")
     return len(keys & audit.keys)
 
 
@@ -213,8 +200,8 @@ def _constant(df: pd.DataFrame, column: str, where: str):
         return MISSING
     values = pd.unique(df[column])
     if len(values) > 1:
-        raise _error(f"{where}: column {column!r} holds several values ({', '.join(map(repr, values[:4]))}); this "
-                     "input is one output (one method at one lambda setting)")
+        raise DataError(f"{where}: column {column!r} holds several values ({', '.join(map(repr, values[:4]))}); this "
+                        "input is one output (one method at one lambda setting)")
     value = values[0] if len(values) else MISSING
     return value.item() if hasattr(value, "item") else value
 
@@ -258,7 +245,7 @@ class Artifact:
             return
         got_shown = shown(got) if shown else repr(got)
         want_shown = shown(want) if shown else repr(want)
-        raise _error(f"{self.where}: {name} {got_shown}, expected {want_shown}" + (f" ({say})" if say else ""))
+        raise DataError(f"{self.where}: {name} {got_shown}, expected {want_shown}" + (f" ({say})" if say else ""))
 
     def prompts(self, per_prompt: int | None = None) -> PromptSet:
         return prompt_set(self.df, self.where, per_prompt)
@@ -280,8 +267,8 @@ def distinct_files(paths: list[str | Path], flag: str) -> None:
     for p in paths:
         key = file_digest(p) if Path(p).exists() else str(p)
         if key in seen:
-            raise _error(f"{flag}: {p} and {seen[key]} are the same file (identical content); each output is "
-                         "given once")
+            raise DataError(f"{flag}: {p} and {seen[key]} are the same file (identical content); each output is "
+                            "given once")
         seen[key] = str(p)
 
 
@@ -318,8 +305,8 @@ def expect_decoded_with(artifact: Artifact, record, setting: str, method: str | 
         lam = artifact.field("lambda")
         shown = "" if lam is MISSING else f" (lambda = {float(lam):.4g})"
         want = record_value(record, setting)
-        raise _error(f"{artifact.where}: setting {got}{shown}, expected {setting}"
-                     + (f" ({want[1]})" if want else ""))
+        raise DataError(f"{artifact.where}: setting {got}{shown}, expected {setting}"
+                        + (f" ({want[1]})" if want else ""))
     want = record_value(record, setting)
     if want is not None:
         artifact.expect("lambda", want[0], want[1], shown=lambda v: f"{float(v):.6g}")
@@ -348,7 +335,7 @@ def expect_role(path: str | Path, flag: str, want: str, why: str, found: dict | 
     answers another question)."""
     role = (read_identity(path) if found is None else found).get("role")
     if role not in (None, want):
-        raise _error(f"{flag} {path}: role {role}, expected {want} ({why})")
+        raise DataError(f"{flag} {path}: role {role}, expected {want} ({why})")
     return role
 
 
@@ -382,24 +369,24 @@ def check_sweep(sweep: pd.DataFrame, record, where: str, prompts: PromptSet | No
     needed = ["tau", "record"] + (["prompt_set", "n_prompts"] if prompts is not None else [])
     missing = [c for c in needed if c not in sweep.columns]
     if missing:
-        raise _error(f"{where}: no column {', '.join(missing)} (lara bon-sweep writes them): cannot tell which record "
-                     "and which prompts it was swept with")
+        raise DataError(f"{where}: no column {', '.join(missing)} (lara bon-sweep writes them): cannot tell which "
+                        "record and which prompts it was swept with")
     n = record.decoder_n or int(sweep["n"].max())
     rows = sweep[(sweep["label"] == "lambda_star") & (sweep["n"] == n)]
     if rows.empty:
-        raise _error(f"{where}: no lambda_star row for N = {n}; it was not swept with {record.path}")
+        raise DataError(f"{where}: no lambda_star row for N = {n}; it was not swept with {record.path}")
     row = rows.iloc[0]
     if not _same(float(row["lambda"]), record.lambda_star):
-        raise _error(f"{where}: lambda* {float(row['lambda']):.6g}, expected {record.lambda_star:.6g} (lambda* from "
-                     f"{record.path}): the sweep was made with another calibration")
+        raise DataError(f"{where}: lambda* {float(row['lambda']):.6g}, expected {record.lambda_star:.6g} (lambda* from "
+                        f"{record.path}): the sweep was made with another calibration")
     if not _same(float(row["tau"]), record.tau):
-        raise _error(f"{where}: tau {float(row['tau']):g}, expected {record.tau:g} (the tau of {record.path})")
+        raise DataError(f"{where}: tau {float(row['tau']):g}, expected {record.tau:g} (the tau of {record.path})")
     if str(row["record"]) != file_digest(record.path):
-        raise _error(f"{where}: made with lambda record {row['record']}, expected {record.path} "
-                     f"({file_digest(record.path)})")
+        raise DataError(f"{where}: made with lambda record {row['record']}, expected {record.path} "
+                        f"({file_digest(record.path)})")
     if prompts is not None and str(row["prompt_set"]) != prompts.digest:
-        raise _error(f"{where}: swept over other test prompts ({int(row['n_prompts'])}) than the audit's "
-                     f"({prompts.n})")
+        raise DataError(f"{where}: swept over other test prompts ({int(row['n_prompts'])}) than the audit's "
+                        f"({prompts.n})")
 
 
 def audit_disagreements(audit: dict, record, summary_path: str | Path | None = None) -> list[str]:

@@ -3,24 +3,13 @@
     lara import-table --kind stream --role deployment --input my_log.csv --out stream.parquet \\
         --state scenario=field --state tau=-0.5
 
-Every command reads its inputs through one reader (:mod:`lara.read.expect`) against one contract table
-(:mod:`lara.read.contracts`). An artifact a step wrote carries an identity (its kind, the prompt pool it covers, the
-scorers and budget it was made with) that the commands compare across their inputs. A table written outside the
-workflow has none, and **one rule** holds for every kind: it is read on its content alone wherever no command
-compares what only an identity states, and refused where one must (a stream, judge ratings: "written by its step
-only"), naming this step. This step gives it an identity of its own:
-
-* its content is checked as its kind's consumers check it: the columns, numbers (finite, in range, not text or
-  booleans), booleans, one row per (prompt, sample), one response text per candidate, one row per prompt where the
-  kind has one; a stream's visits (0..T-1, the same N candidates of one prompt at each);
-* the identity says where it came from (``imported``: the source file, its sha256, ``outside_workflow: true``), the
-  pool it covers (``--role``), the prompt set its rows cover, and whatever ``--state`` names (a stream's scenario and
-  tau, the scorers' names): exactly the fields the consumers of that kind compare with their other inputs, so a
-  stated field is held to agree like a step's own; an unstated one is not compared (say it to have it checked);
-* it is written sealed (:mod:`lara.read.files`): an edit after the import is refused like an edit of a step's output.
-
-docs/own-data.md walks through ``lara calibrate`` on hand-made scores, ``lara online`` on a hand-recorded stream and
-the audit on hand-made outputs.
+A table made outside the workflow carries no identity; the one rule for it (read on its content alone wherever no
+command compares what only an identity states, refused where one must, naming this step), what this step checks (the
+kind's contract row, :func:`check_content`, :func:`check_stated`), the identity it gives (``imported``: the source
+and its sha256, ``outside_workflow: true``; ``--role``; the prompt set; what ``--state`` names, exactly the fields
+the kind's consumers compare, held to agree like a step's own) and its seal (an edit after the import is refused
+like an edit of a step's output) are docs/own-data.md's, which walks through ``lara calibrate`` on hand-made
+scores, ``lara online`` on a hand-recorded stream and the audit on hand-made outputs.
 """
 
 from __future__ import annotations

@@ -190,7 +190,8 @@ def write_json(path: str | os.PathLike, obj) -> None:
 
 
 def record_seal(data: dict) -> str:
-    """A digest of a JSON record's whole content but its seal (lara.read.files checks it)."""
+    """A digest of a JSON record's whole content, or of a table's whole ``lara`` metadata record (its identity with
+    the rows' digest, its settings and summary), but the seal itself (lara.read.files checks both)."""
     plain = json.loads(json.dumps(data, default=str))
     if isinstance(plain.get("identity"), dict):
         plain["identity"].pop("seal", None)

@@ -74,18 +74,15 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def machine(device: str) -> dict:
+    """What every record says of the code and the machine it was made on (a step's record, a figure's sidecar)."""
+    return {"code": code_version(), "software": software_versions(), "host": socket.gethostname(), "device": device,
+            "created": datetime.now(UTC).isoformat(timespec="seconds")}
+
+
 def record(settings: dict, inputs: dict[str, str] | None = None, seed: int | None = None,
            device: str | None = None) -> dict:
     """A provenance record: settings, input hashes, code and software versions, host."""
-    return {
-        "settings": settings,
-        "inputs": {k: {"path": str(v), "sha256": sha256_path(v)} for k, v in (inputs or {}).items()},
-        "seed": seed,
-        "code": code_version(),
-        "software": software_versions(),
-        "host": socket.gethostname(),
-        "cpu": cpu_model(),
-        "device": device or "cpu",
-        "numerics": numerics_record(),
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
+    return {"settings": settings, "seed": seed, "cpu": cpu_model(), "numerics": numerics_record(),
+            "inputs": {k: {"path": str(v), "sha256": sha256_path(v)} for k, v in (inputs or {}).items()},
+            **machine(device or "cpu")}

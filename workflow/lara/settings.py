@@ -42,8 +42,6 @@ from typing import Any, Literal
 
 from lara.steps import COMMANDS, SECTIONLESS
 from lara.validation import (  # noqa: F401 (re-exported: callers import them from lara.settings)
-    MAX_DEPTH,
-    MAX_VALUES,
     SHOWN_LENGTH,
     ConfigError,
     _strict_loads,
@@ -56,7 +54,6 @@ from lara.validation import (  # noqa: F401 (re-exported: callers import them fr
     schema_errors,
     shown,
     strict_json,
-    strict_validator,
 )
 
 # config section -> "module:Class" of the step settings that own its keys (DAG order)

@@ -1,22 +1,19 @@
 """Per-figure provenance: the audit trail from a figure back to its data, code and parameters.
 
-When a figure is drawn, :func:`write_sidecar` walks Snakemake's own job records
-(``.snakemake/metadata``) from the figure's inputs upwards and writes
-``<figure>.provenance.json`` with, for every upstream output: the rule that made it, its
-params and shell command, its inputs, the seed it ran with, the step's own lara provenance
-record where it has one (models: settings, host, device), and the file's sha256 at drawing
-time; plus the figure files' own hashes, the code version (git commit, or package version and
-source hash), software versions, host and device.
+When a figure is drawn, :func:`write_sidecar` walks Snakemake's own job records (``.snakemake/metadata``) from the
+figure's inputs upwards and writes ``<figure>.provenance.json`` with, for every upstream output: the rule that made it,
+its params and shell command, its inputs, the seed it ran with, the step's own lara provenance record where it has one
+(models: settings, host, device), and the file's sha256 at drawing time; plus the figure files' own hashes, the code
+version (git commit, or package version and source hash), software versions, host and device.
 
-``lara trail FIGURE`` prints that trail and re-hashes every recorded file. It exits with status
-1 and says "broken", naming the file, when FIGURE is not the figure its sidecar recorded (a sidecar
-copied from another figure), when a recorded file is missing or no longer matches (an input altered
-after the figure was drawn, or a figure drawn from other data than recorded), when an input has no
-entry of its own or the sidecar no longer matches its digest (which covers every field: an entry
-removed, a caption value, param, seed or code version edited); and
-"unknown" when an entry has no hash or a workflow output had no Snakemake record of its job. A
-sidecar that is not one (corrupt JSON, missing keys) exits 2 naming the file. It never says
-"holds" with a hole in the trail.
+``lara trail FIGURE`` prints that trail and re-hashes every recorded file. It exits with status 1 and says "broken",
+naming the file, when FIGURE is not the figure its sidecar recorded (a sidecar copied from another figure), when a
+recorded file is missing or no longer matches (an input altered after the figure was drawn, or a figure drawn from other
+data than recorded), when an input has no entry of its own or the sidecar no longer matches its digest (which covers
+every field: an entry removed, a caption value, param, seed or code version edited); and "unknown" when an entry has no
+hash, a workflow output had no Snakemake record of its job (or was written after it), or an older sidecar's digest
+covers only its figure, inputs and trail. A sidecar that is not one (corrupt JSON, missing keys) exits 2 naming the
+file. It never says "holds" with a hole in the trail.
 """
 
 from __future__ import annotations
@@ -24,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import socket
 from base64 import urlsafe_b64encode
 from datetime import UTC, datetime
 from pathlib import Path
@@ -158,7 +154,7 @@ def write_sidecar(figures: list[str], inputs: list[str], rule: str, params: dict
     """Write the provenance sidecar of a figure (its PNG and PDF files) atomically; ``shows`` (what
     the figure shows, which the report caption prints) is stored with it."""
     from lara.io import atomic_output, sha256_path, write_json
-    from lara.provenance import code_version, software_versions
+    from lara.provenance import machine
 
     try:
         import torch
@@ -169,9 +165,7 @@ def write_sidecar(figures: list[str], inputs: list[str], rule: str, params: dict
     trail = build_trail(list(inputs), root) if trail is None else trail
     record = {
         "figure": [{"path": f, "sha256": sha256_path(root / f)} for f in figures],
-        "rule": rule, "params": params, "inputs": list(inputs), "shows": shows or {},
-        "code": code_version(), "software": software_versions(), "host": socket.gethostname(), "device": device,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "rule": rule, "params": params, "inputs": list(inputs), "shows": shows or {}, **machine(device),
         "seeds": {e["path"]: e["seed"] for e in trail if e.get("seed") is not None},
         "trail": trail,
         "digest_covers": DIGEST_COVERS,
@@ -204,13 +198,8 @@ def read_sidecar(path: Path) -> dict:
 
 
 def verify(record: dict, root: Path = Path("."), figure: Path | None = None) -> list[tuple[str, str]]:
-    """Problems with the trail, each (``BROKEN`` or ``UNKNOWN``, message); empty when it holds.
-
-    BROKEN: ``figure`` (the file the reader asked about) is not a figure of this sidecar or is not
-    the file it recorded; the sidecar was edited after drawing (its digest covers every field); an
-    input has no entry of its own (an entry removed); or a recorded file is missing or hashes
-    differently now. UNKNOWN: an older sidecar whose digest covers only part of it, an entry with
-    no recorded hash, or a workflow output with no record of the job that made it."""
+    """Problems with the trail, each (``BROKEN`` or ``UNKNOWN``, message; which is which: the module docstring);
+    empty when it holds. ``figure``: the file the reader asked about."""
     from lara.io import sha256_path
 
     problems = []

@@ -81,6 +81,8 @@ def error_message(error) -> str:
         return _alternatives_message(error)
     if error.validator == "type":
         kinds = expected if isinstance(expected, list) else [expected]
+        if value is None:
+            return f"no value (null: the key is written with nothing after it, or ~), expected {_kinds_text(kinds)}"
         if isinstance(value, bool) and "boolean" not in kinds:
             return _yaml_boolean_message(value, kinds)
         if isinstance(value, float) and not math.isfinite(value):
@@ -100,9 +102,6 @@ def error_message(error) -> str:
     if error.validator == "pattern" and error.validator_value in PATTERN_WORDS and not (
             isinstance(error.schema, dict) and error.schema.get("x-hint")):
         return f"{_short(value)} is not {PATTERN_WORDS[error.validator_value]}"
-    if error.validator == "type" and value is None:
-        kinds = expected if isinstance(expected, list) else [expected]
-        return (f"no value (null: the key is written with nothing after it, or ~), expected {_kinds_text(kinds)}")
     if error.validator in ("minItems", "maxItems") and isinstance(error.schema, dict) and isinstance(value, list):
         low, high = error.schema.get("minItems"), error.schema.get("maxItems")
         wanted = (f"exactly {low}" if low == high else f"at least {low}" if high is None

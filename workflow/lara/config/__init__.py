@@ -56,11 +56,9 @@ from lara.config.steps import (  # noqa: F401 (re-exported)
 # are lara.config's too, where every caller has imported them from
 from lara.settings import (  # noqa: F401 (re-exported)
     RENAMED,
-    SECTIONS,
     ConfigError,
     dotted_key,
     error_message,
-    nesting_problem,
     nonfinite,
     renamed_message,
     schema_errors,

@@ -87,21 +87,18 @@ def layers(*paths: str | Path, overrides: dict | None = None) -> list[tuple[str,
     if overrides:
         check_nesting(overrides, "--config")
         given = command_line_values(overrides)
-        if "experiment" in given and given["experiment"] == experiment_name(out):  # the files' own name: a no-op
+        if "experiment" in given and given["experiment"] == experiment_layer(out)[1]:  # the files' own name: a no-op
             given = {k: v for k, v in given.items() if k != "experiment"}
         out.append(("--config", given))
     check_experiment_names(dropped + out, out)
     return out
 
 
-def experiment_name(layer_list: list[tuple[str, dict]]):
-    """The experiment the layers name (the last that sets ``experiment``), or None (the schema's default)."""
-    return next((data["experiment"] for _, data in reversed(layer_list) if "experiment" in data), None)
-
-
-def experiment_owner(layer_list: list[tuple[str, dict]]) -> str:
-    """The origin of the layer that names the experiment (a file, ``--config``), or ``default``."""
-    return next((origin for origin, data in reversed(layer_list) if "experiment" in data), "default")
+def experiment_layer(layer_list: list[tuple[str, dict]]) -> tuple[str, object]:
+    """The origin (a file, ``--config``) of the last layer that sets ``experiment``, and the experiment it names;
+    ``("default", None)`` where none does (the schema's default)."""
+    return next(((origin, data["experiment"]) for origin, data in reversed(layer_list) if "experiment" in data),
+                ("default", None))
 
 
 def _same_origin(a: str, b: str) -> bool:
@@ -126,7 +123,7 @@ def check_experiment_names(seen: list[tuple[str, dict]], kept: list[tuple[str, d
     write them into the first one's results folder (``experiment: tiny`` plus a τ after config/config.yaml
     silently set every toy value to a step default in results/tiny/); so is ``--config`` renaming a configuration
     to it."""
-    name = experiment_name(kept)
+    name = experiment_layer(kept)[1]
     owners = [origin for origin, data in seen if "experiment" in data and data["experiment"] == name]
     first = owners[0] if owners else None
     second = next((o for o in owners if not _same_origin(o, first)), None)
@@ -151,7 +148,7 @@ def check_results(layer_list: list[tuple[str, dict]], name: str, results: Path =
     ``results/NAME/settings.tsv`` (written by every run) records which file named the experiment, and another
     file naming it now is refused, as is a name that differs from an existing results folder's only in case (one
     folder on macOS and Windows)."""
-    owner = experiment_owner(layer_list)
+    owner = experiment_layer(layer_list)[0]
     if results.is_dir():
         clash = sorted(p.name for p in results.iterdir() if p.is_dir() and p.name != name
                        and p.name.lower() == name.lower())
@@ -295,8 +292,4 @@ def settings_table(rows: list[dict]) -> str:
 def explain_text(rows: list[dict]) -> str:
     """The ``--explain`` table: key, value (JSON), origin; one line each, aligned."""
     width = max((len(r["key"]) for r in rows), default=0)
-    lines = []
-    for r in rows:
-        value = json.dumps(r["value"])
-        lines.append(f"{r['key']:<{width}}  {value}  [{r['origin']}]")
-    return "\n".join(lines) + "\n"
+    return "\n".join(f"{r['key']:<{width}}  {json.dumps(r['value'])}  [{r['origin']}]" for r in rows) + "\n"

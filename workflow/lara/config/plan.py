@@ -14,6 +14,7 @@ Nothing here imports a heavy library: it runs each time the Snakefile is parsed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 
 from lara.config.runs import bon_star, certified_settings, constraints, listed, taus
@@ -39,10 +40,14 @@ PLAN_RULES: list[PlanRule] = []
 
 def plan_rule(*keys: str, witness: dict):
     """Register a rule between sections: ``check(config)`` returns the problems (lines that start with a config
-    key), ``witness`` is a config overlay on config/config.yaml that breaks it."""
+    key; None for none), ``witness`` is a config overlay on config/config.yaml that breaks it. The registered (and
+    returned) check always returns a list."""
     def register(check):
-        PLAN_RULES.append(PlanRule(check.__name__, check, witness, tuple(keys)))
-        return check
+        @functools.wraps(check)
+        def problems(config) -> list[str]:
+            return check(config) or []
+        PLAN_RULES.append(PlanRule(check.__name__, problems, witness, tuple(keys)))
+        return problems
     return register
 
 
@@ -77,7 +82,6 @@ def bon_within_pool(c):
         why = "calibration.mode: bon" if c["calibration"]["mode"] == "bon" else "calibration.constraints"
         return [f"decode.bon_n: Best-of-N with N = {n} is calibrated ({why}) on calibration.samples_per_prompt = "
                 f"K = {k} samples per prompt; N must be <= K"]
-    return []
 
 
 @plan_rule("decode.sweep_n", "decode.bon_n", witness={"decode": {"sweep_n": [4, 32]}})
@@ -86,7 +90,6 @@ def sweep_within_n(c):
     if too_big:
         return [f"decode.sweep_n: {too_big} exceed decode.bon_n = {c['decode']['bon_n']} (the candidates per test "
                 "prompt)"]
-    return []
 
 
 @plan_rule("calibration.constraints", witness={"calibration": {"constraints": [
@@ -97,7 +100,6 @@ def constraints_parse(c):
         constraints(c)
     except ConfigError as exc:
         return [str(exc)]
-    return []
 
 
 @plan_rule("calibration.guarantee", "calibration.constraints", witness={"calibration": {"guarantee": "crc"}})
@@ -105,7 +107,6 @@ def crc_one_risk(c):
     if len(c["calibration"].get("constraints") or []) > 1 and c["calibration"].get("guarantee") == "crc":
         return ["calibration.guarantee: crc bounds one risk; with several calibration.constraints use bootstrap or "
                 "ltt (ltt holds every constraint at once)"]
-    return []
 
 
 @plan_rule("calibration.constraints", "calibration.cost_bounds", witness={"calibration": {"cost_bounds": None,
@@ -121,7 +122,6 @@ def bounds_on_every_constraint(c):
         return [f"calibration.constraints: {', '.join(bounded)} state(s) bounds but {', '.join(missing)} do(es) not, "
                 "and calibration.cost_bounds is null: LTT and the coverage study need every constraint bounded; "
                 "bound them all (or give calibration.cost_bounds), or none"]
-    return []
 
 
 @plan_rule("calibration.mode", "decode.methods", witness={"calibration": {"mode": "soft", "cost_bounds": None}})
@@ -129,7 +129,7 @@ def soft_mode_without_bon(c):
     """The soft dual's lambda targets the Gibbs tilt: Best-of-N's sweep (Fig. 1) and the weighted calibration of
     the deployment stage need the bon-mode record."""
     if c["calibration"]["mode"] != "soft":
-        return []
+        return
     out = []
     if "bon" in c["decode"]["methods"]:
         out.append("calibration.mode: soft calibrates the Gibbs tilt, but decode.methods has bon, whose sweep "
@@ -149,7 +149,6 @@ def bounds_need_bon(c):
     if c["calibration"].get("cost_bounds") is not None and c["calibration"]["mode"] == "soft":
         return ["calibration.cost_bounds: given, but calibration.mode: soft computes no crc or ltt lambda (they are "
                 "exact for Best-of-N, bon mode) and no coverage study: set cost_bounds: null, or use bon mode"]
-    return []
 
 
 @plan_rule("calibration.tau", "decode.methods", "decode.lambdas",
@@ -161,7 +160,6 @@ def other_taus_decoded(c):
         return [f"calibration.tau: {len(taus(c))} budgets are listed, but the other taus are decoded and audited as "
                 "Best-of-N at their lambda*, and decode.methods/decode.lambdas plan no Best-of-N at star: add bon and "
                 "star, or list one tau"]
-    return []
 
 
 @plan_rule("calibration.token_level", "decode.methods",
@@ -170,7 +168,6 @@ def direct_needs_token_level(c):
     if c["calibration"].get("token_level") == "direct" and not [m for m in c["decode"]["methods"] if m != "bon"]:
         return ["calibration.token_level: direct calibrates the token-level decoders' own lambda, but decode.methods "
                 "has none (args, pargs, cdq): nothing would be calibrated"]
-    return []
 
 
 @plan_rule("decode.methods", "decode.policies", witness={"decode": {"methods": [], "policies": []}})
@@ -180,7 +177,6 @@ def something_evaluated(c):
     if not c["decode"]["methods"]:
         return ["decode.methods: [] decodes nothing with lambda, so the audit and its figure have no decoder; list "
                 "at least one of bon, args, pargs, cdq"]
-    return []
 
 
 @plan_rule("decode.policy_variants", witness={"decode": {"policies": ["sft", "reward"], "policy_variants": {
@@ -212,7 +208,6 @@ def deployment_follows_constraints(c):
     if c["deployment"].get("follows") == "constraints" and c["deployment"]["scenarios"] and not constraints(c):
         return ["deployment.follows: constraints, but calibration.constraints is empty: there is no vector lambda to "
                 "follow; list the constraints, or deployment.follows: scalar"]
-    return []
 
 
 @plan_rule("deployment.prompts.source", "toy.n_deployment_prompts", "toy.held_out_topic", "toy.harmful_fraction",
@@ -221,7 +216,7 @@ def toy_pool_has_strata(c):
     """A stream drawn from the toy world's deployment pool: the pool exists, and holds each stratum its scenarios
     draw from."""
     if not c["deployment"]["scenarios"] or c["deployment"]["prompts"]["source"] != "toy":
-        return []
+        return
     toy = c["toy"]
     if not _toy_text(c):
         return ["deployment.prompts.source: toy (the default) draws the streams from the toy world's deployment pool, "
@@ -256,7 +251,7 @@ def toy_pool_has_strata(c):
 def shift_folds_filled(c):
     """The shift check cross-fits on both samples: each needs a prompt per fold."""
     if not c["deployment"]["scenarios"]:
-        return []
+        return
     folds = c["deployment"]["shift"]["folds"]
     sizes = {"deployment.stream_length": c["deployment"]["stream_length"],
              "data.prompts.n_calibration": c["data"]["prompts"]["n_calibration"]}
@@ -272,7 +267,6 @@ def calibration_prompts(c):
     if n is not None and n < 2:
         return [f"data.prompts.n_calibration: {n}; a calibration needs at least 2 prompts (its bootstrap resamples "
                 "prompts)"]
-    return []
 
 
 @plan_rule("data.prompts.n_calibration", "data.prompts.n_test", "toy.n_eval_prompts",
@@ -281,14 +275,13 @@ def toy_prompts_suffice(c):
     """The toy world's evaluation pool holds toy.n_eval_prompts distinct prompts: the splits draw from it."""
     p = c["data"]["prompts"]
     if p["source"] != "toy":
-        return []
+        return
     from_pool = p.get("calibration_from", "pool") != "preferences"
     need = (p["n_calibration"] or 0) * from_pool + (p["n_test"] or 0)
     if need > c["toy"]["n_eval_prompts"]:
         what = "n_calibration + n_test" if from_pool else "n_test"
         return [f"data.prompts: {what} = {need} prompts, but the toy world's evaluation pool holds "
                 f"toy.n_eval_prompts = {c['toy']['n_eval_prompts']}"]
-    return []
 
 
 @plan_rule("data.prompts.column", witness={"data": {"prompts": {"column": "question"}}})
@@ -296,14 +289,13 @@ def toy_prompt_column(c):
     p = c["data"]["prompts"]
     if p["source"] == "toy" and p["column"] != "prompt":
         return [f"data.prompts.column: {p['column']!r}, but the toy world's prompts are in the column 'prompt'"]
-    return []
 
 
 @plan_rule("calibration.constraints", "data.preferences.source",
            witness={"calibration": {"constraints": [{"name": "fraud", "cost": "category:fraud", "tau": -4.0}]}})
 def toy_categories_labelled(c):
     if c["data"]["preferences"]["source"] != "toy":
-        return []
+        return
     return [f"calibration.constraints.{x.name}.cost: the harm category {x.category!r} is not labelled in the toy "
             f"world's preference data (labelled: {', '.join(TOY_CATEGORIES)})"
             for x in constraints(c) if x.category is not None and x.category not in TOY_CATEGORIES]
@@ -319,7 +311,6 @@ def base_reference_is_local(c):
         return [f"reference_policy: base copies the base model's folder as pi_ref, but base_model.name_or_path "
                 f"{name!r} is not a local folder (a hub id is read from the hub cache by the steps, never copied): "
                 "import or download it to a folder and name that, or use reference_policy: sft"]
-    return []
 
 
 @plan_rule("evaluation.judge.model", "evaluation.judge.base_url",
@@ -332,7 +323,6 @@ def judge_reachable(c):
     if judge["model"] not in (None, "oracle") and judge["base_url"] is None:
         return [f"evaluation.judge.model: {judge['model']!r} is set, but evaluation.judge.base_url is null: the judge "
                 "would be skipped; give the endpoint, or model: null to run without a judge"]
-    return []
 
 
 def _toy_text(c) -> bool:
@@ -349,7 +339,7 @@ def oracle_on_toy_text(c):
     """The toy oracle knows the toy world's requests and answers only: a value inherited from the toy config by an
     experiment on other prompts would score text it cannot read."""
     if _toy_text(c):
-        return []
+        return
     where = (f"neither the prompts (data.prompts.source {c['data']['prompts']['source']!r}) nor the model "
              f"(base_model.name_or_path {c['base_model']['name_or_path']!r}) are the toy world's")
     keys = [("evaluation.reward_model", c["evaluation"]["reward_model"]),
@@ -409,7 +399,6 @@ def weighted_guarantee(c):
         return [f"calibration.guarantee: {c['calibration']['guarantee']} has no covariate-shift weighted version, but "
                 "the deployment stage (deployment.scenarios) recalibrates lambda with the shift check's weights under "
                 f"it; deploy one of {', '.join(weighted)} or follow the constraints (deployment.follows)"]
-    return []
 
 
 @plan_rule("evaluation.judges", "calibration.constraints", witness={
@@ -462,7 +451,7 @@ def fallback_evaluation_has_roles(c):
 
     spec = c["evaluation"]["cost_model"]
     if spec.partition(":")[0] in named_scorers():
-        return []
+        return
     return [f"calibration.constraints.{x.name}.evaluation: not given, so evaluation.cost_model {spec!r} would audit "
             f"it, but that model scores one overall harm, not {x.name!r}; state the constraint's evaluation scorer"
             for x in constraints(c) if x.evaluation is None]
@@ -476,14 +465,13 @@ def coverage_sizes(c):
     sizes = c["coverage"].get("samples_per_prompt")
     studies = bool(certified_settings(c)) or len(constraints(c)) > 1
     if not sizes or not studies:
-        return []
+        return
     n, k_cal = c["decode"]["bon_n"], c["calibration"]["samples_per_prompt"]
     k_pop = min(k_cal, n) if ("bon" in c["decode"]["methods"] or len(constraints(c)) > 1) else k_cal
     bad = [k for k in sizes if not n <= k <= k_pop]
     if bad:
         return [f"coverage.samples_per_prompt: {bad} outside [decode.bon_n = {n}, the population's K = {k_pop}]: each "
                 "draw calibrates Best-of-N with N = decode.bon_n from K samples per prompt"]
-    return []
 
 
 @plan_rule("coverage.n_prompts", "calibration.constraints", witness={"coverage": {"n_prompts": [1, 50]}})
@@ -492,7 +480,6 @@ def coverage_prompts(c):
     if small and (certified_settings(c) or len(constraints(c)) > 1):
         return [f"coverage.n_prompts: {small}: each draw needs at least 2 prompts (its bootstrap resamples them; LTT "
                 "splits them)"]
-    return []
 
 
 @plan_rule("calibration.cost_bounds", "decode.methods", witness={"decode": {"methods": ["args", "pargs"]}})
@@ -501,7 +488,6 @@ def bounds_decoded(c):
     if certified_settings(c) and "bon" not in c["decode"]["methods"]:
         return ["calibration.cost_bounds: given, which asks for Best-of-N at the crc and ltt lambdas, but "
                 "decode.methods has no bon; add bon, or set cost_bounds: null"]
-    return []
 
 
 @plan_rule("calibration.constraints", witness={"calibration": {"constraints": [
@@ -522,4 +508,3 @@ def soft_betas_distinct(c):
     twice = sorted({b for b in betas if betas.count(b) > 1})
     if twice:
         return [f"calibration.soft_betas: {twice} given twice (each beta is one calibration and one curve)"]
-    return []

@@ -52,9 +52,9 @@ def model_vocab_size(path: Path) -> int | None:
 
 def named_scorer_names() -> tuple[str, ...]:
     """The named scorers installed (entry points of ``lara.scorers``, e.g. the toy ``oracle``)."""
-    from importlib.metadata import entry_points
+    from lara.scorer_specs import named_scorers
 
-    return tuple(sorted(ep.name for ep in entry_points(group="lara.scorers")))
+    return tuple(sorted(named_scorers()))
 
 
 def references(config: dict) -> list[tuple[str, str, str, str]]:
@@ -112,9 +112,9 @@ def _spec_argument(spec: str) -> str | None:
 def _argument_is_model(name: str) -> bool:
     """Whether the named scorer ``name`` takes a model folder as its argument (its factory's ``argument_is_model``;
     ``fluency:<causal LM folder>``)."""
-    from importlib.metadata import entry_points
+    from lara.scorer_specs import named_scorers
 
-    entry = {ep.name: ep for ep in entry_points(group="lara.scorers")}.get(name)
+    entry = named_scorers().get(name)
     return bool(entry is not None and getattr(entry.load(), "argument_is_model", False))
 
 

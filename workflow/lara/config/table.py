@@ -19,13 +19,8 @@ def all_rules() -> list[tuple[str, tuple[str, ...], dict]]:
 
 
 def _flat(witness: dict, prefix: str = "") -> str:
-    parts = []
-    for key, value in witness.items():
-        if isinstance(value, dict) and value:
-            parts.append(_flat(value, f"{prefix}{key}."))
-        else:
-            parts.append(f"{prefix}{key}: {json.dumps(value)}")
-    return "; ".join(parts)
+    return "; ".join(_flat(value, f"{prefix}{key}.") if isinstance(value, dict) and value
+                     else f"{prefix}{key}: {json.dumps(value)}" for key, value in witness.items())
 
 
 def rules_markdown(toy_config: str | Path = "config/config.yaml") -> str:

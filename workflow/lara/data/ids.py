@@ -17,14 +17,10 @@ import re
 
 import pandas as pd
 
+from lara.data.errors import DataError
+
 ID_COLUMNS = ("prompt_id", "sample_id")
 _WHOLE = re.compile(r"[+-]?[0-9]+(\.0*)?")
-
-
-def _error(message: str):
-    from lara.data.errors import DataError
-
-    return DataError(message)
 
 
 def id_key(value) -> str:
@@ -53,8 +49,8 @@ def check_id_types(df: pd.DataFrame, path, columns=ID_COLUMNS) -> None:
             first = keys[twice].iloc[0]
             a, b = distinct[(keys == first).to_numpy()].tolist()[:2]
             types = f" ({type(a).__name__} and {type(b).__name__})" if type(a) is not type(b) else ""
-            raise _error(f"{path}: column {col!r} holds the ids {a!r} and {b!r}{types}, which are one id once the "
-                         "table is written and read again; give every id one type and one spelling")
+            raise DataError(f"{path}: column {col!r} holds the ids {a!r} and {b!r}{types}, which are one id once the "
+                            "table is written and read again; give every id one type and one spelling")
 
 
 def plain_index(df: pd.DataFrame, path) -> pd.DataFrame:
@@ -67,8 +63,8 @@ def plain_index(df: pd.DataFrame, path) -> pd.DataFrame:
     names = [n for n in index.names if n is not None]
     clash = [n for n in names if n in df.columns]
     if clash:
-        raise _error(f"{path}: the stored pandas index {clash[0]!r} has the name of a column too; write the file "
-                     "with index=False (or reset_index() before writing)")
+        raise DataError(f"{path}: the stored pandas index {clash[0]!r} has the name of a column too; write the file "
+                        "with index=False (or reset_index() before writing)")
     if not names:
         return df.reset_index(drop=True)
     unnamed = [i for i, n in enumerate(index.names) if n is None]

@@ -23,8 +23,6 @@ import pandas as pd
 from lara.hub import (
     HubRef,
     commit_of,
-    data_dir_setting,
-    dataset_name_setting,
     is_hub_id,
     load_dataset_snapshot,
     revision_setting,
@@ -54,8 +52,9 @@ class SourceSettings(Settings):
                                "where toy names the toy world's file).", config=False)
     split: str = setting("train", "Dataset split to read.")
     revision: str | None = revision_setting("the dataset")
-    name: str | None = dataset_name_setting()
-    data_dir: str | None = data_dir_setting()
+    name: str | None = setting(None, "The hub dataset's configuration (load_dataset's name; null = its default).")
+    data_dir: str | None = setting(None, "A folder of the hub dataset repository to read (load_dataset's data_dir; "
+                                         "null = the configuration's files).")
 
 
 @dataclass(frozen=True)
@@ -128,8 +127,7 @@ def load_source(source: str, split: str, hub=None) -> tuple[pd.DataFrame, dict]:
             origin = {"source": source, "kind": "directory", "sha256": sha256_path(path)}
         elif is_hub_id(source):
             key = f"{hub.SECTION}.source" if hub is not None else "--source"
-            ref = HubRef(key, source, "dataset", getattr(hub, "revision", None), getattr(hub, "name", None),
-                         getattr(hub, "data_dir", None), split)
+            ref = HubRef(key, source, "dataset", given["revision"], given["name"], given["data_dir"], split)
             folder = snapshot(ref)
             log.info("%s %s: the fetched snapshot %s", ref.key, ref.label, folder)
             ds = load_dataset_snapshot(ref, folder)

@@ -48,26 +48,14 @@ class Expect:
     states: tuple[str, ...] = ()  # identity fields it must state (what its consumers compare; absent: refused)
 
     def describe(self) -> str:
-        parts = [self.fmt]
-        if self.kinds:
-            parts.append("kind " + "|".join(self.kinds))
-        if self.roles:
-            parts.append("role " + "|".join(self.roles))
-        if self.columns or self.keys:
-            parts.append("has " + ", ".join(self.columns or self.keys))
-        if self.numbers:
-            parts.append("numbers " + ", ".join(self.numbers))
-        if self.booleans:
-            parts.append("booleans " + ", ".join(self.booleans))
-        if self.unit:
-            parts.append(f"one {self.unit} per candidate")
-        if self.per_prompt:
-            parts.append(f"{self.per_prompt} row(s) per prompt")
-        if self.decoders:
-            parts.append("calibrated for " + "|".join(self.decoders))
-        if self.stamped:
-            parts.append("written by its step only")
-        return "; ".join(parts)
+        parts = ((self.kinds, "kind " + "|".join(self.kinds)), (self.roles, "role " + "|".join(self.roles)),
+                 (self.columns or self.keys, "has " + ", ".join(self.columns or self.keys)),
+                 (self.numbers, "numbers " + ", ".join(self.numbers)),
+                 (self.booleans, "booleans " + ", ".join(self.booleans)), (self.unit, f"one {self.unit} per candidate"),
+                 (self.per_prompt, f"{self.per_prompt} row(s) per prompt"),
+                 (self.decoders, "calibrated for " + "|".join(self.decoders)),
+                 (self.stamped, "written by its step only"))
+        return "; ".join([self.fmt, *(text for given, text in parts if given)])
 
 
 def check_numbers(df: pd.DataFrame, columns, where: str) -> None:
@@ -129,9 +117,7 @@ def check_booleans(df: pd.DataFrame, columns, where: str) -> pd.DataFrame:
         values = df[col]
         if pd.api.types.is_bool_dtype(values) and not values.isna().any():
             continue
-        out = []
-        for i, v in enumerate(values):
-            out.append(strict_bool(v, f"{where}: column {col!r} row {i}"))
+        out = [strict_bool(v, f"{where}: column {col!r} row {i}") for i, v in enumerate(values)]
         df = df.assign(**{col: np.array(out, dtype=bool)})
     return df
 

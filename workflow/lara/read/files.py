@@ -186,7 +186,7 @@ def write_table(df: pd.DataFrame, path: str | Path, metadata: dict | None = None
                 if isinstance(metadata.get("identity"), dict):  # sealed: an edit of its rows or metadata is refused
                     metadata = json.loads(json.dumps(metadata, default=str))
                     metadata["identity"]["rows"] = rows_digest(table.to_pandas())
-                    metadata["identity"]["seal"] = seal(metadata)
+                    metadata["identity"]["seal"] = record_seal(metadata)
                 meta = dict(table.schema.metadata or {})
                 meta[b"lara"] = json.dumps(metadata, default=str).encode()
                 table = table.replace_schema_metadata(meta)
@@ -333,16 +333,6 @@ def rows_digest(df: pd.DataFrame) -> str:
     return h.hexdigest()[:16]
 
 
-def seal(metadata: dict) -> str:
-    """A digest of a table's whole ``lara`` metadata record (its identity with the rows' digest, its settings and
-    summary) but the seal itself."""
-    import hashlib
-
-    plain = json.loads(json.dumps(metadata, default=str))
-    plain.get("identity", {}).pop("seal", None)
-    return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:16]
-
-
 def check_rows(df: pd.DataFrame, path: Path, where: str) -> None:
     """A sealed table holds the rows and metadata its step wrote: a row added, copied under a new id, removed or
     changed, or its identity or summary edited (a relabelled scenario, a raised min_ess, a lowered certificate),
@@ -354,7 +344,7 @@ def check_rows(df: pd.DataFrame, path: Path, where: str) -> None:
         raise DataError(f"{where}: states what it is (a {kind}) but carries no seal of its rows and metadata: a table "
                         "a step wrote is sealed, so its seal was removed (or it was written before seals existed); "
                         "rerun the step that makes it, or strip its identity to hand it in as your own table")
-    if made["seal"] != seal(meta) if made.get("seal") is not None else False:
+    if made["seal"] != record_seal(meta) if made.get("seal") is not None else False:
         raise DataError(f"{where}: its metadata is not what its writer wrote (the {kind}'s identity or summary was "
                         "edited after it was written); rerun the step that makes it")
     if made.get("rows") is not None and made["rows"] != rows_digest(df):

@@ -44,7 +44,7 @@ MERGE_TAG = "tag:yaml.org,2002:merge"
 
 class YAMLRefused(yaml.YAMLError):
     """YAML that parses, but that a configuration does not take: a merge key, nesting or aliases beyond any
-    configuration (lara.settings.MAX_DEPTH, MAX_VALUES), an alias inside its own anchor. ``line``: 1-based."""
+    configuration (lara.validation.MAX_DEPTH, MAX_VALUES), an alias inside its own anchor. ``line``: 1-based."""
 
     def __init__(self, problem: str, line: int | None):
         super().__init__(problem)
@@ -64,7 +64,7 @@ def _node_children(node) -> list:
 
 def _check_nodes(root) -> None:
     """Refuse, before anything is built from it (:class:`YAMLRefused`, naming the line), a document that
-    nests or expands beyond any configuration or contains itself (:func:`lara.settings.nesting_problem`), or
+    nests or expands beyond any configuration or contains itself (:func:`lara.validation.nesting_problem`), or
     that uses a merge key (``<<: *anchor``): YAML 1.1 only, and a key written beside it silently replaces
     the merged one, which is what a key given twice does."""
     found = nesting_problem(root, _node_children)
