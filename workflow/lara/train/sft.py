@@ -10,6 +10,7 @@ import logging
 
 import pandas as pd
 
+from lara.settings import read_settings
 from lara.template import format_prompt
 from lara.train import common
 
@@ -50,7 +51,7 @@ def train_sft(model_path: str, data_path: str, checkpoints: str, out: str, s: co
                                      max_length=s.max_length, completion_only_loss=True, packing=False)
     trainer = common.quiet_trainer(SFTTrainer(model=model, args=args, train_dataset=sft_dataset(train_df),
                                               eval_dataset=sft_dataset(eval_df) if len(eval_df) else None,
-                                              processing_class=tokenizer, callbacks=[common.progress_callback()]))
+                                              processing_class=tokenizer))
     metrics: dict = {"n_train": len(train_df), "n_eval": len(eval_df)}
     if len(eval_df):
         metrics["eval_loss_initial"] = trainer.evaluate()["eval_loss"]
@@ -73,5 +74,5 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
-    s = common.read_train_settings(args, common.SFTSettings)
+    s = read_settings(args, common.SFTSettings)
     train_sft(args.model, args.data, args.checkpoints, args.out, s, revision=args.revision)
