@@ -223,16 +223,15 @@ def last_checkpoint(checkpoint_dir: str | Path, resume_partial: bool = False) ->
         missing = _missing_state(candidate)
         if not missing:
             return str(candidate)
-        partial_ok = resume_partial and set(missing) <= {"optimizer.pt", "scheduler.pt"}
-        if partial_ok:
+        state_only = set(missing) <= {"optimizer.pt", "scheduler.pt"}
+        if resume_partial and state_only:
             log.warning("%s lacks %s: resuming it anyway (resume_partial: true) with a FRESH optimizer/scheduler "
                         "state; the weights will differ from an uninterrupted run", candidate, ", ".join(missing))
             return str(candidate)
         aside = path / "incomplete" / candidate.name
         log.warning("%s is incomplete (missing %s): moved to %s; the checkpoint before it is resumed%s", candidate,
                     ", ".join(missing), aside.parent,
-                    " (set resume_partial: true to resume it with a fresh optimizer)"
-                    if set(missing) <= {"optimizer.pt", "scheduler.pt"} else "")
+                    " (set resume_partial: true to resume it with a fresh optimizer)" if state_only else "")
         aside.parent.mkdir(exist_ok=True)
         shutil.rmtree(aside, ignore_errors=True)
         candidate.rename(aside)
@@ -287,9 +286,9 @@ def quiet_trainer(trainer):
     return trainer
 
 
-def start(model_path: str, s: TrainSettings) -> None:
+def start(model_path: str, s: TrainSettings):
     """What a TRL-trained stage does first: ``--model`` must be a model (:func:`lara.config.require_model`), then
-    every random generator is seeded with ``s.seed``."""
+    every random generator is seeded with ``s.seed``. Returns the model's tokenizer (:func:`load_tokenizer`)."""
     import random
 
     import numpy as np
@@ -302,6 +301,7 @@ def start(model_path: str, s: TrainSettings) -> None:
     np.random.seed(s.seed)
     torch.manual_seed(s.seed)
     os.environ.setdefault("PYTHONHASHSEED", str(s.seed))
+    return load_tokenizer(model_path)
 
 
 def load_tokenizer(model_path: str):

@@ -1,22 +1,13 @@
-"""Reward, cost and PARGS partial models: Bradley-Terry training with TRL's RewardTrainer.
+"""Reward, cost and PARGS partial models: Bradley-Terry training with TRL's RewardTrainer (docs/training.md).
 
-Losses (Safe-RLHF; s = +1 for an unsafe response, -1 for a safe one):
-
-* reward: -log sigma(r_better - r_worse) + reg * mean(r^2)
-* cost, ``loss: safe_rlhf``: -log sigma(c_unsafer - c_safer) - log sigma(s_safer c_safer)
-          - log sigma(s_unsafer c_unsafer) + reg * mean(c^2)
-  so safe responses are pushed to c < 0 and unsafe ones to c > 0;
-* cost, ``loss: bt``: -log sigma(c_unsafer - c_safer) + reg * mean(c^2), plain Bradley-Terry on the
-  harmfulness preference (the paper's stated objective). Its scores are shift-invariant: their zero is
-  wherever training left it, so a budget tau would mean nothing. With ``anchor_zero`` (the default)
-  the zero is fitted after training on the *held-out* pairs' safety labels (:func:`fit_zero`): the
-  offset b that makes c - b > 0 classify their responses as unsafe most accurately; b is stored in
-  ``lara_scorer.json`` and subtracted wherever the model scores (``lara.scoring``), so tau is in units
-  where c > 0 means "judged unsafe". Scores are the head at the true last token
-  (``lara.scoring.sequence_scores``), exactly as the scorer reads them.
-
-PARGS partial models are trained on pairs of *prefixes* of both responses, at every prefix
-length or ``prefixes_per_pair`` sampled lengths, each with the full pair's label.
+Losses, each plus reg * mean(score^2): reward -log sigma(r_better - r_worse); cost ``safe_rlhf`` adds Safe-RLHF's
+sign terms -log sigma(s c) of both responses (s = +1 unsafe, -1 safe), so safe responses are pushed to c < 0 and
+unsafe ones to c > 0; cost ``bt`` is the pairwise term alone (the paper's stated objective). Its scores are
+shift-invariant, so a budget tau would mean nothing: with ``anchor_zero`` the zero is fitted after training on the
+*held-out* pairs' safety labels (:func:`fit_zero`), stored in ``lara_scorer.json`` and subtracted wherever the model
+scores (``lara.scoring``), so tau is in units where c > 0 means "judged unsafe". Scores are the head at the true
+last token (``lara.scoring.sequence_scores``), exactly as the scorer reads them. PARGS partial models are trained on
+pairs of *prefixes* of both responses (:func:`prefix_pairs`), each with the full pair's label.
 """
 
 from __future__ import annotations
@@ -90,8 +81,8 @@ def tokenized_pairs(pairs: pd.DataFrame, tokenizer, max_length: int) -> dict:
 
 
 def prefix_pairs(pairs: pd.DataFrame, tokenizer, max_length: int, per_pair: int | None, seed: int) -> dict:
-    """PARGS training pairs: both responses cut to the same number of response tokens l
-    (the last length of each includes its EOS), each with the full pair's label."""
+    """PARGS training pairs: both responses cut to the same number of response tokens l, at every length or
+    ``per_pair`` sampled ones (the last length of each includes its EOS), each with the full pair's label."""
     rng = np.random.default_rng(seed)
     out = {"chosen_ids": [], "rejected_ids": [], "chosen_sign": [], "rejected_sign": [], "prefix_fraction": []}
     columns = ["prompt", "chosen", "rejected", "chosen_sign", "rejected_sign"]
@@ -245,7 +236,7 @@ def train_preference_model(kind: str, model_path: str, data_path: str, checkpoin
     from transformers import AutoModelForSequenceClassification
     from trl import RewardConfig
 
-    common.start(model_path, s)
+    tokenizer = common.start(model_path, s)
     name = f"partial_{kind}" if partial else kind
     loss_name = getattr(s, "cost_loss" if partial else "loss", "safe_rlhf") if kind == "cost" else "bradley_terry"
     log.info("%s model, loss: %s", name, loss_name)
@@ -259,7 +250,6 @@ def train_preference_model(kind: str, model_path: str, data_path: str, checkpoin
         raise ConfigError("train.cost.anchor_zero fits the cost scale's zero on held-out pairs, but "
                           f"train.cost.eval_fraction = {s.eval_fraction} holds none out: raise it, or set "
                           "anchor_zero: false (tau then has no anchored meaning)")
-    tokenizer = common.load_tokenizer(model_path)
     train_data, eval_data = ((prefix_pairs(train_df, tokenizer, s.max_length, s.prefixes_per_pair, s.seed),
                               prefix_pairs(eval_df, tokenizer, s.max_length, None, s.seed + 1)) if partial else
                              (tokenized_pairs(df, tokenizer, s.max_length) for df in (train_df, eval_df)))

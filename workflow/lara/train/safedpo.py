@@ -1,16 +1,8 @@
-"""``lara train-safedpo``: the SafeDPO baseline (Kim et al. 2025) with TRL's DPOTrainer.
+"""``lara train-safedpo``: the SafeDPO baseline (Kim et al. 2025) with TRL's DPOTrainer (docs/baselines.md).
 
-SafeDPO turns the safety-constrained RLHF objective into a single DPO-style loss on pairs
-whose order has been made safety-aware. With y_w the helpfulness-preferred response of a
-PKU-SafeRLHF pair, y_l the other, and h(y) = 1 for an unsafe response (0 for a safe one):
-
-* keep the pair when y_w is safe (whatever y_l is);
-* swap it when y_w is unsafe and y_l is safe (the safe response becomes the winner);
-* when both are unsafe: ``both_unsafe`` = ``drop`` removes the pair, ``keep`` keeps the
-  helpfulness order (see :data:`BOTH_UNSAFE_RULES` and docs/baselines.md for the paper's choice).
-
-and the loss adds a safety margin Delta to the DPO logit of pairs whose (new) winner is safe
-and loser unsafe:
+SafeDPO turns the safety-constrained RLHF objective into a single DPO-style loss on pairs whose order has been
+made safety-aware (:func:`safedpo_pairs`), with a safety margin Delta on the DPO logit of pairs whose (new) winner
+y_w is safe and loser y_l unsafe (h(y) = 1 for an unsafe response, 0 for a safe one):
 
     L = -log sigma( beta * [log pi/pi_ref (y_w) - log pi/pi_ref (y_l)] - Delta * (h(y_l) - h(y_w)) )
 
@@ -42,7 +34,10 @@ BOTH_UNSAFE_RULES = ("drop", "keep")
 
 
 def safedpo_pairs(df: pd.DataFrame, both_unsafe: str = "drop") -> tuple[pd.DataFrame, dict]:
-    """The SafeDPO transformation of PKU-SafeRLHF rows.
+    """The SafeDPO transformation of PKU-SafeRLHF rows: a pair is kept when its helpfulness-preferred response
+    y_w is safe (whatever the other, y_l, is), swapped when y_w is unsafe and y_l safe (the safe response becomes
+    the winner); when both are unsafe, ``both_unsafe`` ``drop`` removes it and ``keep`` keeps the helpfulness
+    order (see docs/baselines.md for the paper's choice).
 
     Returns (pairs, counts): ``pairs`` has prompt, chosen, rejected, chosen_unsafe,
     rejected_unsafe and ``margin_indicator`` = h(rejected) - h(chosen) (1 when a safe response
@@ -162,7 +157,7 @@ def train_safedpo(model_path: str, data_path: str, checkpoints: str, out: str, s
 
     from lara.read.files import read_table
 
-    common.start(model_path, s)
+    tokenizer = common.start(model_path, s)
     df = read_table(data_path, required=("prompt", "response_0", "response_1", "better_response_id",
                                          "is_response_0_safe", "is_response_1_safe"))
     pairs, counts = safedpo_pairs(df, s.both_unsafe)
@@ -171,7 +166,6 @@ def train_safedpo(model_path: str, data_path: str, checkpoints: str, out: str, s
     log.info("SafeDPO transformation of %d pairs: %s; %d pairs carry the safety margin", len(df), counts,
              int(pairs["margin_indicator"].sum()))
     train_df, eval_df = common.split_eval(pairs, s.eval_fraction, s.seed)
-    tokenizer = common.load_tokenizer(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=common.torch_dtype(s.dtype))
     args = common.training_arguments(DPOConfig, s, checkpoints, has_eval=len(eval_df) > 0, beta=s.beta,
                                      loss_type=["sigmoid"], max_length=s.max_length, precompute_ref_log_probs=True,

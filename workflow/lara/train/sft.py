@@ -40,12 +40,11 @@ def train_sft(model_path: str, data_path: str, checkpoints: str, out: str, s: co
         folder = snapshot(HubRef("base_model.name_or_path", model_path, "model", revision))
         base, model_path = f"{model_path}@{commit_of(folder)}", str(folder)
         log.info("base model %s: the fetched snapshot %s", base, folder)
-    common.start(model_path, s)
+    tokenizer = common.start(model_path, s)
     from lara.read.files import read_table
     df = read_table(data_path)
     train_df, eval_df = common.split_eval(df, s.eval_fraction, s.seed)
     log.info("SFT on %d examples (%d held out for validation)", len(train_df), len(eval_df))
-    tokenizer = common.load_tokenizer(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=common.torch_dtype(s.dtype))
     args = common.training_arguments(SFTConfig, s, checkpoints, has_eval=len(eval_df) > 0,
                                      max_length=s.max_length, completion_only_loss=True, packing=False)

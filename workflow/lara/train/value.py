@@ -139,7 +139,7 @@ def train_value(kind: str, model_path: str, data_path: str, checkpoints: str, ou
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainingArguments
 
-    common.start(model_path, s)
+    tokenizer = common.start(model_path, s)
     from lara.read.files import read_table
     df = read_table(data_path)
     if kind not in df.columns:
@@ -147,7 +147,6 @@ def train_value(kind: str, model_path: str, data_path: str, checkpoints: str, ou
 
         raise DataError(f"{data_path}: missing column {kind!r} (the {kind} scores of the samples)")
     train_df, eval_df = common.split_eval(df, s.eval_fraction, s.seed)
-    tokenizer = common.load_tokenizer(model_path)
     train_ex = tokenize_samples(train_df, tokenizer, kind, s.max_length)
     eval_ex = tokenize_samples(eval_df, tokenizer, kind, s.max_length)
     log.info("value_%s (%s target): %d training and %d held-out samples", kind, s.target, len(train_ex), len(eval_ex))
