@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from lara.train.preference import cost_loss, oriented_pairs, reward_loss
+from lara.train.preference import cost_loss, oriented_pairs
 from lara.train.value import value_loss, value_targets
 
 
@@ -14,11 +14,12 @@ def logsig(x):
 
 
 def test_reward_loss_matches_the_formula():
+    # the reward model's loss: cost_loss's bt, with no safety signs
     rc, rr = torch.tensor([1.0, -0.5, 2.0]), torch.tensor([0.0, 0.5, 2.5])
     expected = -(logsig(1.0) + logsig(-1.0) + logsig(-0.5)) / 3
-    assert reward_loss(rc, rr).item() == pytest.approx(expected, rel=1e-6)
+    assert cost_loss(rc, rr, None, None, loss="bt").item() == pytest.approx(expected, rel=1e-6)
     reg = 0.1 * (1 + 0.25 + 4 + 0 + 0.25 + 6.25) / 6
-    assert reward_loss(rc, rr, 0.1).item() == pytest.approx(expected + reg, rel=1e-6)
+    assert cost_loss(rc, rr, None, None, 0.1, loss="bt").item() == pytest.approx(expected + reg, rel=1e-6)
 
 
 def test_cost_loss_matches_safe_rlhf():

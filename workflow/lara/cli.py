@@ -351,7 +351,7 @@ def reads_settings(module_name: str) -> bool:
     from lara.codehash import module_file
 
     text = module_file(module_name).read_text()
-    return "read_settings(" in text or "read_train_settings(" in text
+    return "read_settings(" in text
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -50,19 +50,15 @@ def staging_dir(checkpoint_dir: Path, step: int) -> Path:
     return Path(checkpoint_dir) / f"{STAGING}{step}"
 
 
-def publish(written: Path, checkpoint_dir: Path, step: int) -> Path:
+def publish(written: Path, checkpoint_dir: Path, step: int, keep: int) -> None:
     """Rename a complete checkpoint (``written``, inside or equal to the staging folder of ``step``) to
-    ``checkpoint-N``, replacing an older one of that step, and remove the staging folder."""
+    ``checkpoint-N``, replacing an older one of that step, and remove the staging folder; then remove all but the
+    ``keep`` newest ``checkpoint-N`` folders."""
     final = Path(checkpoint_dir) / f"checkpoint-{step}"
     if final.exists():
         shutil.rmtree(final)
     os.replace(written, final)
     shutil.rmtree(staging_dir(checkpoint_dir, step), ignore_errors=True)
-    return final
-
-
-def keep_newest(checkpoint_dir: Path, keep: int) -> None:
-    """Remove all but the ``keep`` newest ``checkpoint-N`` folders."""
     for _, old in numbered(checkpoint_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -122,3 +118,19 @@ def set_aside_stale_checkpoints(checkpoint_dir: Path, fp: dict) -> None:
         shutil.rmtree(back)
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     write_json(stamp, fp)
+
+
+def resume_point(accelerator, checkpoint_dir: Path, fp: dict, last) -> str | Path | None:
+    """The checkpoint every process resumes, ``last(checkpoint_dir)`` (the newest complete one, or None): first the
+    main process tidies the folder (sets aside checkpoints made with other settings or inputs than ``fp``, and lets
+    ``last`` remove interrupted saves and set incomplete ones aside), then all take the same one."""
+    if accelerator.is_main_process:
+        set_aside_stale_checkpoints(checkpoint_dir, fp)
+        last(checkpoint_dir)
+    accelerator.wait_for_everyone()
+    resume = last(checkpoint_dir)
+    if resume:
+        log.info("resuming from %s", resume)
+    else:
+        log.info("no checkpoint in %s: starting from scratch", checkpoint_dir)
+    return resume

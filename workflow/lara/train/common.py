@@ -25,7 +25,7 @@ from lara.train.checkpoints import (
     prune,
     publish,
     remove_interrupted_saves,
-    set_aside_stale_checkpoints,
+    resume_point,
     staging_dir,
 )
 
@@ -137,19 +137,6 @@ def device() -> str:
     return f"cuda:{local}" if local is not None and world_size() > 1 else "cuda"
 
 
-def is_main_process() -> bool:
-    """Whether this process writes the job's outputs: the only one, or rank 0 of a multi-process launch."""
-    return rank() == 0
-
-
-def barrier() -> None:
-    """Wait for every process of a multi-process launch (nothing to wait for when run alone)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()
-
-
 def torch_dtype(name: str):
     import torch
 
@@ -236,16 +223,15 @@ def last_checkpoint(checkpoint_dir: str | Path, resume_partial: bool = False) ->
         missing = _missing_state(candidate)
         if not missing:
             return str(candidate)
-        partial_ok = resume_partial and set(missing) <= {"optimizer.pt", "scheduler.pt"}
-        if partial_ok:
+        state_only = set(missing) <= {"optimizer.pt", "scheduler.pt"}
+        if resume_partial and state_only:
             log.warning("%s lacks %s: resuming it anyway (resume_partial: true) with a FRESH optimizer/scheduler "
                         "state; the weights will differ from an uninterrupted run", candidate, ", ".join(missing))
             return str(candidate)
         aside = path / "incomplete" / candidate.name
         log.warning("%s is incomplete (missing %s): moved to %s; the checkpoint before it is resumed%s", candidate,
                     ", ".join(missing), aside.parent,
-                    " (set resume_partial: true to resume it with a fresh optimizer)"
-                    if set(missing) <= {"optimizer.pt", "scheduler.pt"} else "")
+                    " (set resume_partial: true to resume it with a fresh optimizer)" if state_only else "")
         aside.parent.mkdir(exist_ok=True)
         shutil.rmtree(aside, ignore_errors=True)
         candidate.rename(aside)
@@ -258,8 +244,6 @@ def stage_checkpoints(trainer) -> None:
     ``checkpoint-N`` only once every file is written, so a checkpoint is either complete or absent;
     then keep the newest ``save_total_limit``."""
     import shutil
-
-    from transformers.trainer_utils import rotate_checkpoints
 
     original = trainer._save_checkpoint
 
@@ -276,16 +260,16 @@ def stage_checkpoints(trainer) -> None:
             trainer.args.output_dir = str(run_dir)
         trainer.accelerator.wait_for_everyone()
         if trainer.args.should_save:
-            publish(staging / f"checkpoint-{step}", run_dir, step)
-            rotate_checkpoints(str(run_dir), trainer.args.save_total_limit)
+            publish(staging / f"checkpoint-{step}", run_dir, step, trainer.args.save_total_limit)
         trainer.accelerator.wait_for_everyone()
 
     trainer._save_checkpoint = save
 
 
-def progress_callback():
-    """Trainer callback that sends every logged metric line to the step's log."""
+def quiet_trainer(trainer):
+    """Progress to the step's log (every logged metric line, and each save), not to transformers' stdout printer."""
     from transformers import TrainerCallback
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     class LogProgress(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
@@ -296,48 +280,28 @@ def progress_callback():
         def on_save(self, args, state, control, **kwargs):
             log.info("checkpoint saved at step %d", state.global_step)
 
-    return LogProgress()
-
-
-def quiet_trainer(trainer):
-    """Drop transformers' stdout printer: progress goes to the log through our callback."""
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
+    trainer.add_callback(LogProgress())
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
     return trainer
 
 
-def train_with_resume(trainer, checkpoint_dir: str | Path, fp: dict | None = None, resume_partial: bool = False):
-    """Run ``trainer.train``, resuming from the last complete checkpoint in ``checkpoint_dir`` if it
-    was made with the same settings and inputs (``fp``); stale checkpoints are set aside; every new
-    checkpoint is written complete or not at all (:func:`stage_checkpoints`)."""
-    checkpoint_dir = Path(checkpoint_dir)
-    stage_checkpoints(trainer)
-    # the main process tidies the checkpoint folder (sets stale ones aside, removes interrupted saves);
-    # then every process resumes from the same checkpoint
-    if trainer.is_world_process_zero():
-        if fp is not None:
-            set_aside_stale_checkpoints(checkpoint_dir, fp)
-        last_checkpoint(checkpoint_dir, resume_partial=resume_partial)
-    trainer.accelerator.wait_for_everyone()
-    resume = last_checkpoint(checkpoint_dir, resume_partial=resume_partial)
-    if resume:
-        log.info("resuming from %s", resume)
-    else:
-        log.info("no checkpoint in %s: starting from scratch", checkpoint_dir)
-    result = trainer.train(resume_from_checkpoint=resume)
-    log.info("finished at step %d (training loss %.4f)", trainer.state.global_step, result.training_loss)
-    return result
-
-
-def start(model_path: str, s: TrainSettings) -> None:
+def start(model_path: str, s: TrainSettings):
     """What a TRL-trained stage does first: ``--model`` must be a model (:func:`lara.config.require_model`), then
-    every random generator is seeded with ``s.seed``."""
+    every random generator is seeded with ``s.seed``. Returns the model's tokenizer (:func:`load_tokenizer`)."""
+    import random
+
+    import numpy as np
+    import torch
+
     from lara.config import require_model
 
     require_model(model_path, "--model")
-    seed_everything(s.seed)
+    random.seed(s.seed)
+    np.random.seed(s.seed)
+    torch.manual_seed(s.seed)
+    os.environ.setdefault("PYTHONHASHSEED", str(s.seed))
+    return load_tokenizer(model_path)
 
 
 def load_tokenizer(model_path: str):
@@ -351,9 +315,15 @@ def load_tokenizer(model_path: str):
 
 
 def fit(trainer, checkpoint_dir: str | Path, s: TrainSettings, inputs: dict[str, str | Path]) -> dict:
-    """:func:`train_with_resume` (checkpoints fingerprinted by ``s`` and ``inputs``, ``s.resume_partial``): the
-    metrics every stage reports, the training loss and the last step."""
-    result = train_with_resume(trainer, checkpoint_dir, fingerprint(s, inputs), resume_partial=s.resume_partial)
+    """Run ``trainer.train``, resuming from the last complete checkpoint in ``checkpoint_dir`` if it was made with
+    the same settings and inputs (:func:`lara.train.checkpoints.resume_point`; ``s.resume_partial``: see
+    :func:`last_checkpoint`); every new checkpoint is written complete or not at all (:func:`stage_checkpoints`).
+    Returns the metrics every stage reports, the training loss and the last step."""
+    stage_checkpoints(trainer)
+    resume = resume_point(trainer.accelerator, Path(checkpoint_dir), fingerprint(s, inputs),
+                          lambda path: last_checkpoint(path, resume_partial=s.resume_partial))
+    result = trainer.train(resume_from_checkpoint=resume)
+    log.info("finished at step %d (training loss %.4f)", trainer.state.global_step, result.training_loss)
     return {"train_loss": result.training_loss, "global_step": trainer.state.global_step}
 
 
@@ -371,7 +341,7 @@ def save_model(model, tokenizer, out_dir: str | Path, *, kind: str, settings: Tr
     ``metrics.json``, ``provenance.json`` and, for scorers, ``lara_scorer.json``. Under a
     multi-process launch only the main process writes; the others wait until it has."""
     try:
-        if not is_main_process():
+        if rank() != 0:  # the main process writes (the only one, or rank 0 of a multi-process launch)
             return
         with atomic_output(out_dir, directory=True) as tmp:
             model.save_pretrained(tmp, state_dict=state_dict)
@@ -387,20 +357,11 @@ def save_model(model, tokenizer, out_dir: str | Path, *, kind: str, settings: Tr
             for name, obj in (extra_files or {}).items():
                 write_json(Path(tmp) / name, obj)
         log.info("saved %s model to %s", kind, out_dir)
-    finally:
-        barrier()
+    finally:  # every process of a multi-process launch waits until the main one has written
+        import torch.distributed as dist
 
-
-def seed_everything(seed: int) -> None:
-    import random
-
-    import numpy as np
-    import torch
-
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    os.environ.setdefault("PYTHONHASHSEED", str(seed))
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            dist.barrier()
 
 
 def split_eval(df, fraction: float, seed: int):
@@ -423,10 +384,3 @@ def add_common_arguments(parser, settings_cls: type[TrainSettings],
     add_settings_arguments(parser, settings_cls)
     parser.add_argument("--checkpoints", required=True, help="checkpoint directory (kept across reruns)")
     parser.add_argument("--out", required=True, help="output model directory")
-
-
-def read_train_settings(args, settings_cls: type[TrainSettings]) -> TrainSettings:
-    """The stage's settings from its arguments (``--settings`` JSON and the generated flags)."""
-    from lara.settings import read_settings
-
-    return read_settings(args, settings_cls)

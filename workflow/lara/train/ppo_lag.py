@@ -1,28 +1,22 @@
-"""``lara train-safe-rlhf``: the Safe-RLHF baseline, PPO-Lagrangian, as the project's own loop.
+"""``lara train-safe-rlhf``: the Safe-RLHF baseline, PPO-Lagrangian, as the project's own loop (docs/baselines.md).
 
 TRL (>= 1.13) has no PPO trainer, and the old one had one reward model, one critic and no
 multiplier, so this is a loop on ``accelerate`` that follows Safe-RLHF's algorithm
 (Dai et al. 2024, PKU-Alignment/safe-rlhf ``ppo_lag``):
 
-* actor pi initialised from SFT; the frozen SFT model is the reference pi_ref; the trained
-  reward model r and cost model c score finished responses;
-* two critics (reward critic initialised from r, cost critic from c) give a value per
-  response token; each has its own GAE (gamma, lambda_gae) and a clipped value loss;
-* per-token rewards: the KL penalty k_t = -kl_coeff * (log pi - log pi_ref) on every response
-  token, added to the reward stream and subtracted from the cost stream (the split of
-  Safe-RLHF after its PR #173: with the advantage below the policy sees the KL at weight
-  (kl + lambda kl) / (1 + lambda) = kl_coeff), plus the end score at the last response token;
-  both clipped at +-clip_range_score;
-* the multiplier is stored as log(lambda) and moved by one SGD step before every actor update
-  on the loss -(J_c - threshold) * lambda, where J_c is the mean cost-model score of the last
-  ``episode_cost_window_size`` episodes (so lambda rises while J_c exceeds the threshold and
-  falls otherwise), clamped at lambda_clamp;
-* the actor maximises the PPO clipped surrogate of (A_r - lambda A_c) / (1 + lambda), plus an
-  optional pre-training (ptx) loss on the SFT data, as in Safe-RLHF's scripts.
+* actor pi initialised from SFT against the frozen SFT reference; the trained reward and cost models score
+  finished responses and start two critics (a value per response token, each with its own GAE and clipped loss);
+* per-token rewards: the KL penalty -kl_coeff * (log pi - log pi_ref), added to the reward stream and subtracted
+  from the cost stream (Safe-RLHF after its PR #173: with the actor's advantage (A_r - lambda A_c) / (1 + lambda)
+  the policy sees the KL at weight (kl + lambda kl) / (1 + lambda) = kl_coeff), plus the end score at the last
+  response token; both clipped at +-clip_range_score;
+* log(lambda) moves by one SGD step before every actor update on -(J_c - threshold) * lambda, J_c the mean
+  cost-model score of the last ``episode_cost_window_size`` episodes (so lambda rises while J_c exceeds the
+  threshold and falls otherwise), clamped at lambda_clamp; the actor adds an optional pre-training (ptx) loss
+  on the SFT data, as in Safe-RLHF's scripts.
 
-Every step logs lambda, the episode cost against the threshold, reward, cost and KL, and the
-per-step history is saved with the model (``history.json``). Checkpoints (models,
-optimisers, schedulers, RNG state, lambda and the episode window) are written every
+Every step's lambda, episode cost, reward, cost and KL are logged and saved with the model (``history.json``).
+Checkpoints (models, optimisers, schedulers, RNG state, lambda and the episode window) are written every
 ``save_steps`` rollouts and a rerun with the same settings and inputs resumes from the last.
 """
 
@@ -49,12 +43,11 @@ from lara.settings import (
     seed_setting,
     setting,
 )
-from lara.train.ppo_math import (  # noqa: F401 (masked_mean re-exported: tests/unit/test_baselines.py)
+from lara.train.ppo_math import (
     actor_loss,
     combined_advantage,
     gae,
     lambda_step,
-    masked_mean,
     response_mask,
     shaped_rewards,
     token_critic_class,
@@ -148,7 +141,7 @@ class LoopState:
 def _save_checkpoint(accelerator, checkpoint_dir: Path, state: LoopState, keep: int = 2) -> None:
     """Save into ``.staging-N`` and rename to ``checkpoint-N`` once complete (loop_state.json last),
     so a checkpoint is either complete or absent; keep the newest ``keep``."""
-    from lara.train.checkpoints import keep_newest, publish, staging_dir
+    from lara.train.checkpoints import publish, staging_dir
 
     staging = staging_dir(checkpoint_dir, state.step)
     if accelerator.is_main_process:
@@ -158,16 +151,16 @@ def _save_checkpoint(accelerator, checkpoint_dir: Path, state: LoopState, keep: 
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         (staging / "loop_state.json").write_text(json.dumps(asdict(state)))
-        publish(staging, checkpoint_dir, state.step)
-        keep_newest(checkpoint_dir, keep)
+        publish(staging, checkpoint_dir, state.step, keep)
     accelerator.wait_for_everyone()
     log.info("checkpoint saved at step %d", state.step)
 
 
 def _last_checkpoint(checkpoint_dir: Path) -> Path | None:
-    """The newest checkpoint with its loop state (the last file a save writes)."""
-    from lara.train.checkpoints import numbered
+    """The newest checkpoint with its loop state (the last file a save writes), once interrupted saves are removed."""
+    from lara.train.checkpoints import numbered, remove_interrupted_saves
 
+    remove_interrupted_saves(checkpoint_dir)
     done = [p for _, p in numbered(checkpoint_dir) if (p / "loop_state.json").is_file()]
     return done[-1] if done else None
 
@@ -183,10 +176,8 @@ class Run:
     prompts: list[str]
     actor: Any
     ref: Any
-    reward_critic: Any
-    cost_critic: Any
-    reward_model: Any
-    cost_model: Any
+    critics: dict  # reward_critic / cost_critic -> the token critic (initialised from that score model)
+    scorers: dict  # reward / cost -> the score model of finished responses
     optimisers: dict  # name -> (optimiser, scheduler): actor, reward_critic, cost_critic
     ptx: list[tuple[int, list[int]]] | None  # (prompt length, prompt + response ids) per SFT example
     steps_per_epoch: int
@@ -232,32 +223,33 @@ def _setup(sft_path: str, reward_path: str, cost_path: str, prompts_path: str, s
     tok = load_tokenizer(sft_path)
     tok.padding_side = "left"
 
+    scored = {"reward": reward_path, "cost": cost_path}
     actor = AutoModelForCausalLM.from_pretrained(sft_path, dtype=torch.float32)
     ref = AutoModelForCausalLM.from_pretrained(sft_path, dtype=frozen_dtype).to(dev).eval().requires_grad_(False)
     TokenCritic = token_critic_class()
-    reward_critic = TokenCritic(AutoModelForSequenceClassification.from_pretrained(reward_path, dtype=torch.float32))
-    cost_critic = TokenCritic(AutoModelForSequenceClassification.from_pretrained(cost_path, dtype=torch.float32))
-    for m in (actor, reward_critic, cost_critic):
+    models = {"actor": actor} | {f"{k}_critic": TokenCritic(AutoModelForSequenceClassification.from_pretrained(
+        path, dtype=torch.float32)) for k, path in scored.items()}
+    for m in models.values():
         disable_dropout_in_model(m)
-    reward_model = SequenceScorer(reward_path, device=str(dev), dtype=s.dtype if cuda else "float32")
-    cost_model = SequenceScorer(cost_path, device=str(dev), dtype=s.dtype if cuda else "float32")
+    scorers = {k: SequenceScorer(path, device=str(dev), dtype=s.dtype if cuda else "float32")
+               for k, path in scored.items()}
 
     world = accelerator.num_processes
     steps_per_epoch = max(1, len(prompts) // (s.prompt_batch_size * world))
     total = s.max_steps if s.max_steps > 0 else max(1, math.ceil(s.epochs * steps_per_epoch))
     updates_per_step = s.update_iters * math.ceil(s.prompt_batch_size / s.train_batch_size)
 
-    def optimiser(model, lr, wd, schedule):
+    def optimiser(name, model):
+        lr, wd, schedule = ((s.actor_lr, s.actor_weight_decay, s.lr_scheduler) if name == "actor" else
+                            (s.critic_lr, s.critic_weight_decay, s.critic_lr_scheduler))
         opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd)
         return opt, get_scheduler(schedule, opt, num_warmup_steps=int(s.warmup_ratio * total * updates_per_step),
                                   num_training_steps=total * updates_per_step)
 
-    actor_opt, actor_sched = optimiser(actor, s.actor_lr, s.actor_weight_decay, s.lr_scheduler)
-    rc_opt, rc_sched = optimiser(reward_critic, s.critic_lr, s.critic_weight_decay, s.critic_lr_scheduler)
-    cc_opt, cc_sched = optimiser(cost_critic, s.critic_lr, s.critic_weight_decay, s.critic_lr_scheduler)
-    (actor, actor_opt, actor_sched, reward_critic, rc_opt, rc_sched, cost_critic, cc_opt,
-     cc_sched) = accelerator.prepare(actor, actor_opt, actor_sched, reward_critic, rc_opt, rc_sched,
-                                     cost_critic, cc_opt, cc_sched)
+    # prepared together, in the order actor, its optimiser and schedule, then each critic's (the checkpoints' order)
+    prepared = accelerator.prepare(*(x for name, m in models.items() for x in (m, *optimiser(name, m))))
+    models = {name: prepared[3 * i] for i, name in enumerate(models)}
+    optimisers = {name: tuple(prepared[3 * i + 1:3 * i + 3]) for i, name in enumerate(models)}
 
     ptx = None
     if s.ptx_coeff > 0 and sft_data_path:
@@ -268,27 +260,19 @@ def _setup(sft_path: str, reward_path: str, cost_path: str, prompts_path: str, s
     inputs = {"sft": sft_path, "reward": reward_path, "cost": cost_path, "prompts": prompts_path}
     if ptx is not None:
         inputs["sft_data"] = sft_data_path
-    return Run(s=s, accelerator=accelerator, tok=tok, prompts=prompts, actor=actor, ref=ref,
-               reward_critic=reward_critic, cost_critic=cost_critic, reward_model=reward_model, cost_model=cost_model,
-               optimisers={"actor": (actor_opt, actor_sched), "reward_critic": (rc_opt, rc_sched),
-                           "cost_critic": (cc_opt, cc_sched)},
-               ptx=ptx, steps_per_epoch=steps_per_epoch, total=total, inputs=inputs)
+    return Run(s=s, accelerator=accelerator, tok=tok, prompts=prompts, actor=models.pop("actor"), ref=ref,
+               critics=models, scorers=scorers, optimisers=optimisers, ptx=ptx, steps_per_epoch=steps_per_epoch,
+               total=total, inputs=inputs)
 
 
 def _resume(run: Run, checkpoint_dir: Path) -> LoopState:
     """The loop state of the last complete checkpoint made with these settings and inputs, else step 0."""
-    from lara.train.checkpoints import fingerprint, remove_interrupted_saves, set_aside_stale_checkpoints
+    from lara.train.checkpoints import fingerprint, resume_point
 
-    if run.accelerator.is_main_process:  # the main process tidies the folder, then all resume the same checkpoint
-        set_aside_stale_checkpoints(checkpoint_dir, fingerprint(run.s, run.inputs))
-        remove_interrupted_saves(checkpoint_dir)
-    run.accelerator.wait_for_everyone()
-    resume = _last_checkpoint(checkpoint_dir)
+    resume = resume_point(run.accelerator, checkpoint_dir, fingerprint(run.s, run.inputs), _last_checkpoint)
     if resume is None:
-        log.info("no checkpoint in %s: starting from scratch", checkpoint_dir)
         return LoopState(step=0, log_lambda=math.log(run.s.lambda_init), window=[], history=[])
     run.accelerator.load_state(str(resume))
-    log.info("resuming from %s", resume)
     from lara.read.files import json_file
     return LoopState(**json_file((resume / "loop_state.json"), mapping=False))
 
@@ -312,8 +296,7 @@ class Rollout:
     pos: Any
     n_prompt: int
     act_mask: Any
-    end_reward: Any
-    end_cost: Any
+    ends: dict  # reward / cost -> (B,) end scores of the responses
     old_logp: Any
     ref_logp: Any
     old_values: dict  # reward_critic / cost_critic -> (B, T) values at the response actions
@@ -351,28 +334,18 @@ def _rollout(run: Run, step: int) -> Rollout:
     act_mask = resp_mask.float()  # action t of the response predicts generated[:, t]
     responses = [tok.decode(g[m.bool()], skip_special_tokens=True).strip()
                  for g, m in zip(generated, resp_mask, strict=True)]
-    end_reward = torch.tensor(run.reward_model.score(texts, responses), device=dev, dtype=torch.float32)
-    end_cost = torch.tensor(run.cost_model.score(texts, responses), device=dev, dtype=torch.float32)
+    ends = {k: torch.tensor(m.score(texts, responses), device=dev, dtype=torch.float32)
+            for k, m in run.scorers.items()}
     with torch.no_grad():
         old_logp = token_log_probs(run.actor, seq, attn, pos)[:, n_prompt - 1:]
         ref_logp = token_log_probs(run.ref, seq, attn, pos)[:, n_prompt - 1:]
-        old_rv = run.reward_critic(seq, attn, pos)[:, n_prompt - 1:-1]
-        old_cv = run.cost_critic(seq, attn, pos)[:, n_prompt - 1:-1]
-    rewards, costs = shaped_rewards(end_reward, end_cost, old_logp, ref_logp, act_mask, s.kl_coeff,
-                                    s.clip_range_score)
-    return Rollout(texts=texts, seq=seq, attn=attn, pos=pos, n_prompt=n_prompt, act_mask=act_mask,
-                   end_reward=end_reward, end_cost=end_cost, old_logp=old_logp, ref_logp=ref_logp,
-                   old_values={"reward_critic": old_rv, "cost_critic": old_cv},
-                   advantages={"reward_critic": gae(rewards, old_rv, act_mask, s.gamma, s.gae_lambda),
-                               "cost_critic": gae(costs, old_cv, act_mask, s.gamma, s.gae_lambda)})
-
-
-def _lambda_step(run: Run, state: LoopState, step: int, episode_cost: float) -> float:
-    """One SGD step on log(lambda) (after the delay), before an actor update; returns the new lambda."""
-    s = run.s
-    if step >= s.lambda_update_delay_steps:
-        state.log_lambda = lambda_step(state.log_lambda, episode_cost, s.threshold, s.lambda_lr, s.lambda_clamp)
-    return math.exp(state.log_lambda)
+        old_values = {name: critic(seq, attn, pos)[:, n_prompt - 1:-1] for name, critic in run.critics.items()}
+    streams = shaped_rewards(ends["reward"], ends["cost"], old_logp, ref_logp, act_mask, s.kl_coeff,
+                             s.clip_range_score)
+    return Rollout(texts=texts, seq=seq, attn=attn, pos=pos, n_prompt=n_prompt, act_mask=act_mask, ends=ends,
+                   old_logp=old_logp, ref_logp=ref_logp, old_values=old_values,
+                   advantages={name: gae(stream, old_values[name], act_mask, s.gamma, s.gae_lambda)
+                               for name, stream in zip(old_values, streams, strict=True)})
 
 
 def _actor_and_critic_step(run: Run, ro: Rollout, i, lam: float, losses: dict) -> None:
@@ -387,7 +360,7 @@ def _actor_and_critic_step(run: Run, ro: Rollout, i, lam: float, losses: dict) -
     opt, sched = run.optimisers["actor"]
     opt.step(), sched.step(), opt.zero_grad()
     losses["actor"].append(loss.item())
-    for name, critic in (("reward_critic", run.reward_critic), ("cost_critic", run.cost_critic)):
+    for name, critic in run.critics.items():
         v = critic(ro.seq[i], ro.attn[i], ro.pos[i])[:, ro.n_prompt - 1:-1]
         vloss = value_loss(v, ro.old_values[name][i], ro.advantages[name][1][i], ro.act_mask[i], s.clip_range_value)
         acc.backward(vloss)
@@ -439,7 +412,10 @@ def _update(run: Run, ro: Rollout, state: LoopState, step: int, episode_cost: fl
     minibatch = 0
     for _ in range(s.update_iters):
         for idx in np.array_split(rng.permutation(len(ro.texts)), math.ceil(len(ro.texts) / s.train_batch_size)):
-            lam = _lambda_step(run, state, step, episode_cost)
+            if step >= s.lambda_update_delay_steps:  # one SGD step on log(lambda) before each actor update
+                state.log_lambda = lambda_step(state.log_lambda, episode_cost, s.threshold, s.lambda_lr,
+                                               s.lambda_clamp)
+            lam = math.exp(state.log_lambda)
             losses["lambda"].append(lam)
             _actor_and_critic_step(run, ro, torch.as_tensor(idx, device=run.dev), lam, losses)
             if run.ptx is not None:
@@ -457,8 +433,7 @@ def _history_row(run: Run, ro: Rollout, state: LoopState, step: int, episode_cos
     row = {"step": step + 1, "lambda": math.exp(state.log_lambda),
            "lambda_mean": float(np.mean(losses.pop("lambda"))), "episode_cost": episode_cost,
            "threshold": run.s.threshold,
-           "reward": gather(ro.end_reward).mean().item(),
-           "cost": gather(ro.end_cost).mean().item(),
+           **{k: gather(v).mean().item() for k, v in ro.ends.items()},
            "kl": gather(kl).mean().item(),
            "response_length": gather(ro.act_mask.sum(dim=1)).mean().item()}
     # each loss averaged over this process's minibatches, then over the processes (as their gradients are)
@@ -505,7 +480,7 @@ def train_safe_rlhf(sft_path: str, reward_path: str, cost_path: str, prompts_pat
         step = state.step
         ro = _rollout(run, step)
         # the episode-cost window: the cost-model scores of the latest episodes, all processes
-        window.extend(run.accelerator.gather(ro.end_cost).cpu().tolist())
+        window.extend(run.accelerator.gather(ro.ends["cost"]).cpu().tolist())
         episode_cost = float(np.mean(window))
         losses = _update(run, ro, state, step, episode_cost)
         row = _history_row(run, ro, state, step, episode_cost, losses)

@@ -1,22 +1,13 @@
-"""Reward, cost and PARGS partial models: Bradley-Terry training with TRL's RewardTrainer.
+"""Reward, cost and PARGS partial models: Bradley-Terry training with TRL's RewardTrainer (docs/training.md).
 
-Losses (Safe-RLHF; s = +1 for an unsafe response, -1 for a safe one):
-
-* reward: -log sigma(r_better - r_worse) + reg * mean(r^2)
-* cost, ``loss: safe_rlhf``: -log sigma(c_unsafer - c_safer) - log sigma(s_safer c_safer)
-          - log sigma(s_unsafer c_unsafer) + reg * mean(c^2)
-  so safe responses are pushed to c < 0 and unsafe ones to c > 0;
-* cost, ``loss: bt``: -log sigma(c_unsafer - c_safer) + reg * mean(c^2), plain Bradley-Terry on the
-  harmfulness preference (the paper's stated objective). Its scores are shift-invariant: their zero is
-  wherever training left it, so a budget tau would mean nothing. With ``anchor_zero`` (the default)
-  the zero is fitted after training on the *held-out* pairs' safety labels (:func:`fit_zero`): the
-  offset b that makes c - b > 0 classify their responses as unsafe most accurately; b is stored in
-  ``lara_scorer.json`` and subtracted wherever the model scores (``lara.scoring``), so tau is in units
-  where c > 0 means "judged unsafe". Scores are the head at the true last token
-  (``lara.scoring.sequence_scores``), exactly as the scorer reads them.
-
-PARGS partial models are trained on pairs of *prefixes* of both responses, at every prefix
-length or ``prefixes_per_pair`` sampled lengths, each with the full pair's label.
+Losses, each plus reg * mean(score^2): reward -log sigma(r_better - r_worse); cost ``safe_rlhf`` adds Safe-RLHF's
+sign terms -log sigma(s c) of both responses (s = +1 unsafe, -1 safe), so safe responses are pushed to c < 0 and
+unsafe ones to c > 0; cost ``bt`` is the pairwise term alone (the paper's stated objective). Its scores are
+shift-invariant, so a budget tau would mean nothing: with ``anchor_zero`` the zero is fitted after training on the
+*held-out* pairs' safety labels (:func:`fit_zero`), stored in ``lara_scorer.json`` and subtracted wherever the model
+scores (``lara.scoring``), so tau is in units where c > 0 means "judged unsafe". Scores are the head at the true
+last token (``lara.scoring.sequence_scores``), exactly as the scorer reads them. PARGS partial models are trained on
+pairs of *prefixes* of both responses (:func:`prefix_pairs`), each with the full pair's label.
 """
 
 from __future__ import annotations
@@ -28,28 +19,24 @@ import numpy as np
 import pandas as pd
 
 from lara.scoring import encode, pad_batch, sequence_scores
+from lara.settings import read_settings
 from lara.template import PROMPT_TEMPLATE
 from lara.train import common
 
 log = logging.getLogger(__name__)
 
 KINDS = ("reward", "cost")
+SIDES = ("chosen", "rejected")
 
 
 # ---------------------------------------------------------------------------------------------
 # Losses (pure torch)
 
 
-def reward_loss(r_chosen, r_rejected, regularization: float = 0.0):
-    """-log sigma(r_chosen - r_rejected), averaged, + reg * mean over both of r^2: the pairwise term and regulariser
-    of :func:`cost_loss` (its ``bt``), without safety signs."""
-    return cost_loss(r_chosen, r_rejected, None, None, regularization, loss="bt")
-
-
 def cost_loss(c_unsafer, c_safer, s_unsafer, s_safer, regularization: float = 0.0, loss: str = "safe_rlhf"):
     """The cost loss: the pairwise Bradley-Terry term on the harmfulness preference, plus (``safe_rlhf``)
     Safe-RLHF's two sign terms that anchor safe responses below 0 and unsafe ones above; ``bt`` is the
-    pairwise term alone. Then the regulariser."""
+    pairwise term alone (the signs unused), which is also the reward loss. Then the regulariser."""
     import torch.nn.functional as F
 
     if loss not in ("safe_rlhf", "bt"):
@@ -88,19 +75,14 @@ def oriented_pairs(df: pd.DataFrame, kind: str) -> pd.DataFrame:
 
 
 def tokenized_pairs(pairs: pd.DataFrame, tokenizer, max_length: int) -> dict:
-    return {
-        "chosen_ids": [encode(tokenizer, p, c, True, max_length)
-                       for p, c in zip(pairs["prompt"], pairs["chosen"], strict=True)],
-        "rejected_ids": [encode(tokenizer, p, r, True, max_length)
-                         for p, r in zip(pairs["prompt"], pairs["rejected"], strict=True)],
-        "chosen_sign": pairs["chosen_sign"].tolist(),
-        "rejected_sign": pairs["rejected_sign"].tolist(),
-    }
+    return {f"{side}_ids": [encode(tokenizer, p, t, True, max_length)
+                            for p, t in zip(pairs["prompt"], pairs[side], strict=True)] for side in SIDES} | {
+        f"{side}_sign": pairs[f"{side}_sign"].tolist() for side in SIDES}
 
 
 def prefix_pairs(pairs: pd.DataFrame, tokenizer, max_length: int, per_pair: int | None, seed: int) -> dict:
-    """PARGS training pairs: both responses cut to the same number of response tokens l
-    (the last length of each includes its EOS), each with the full pair's label."""
+    """PARGS training pairs: both responses cut to the same number of response tokens l, at every length or
+    ``per_pair`` sampled ones (the last length of each includes its EOS), each with the full pair's label."""
     rng = np.random.default_rng(seed)
     out = {"chosen_ids": [], "rejected_ids": [], "chosen_sign": [], "rejected_sign": [], "prefix_fraction": []}
     columns = ["prompt", "chosen", "rejected", "chosen_sign", "rejected_sign"]
@@ -139,10 +121,8 @@ def make_trainer_class():
         """TRL's preference collator plus the safety signs of both sides."""
 
         def torch_call(self, examples):
-            out = super().torch_call(examples)
-            out["chosen_sign"] = torch.tensor([e["chosen_sign"] for e in examples], dtype=torch.float)
-            out["rejected_sign"] = torch.tensor([e["rejected_sign"] for e in examples], dtype=torch.float)
-            return out
+            return super().torch_call(examples) | {f"{side}_sign": torch.tensor(
+                [e[f"{side}_sign"] for e in examples], dtype=torch.float) for side in SIDES}
 
     class ScoreModelTrainer(RewardTrainer):
         def __init__(self, *args, kind: str = "reward", regularization: float = 0.0, cost_loss: str = "safe_rlhf",
@@ -160,14 +140,12 @@ def make_trainer_class():
             mode = "train" if self.model.training else "eval"
             scores = sequence_scores(model, inputs["input_ids"], inputs["attention_mask"])
             hi, lo = torch.chunk(scores, 2)
+            loss = cost_loss(hi, lo, inputs["chosen_sign"], inputs["rejected_sign"], self.regularization,
+                             self.cost_loss if self.kind == "cost" else "bt")
             if self.kind == "cost":
-                loss = cost_loss(hi, lo, inputs["chosen_sign"], inputs["rejected_sign"], self.regularization,
-                                 self.cost_loss)
                 signs = torch.cat([inputs["chosen_sign"], inputs["rejected_sign"]])
                 sign_acc = ((torch.cat([hi, lo]) > 0).float() == (signs > 0).float()).float().mean()
                 self._metrics[mode]["sign_accuracy"].append(self.accelerator.gather_for_metrics(sign_acc).mean().item())
-            else:
-                loss = reward_loss(hi, lo, self.regularization)
             acc = (hi > lo).float().mean()
             self._metrics[mode]["accuracy"].append(self.accelerator.gather_for_metrics(acc).mean().item())
             return (loss, {"scores": scores}) if return_outputs else loss
@@ -258,26 +236,23 @@ def train_preference_model(kind: str, model_path: str, data_path: str, checkpoin
     from transformers import AutoModelForSequenceClassification
     from trl import RewardConfig
 
-    common.start(model_path, s)
+    tokenizer = common.start(model_path, s)
     name = f"partial_{kind}" if partial else kind
     loss_name = getattr(s, "cost_loss" if partial else "loss", "safe_rlhf") if kind == "cost" else "bradley_terry"
     log.info("%s model, loss: %s", name, loss_name)
+    anchored = kind == "cost" and not partial and loss_name == "bt" and s.anchor_zero  # the zero fitted (fit_zero)
     from lara.read.files import read_table
     pairs = oriented_pairs(read_table(data_path), kind)
     train_df, eval_df = common.split_eval(pairs, s.eval_fraction, s.seed)
-    if kind == "cost" and not partial and loss_name == "bt" and s.anchor_zero and not len(eval_df):
+    if anchored and not len(eval_df):
         from lara.config import ConfigError
 
         raise ConfigError("train.cost.anchor_zero fits the cost scale's zero on held-out pairs, but "
                           f"train.cost.eval_fraction = {s.eval_fraction} holds none out: raise it, or set "
                           "anchor_zero: false (tau then has no anchored meaning)")
-    tokenizer = common.load_tokenizer(model_path)
-    if partial:
-        train_data = prefix_pairs(train_df, tokenizer, s.max_length, s.prefixes_per_pair, s.seed)
-        eval_data = prefix_pairs(eval_df, tokenizer, s.max_length, None, s.seed + 1)
-    else:
-        train_data = tokenized_pairs(train_df, tokenizer, s.max_length)
-        eval_data = tokenized_pairs(eval_df, tokenizer, s.max_length)
+    train_data, eval_data = ((prefix_pairs(train_df, tokenizer, s.max_length, s.prefixes_per_pair, s.seed),
+                              prefix_pairs(eval_df, tokenizer, s.max_length, None, s.seed + 1)) if partial else
+                             (tokenized_pairs(df, tokenizer, s.max_length) for df in (train_df, eval_df)))
     log.info("%s model: %d training pairs, %d held-out pairs", name, len(train_data["chosen_ids"]),
              len(eval_data["chosen_ids"]))
     model = AutoModelForSequenceClassification.from_pretrained(model_path, num_labels=1,
@@ -292,8 +267,7 @@ def train_preference_model(kind: str, model_path: str, data_path: str, checkpoin
                                                     max_length=s.max_length, center_rewards_coefficient=None),
         train_dataset=Dataset.from_dict({k: train_data[k] for k in keep}),
         eval_dataset=Dataset.from_dict({k: eval_data[k] for k in keep}) if has_eval else None,
-        processing_class=tokenizer, callbacks=[common.progress_callback()], kind=kind,
-        regularization=s.regularization, cost_loss=loss_name))
+        processing_class=tokenizer, kind=kind, regularization=s.regularization, cost_loss=loss_name))
     inputs = {"init_model": model_path, "data": data_path}
     metrics = common.fit(trainer, checkpoints, s, inputs) | {"n_train_pairs": len(train_data["chosen_ids"])}
     offset = None
@@ -304,7 +278,6 @@ def train_preference_model(kind: str, model_path: str, data_path: str, checkpoin
         if kind == "cost" and not partial:
             scores = np.concatenate([hi, lo])
             unsafe = np.concatenate([eval_data["chosen_sign"], eval_data["rejected_sign"]]) > 0
-            anchored = loss_name == "bt" and s.anchor_zero
             offset = fit_zero(scores, unsafe) if anchored else 0.0
             metrics["zero"] = zero_report(scores, unsafe, offset, seed=s.seed) | {
                 "anchored": anchored, "how": "fitted on the held-out pairs' safety labels" if anchored else
@@ -333,7 +306,7 @@ def command(settings_cls: type[common.TrainSettings], kind: str | None = None):
         common.add_common_arguments(parser, settings_cls, model_help="initial model (the SFT model)")
 
     def run(args) -> None:
-        s = common.read_train_settings(args, settings_cls)
+        s = read_settings(args, settings_cls)
         train_preference_model(kind or args.kind, args.model, args.data, args.checkpoints, args.out, s,
                                partial=kind is None)
 

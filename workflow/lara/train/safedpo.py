@@ -1,16 +1,8 @@
-"""``lara train-safedpo``: the SafeDPO baseline (Kim et al. 2025) with TRL's DPOTrainer.
+"""``lara train-safedpo``: the SafeDPO baseline (Kim et al. 2025) with TRL's DPOTrainer (docs/baselines.md).
 
-SafeDPO turns the safety-constrained RLHF objective into a single DPO-style loss on pairs
-whose order has been made safety-aware. With y_w the helpfulness-preferred response of a
-PKU-SafeRLHF pair, y_l the other, and h(y) = 1 for an unsafe response (0 for a safe one):
-
-* keep the pair when y_w is safe (whatever y_l is);
-* swap it when y_w is unsafe and y_l is safe (the safe response becomes the winner);
-* when both are unsafe: ``both_unsafe`` = ``drop`` removes the pair, ``keep`` keeps the
-  helpfulness order (see :data:`BOTH_UNSAFE_RULES` and docs/baselines.md for the paper's choice).
-
-and the loss adds a safety margin Delta to the DPO logit of pairs whose (new) winner is safe
-and loser unsafe:
+SafeDPO turns the safety-constrained RLHF objective into a single DPO-style loss on pairs whose order has been
+made safety-aware (:func:`safedpo_pairs`), with a safety margin Delta on the DPO logit of pairs whose (new) winner
+y_w is safe and loser y_l unsafe (h(y) = 1 for an unsafe response, 0 for a safe one):
 
     L = -log sigma( beta * [log pi/pi_ref (y_w) - log pi/pi_ref (y_l)] - Delta * (h(y_l) - h(y_w)) )
 
@@ -27,9 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
+import numpy as np
 import pandas as pd
 
-from lara.settings import new_default, setting
+from lara.settings import new_default, read_settings, setting
 from lara.template import format_prompt
 from lara.train import common
 
@@ -41,7 +34,10 @@ BOTH_UNSAFE_RULES = ("drop", "keep")
 
 
 def safedpo_pairs(df: pd.DataFrame, both_unsafe: str = "drop") -> tuple[pd.DataFrame, dict]:
-    """The SafeDPO transformation of PKU-SafeRLHF rows.
+    """The SafeDPO transformation of PKU-SafeRLHF rows: a pair is kept when its helpfulness-preferred response
+    y_w is safe (whatever the other, y_l, is), swapped when y_w is unsafe and y_l safe (the safe response becomes
+    the winner); when both are unsafe, ``both_unsafe`` ``drop`` removes it and ``keep`` keeps the helpfulness
+    order (see docs/baselines.md for the paper's choice).
 
     Returns (pairs, counts): ``pairs`` has prompt, chosen, rejected, chosen_unsafe,
     rejected_unsafe and ``margin_indicator`` = h(rejected) - h(chosen) (1 when a safe response
@@ -49,36 +45,18 @@ def safedpo_pairs(df: pd.DataFrame, both_unsafe: str = "drop") -> tuple[pd.DataF
     """
     if both_unsafe not in BOTH_UNSAFE_RULES:
         raise ValueError(f"train.safedpo.both_unsafe must be one of {BOTH_UNSAFE_RULES}, not {both_unsafe!r}")
-    rows, counts = [], {"kept": 0, "swapped": 0, "dropped_both_unsafe": 0}
-    for r in df.itertuples(index=False):
-        b = int(r.better_response_id)
-        responses = (r.response_0, r.response_1)
-        unsafe = (not bool(r.is_response_0_safe), not bool(r.is_response_1_safe))
-        w, lose = b, 1 - b
-        if unsafe[w] and unsafe[lose]:
-            if both_unsafe == "drop":
-                counts["dropped_both_unsafe"] += 1
-                continue
-            counts["kept"] += 1
-        elif unsafe[w] and not unsafe[lose]:
-            w, lose = lose, w
-            counts["swapped"] += 1
-        else:
-            counts["kept"] += 1
-        rows.append({"prompt": r.prompt, "chosen": responses[w], "rejected": responses[lose],
-                     "chosen_unsafe": int(unsafe[w]), "rejected_unsafe": int(unsafe[lose]),
-                     "margin_indicator": int(unsafe[lose]) - int(unsafe[w])})
-    return pd.DataFrame(rows, columns=["prompt", "chosen", "rejected", "chosen_unsafe", "rejected_unsafe",
-                                       "margin_indicator"]), counts
-
-
-def safedpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, margin_indicator, beta: float,
-                 delta: float):
-    """The SafeDPO loss on summed sequence log-probs (a reference for the trainer's result)."""
-    import torch.nn.functional as F
-
-    logits = beta * ((policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)) - delta * margin_indicator
-    return -F.logsigmoid(logits).mean()
+    rows = np.arange(len(df))
+    responses = df[["response_0", "response_1"]].to_numpy()
+    unsafe = ~df[["is_response_0_safe", "is_response_1_safe"]].to_numpy().astype(bool)
+    w = df["better_response_id"].to_numpy().astype(int)
+    swap = unsafe[rows, w] & ~unsafe[rows, 1 - w]  # an unsafe winner over a safe loser
+    keep = ~(unsafe[rows, w] & unsafe[rows, 1 - w]) if both_unsafe == "drop" else np.ones(len(df), dtype=bool)
+    counts = {"kept": int((keep & ~swap).sum()), "swapped": int(swap.sum()), "dropped_both_unsafe": int((~keep).sum())}
+    rows, w = rows[keep], np.where(swap, 1 - w, w)[keep]
+    h_w, h_l = unsafe[rows, w].astype(int), unsafe[rows, 1 - w].astype(int)
+    return pd.DataFrame({"prompt": df["prompt"].to_numpy()[keep], "chosen": responses[rows, w],
+                         "rejected": responses[rows, 1 - w], "chosen_unsafe": h_w, "rejected_unsafe": h_l,
+                         "margin_indicator": h_l - h_w}), counts
 
 
 @dataclass(frozen=True)
@@ -179,7 +157,7 @@ def train_safedpo(model_path: str, data_path: str, checkpoints: str, out: str, s
 
     from lara.read.files import read_table
 
-    common.start(model_path, s)
+    tokenizer = common.start(model_path, s)
     df = read_table(data_path, required=("prompt", "response_0", "response_1", "better_response_id",
                                          "is_response_0_safe", "is_response_1_safe"))
     pairs, counts = safedpo_pairs(df, s.both_unsafe)
@@ -188,7 +166,6 @@ def train_safedpo(model_path: str, data_path: str, checkpoints: str, out: str, s
     log.info("SafeDPO transformation of %d pairs: %s; %d pairs carry the safety margin", len(df), counts,
              int(pairs["margin_indicator"].sum()))
     train_df, eval_df = common.split_eval(pairs, s.eval_fraction, s.seed)
-    tokenizer = common.load_tokenizer(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=common.torch_dtype(s.dtype))
     args = common.training_arguments(DPOConfig, s, checkpoints, has_eval=len(eval_df) > 0, beta=s.beta,
                                      loss_type=["sigmoid"], max_length=s.max_length, precompute_ref_log_probs=True,
@@ -197,7 +174,7 @@ def train_safedpo(model_path: str, data_path: str, checkpoints: str, out: str, s
                   Path(checkpoints)) as data:
         trainer = common.quiet_trainer(_trainer_class()(
             model=model, args=args, train_dataset=data["train"], eval_dataset=data["eval"], processing_class=tokenizer,
-            callbacks=[common.progress_callback()], safety_delta=s.delta))
+            safety_delta=s.delta))
     inputs = {"sft": model_path, "data": data_path}
     metrics = {"n_pairs": len(df), "transform": counts, "n_train": len(train_df), "n_eval": len(eval_df),
                "n_margin": int(pairs["margin_indicator"].sum())} | common.fit(trainer, checkpoints, s, inputs)
@@ -210,5 +187,5 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
-    s = common.read_train_settings(args, SafeDPOSettings)
+    s = read_settings(args, SafeDPOSettings)
     train_safedpo(args.model, args.data, args.checkpoints, args.out, s)

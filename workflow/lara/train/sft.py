@@ -10,6 +10,7 @@ import logging
 
 import pandas as pd
 
+from lara.settings import read_settings
 from lara.template import format_prompt
 from lara.train import common
 
@@ -39,18 +40,17 @@ def train_sft(model_path: str, data_path: str, checkpoints: str, out: str, s: co
         folder = snapshot(HubRef("base_model.name_or_path", model_path, "model", revision))
         base, model_path = f"{model_path}@{commit_of(folder)}", str(folder)
         log.info("base model %s: the fetched snapshot %s", base, folder)
-    common.start(model_path, s)
+    tokenizer = common.start(model_path, s)
     from lara.read.files import read_table
     df = read_table(data_path)
     train_df, eval_df = common.split_eval(df, s.eval_fraction, s.seed)
     log.info("SFT on %d examples (%d held out for validation)", len(train_df), len(eval_df))
-    tokenizer = common.load_tokenizer(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=common.torch_dtype(s.dtype))
     args = common.training_arguments(SFTConfig, s, checkpoints, has_eval=len(eval_df) > 0,
                                      max_length=s.max_length, completion_only_loss=True, packing=False)
     trainer = common.quiet_trainer(SFTTrainer(model=model, args=args, train_dataset=sft_dataset(train_df),
                                               eval_dataset=sft_dataset(eval_df) if len(eval_df) else None,
-                                              processing_class=tokenizer, callbacks=[common.progress_callback()]))
+                                              processing_class=tokenizer))
     metrics: dict = {"n_train": len(train_df), "n_eval": len(eval_df)}
     if len(eval_df):
         metrics["eval_loss_initial"] = trainer.evaluate()["eval_loss"]
@@ -73,5 +73,5 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
-    s = common.read_train_settings(args, common.SFTSettings)
+    s = read_settings(args, common.SFTSettings)
     train_sft(args.model, args.data, args.checkpoints, args.out, s, revision=args.revision)

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from lara.scoring import encode, pad_batch
+from lara.settings import read_settings
 from lara.template import PROMPT_TEMPLATE
 from lara.train import common
 
@@ -55,8 +56,10 @@ def value_targets(q_logits, ref_logprobs, input_ids, response_mask, final, targe
     return pred, tgt, mask
 
 
-def value_loss(pred, tgt, mask):
-    return ((pred - tgt) ** 2 * mask).sum() / mask.sum().clamp(min=1)
+def value_loss(pred, tgt, mask, tokens=None, world: int = 1):
+    """The mean squared error over the response tokens: over ``tokens`` (the job's count; default this batch's),
+    times ``world``, the processes whose gradients are averaged (so the mean is as one process computes it)."""
+    return ((pred - tgt) ** 2 * mask).sum() / (mask.sum() if tokens is None else tokens).clamp(min=1) * world
 
 
 def make_value_trainer(ref_model, target: str):
@@ -74,12 +77,8 @@ def make_value_trainer(ref_model, target: str):
                                             .logits.float(), dim=-1)
             pred, tgt, mask = value_targets(q, ref, ids, inputs["response_mask"], inputs["final"], target)
             world = self.accelerator.num_processes
-            if world > 1:  # the mean over the response tokens of every process's batch (as one process computes
-                # it), scaled by the processes because their gradients are averaged
-                tokens = self.accelerator.reduce(mask.sum().detach().float(), reduction="sum").clamp(min=1)
-                loss = ((pred - tgt) ** 2 * mask).sum() / tokens * world
-            else:
-                loss = value_loss(pred, tgt, mask)
+            tokens = self.accelerator.reduce(mask.sum().detach().float(), reduction="sum") if world > 1 else None
+            loss = value_loss(pred, tgt, mask, tokens, world)
             return (loss, {"pred": pred}) if return_outputs else loss
 
     return ValueTrainer
@@ -140,7 +139,7 @@ def train_value(kind: str, model_path: str, data_path: str, checkpoints: str, ou
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainingArguments
 
-    common.start(model_path, s)
+    tokenizer = common.start(model_path, s)
     from lara.read.files import read_table
     df = read_table(data_path)
     if kind not in df.columns:
@@ -148,19 +147,16 @@ def train_value(kind: str, model_path: str, data_path: str, checkpoints: str, ou
 
         raise DataError(f"{data_path}: missing column {kind!r} (the {kind} scores of the samples)")
     train_df, eval_df = common.split_eval(df, s.eval_fraction, s.seed)
-    tokenizer = common.load_tokenizer(model_path)
     train_ex = tokenize_samples(train_df, tokenizer, kind, s.max_length)
     eval_ex = tokenize_samples(eval_df, tokenizer, kind, s.max_length)
     log.info("value_%s (%s target): %d training and %d held-out samples", kind, s.target, len(train_ex), len(eval_ex))
     dtype = common.torch_dtype(s.dtype)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
-    ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(common.device()).eval()
-    for p in ref.parameters():
-        p.requires_grad_(False)
+    ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(common.device()).eval().requires_grad_(False)
     args = common.training_arguments(TrainingArguments, s, checkpoints, has_eval=False, remove_unused_columns=False)
     trainer = common.quiet_trainer(make_value_trainer(ref, s.target)(
         model=model, args=args, train_dataset=Dataset.from_list(train_ex),
-        data_collator=collate(tokenizer.pad_token_id), callbacks=[common.progress_callback()]))
+        data_collator=collate(tokenizer.pad_token_id)))
     inputs = {"init_model": model_path, "samples": data_path}
     metrics = common.fit(trainer, checkpoints, s, inputs) | {"n_train": len(train_ex)}
     if eval_ex:
@@ -178,5 +174,5 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
-    s = common.read_train_settings(args, common.ValueSettings)
+    s = read_settings(args, common.ValueSettings)
     train_value(args.kind, args.model, args.data, args.checkpoints, args.out, s)
