@@ -390,6 +390,7 @@ def load_scorer(spec: str, role: str = "reward", **kwargs) -> Scorer:
     scorer which score to give. ``name:argument``, where ``name`` is a named scorer, calls its factory with
     ``argument=argument`` (refused for a factory without an ``argument`` parameter, which would ignore it)."""
     from lara.config.refs import require_model
+    from lara.scorer_specs import argument_problem
     from lara.settings import ConfigError
 
     size = kwargs.get("batch_size", 1)
@@ -401,14 +402,10 @@ def load_scorer(spec: str, role: str = "reward", **kwargs) -> Scorer:
 
     name, colon, argument = spec.partition(":")
     if colon and name in named:
-        import inspect
-
         factory = named[name].load()
-        takes = inspect.signature(factory).parameters.get("argument")
-        if takes is None or takes.kind not in (takes.POSITIONAL_OR_KEYWORD, takes.KEYWORD_ONLY):
-            raise ConfigError(f"{role} scorer {spec!r}: the named scorer {name!r} takes no argument (spec: {name})")
-        if not argument:
-            raise ConfigError(f"{role} scorer {spec!r}: nothing after '{name}:' (spec: {name}:ARGUMENT)")
+        problem = argument_problem(factory, name, argument)
+        if problem:
+            raise ConfigError(f"{role} scorer {spec!r}: {problem}")
         return factory(role=role, argument=argument, **kwargs)
 
     require_model(spec, f"{role} scorer")

@@ -27,7 +27,6 @@ number of decodes and every evaluation (mean cost with its bootstrap 95 % interv
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass
 from typing import ClassVar
@@ -38,7 +37,6 @@ from lara.settings import Settings, add_settings_arguments, read_settings, seed_
 log = logging.getLogger(__name__)
 
 HELP = "calibrate lambda for a token-level decoder itself: decode the calibration prompts, score, search"
-
 
 
 @dataclass(frozen=True)
@@ -118,6 +116,7 @@ def run(args) -> None:
     from lara.calibrate.record import read_lambda
     from lara.config import require_model
     from lara.decode.rgtg import METHOD_SETTINGS, decode, load_models
+    from lara.decode.sweep import finite_grid
     from lara.io import atomic_output, write_json
     from lara.read.files import DataError, read_table
     from lara.scoring import load_scorer
@@ -125,11 +124,7 @@ def run(args) -> None:
 
     s = read_settings(args, DirectSettings)
     ds = METHOD_SETTINGS[args.method].from_json(args.decoder_settings, origin="--decoder-settings")
-    grid = [float(x) for x in s.lambda_grid]
-    if not grid or not all(math.isfinite(x) for x in grid):
-        from lara.config import ConfigError
-
-        raise ConfigError(f"decode.lambda_grid {s.lambda_grid!r}: lambda values must be finite, at least one")
+    grid = finite_grid(s.lambda_grid)
     heuristic = read_lambda(args.heuristic_lambda_json) if args.heuristic_lambda_json else None
     df = read_table(args.prompts, required=("prompt_id", "prompt"))
     for flag, spec in (("--policy", args.policy), ("--reward", args.reward), ("--cost", args.cost),

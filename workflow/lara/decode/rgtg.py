@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from lara.calibrate.record import add_lambda_arguments
-from lara.scoring import encode, pad_batch
+from lara.scoring import encode, pad_batch, position_ids
 from lara.settings import (
     Dtype,
     Settings,
@@ -83,10 +83,6 @@ class CDQSettings(RGTGSettings):
 
 
 METHOD_SETTINGS = {"args": ARGSSettings, "pargs": PARGSSettings, "cdq": CDQSettings}
-
-
-def _positions(mask):
-    return (mask.cumsum(-1) - 1).clamp(min=0)
 
 
 def _cache_keyword(module) -> str:
@@ -166,7 +162,7 @@ class _Stepper:
     def start(self, ids, mask):
         self.cache = _buffer_cache()
         self.mask = mask.to(self.dev)
-        out = self.net(input_ids=ids.to(self.dev), attention_mask=self.mask, position_ids=_positions(self.mask),
+        out = self.net(input_ids=ids.to(self.dev), attention_mask=self.mask, position_ids=position_ids(self.mask),
                        use_cache=True, **{self.cache_kw: self.cache})
         self.last = out.logits[:, -1].float() if self.net is self.model else None
 
@@ -222,7 +218,7 @@ class NaiveValueScorer(_NaiveState):
         out = torch.empty(b, k, device=self.dev)
         for j in range(k):  # one full forward per candidate: Q(prefix, z_j) read at the prefix's end
             logits = self.model(input_ids=self.ids, attention_mask=self.mask,
-                                position_ids=_positions(self.mask)).logits
+                                position_ids=position_ids(self.mask)).logits
             out[:, j] = logits[:, -1].float().gather(1, cand[:, j:j + 1].to(self.dev)).squeeze(1)
         return out
 
@@ -239,17 +235,13 @@ class CachedSequenceScorer(_Stepper):
         b, k = cand.shape
         past = self.mask.shape[1]
         eye = torch.arange(k, device=self.dev)
-        if getattr(self.model.config, "_attn_implementation", None) == "sdpa":
-            # a boolean mask (True = attend), which SDPA takes as it is: each candidate sees the prefix and itself
-            tree = torch.zeros((b, 1, k, past + k), dtype=torch.bool, device=self.dev)
-            tree[..., :past] = self.mask[:, None, None, :].bool()
-            tree[:, 0, eye, past + eye] = True
-        else:  # eager attention adds the mask to the scores
+        # a boolean mask (True = attend), which SDPA takes as it is: each candidate sees the prefix and itself
+        tree = torch.zeros((b, 1, k, past + k), dtype=torch.bool, device=self.dev)
+        tree[..., :past] = self.mask[:, None, None, :].bool()
+        tree[:, 0, eye, past + eye] = True
+        if getattr(self.model.config, "_attn_implementation", None) != "sdpa":  # eager adds the mask to the scores
             dtype = next(self.model.parameters()).dtype
-            neg = torch.finfo(dtype).min
-            tree = torch.full((b, 1, k, past + k), neg, dtype=dtype, device=self.dev)
-            tree[..., :past] = torch.where(self.mask[:, None, None, :].bool(), 0.0, neg).to(dtype)
-            tree[:, 0, eye, past + eye] = 0.0
+            tree = torch.where(tree, 0.0, torch.finfo(dtype).min).to(dtype)
         pos = self.mask.sum(-1, keepdim=True).expand(b, k)
         hidden = self.net(input_ids=cand.to(self.dev), attention_mask=tree, position_ids=pos,
                           use_cache=True, **{self.cache_kw: self.cache}).last_hidden_state
@@ -277,8 +269,8 @@ class NaiveSequenceScorer(_NaiveState):
         mask = torch.cat([self.mask, ones], 1)
         for j in range(k):
             ids = torch.cat([self.ids, cand[:, j:j + 1].to(self.dev)], 1)
-            hidden = self.backbone(input_ids=ids, attention_mask=mask, position_ids=_positions(mask)).last_hidden_state
-            out[:, j] = self.model.score(hidden[:, -1]).squeeze(-1).float()
+            hidden = self.backbone(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask))
+            out[:, j] = self.model.score(hidden.last_hidden_state[:, -1]).squeeze(-1).float()
         return out
 
 
