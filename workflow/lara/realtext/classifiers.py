@@ -41,19 +41,9 @@ ROLES = {"hate": 0, "offensive": 1}  # a scorer's role -> the class whose probab
 
 def model_path():
     """The installed hatesonar's ONNX model (from the distribution's file list; hatesonar is not imported)."""
-    from importlib.metadata import PackageNotFoundError, distribution
+    from lara.realtext.pins import installed_files
 
-    from lara.settings import ConfigError
-
-    try:
-        dist = distribution(PACKAGE)
-    except PackageNotFoundError:
-        raise ConfigError(f"the hatesonar scorer needs the {PACKAGE} package (pip install {PACKAGE}==0.1.0; "
-                          "pyproject.toml pins it)") from None
-    path = dist.locate_file(MODEL_FILE)
-    if not path.is_file():
-        raise ConfigError(f"{PACKAGE} {dist.version} is installed without {MODEL_FILE} ({path})")
-    return path
+    return installed_files(PACKAGE, "hatesonar", [MODEL_FILE])[MODEL_FILE]
 
 
 @functools.cache

@@ -22,7 +22,6 @@ Only the response is scored, as with hatesonar (the prompt is given; classifiers
 
 from __future__ import annotations
 
-import hashlib
 import io
 import logging
 from collections.abc import Sequence
@@ -45,41 +44,18 @@ _LOADED: dict[tuple[str, str], tuple] = {}  # (vectorizer sha256, model sha256) 
 
 def data_files() -> dict[str, Path]:
     """The installed alt-profanity-check's two joblib files (``FILES`` -> path), from the distribution's file list."""
-    from importlib.metadata import PackageNotFoundError, distribution
+    from lara.realtext.pins import installed_files
 
-    from lara.settings import ConfigError
-
-    try:
-        dist = distribution(PACKAGE)
-    except PackageNotFoundError:
-        raise ConfigError(f"the profanity scorer needs the {PACKAGE} package (pip install {PACKAGE}==1.9.1; "
-                          "pyproject.toml pins it)") from None
-    listed = {str(f): f for f in dist.files or ()}
-    out = {}
-    for name in FILES:
-        if name not in listed:
-            raise ConfigError(f"{PACKAGE} {dist.version}: {name} is not in the distribution's file list")
-        path = Path(dist.locate_file(listed[name]))
-        if not path.is_file():
-            raise ConfigError(f"{PACKAGE} {dist.version} lists {name}, but {path} is not a file")
-        out[name] = path
-    return out
+    return installed_files(PACKAGE, "profanity", FILES)
 
 
 def pinned_bytes(path: Path, name: str) -> tuple[bytes, str]:
     """The bytes of ``path`` and their sha256, refused (a ConfigError naming the file and both hashes) unless the
     sha256 is the pin of ``name``. What is hashed is what is later unpickled (one read)."""
-    from lara.realtext.pins import PINS_FILE, pin
-    from lara.settings import ConfigError
+    from lara.realtext.pins import check_sha256, pin
 
-    expected = pin(PACKAGE, name)
     data = Path(path).read_bytes()
-    got = hashlib.sha256(data).hexdigest()
-    if got != expected.sha256:
-        raise ConfigError(f"profanity judge {path}: sha256 {got} is not the pinned {expected.sha256} of "
-                          f"{expected.package} {expected.version} {expected.file} ({PINS_FILE.name}; from "
-                          f"{expected.source}); refused before unpickling it")
-    return data, got
+    return data, check_sha256(path, pin(PACKAGE, name), "profanity judge", data, "; refused before unpickling it")
 
 
 def check_runtime() -> None:
