@@ -196,15 +196,8 @@ class ValueScorer:
         return out
 
     def score(self, prompts, responses) -> np.ndarray:
-        """Q of the final token (EOS) of each complete response: its predicted score."""
-        seqs = [encode(self.tokenizer, p, r, True) for p, r in zip(prompts, responses, strict=True)]
-        out = np.empty(len(seqs))
-        for lo in range(0, len(seqs), self.batch_size):
-            chunk = seqs[lo:lo + self.batch_size]
-            q = self._forward([s[:-1] for s in chunk])
-            last = [s[-1] for s in chunk]
-            out[lo:lo + len(chunk)] = q[range(len(chunk)), last].cpu().numpy()
-        return out
+        """Q of the final token (EOS) of each complete response: its predicted score (the value at fraction 1)."""
+        return self.prefix_values(prompts, responses, 1.0)
 
 
 SAFE_RLHF_NORMALIZE = ("affine", "scale", "translate", "identity")
@@ -332,17 +325,11 @@ def _checkpoint_files(path: str) -> list[str]:
     """Weight files of a checkpoint; the shard holding the head first when an index says which."""
     local = Path(path)
     if local.is_dir():
-        names = sorted(p.name for p in local.iterdir())
-
-        def get(name):
-            return str(local / name)
+        names, get = sorted(p.name for p in local.iterdir()), lambda name: str(local / name)
     else:
         from huggingface_hub import hf_hub_download, list_repo_files
 
-        names = sorted(list_repo_files(path))
-
-        def get(name):
-            return hf_hub_download(path, name)
+        names, get = sorted(list_repo_files(path)), lambda name: hf_hub_download(path, name)
     for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         if index in names:
             from lara.read.files import json_file

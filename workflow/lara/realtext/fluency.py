@@ -22,6 +22,7 @@ when one is available.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -30,15 +31,6 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 ROLES = ("reward",)
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 class FluencyScorer:
@@ -66,7 +58,7 @@ class FluencyScorer:
 
         head = encode(self.tokenizer, prompt, "", False)
         full = encode(self.tokenizer, prompt, response, True)
-        return full, max(1, min(_common_prefix(head, full), len(full) - 1))
+        return full, max(1, min(len(os.path.commonprefix([head, full])), len(full) - 1))
 
     def score_ids(self, seqs: list[tuple[list[int], int]], progress: str | None = None) -> np.ndarray:
         """Mean log p of tokens ``start:`` of each sequence, in batches of similar lengths (right-padded, positions
