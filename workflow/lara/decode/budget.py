@@ -198,13 +198,9 @@ def frontier(table: pd.DataFrame) -> list[str]:
     """The schedules no other schedule beats on the selection split (as much reward or more at as few tokens or
     fewer, one of them strictly): the pruned points of the frontier figure."""
     pr = table[(table["kind"] != "best_of_k") & table["meets"]]
-    out = []
-    for _, r in pr.iterrows():
-        beaten = ((pr["mean_reward"] >= r["mean_reward"]) & (pr["mean_tokens"] <= r["mean_tokens"])
-                  & ((pr["mean_reward"] > r["mean_reward"]) | (pr["mean_tokens"] < r["mean_tokens"])))
-        if not beaten.any():
-            out.append(str(r["name"]))
-    return out
+    r, t = pr["mean_reward"].to_numpy(float)[:, None], pr["mean_tokens"].to_numpy(float)[:, None]
+    beaten = ((r.T >= r) & (t.T <= t) & ((r.T > r) | (t.T < t))).any(axis=1)  # [i, j]: j beats i
+    return [str(name) for name in pr["name"][~beaten]]
 
 
 def held_out(dec, lam: float, s: BudgetSettings) -> tuple[dict, dict]:

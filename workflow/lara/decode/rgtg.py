@@ -119,32 +119,28 @@ def _buffer_layer_class():
         def update(self, key_states, value_states, *args, **kwargs):
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
-                self.length, self.kbuf, self.vbuf = 0, None, None
-            n = key_states.shape[-2]
-            need = self.length + n
-            if self.kbuf is None or need > self.kbuf.shape[-2]:
-                cap = max(need + 64, 2 * (0 if self.kbuf is None else self.kbuf.shape[-2]))
-                shape = (*key_states.shape[:-2], cap, key_states.shape[-1])
-                kbuf = torch.empty(shape, dtype=key_states.dtype, device=key_states.device)
-                vbuf = torch.empty((*value_states.shape[:-2], cap, value_states.shape[-1]), dtype=value_states.dtype,
-                                   device=value_states.device)
-                if self.kbuf is not None:
-                    kbuf[..., :self.length, :] = self.kbuf[..., :self.length, :]
-                    vbuf[..., :self.length, :] = self.vbuf[..., :self.length, :]
-                self.kbuf, self.vbuf = kbuf, vbuf
-            self.kbuf[..., self.length:need, :] = key_states
-            self.vbuf[..., self.length:need, :] = value_states
+                self.length, self.bufs = 0, None
+            new = (key_states, value_states)
+            need = self.length + key_states.shape[-2]
+            if self.bufs is None or need > self.bufs[0].shape[-2]:
+                cap = max(need + 64, 2 * (0 if self.bufs is None else self.bufs[0].shape[-2]))
+                grown = [torch.empty((*x.shape[:-2], cap, x.shape[-1]), dtype=x.dtype, device=x.device) for x in new]
+                for buf, old in zip(grown, self.bufs or (), strict=False):
+                    buf[..., :self.length, :] = old[..., :self.length, :]
+                self.bufs = grown
+            for buf, x in zip(self.bufs, new, strict=True):
+                buf[..., self.length:need, :] = x
             self.length = need
-            self.keys, self.values = self.kbuf[..., :need, :], self.vbuf[..., :need, :]
+            self.keys, self.values = (buf[..., :need, :] for buf in self.bufs)
             return self.keys, self.values
 
         def keep(self, past: int, rows, slots) -> None:
             """Keep the first ``past`` positions and, for each batch row, the candidate slot
             ``past + slots[row]`` moved to position ``past`` (in place)."""
-            self.kbuf[:, :, past] = self.kbuf[rows, :, past + slots]
-            self.vbuf[:, :, past] = self.vbuf[rows, :, past + slots]
+            for buf in self.bufs:
+                buf[:, :, past] = buf[rows, :, past + slots]
             self.length = past + 1
-            self.keys, self.values = self.kbuf[..., :past + 1, :], self.vbuf[..., :past + 1, :]
+            self.keys, self.values = (buf[..., :past + 1, :] for buf in self.bufs)
 
     _BUFFER_LAYER = BufferLayer
     return BufferLayer
