@@ -103,19 +103,26 @@ class SequenceScorer:
     def __init__(self, path: str | Path, device: str | None = None, batch_size: int = 32,
                  padding_side: str = "right", dtype: str = "float32"):
         import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         self.path = Path(path)
-        meta_file = self.path / SCORER_FILE
-        from lara.read.files import json_file
-        self.meta = json_file(meta_file, mapping=False) if meta_file.exists() else {"append_eos": True}
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.tokenizer = AutoTokenizer.from_pretrained(self.path)
-        self.model = AutoModelForSequenceClassification.from_pretrained(
-            self.path, dtype=getattr(torch, dtype)).to(self.device).eval()
+        self.meta, self.tokenizer, model = self._load(getattr(torch, dtype))
+        self.model = model.to(self.device).eval()
         self.batch_size = batch_size
         self.padding_side = padding_side
         self.max_length = self.meta.get("max_length")
+
+    def _load(self, dtype) -> tuple:
+        """(meta, tokenizer, model) of the checkpoint: lara's scorer file (its absence: EOS appended), the tokenizer,
+        the ``*ForSequenceClassification`` model in ``dtype``."""
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        from lara.read.files import json_file
+
+        meta_file = self.path / SCORER_FILE
+        meta = json_file(meta_file, mapping=False) if meta_file.exists() else {"append_eos": True}
+        return (meta, AutoTokenizer.from_pretrained(self.path),
+                AutoModelForSequenceClassification.from_pretrained(self.path, dtype=dtype))
 
     def encode(self, prompts, responses, append_eos: bool | None = None) -> list[list[int]]:
         eos = self.meta.get("append_eos", True) if append_eos is None else append_eos
@@ -213,22 +220,19 @@ class LlamaForScoreScorer(SequenceScorer):
 
     def __init__(self, path: str, device: str | None = None, batch_size: int = 16, padding_side: str = "right",
                  dtype: str = "float32"):
-        import torch
+        self.spec = path
+        super().__init__(path, device, batch_size, padding_side, dtype)
+
+    def _load(self, dtype) -> tuple:
         from transformers import AutoTokenizer, LlamaModel
 
-        self.path = Path(path)
-        self.meta = {"append_eos": True}
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        config = score_config(path)
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        backbone = LlamaModel.from_pretrained(path, dtype=getattr(torch, dtype))
-        head = load_score_head(path, backbone.config.hidden_size, config).to(getattr(torch, dtype))
-        self.model = _BackboneWithHead(backbone, head).to(self.device).eval()
-        self.batch_size = batch_size
-        self.padding_side = padding_side
-        self.max_length = None
+        config = score_config(self.spec)
+        tokenizer = AutoTokenizer.from_pretrained(self.spec)
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        backbone = LlamaModel.from_pretrained(self.spec, dtype=dtype)
+        head = load_score_head(self.spec, backbone.config.hidden_size, config).to(dtype)
+        return {"append_eos": True}, tokenizer, _BackboneWithHead(backbone, head)
 
 
 def score_config(path: str) -> dict:

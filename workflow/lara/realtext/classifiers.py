@@ -1,23 +1,15 @@
 """Two costs from ``hatesonar``'s bundled classifier: P(hate speech) and P(offensive language) of a response.
 
-hatesonar (Hironsan, MIT) ships ``hatesonar/model/model.onnx``: a scikit-learn pipeline converted to ONNX — lower
-case, split into ``[a-zA-Z0-9_]+`` tokens, TF-IDF over a fixed vocabulary of words, L2 normalisation, a linear
-classifier with three classes (0 hate_speech, 1 offensive_language, 2 neither) trained on the tweets of Davidson et
-al. (2017, "Automated Hate Speech Detection and the Problem of Offensive Language"). Input ``text`` (a 1-D string
-tensor); outputs the label and, per text, the three class probabilities. It is a bag of words: it sees which words a
-text holds, not what the text says (a threat in polite words is "neither"; docs/real-text.md).
-
-The model file is read where pip installed it (found through the package's metadata, so hatesonar's own Python code
-is never imported), checked against its pinned sha256 (``config/real-text/files.tsv``), and run by onnxruntime
-directly. One change, in memory: the graph's ``StringNormalizer`` names no locale, and onnxruntime then builds
-``en_US.UTF-8``, which many machines (containers, cluster nodes) do not have — the session fails to start. The
-scorer lower-cases each text in Python (full Unicode case mapping) and sets the normaliser's locale to ``C``, which
-every system has; its lower-casing of the already lower-cased text changes nothing. The tokeniser keeps ASCII word
-characters only, so the probabilities are those the unchanged model gives where ``en_US.UTF-8`` exists.
-
-Only the response is scored, not the prompt: the constraint is on what the model says; the prompt is given (the
-RealToxicityPrompts prompts are picked for being toxic already), and a score of prompt + response would charge the
-decoder for words it did not choose.
+``hatesonar/model/model.onnx`` is a scikit-learn pipeline converted to ONNX: a bag of words (TF-IDF over a fixed
+vocabulary of ``[a-zA-Z0-9_]+`` tokens) under a linear classifier with three classes (0 hate_speech, 1
+offensive_language, 2 neither) trained on the tweets of Davidson et al. (2017); docs/real-text.md ("Costs") says
+what it sees and what it does not. The file is found through the package's metadata (hatesonar's own Python code is
+never imported), checked against its pinned sha256 (``config/real-text/files.tsv``) and run by onnxruntime directly,
+with one change in memory: the graph's ``StringNormalizer`` names no locale, so onnxruntime builds ``en_US.UTF-8``,
+which many machines lack (the session then fails to start); the scorer sets the locale to ``C`` and lower-cases each
+text in Python (full Unicode case mapping) first. The tokeniser keeps ASCII word characters only, so the
+probabilities are those the unchanged model gives where ``en_US.UTF-8`` exists. Only the response is scored, not the
+prompt (the docs say why).
 
 The named scorer ``hatesonar`` (``lara.scorers`` entry point): ``load_scorer("hatesonar", role="hate")``, or, where
 the caller's role is ``cost``, the class named in the spec: ``load_scorer("hatesonar:offensive", role="cost")``.
@@ -110,7 +102,7 @@ class HateSonarScorer:
         return out
 
     def score(self, prompts: Sequence[str], responses: Sequence[str]) -> np.ndarray:
-        """P(role's class) of each response (the prompts are not read: the module docstring says why)."""
+        """P(role's class) of each response (the prompts are not read: docs/real-text.md says why)."""
         if len(prompts) != len(responses):
             raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
         return self.probabilities(list(responses))[:, self.column]

@@ -1,23 +1,18 @@
-"""A judge the decoder never saw: P(profane) of a response from ``alt-profanity-check``'s bundled classifier.
+"""A judge the decoder never saw: P(profane) of a response from ``alt-profanity-check``'s bundled classifier
+(docs/real-text.md, "A judge the decoder never saw": the model, its training data shared with hatesonar's, what
+agreement between the two can say).
 
-alt-profanity-check 1.9.1 (MIT; a maintained re-release of Victor Zhou's profanity-check) ships two scikit-learn
-objects pickled with joblib: ``profanity_check/data/vectorizer.joblib``, a ``TfidfVectorizer`` (lower case, word
-tokens of two or more ``\\w`` characters, English stop words removed, unigrams, a vocabulary of 15,442 words, L2
-norm), and ``profanity_check/data/model.joblib``, a ``CalibratedClassifierCV`` over ``LinearSVC`` (five folds, each a
-linear SVM with a sigmoid (Platt) calibration; the five probabilities are averaged), classes 0 (clean) and 1
-(profane). It was trained on the tweets of Davidson et al. (2017) — the data hatesonar's classifier was trained on —
-and on the Wikipedia talk-page comments of Jigsaw's Toxic Comment Classification Challenge: an independent model,
-not independent data (docs/real-text.md).
+alt-profanity-check 1.9.1 ships two scikit-learn objects pickled with joblib: ``profanity_check/data/vectorizer.joblib``
+(a TF-IDF vectorizer over single words) and ``profanity_check/data/model.joblib`` (five linear SVMs with Platt
+calibration, their probabilities averaged; classes 0 clean, 1 profane). The two files are found through the installed
+distribution's file list (the package's own Python code is never imported) and read once as bytes; those bytes are
+checked against their pinned sha256 (``config/real-text/files.tsv``) each time a scorer is built, before they are
+unpickled — unpickling runs code, so only the pinned bytes are ever loaded — and the scorer refuses a scikit-learn or
+joblib other than the pinned versions (a pickle is vouched for only under the version that saved it).
 
-The two files are found through the installed distribution's file list (``importlib.metadata``; the package's own
-Python code is never imported) and read once as bytes; those bytes are checked against their pinned sha256
-(``config/real-text/files.tsv``) each time a scorer is built, before they are unpickled — unpickling runs code, so
-only the pinned bytes are ever loaded — and the scorer refuses a scikit-learn or joblib other than the pinned
-versions (a pickle is vouched for only under the version that saved it).
-
-Only the response is scored, as with hatesonar (the prompt is given; classifiers.py says why). The score is a cost
-(higher = more profane): any role but ``reward`` is accepted, so a constraint's name (``hate``, ``offensive``) or
-``cost`` may be the role; the spec takes no argument (``profanity``).
+Only the response is scored, as with hatesonar. The score is a cost (higher = more profane): any role but
+``reward`` is accepted, so a constraint's name (``hate``, ``offensive``) or ``cost`` may be the role; the spec takes
+no argument (``profanity``).
 """
 
 from __future__ import annotations
