@@ -61,10 +61,8 @@ def pad_batch(seqs: list[list[int]], pad_id: int, side: str = "right"):
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(seqs), width), dtype=torch.long)
     for i, s in enumerate(seqs):
-        if side == "right":
-            ids[i, :len(s)], mask[i, :len(s)] = torch.tensor(s), 1
-        else:
-            ids[i, width - len(s):], mask[i, width - len(s):] = torch.tensor(s), 1
+        lo = 0 if side == "right" else width - len(s)
+        ids[i, lo:lo + len(s)], mask[i, lo:lo + len(s)] = torch.tensor(s), 1
     return ids, mask
 
 

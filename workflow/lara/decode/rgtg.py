@@ -1,21 +1,18 @@
-"""Token-level reward-guided decoding with the calibrated reward: ARGS, PARGS and CD-Q.
+"""Token-level reward-guided decoding with the calibrated reward: ARGS, PARGS and CD-Q (docs/decoding.md).
 
 At every step the policy pi_ref proposes its top-k next tokens z, each scored by
 
     log pi_ref(z | x, y) + w * (r(x, y z) - lambda * c(x, y z))
 
-and the decoder takes the argmax (``temperature = 0``) or samples from softmax(score / T).
-The scorers differ by method:
+and the decoder takes the argmax (``temperature = 0``) or samples from softmax(score / T). The scorers differ by
+method: ``args``, the full-sequence reward and cost models applied to the prefix plus z; ``pargs``, the PARGS partial
+reward and cost models (trained on prefixes); ``cdq``, the CD-Q value models, whose head gives Q(prefix, z) for every
+z in one pass.
 
-* ``args``: the full-sequence reward and cost models applied to the prefix plus z;
-* ``pargs``: the PARGS partial reward and cost models (trained on prefixes);
-* ``cdq``: the CD-Q value models, whose head gives Q(prefix, z) for every z in one pass.
-
-Cached candidate scoring (sequence scorers): the scorer keeps a KV cache of the prefix; the
-k candidates go through one forward as k single-token continuations that attend to the
-cached prefix and to themselves only (a tree-shaped 4D attention mask, all at the same
-position); the chosen candidate's keys and values are then kept and the rest dropped. The
-naive reference re-runs k full sequences per token. Both give the same tokens for a seed.
+Cached candidate scoring (sequence scorers): the scorer keeps a KV cache of the prefix; the k candidates go through
+one forward as k single-token continuations that attend to the cached prefix and to themselves only (a tree-shaped
+4D attention mask, all at the same position); the chosen candidate's keys and values are then kept and the rest
+dropped. The naive reference re-runs k full sequences per token. Both give the same tokens for a seed.
 """
 
 from __future__ import annotations
