@@ -62,7 +62,7 @@ class HateSonarScorer:
     gives all three."""
 
     def __init__(self, role: str, batch_size: int = 512):
-        from lara.realtext.pins import check_sha256, pin
+        from lara.realtext.pins import check_sha256, pin, version_mismatches
         from lara.settings import ConfigError
 
         problem = hatesonar_role_problem(role)
@@ -75,17 +75,8 @@ class HateSonarScorer:
         self.sha256 = check_sha256(path, self.pin, "hatesonar model")
         self.session = _session(str(path), self.sha256)
         self.input = self.session.get_inputs()[0].name
-        self._check_runtime()
-
-    def _check_runtime(self) -> None:
-        from importlib.metadata import version
-
-        from lara.realtext.pins import pin
-
-        for package in ("onnxruntime", "onnx"):
-            want, got = pin(package).version, version(package)
-            if got != want:
-                log.warning("%s %s is installed; the pins name %s (config/real-text/files.tsv)", package, got, want)
+        for package, got, want in version_mismatches(("onnxruntime", "onnx")):
+            log.warning("%s %s is installed; the pins name %s (config/real-text/files.tsv)", package, got, want)
 
     def probabilities(self, texts: Sequence[str]) -> np.ndarray:
         """(n, 3) float64: P(hate_speech), P(offensive_language), P(neither) of each text, checked finite, in

@@ -56,6 +56,13 @@ def wheel_pin(package: str) -> Pin:
     return rows[0]
 
 
+def version_mismatches(packages) -> list[tuple[str, str, str]]:
+    """(package, installed version, pinned version) of each of ``packages`` installed at a version not its pin."""
+    from importlib.metadata import version
+
+    return [(p, version(p), pin(p).version) for p in packages if version(p) != pin(p).version]
+
+
 def check_sha256(path: str | Path, expected: Pin, what: str, data: bytes | None = None, why: str = "") -> str:
     """The sha256 of ``path`` (of ``data``, its bytes as read once, when given), refused (a ConfigError naming the
     file, both hashes and the pin's source, then ``why``) unless it is the pinned one."""

@@ -55,16 +55,12 @@ def pinned_bytes(path: Path, name: str) -> tuple[bytes, str]:
 
 def check_runtime() -> None:
     """Refuse a scikit-learn or joblib other than the pinned one (the pickles' own versions)."""
-    from importlib.metadata import version
-
-    from lara.realtext.pins import pin
+    from lara.realtext.pins import pin, version_mismatches
     from lara.settings import ConfigError
 
-    for package in RUNTIME:
-        want, got = pin(package).version, version(package)
-        if got != want:
-            raise ConfigError(f"profanity judge: {package} {got} is installed, but {PACKAGE} {pin(PACKAGE).version}'s "
-                              f"pickles need {package}=={want} (config/real-text/files.tsv; pyproject.toml pins it)")
+    for package, got, want in version_mismatches(RUNTIME):  # the first is refused
+        raise ConfigError(f"profanity judge: {package} {got} is installed, but {PACKAGE} {pin(PACKAGE).version}'s "
+                          f"pickles need {package}=={want} (config/real-text/files.tsv; pyproject.toml pins it)")
 
 
 def _unpickle(data: bytes, what: str):
