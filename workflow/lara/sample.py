@@ -110,18 +110,13 @@ def vllm_device() -> str | None:
 
 def vllm_engine_options(device: str | None, *, weights_bytes: int = 0, available_bytes: int | None = None,
                         kv_cache_env: str | None = None) -> dict:
-    """Engine arguments beyond vLLM's defaults, by device. None on a GPU (vLLM's defaults: compiled graphs,
-    chunked prefill). On a CPU:
-
-    * ``enforce_eager``: no torch.compile warm-up (many minutes on 2 cores for a 135M model);
-    * ``enable_chunked_prefill=False``: the per-request seeds stay usable. With chunked prefill a prompt's prefill
-      can be split over engine steps; the token sampled after a partial chunk is discarded and the runner rewinds
-      that request's generator (``gen.set_offset(gen.get_offset() - 4)``, a Philox offset), which a CPU generator
-      (Mersenne Twister) cannot do: "CPU Generator does not use offset". Unsplit prefills never rewind;
-      vLLM then sizes a step's token budget to the longest sequence (max_model_len);
-    * ``kv_cache_memory_bytes``: the KV cache a fixed share of the memory free now, not vLLM's default (90 % of
-      the machine's RAM, refused where other processes hold any of it), unless VLLM_CPU_KVCACHE_SPACE sets it.
-    """
+    """Engine arguments beyond vLLM's defaults, by device (docs/vllm.md, "What the backend does on a CPU", says why
+    each). None on a GPU (vLLM's defaults: compiled graphs, chunked prefill). On a CPU: ``enforce_eager`` (no
+    torch.compile warm-up); ``enable_chunked_prefill=False``, so the per-request seeds stay usable (a split prefill
+    rewinds the request's generator by a Philox offset, which a CPU generator cannot do; vLLM then sizes a step's
+    token budget to max_model_len); ``kv_cache_memory_bytes``, a fixed share of the memory free now rather than
+    vLLM's default (90 % of the machine's RAM, refused where other processes hold any of it), unless
+    VLLM_CPU_KVCACHE_SPACE sets it."""
     if device != "cpu":
         return {}
     opts = {"enforce_eager": True, "enable_chunked_prefill": False}

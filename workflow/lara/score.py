@@ -36,22 +36,29 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
+    s = read_settings(args, ScoreSettings)
+    score_and_write(args, s, "scores", [("reward", args.reward, "reward"), ("cost", args.cost, "cost")],
+                    {"reward_scorer": args.reward, "cost_scorer": args.cost},
+                    {"reward": args.reward, "cost": args.cost})
+
+
+def score_and_write(args, s: ScoreSettings, kind: str, jobs, stamp: dict, meta: dict) -> None:
+    """Add a column per job (``(column, scorer spec, role)``) to ``--input`` and write it to ``--out``, stamped ``kind``
+    (the input's role and prompts, then ``stamp``) with ``meta`` in its metadata: the one scoring loop of lara score
+    and lara score-constraints. A scorer giving a non-finite score is refused, naming it."""
     from lara import identity
     from lara.provenance import code_version
     from lara.read.files import DataError, read_table, write_table
     from lara.scoring import load_scorer, score_table
 
-    s = read_settings(args, ScoreSettings)
     df = read_table(args.input, text=("prompt", "response"))
-    for col, spec in (("reward", args.reward), ("cost", args.cost)):
-        scorer = load_scorer(spec, role=col, batch_size=args.batch_size, dtype=s.dtype)
+    for col, spec, role in jobs:
+        scorer = load_scorer(spec, role=role, batch_size=args.batch_size, dtype=s.dtype)
         log.info("scoring %d responses for %s with %s", len(df), col, spec)
         df[col] = score_table(scorer, df["prompt"].tolist(), df["response"].tolist(), f"scoring {col}")
         if not np.all(np.isfinite(df[col])):
             raise DataError(f"{spec}: produced non-finite {col} scores")
         log.info("%s: mean %.4f, std %.4f", col, df[col].mean(), df[col].std())
-    made = identity.stamp("scores", args.out, **identity.inherit(identity.read_identity(args.input), "role",
-                                                                   "per_prompt", "prompts"),
-                          reward_scorer=args.reward, cost_scorer=args.cost, made_from={"--input": args.input})
-    write_table(df, args.out, {"input": args.input, "reward": args.reward, "cost": args.cost, "code": code_version(),
-                               identity.KEY: made})
+    made = identity.stamp(kind, args.out, **identity.inherit(identity.read_identity(args.input), "role", "per_prompt",
+                                                             "prompts"), **stamp, made_from={"--input": args.input})
+    write_table(df, args.out, {"input": args.input, **meta, "code": code_version(), identity.KEY: made})

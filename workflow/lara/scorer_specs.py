@@ -28,7 +28,6 @@ def spec_problem(spec: str, role: str) -> str | None:
     or a bare word that is no named scorer (a typo: the closest name is suggested). None: nothing to say (model
     folders and hub ids are checked as references)."""
     import difflib
-    import inspect
 
     if spec in WORKFLOW_SPECS or spec.startswith("category:"):
         return None
@@ -36,12 +35,8 @@ def spec_problem(spec: str, role: str) -> str | None:
     name, colon, argument = spec.partition(":")
     if name in named:
         factory = named[name].load()
-        if colon:
-            takes = inspect.signature(factory).parameters.get("argument")
-            if takes is None or takes.kind not in (takes.POSITIONAL_OR_KEYWORD, takes.KEYWORD_ONLY):
-                return f"the named scorer {name!r} takes no argument (spec: {name})"
-            if not argument:
-                return f"nothing after '{name}:' (spec: {name}:ARGUMENT)"
+        if colon and argument_problem(factory, name, argument):
+            return argument_problem(factory, name, argument)
         check = getattr(factory, "check", None)
         return check(role, argument if colon else None) if check else None
     if "/" not in spec and not Path(spec).exists():
@@ -50,6 +45,17 @@ def spec_problem(spec: str, role: str) -> str | None:
         return (f"not a model directory, not a hub id (owner/name), and not a named scorer (named: "
                 f"{', '.join(sorted(named)) or 'none installed'}){hint}")
     return None
+
+
+def argument_problem(factory, name: str, argument: str) -> str | None:
+    """Why the named scorer ``name`` (its ``factory``) cannot take the spec ``name:argument``: a factory without an
+    ``argument`` parameter (which would ignore it), or nothing after the colon. None: it can."""
+    import inspect
+
+    takes = inspect.signature(factory).parameters.get("argument")
+    if takes is None or takes.kind not in (takes.POSITIONAL_OR_KEYWORD, takes.KEYWORD_ONLY):
+        return f"the named scorer {name!r} takes no argument (spec: {name})"
+    return None if argument else f"nothing after '{name}:' (spec: {name}:ARGUMENT)"
 
 
 def _score_of(spec: str, role: str, named) -> tuple[str, str | None]:

@@ -61,10 +61,8 @@ def pad_batch(seqs: list[list[int]], pad_id: int, side: str = "right"):
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(seqs), width), dtype=torch.long)
     for i, s in enumerate(seqs):
-        if side == "right":
-            ids[i, :len(s)], mask[i, :len(s)] = torch.tensor(s), 1
-        else:
-            ids[i, width - len(s):], mask[i, width - len(s):] = torch.tensor(s), 1
+        lo = 0 if side == "right" else width - len(s)
+        ids[i, lo:lo + len(s)], mask[i, lo:lo + len(s)] = torch.tensor(s), 1
     return ids, mask
 
 
@@ -103,19 +101,26 @@ class SequenceScorer:
     def __init__(self, path: str | Path, device: str | None = None, batch_size: int = 32,
                  padding_side: str = "right", dtype: str = "float32"):
         import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         self.path = Path(path)
-        meta_file = self.path / SCORER_FILE
-        from lara.read.files import json_file
-        self.meta = json_file(meta_file, mapping=False) if meta_file.exists() else {"append_eos": True}
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.tokenizer = AutoTokenizer.from_pretrained(self.path)
-        self.model = AutoModelForSequenceClassification.from_pretrained(
-            self.path, dtype=getattr(torch, dtype)).to(self.device).eval()
+        self.meta, self.tokenizer, model = self._load(getattr(torch, dtype))
+        self.model = model.to(self.device).eval()
         self.batch_size = batch_size
         self.padding_side = padding_side
         self.max_length = self.meta.get("max_length")
+
+    def _load(self, dtype) -> tuple:
+        """(meta, tokenizer, model) of the checkpoint: lara's scorer file (its absence: EOS appended), the tokenizer,
+        the ``*ForSequenceClassification`` model in ``dtype``."""
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        from lara.read.files import json_file
+
+        meta_file = self.path / SCORER_FILE
+        meta = json_file(meta_file, mapping=False) if meta_file.exists() else {"append_eos": True}
+        return (meta, AutoTokenizer.from_pretrained(self.path),
+                AutoModelForSequenceClassification.from_pretrained(self.path, dtype=dtype))
 
     def encode(self, prompts, responses, append_eos: bool | None = None) -> list[list[int]]:
         eos = self.meta.get("append_eos", True) if append_eos is None else append_eos
@@ -196,15 +201,8 @@ class ValueScorer:
         return out
 
     def score(self, prompts, responses) -> np.ndarray:
-        """Q of the final token (EOS) of each complete response: its predicted score."""
-        seqs = [encode(self.tokenizer, p, r, True) for p, r in zip(prompts, responses, strict=True)]
-        out = np.empty(len(seqs))
-        for lo in range(0, len(seqs), self.batch_size):
-            chunk = seqs[lo:lo + self.batch_size]
-            q = self._forward([s[:-1] for s in chunk])
-            last = [s[-1] for s in chunk]
-            out[lo:lo + len(chunk)] = q[range(len(chunk)), last].cpu().numpy()
-        return out
+        """Q of the final token (EOS) of each complete response: its predicted score (the value at fraction 1)."""
+        return self.prefix_values(prompts, responses, 1.0)
 
 
 SAFE_RLHF_NORMALIZE = ("affine", "scale", "translate", "identity")
@@ -220,22 +218,19 @@ class LlamaForScoreScorer(SequenceScorer):
 
     def __init__(self, path: str, device: str | None = None, batch_size: int = 16, padding_side: str = "right",
                  dtype: str = "float32"):
-        import torch
+        self.spec = path
+        super().__init__(path, device, batch_size, padding_side, dtype)
+
+    def _load(self, dtype) -> tuple:
         from transformers import AutoTokenizer, LlamaModel
 
-        self.path = Path(path)
-        self.meta = {"append_eos": True}
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        config = score_config(path)
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        backbone = LlamaModel.from_pretrained(path, dtype=getattr(torch, dtype))
-        head = load_score_head(path, backbone.config.hidden_size, config).to(getattr(torch, dtype))
-        self.model = _BackboneWithHead(backbone, head).to(self.device).eval()
-        self.batch_size = batch_size
-        self.padding_side = padding_side
-        self.max_length = None
+        config = score_config(self.spec)
+        tokenizer = AutoTokenizer.from_pretrained(self.spec)
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        backbone = LlamaModel.from_pretrained(self.spec, dtype=dtype)
+        head = load_score_head(self.spec, backbone.config.hidden_size, config).to(dtype)
+        return {"append_eos": True}, tokenizer, _BackboneWithHead(backbone, head)
 
 
 def score_config(path: str) -> dict:
@@ -332,17 +327,11 @@ def _checkpoint_files(path: str) -> list[str]:
     """Weight files of a checkpoint; the shard holding the head first when an index says which."""
     local = Path(path)
     if local.is_dir():
-        names = sorted(p.name for p in local.iterdir())
-
-        def get(name):
-            return str(local / name)
+        names, get = sorted(p.name for p in local.iterdir()), lambda name: str(local / name)
     else:
         from huggingface_hub import hf_hub_download, list_repo_files
 
-        names = sorted(list_repo_files(path))
-
-        def get(name):
-            return hf_hub_download(path, name)
+        names, get = sorted(list_repo_files(path)), lambda name: hf_hub_download(path, name)
     for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         if index in names:
             from lara.read.files import json_file
@@ -390,6 +379,7 @@ def load_scorer(spec: str, role: str = "reward", **kwargs) -> Scorer:
     scorer which score to give. ``name:argument``, where ``name`` is a named scorer, calls its factory with
     ``argument=argument`` (refused for a factory without an ``argument`` parameter, which would ignore it)."""
     from lara.config.refs import require_model
+    from lara.scorer_specs import argument_problem
     from lara.settings import ConfigError
 
     size = kwargs.get("batch_size", 1)
@@ -401,14 +391,10 @@ def load_scorer(spec: str, role: str = "reward", **kwargs) -> Scorer:
 
     name, colon, argument = spec.partition(":")
     if colon and name in named:
-        import inspect
-
         factory = named[name].load()
-        takes = inspect.signature(factory).parameters.get("argument")
-        if takes is None or takes.kind not in (takes.POSITIONAL_OR_KEYWORD, takes.KEYWORD_ONLY):
-            raise ConfigError(f"{role} scorer {spec!r}: the named scorer {name!r} takes no argument (spec: {name})")
-        if not argument:
-            raise ConfigError(f"{role} scorer {spec!r}: nothing after '{name}:' (spec: {name}:ARGUMENT)")
+        problem = argument_problem(factory, name, argument)
+        if problem:
+            raise ConfigError(f"{role} scorer {spec!r}: {problem}")
         return factory(role=role, argument=argument, **kwargs)
 
     require_model(spec, f"{role} scorer")

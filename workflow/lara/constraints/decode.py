@@ -24,10 +24,9 @@ SETTINGS = ("zero", "hat", "star", "soft", "bootstrap", "ltt", "ltt_wsr")
 
 def read_vector(path, constraints) -> dict:
     """A vector lambda record, checked against the constraints the step was given (names and taus)."""
-    from lara.read.files import DataError
+    from lara.read.files import DataError, json_file
 
     try:
-        from lara.read.files import json_file
         data = json_file(Path(path), mapping=False)
     except (OSError, ValueError) as exc:
         raise DataError(f"--lambda-json {path}: not a readable JSON record ({exc})") from None

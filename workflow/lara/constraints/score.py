@@ -7,14 +7,8 @@ The output keeps the input's columns and adds ``reward`` and ``cost_<name>`` for
 
 from __future__ import annotations
 
-import logging
-
-import numpy as np
-
 from lara.score import ScoreSettings
 from lara.settings import add_settings_arguments, read_settings
-
-log = logging.getLogger(__name__)
 
 HELP = "score sampled responses with a reward and one cost per constraint (calibration.constraints)"
 
@@ -54,25 +48,11 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
-    from lara import identity
-    from lara.provenance import code_version
-    from lara.read.files import DataError, read_table, write_table
-    from lara.scoring import load_scorer, score_table
+    from lara.score import score_and_write
 
     s = read_settings(args, ScoreSettings)
     specs = cost_specs(args.cost)
-    df = read_table(args.input, text=("prompt", "response"))
     jobs = [("reward", args.reward, "reward")] + [(f"cost_{name}", spec, name) for name, spec in specs.items()]
-    for col, spec, role in jobs:
-        scorer = load_scorer(spec, role=role, batch_size=args.batch_size, dtype=s.dtype)
-        log.info("scoring %d responses for %s with %s", len(df), col, spec)
-        df[col] = score_table(scorer, df["prompt"].tolist(), df["response"].tolist(), f"scoring {col}")
-        if not np.all(np.isfinite(df[col])):
-            raise DataError(f"{spec}: produced non-finite {col} scores")
-        log.info("%s: mean %.4f, std %.4f", col, df[col].mean(), df[col].std())
-    made = identity.stamp("constraint_scores", args.out,
-                          **identity.inherit(identity.read_identity(args.input), "role", "per_prompt", "prompts"),
-                          constraints=list(specs), reward_scorer=args.reward, cost_scorers=specs,
-                          made_from={"--input": args.input})
-    write_table(df, args.out, {"input": args.input, "reward": args.reward, "costs": specs, "code": code_version(),
-                               identity.KEY: made})
+    score_and_write(args, s, "constraint_scores", jobs,
+                    {"constraints": list(specs), "reward_scorer": args.reward, "cost_scorers": specs},
+                    {"reward": args.reward, "costs": specs})

@@ -14,19 +14,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+# select(reward, cost, lams): (L, P) index of the chosen candidate per lambda and prompt, the very order that
+# ``lara calibrate --mode bon`` calibrates (one shared function)
+from lara.calibrate.bestofn import select_grid as select
 from lara.calibrate.record import add_lambda_arguments, read_lambda, resolve_lambda
 from lara.read.candidates import score_matrix
 
 log = logging.getLogger(__name__)
-
-
-def select(reward: np.ndarray, cost: np.ndarray, lams) -> np.ndarray:
-    """(L, P) index of the chosen candidate per lambda and prompt: argmax r - lambda c, ties to
-    the lower cost (the order ``lara calibrate --mode bon`` calibrates, one shared function; a long
-    grid follows each prompt's winner from crossing to crossing instead of an argmax per lambda)."""
-    from lara.calibrate.bestofn import select_grid
-
-    return select_grid(reward, cost, lams)
 
 
 def sweep(reward: np.ndarray, cost: np.ndarray, lams) -> pd.DataFrame:

@@ -1,18 +1,13 @@
-"""``lara choose-decoder``: at each token budget, the certified decoder to deploy (docs/budget.md).
+"""``lara choose-decoder``: at each token budget, the certified decoder to deploy (docs/budget.md states the rules).
 
 The candidates are Best-of-k for every k <= N and the pruned schedules of a stated search space
 (``decode.budget.checkpoints`` x ``keep``, one or two checkpoints), every one an instance of the calibration core's
-decoder interface (:mod:`lara.calibrate.decoder`). Three disjoint prompt sets, each used for one thing:
-
-1. **selection** (``data.prompts.n_selection``): each candidate calibrated there by the deployed procedure, its mean
-   reward, cost and tokens at that lambda. At budget B the winner is the candidate with the most reward whose cost
-   meets tau and whose tokens are at most B; ties go to fewer tokens, then to Best-of-k (a schedule must beat it).
-   Choosing here costs neither certificate anything: the calibration and test prompts never enter the choice.
-2. **calibration**: the winner (and every point of the frontier figure) calibrated and certified by the core
-   (:func:`lara.calibrate.procedures.calibrate`, the record every grid decoder writes).
-3. **test**: each at its certified lambda, held out: reward, cost with its verdict, tokens; and the winner's reward
-   minus the best Best-of-k's at equal or fewer tokens (the best on the selection split), paired over the test
-   prompts with a 95 % interval.
+decoder interface (:mod:`lara.calibrate.decoder`). Three disjoint prompt sets, each used for one thing: on the
+**selection** prompts every candidate is calibrated by the deployed procedure and the winner at budget B is the one
+with the most reward whose cost meets tau and whose tokens are at most B (ties to fewer tokens, then to Best-of-k), so
+choosing costs neither certificate anything; the **calibration** prompts certify it (and every point of the frontier
+figure) through the core (:func:`lara.calibrate.procedures.calibrate`); the **test** prompts audit it held out, with
+its reward minus the best Best-of-k's at equal or fewer tokens, paired with a 95 % interval.
 
 Writes the choice (JSON: budgets, winners, their records and audits, every candidate's selection numbers) and the
 frontier table (CSV: Best-of-1..N and the schedules on the selection split's frontier, each at its certified lambda).
@@ -198,13 +193,10 @@ def frontier(table: pd.DataFrame) -> list[str]:
     """The schedules no other schedule beats on the selection split (as much reward or more at as few tokens or
     fewer, one of them strictly): the pruned points of the frontier figure."""
     pr = table[(table["kind"] != "best_of_k") & table["meets"]]
-    out = []
-    for _, r in pr.iterrows():
-        beaten = ((pr["mean_reward"] >= r["mean_reward"]) & (pr["mean_tokens"] <= r["mean_tokens"])
-                  & ((pr["mean_reward"] > r["mean_reward"]) | (pr["mean_tokens"] < r["mean_tokens"])))
-        if not beaten.any():
-            out.append(str(r["name"]))
-    return out
+    r, t = pr["mean_reward"].to_numpy(float), pr["mean_tokens"].to_numpy(float)
+    ri, ti = r[:, None], t[:, None]  # [i, j]: schedule j beats schedule i
+    beaten = ((r >= ri) & (t <= ti) & ((r > ri) | (t < ti))).any(axis=1)
+    return [str(name) for name in pr["name"][~beaten]]
 
 
 def held_out(dec, lam: float, s: BudgetSettings) -> tuple[dict, dict]:

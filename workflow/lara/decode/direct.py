@@ -1,33 +1,21 @@
 """``lara calibrate-decoder``: a lambda calibrated for a token-level decoder itself (``calibration.token_level:
-direct``), instead of reusing Best-of-N's lambda* (the paper's heuristic).
+direct``), instead of reusing Best-of-N's lambda* (the paper's heuristic); docs/calibration.md states the search and
+what it promises.
 
-The decoder (ARGS, PARGS or CD-Q, with its own scorers and settings) decodes the calibration prompts at a
-lambda; the decoding reward and cost models (the full-sequence models, tau's units, as the constraint audit
-uses them) score the responses; the search looks for the smallest lambda whose mean cost is <= tau.
-
-A token-level decoder's cost need not be monotone in lambda (greedy steps can flip between responses), so
-the search never relies on it for what it reports:
-
-1. **Scan** lambda = 0 and then ``decode.lambda_grid`` upwards, decoding at each, until one meets tau. Every
-   grid lambda below the first that meets it was measured above tau.
-2. **Refine** inside the bracket (the last grid lambda above tau, the first that meets it) by
-   ``refine_steps`` bisections: the left end always measured above tau, the right end always measured at
-   or below it.
-3. **Deploy** the right end: a lambda whose own decode met tau on the calibration prompts, never an
-   interpolation. It is the smallest lambda that meets tau when the cost is monotone inside the bracket; a
-   non-monotone cost can hide a smaller one there, at most the final bracket's width below (the record
-   keeps every evaluation, so a reader sees the curve that was searched).
-
-If no grid lambda meets tau the record says ``infeasible`` and deploys the largest grid lambda (the decoder
-gets as close as the grid allows; the audit then shows how far it stays above tau). The record
-(``direct_<method>.json``) holds the deployed ``lambda_star``, tau, the status, the final bracket, the
-number of decodes and every evaluation (mean cost with its bootstrap 95 % interval, mean reward).
+The decoder (ARGS, PARGS or CD-Q, with its own scorers and settings) decodes the calibration prompts at a lambda; the
+decoding reward and cost models (the full-sequence models, tau's units, as the constraint audit uses them) score the
+responses. :func:`search` scans lambda = 0 and then ``decode.lambda_grid`` upwards to the first that meets tau,
+bisects the bracket ``refine_steps`` times (its left end always measured above tau, its right end at or below it)
+and deploys the right end: a lambda whose own decode met tau, never an interpolation, since a token-level decoder's
+cost need not be monotone in lambda. If no grid lambda meets tau the record says ``infeasible`` and deploys the
+largest grid lambda (the audit then shows how far it stays above tau). The record (``direct_<method>.json``) holds
+the deployed ``lambda_star``, tau, the status, the final bracket, the number of decodes and every evaluation (mean
+cost with its bootstrap 95 % interval, mean reward).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass
 from typing import ClassVar
@@ -38,7 +26,6 @@ from lara.settings import Settings, add_settings_arguments, read_settings, seed_
 log = logging.getLogger(__name__)
 
 HELP = "calibrate lambda for a token-level decoder itself: decode the calibration prompts, score, search"
-
 
 
 @dataclass(frozen=True)
@@ -118,6 +105,7 @@ def run(args) -> None:
     from lara.calibrate.record import read_lambda
     from lara.config import require_model
     from lara.decode.rgtg import METHOD_SETTINGS, decode, load_models
+    from lara.decode.sweep import finite_grid
     from lara.io import atomic_output, write_json
     from lara.read.files import DataError, read_table
     from lara.scoring import load_scorer
@@ -125,11 +113,7 @@ def run(args) -> None:
 
     s = read_settings(args, DirectSettings)
     ds = METHOD_SETTINGS[args.method].from_json(args.decoder_settings, origin="--decoder-settings")
-    grid = [float(x) for x in s.lambda_grid]
-    if not grid or not all(math.isfinite(x) for x in grid):
-        from lara.config import ConfigError
-
-        raise ConfigError(f"decode.lambda_grid {s.lambda_grid!r}: lambda values must be finite, at least one")
+    grid = finite_grid(s.lambda_grid)
     heuristic = read_lambda(args.heuristic_lambda_json) if args.heuristic_lambda_json else None
     df = read_table(args.prompts, required=("prompt_id", "prompt"))
     for flag, spec in (("--policy", args.policy), ("--reward", args.reward), ("--cost", args.cost),

@@ -94,6 +94,8 @@ def run(args) -> None:
     from transformers import AutoTokenizer
 
     from lara import identity
+    from lara.config.refs import require_model
+    from lara.read.candidates import check_lengths, check_scores
     from lara.read.files import DataError, read_table, require_in_range, write_table
     from lara.scoring import load_scorer, score_table
     from lara.settings import ConfigError
@@ -108,14 +110,10 @@ def run(args) -> None:
     require_in_range(df, ("reward", "cost", "n_tokens"), args.input)
     if df.duplicated(["prompt_id", "sample_id"]).any():
         raise DataError(f"--input {args.input}: a (prompt_id, sample_id) appears twice")
-    from lara.read.candidates import check_lengths, check_scores
-
     check_scores(df, ("reward", "cost"), f"--input {args.input}")
     check_lengths(df, s.max_new_tokens, f"--input {args.input}")
     for col in ("reward", "cost"):
         check_role(getattr(args, col), col)
-    from lara.config.refs import require_model
-
     require_model(args.tokenizer, "--tokenizer")
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     scorers = {col: load_scorer(spec, role=col, batch_size=args.batch_size)

@@ -1,21 +1,18 @@
-"""Token-level reward-guided decoding with the calibrated reward: ARGS, PARGS and CD-Q.
+"""Token-level reward-guided decoding with the calibrated reward: ARGS, PARGS and CD-Q (docs/decoding.md).
 
 At every step the policy pi_ref proposes its top-k next tokens z, each scored by
 
     log pi_ref(z | x, y) + w * (r(x, y z) - lambda * c(x, y z))
 
-and the decoder takes the argmax (``temperature = 0``) or samples from softmax(score / T).
-The scorers differ by method:
+and the decoder takes the argmax (``temperature = 0``) or samples from softmax(score / T). The scorers differ by
+method: ``args``, the full-sequence reward and cost models applied to the prefix plus z; ``pargs``, the PARGS partial
+reward and cost models (trained on prefixes); ``cdq``, the CD-Q value models, whose head gives Q(prefix, z) for every
+z in one pass.
 
-* ``args``: the full-sequence reward and cost models applied to the prefix plus z;
-* ``pargs``: the PARGS partial reward and cost models (trained on prefixes);
-* ``cdq``: the CD-Q value models, whose head gives Q(prefix, z) for every z in one pass.
-
-Cached candidate scoring (sequence scorers): the scorer keeps a KV cache of the prefix; the
-k candidates go through one forward as k single-token continuations that attend to the
-cached prefix and to themselves only (a tree-shaped 4D attention mask, all at the same
-position); the chosen candidate's keys and values are then kept and the rest dropped. The
-naive reference re-runs k full sequences per token. Both give the same tokens for a seed.
+Cached candidate scoring (sequence scorers): the scorer keeps a KV cache of the prefix; the k candidates go through
+one forward as k single-token continuations that attend to the cached prefix and to themselves only (a tree-shaped
+4D attention mask, all at the same position); the chosen candidate's keys and values are then kept and the rest
+dropped. The naive reference re-runs k full sequences per token. Both give the same tokens for a seed.
 """
 
 from __future__ import annotations
@@ -25,7 +22,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from lara.calibrate.record import add_lambda_arguments
-from lara.scoring import encode, pad_batch
+from lara.scoring import encode, pad_batch, position_ids
 from lara.settings import (
     Dtype,
     Settings,
@@ -85,10 +82,6 @@ class CDQSettings(RGTGSettings):
 METHOD_SETTINGS = {"args": ARGSSettings, "pargs": PARGSSettings, "cdq": CDQSettings}
 
 
-def _positions(mask):
-    return (mask.cumsum(-1) - 1).clamp(min=0)
-
-
 def _cache_keyword(module) -> str:
     """The keyword a model's forward takes its KV cache by: ``cache`` in current transformers,
     ``past_key_values`` before the rename (passing the old name to a new model warns on every call)."""
@@ -123,32 +116,28 @@ def _buffer_layer_class():
         def update(self, key_states, value_states, *args, **kwargs):
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
-                self.length, self.kbuf, self.vbuf = 0, None, None
-            n = key_states.shape[-2]
-            need = self.length + n
-            if self.kbuf is None or need > self.kbuf.shape[-2]:
-                cap = max(need + 64, 2 * (0 if self.kbuf is None else self.kbuf.shape[-2]))
-                shape = (*key_states.shape[:-2], cap, key_states.shape[-1])
-                kbuf = torch.empty(shape, dtype=key_states.dtype, device=key_states.device)
-                vbuf = torch.empty((*value_states.shape[:-2], cap, value_states.shape[-1]), dtype=value_states.dtype,
-                                   device=value_states.device)
-                if self.kbuf is not None:
-                    kbuf[..., :self.length, :] = self.kbuf[..., :self.length, :]
-                    vbuf[..., :self.length, :] = self.vbuf[..., :self.length, :]
-                self.kbuf, self.vbuf = kbuf, vbuf
-            self.kbuf[..., self.length:need, :] = key_states
-            self.vbuf[..., self.length:need, :] = value_states
+                self.length, self.bufs = 0, None
+            new = (key_states, value_states)
+            need = self.length + key_states.shape[-2]
+            if self.bufs is None or need > self.bufs[0].shape[-2]:
+                cap = max(need + 64, 2 * (0 if self.bufs is None else self.bufs[0].shape[-2]))
+                grown = [torch.empty((*x.shape[:-2], cap, x.shape[-1]), dtype=x.dtype, device=x.device) for x in new]
+                for buf, old in zip(grown, self.bufs or (), strict=False):
+                    buf[..., :self.length, :] = old[..., :self.length, :]
+                self.bufs = grown
+            for buf, x in zip(self.bufs, new, strict=True):
+                buf[..., self.length:need, :] = x
             self.length = need
-            self.keys, self.values = self.kbuf[..., :need, :], self.vbuf[..., :need, :]
+            self.keys, self.values = (buf[..., :need, :] for buf in self.bufs)
             return self.keys, self.values
 
         def keep(self, past: int, rows, slots) -> None:
             """Keep the first ``past`` positions and, for each batch row, the candidate slot
             ``past + slots[row]`` moved to position ``past`` (in place)."""
-            self.kbuf[:, :, past] = self.kbuf[rows, :, past + slots]
-            self.vbuf[:, :, past] = self.vbuf[rows, :, past + slots]
+            for buf in self.bufs:
+                buf[:, :, past] = buf[rows, :, past + slots]
             self.length = past + 1
-            self.keys, self.values = self.kbuf[..., :past + 1, :], self.vbuf[..., :past + 1, :]
+            self.keys, self.values = (buf[..., :past + 1, :] for buf in self.bufs)
 
     _BUFFER_LAYER = BufferLayer
     return BufferLayer
@@ -166,7 +155,7 @@ class _Stepper:
     def start(self, ids, mask):
         self.cache = _buffer_cache()
         self.mask = mask.to(self.dev)
-        out = self.net(input_ids=ids.to(self.dev), attention_mask=self.mask, position_ids=_positions(self.mask),
+        out = self.net(input_ids=ids.to(self.dev), attention_mask=self.mask, position_ids=position_ids(self.mask),
                        use_cache=True, **{self.cache_kw: self.cache})
         self.last = out.logits[:, -1].float() if self.net is self.model else None
 
@@ -222,7 +211,7 @@ class NaiveValueScorer(_NaiveState):
         out = torch.empty(b, k, device=self.dev)
         for j in range(k):  # one full forward per candidate: Q(prefix, z_j) read at the prefix's end
             logits = self.model(input_ids=self.ids, attention_mask=self.mask,
-                                position_ids=_positions(self.mask)).logits
+                                position_ids=position_ids(self.mask)).logits
             out[:, j] = logits[:, -1].float().gather(1, cand[:, j:j + 1].to(self.dev)).squeeze(1)
         return out
 
@@ -239,17 +228,13 @@ class CachedSequenceScorer(_Stepper):
         b, k = cand.shape
         past = self.mask.shape[1]
         eye = torch.arange(k, device=self.dev)
-        if getattr(self.model.config, "_attn_implementation", None) == "sdpa":
-            # a boolean mask (True = attend), which SDPA takes as it is: each candidate sees the prefix and itself
-            tree = torch.zeros((b, 1, k, past + k), dtype=torch.bool, device=self.dev)
-            tree[..., :past] = self.mask[:, None, None, :].bool()
-            tree[:, 0, eye, past + eye] = True
-        else:  # eager attention adds the mask to the scores
+        # a boolean mask (True = attend), which SDPA takes as it is: each candidate sees the prefix and itself
+        tree = torch.zeros((b, 1, k, past + k), dtype=torch.bool, device=self.dev)
+        tree[..., :past] = self.mask[:, None, None, :].bool()
+        tree[:, 0, eye, past + eye] = True
+        if getattr(self.model.config, "_attn_implementation", None) != "sdpa":  # eager adds the mask to the scores
             dtype = next(self.model.parameters()).dtype
-            neg = torch.finfo(dtype).min
-            tree = torch.full((b, 1, k, past + k), neg, dtype=dtype, device=self.dev)
-            tree[..., :past] = torch.where(self.mask[:, None, None, :].bool(), 0.0, neg).to(dtype)
-            tree[:, 0, eye, past + eye] = 0.0
+            tree = torch.where(tree, 0.0, torch.finfo(dtype).min).to(dtype)
         pos = self.mask.sum(-1, keepdim=True).expand(b, k)
         hidden = self.net(input_ids=cand.to(self.dev), attention_mask=tree, position_ids=pos,
                           use_cache=True, **{self.cache_kw: self.cache}).last_hidden_state
@@ -277,8 +262,8 @@ class NaiveSequenceScorer(_NaiveState):
         mask = torch.cat([self.mask, ones], 1)
         for j in range(k):
             ids = torch.cat([self.ids, cand[:, j:j + 1].to(self.dev)], 1)
-            hidden = self.backbone(input_ids=ids, attention_mask=mask, position_ids=_positions(mask)).last_hidden_state
-            out[:, j] = self.model.score(hidden[:, -1]).squeeze(-1).float()
+            hidden = self.backbone(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask))
+            out[:, j] = self.model.score(hidden.last_hidden_state[:, -1]).squeeze(-1).float()
         return out
 
 

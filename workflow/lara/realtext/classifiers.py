@@ -1,23 +1,15 @@
 """Two costs from ``hatesonar``'s bundled classifier: P(hate speech) and P(offensive language) of a response.
 
-hatesonar (Hironsan, MIT) ships ``hatesonar/model/model.onnx``: a scikit-learn pipeline converted to ONNX — lower
-case, split into ``[a-zA-Z0-9_]+`` tokens, TF-IDF over a fixed vocabulary of words, L2 normalisation, a linear
-classifier with three classes (0 hate_speech, 1 offensive_language, 2 neither) trained on the tweets of Davidson et
-al. (2017, "Automated Hate Speech Detection and the Problem of Offensive Language"). Input ``text`` (a 1-D string
-tensor); outputs the label and, per text, the three class probabilities. It is a bag of words: it sees which words a
-text holds, not what the text says (a threat in polite words is "neither"; docs/real-text.md).
-
-The model file is read where pip installed it (found through the package's metadata, so hatesonar's own Python code
-is never imported), checked against its pinned sha256 (``config/real-text/files.tsv``), and run by onnxruntime
-directly. One change, in memory: the graph's ``StringNormalizer`` names no locale, and onnxruntime then builds
-``en_US.UTF-8``, which many machines (containers, cluster nodes) do not have — the session fails to start. The
-scorer lower-cases each text in Python (full Unicode case mapping) and sets the normaliser's locale to ``C``, which
-every system has; its lower-casing of the already lower-cased text changes nothing. The tokeniser keeps ASCII word
-characters only, so the probabilities are those the unchanged model gives where ``en_US.UTF-8`` exists.
-
-Only the response is scored, not the prompt: the constraint is on what the model says; the prompt is given (the
-RealToxicityPrompts prompts are picked for being toxic already), and a score of prompt + response would charge the
-decoder for words it did not choose.
+``hatesonar/model/model.onnx`` is a scikit-learn pipeline converted to ONNX: a bag of words (TF-IDF over a fixed
+vocabulary of ``[a-zA-Z0-9_]+`` tokens) under a linear classifier with three classes (0 hate_speech, 1
+offensive_language, 2 neither) trained on the tweets of Davidson et al. (2017); docs/real-text.md ("Costs") says
+what it sees and what it does not. The file is found through the package's metadata (hatesonar's own Python code is
+never imported), checked against its pinned sha256 (``config/real-text/files.tsv``) and run by onnxruntime directly,
+with one change in memory: the graph's ``StringNormalizer`` names no locale, so onnxruntime builds ``en_US.UTF-8``,
+which many machines lack (the session then fails to start); the scorer sets the locale to ``C`` and lower-cases each
+text in Python (full Unicode case mapping) first. The tokeniser keeps ASCII word characters only, so the
+probabilities are those the unchanged model gives where ``en_US.UTF-8`` exists. Only the response is scored, not the
+prompt (the docs say why).
 
 The named scorer ``hatesonar`` (``lara.scorers`` entry point): ``load_scorer("hatesonar", role="hate")``, or, where
 the caller's role is ``cost``, the class named in the spec: ``load_scorer("hatesonar:offensive", role="cost")``.
@@ -41,19 +33,9 @@ ROLES = {"hate": 0, "offensive": 1}  # a scorer's role -> the class whose probab
 
 def model_path():
     """The installed hatesonar's ONNX model (from the distribution's file list; hatesonar is not imported)."""
-    from importlib.metadata import PackageNotFoundError, distribution
+    from lara.realtext.pins import installed_files
 
-    from lara.settings import ConfigError
-
-    try:
-        dist = distribution(PACKAGE)
-    except PackageNotFoundError:
-        raise ConfigError(f"the hatesonar scorer needs the {PACKAGE} package (pip install {PACKAGE}==0.1.0; "
-                          "pyproject.toml pins it)") from None
-    path = dist.locate_file(MODEL_FILE)
-    if not path.is_file():
-        raise ConfigError(f"{PACKAGE} {dist.version} is installed without {MODEL_FILE} ({path})")
-    return path
+    return installed_files(PACKAGE, "hatesonar", [MODEL_FILE])[MODEL_FILE]
 
 
 @functools.cache
@@ -80,7 +62,7 @@ class HateSonarScorer:
     gives all three."""
 
     def __init__(self, role: str, batch_size: int = 512):
-        from lara.realtext.pins import check_sha256, pin
+        from lara.realtext.pins import check_sha256, pin, version_mismatches
         from lara.settings import ConfigError
 
         problem = hatesonar_role_problem(role)
@@ -93,17 +75,8 @@ class HateSonarScorer:
         self.sha256 = check_sha256(path, self.pin, "hatesonar model")
         self.session = _session(str(path), self.sha256)
         self.input = self.session.get_inputs()[0].name
-        self._check_runtime()
-
-    def _check_runtime(self) -> None:
-        from importlib.metadata import version
-
-        from lara.realtext.pins import pin
-
-        for package in ("onnxruntime", "onnx"):
-            want, got = pin(package).version, version(package)
-            if got != want:
-                log.warning("%s %s is installed; the pins name %s (config/real-text/files.tsv)", package, got, want)
+        for package, got, want in version_mismatches(("onnxruntime", "onnx")):
+            log.warning("%s %s is installed; the pins name %s (config/real-text/files.tsv)", package, got, want)
 
     def probabilities(self, texts: Sequence[str]) -> np.ndarray:
         """(n, 3) float64: P(hate_speech), P(offensive_language), P(neither) of each text, checked finite, in
@@ -120,7 +93,7 @@ class HateSonarScorer:
         return out
 
     def score(self, prompts: Sequence[str], responses: Sequence[str]) -> np.ndarray:
-        """P(role's class) of each response (the prompts are not read: the module docstring says why)."""
+        """P(role's class) of each response (the prompts are not read: docs/real-text.md says why)."""
         if len(prompts) != len(responses):
             raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
         return self.probabilities(list(responses))[:, self.column]

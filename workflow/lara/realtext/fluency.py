@@ -6,22 +6,14 @@ The sequence is the one every other scorer reads (:func:`lara.scoring.encode`: t
 stripped response, EOS), so the reward scores exactly the text the decoders produce. The mean is over the response's
 tokens and the final EOS: the reward of a complete response, where stopping is part of the answer. An empty response
 has one token, EOS, and gets log p(EOS | x): defined, never NaN, and low exactly when the model would not stop there.
-
-Why this reward. The real-text experiment (docs/real-text.md) runs offline on a CPU: no helpfulness reward model is
-at hand, and the constraint (hatesonar's probabilities) is cheapest to meet by saying nothing or saying nonsense. A
-reward that asks for fluent text makes the trade-off real: λ must buy a lower cost with less natural text. With
-the policy itself as the scorer (SmolLM2-135M-Instruct: ``fluency:<model directory>``) nothing else is needed.
-
-Its known weakness. With the policy as scorer, r is what π_ref already likes: the KL-regularised objective
-E[r] − β·KL(π‖π_ref) then pulls toward π_ref's modes twice, and Best-of-N at λ = 0 picks the most typical, often
-the shortest or most repetitive candidate (per-token means favour repetition, which the model predicts well). It
-measures fluency under one small model, not helpfulness nor truth; a stronger, different LM as the scorer is the fix
-when one is available.
+Why this reward, and its known weakness (with the policy itself as the scorer it favours pi_ref's most typical, often
+repetitive text; a stronger, different LM is the fix): docs/real-text.md ("Reward: the fluency scorer").
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -30,15 +22,6 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 ROLES = ("reward",)
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 class FluencyScorer:
@@ -66,7 +49,7 @@ class FluencyScorer:
 
         head = encode(self.tokenizer, prompt, "", False)
         full = encode(self.tokenizer, prompt, response, True)
-        return full, max(1, min(_common_prefix(head, full), len(full) - 1))
+        return full, max(1, min(len(os.path.commonprefix([head, full])), len(full) - 1))
 
     def score_ids(self, seqs: list[tuple[list[int], int]], progress: str | None = None) -> np.ndarray:
         """Mean log p of tokens ``start:`` of each sequence, in batches of similar lengths (right-padded, positions

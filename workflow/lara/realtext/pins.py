@@ -56,14 +56,47 @@ def wheel_pin(package: str) -> Pin:
     return rows[0]
 
 
-def check_sha256(path: str | Path, expected: Pin, what: str) -> str:
-    """The sha256 of ``path``, refused (a ConfigError naming the file, both hashes and the pin's source) unless it
-    is the pinned one."""
+def version_mismatches(packages) -> list[tuple[str, str, str]]:
+    """(package, installed version, pinned version) of each of ``packages`` installed at a version not its pin."""
+    from importlib.metadata import version
+
+    return [(p, version(p), pin(p).version) for p in packages if version(p) != pin(p).version]
+
+
+def check_sha256(path: str | Path, expected: Pin, what: str, data: bytes | None = None, why: str = "") -> str:
+    """The sha256 of ``path`` (of ``data``, its bytes as read once, when given), refused (a ConfigError naming the
+    file, both hashes and the pin's source, then ``why``) unless it is the pinned one."""
+    import hashlib
+
     from lara.config import ConfigError
     from lara.io import sha256_file
 
-    got = sha256_file(path)
+    got = sha256_file(path) if data is None else hashlib.sha256(data).hexdigest()
     if got != expected.sha256:
         raise ConfigError(f"{what} {path}: sha256 {got} is not the pinned {expected.sha256} of {expected.package} "
-                          f"{expected.version} {expected.file} ({PINS_FILE.name}; from {expected.source})")
+                          f"{expected.version} {expected.file} ({PINS_FILE.name}; from {expected.source}){why}")
     return got
+
+
+def installed_files(package: str, scorer: str, names) -> dict[str, Path]:
+    """The files ``names`` of the installed ``package`` (name -> path), found through its distribution's file list
+    (the package's own Python code is never imported); a missing package or file is refused, naming the ``scorer``
+    that needs it and the pinned version to install."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    from lara.config import ConfigError
+
+    try:
+        dist = distribution(package)
+    except PackageNotFoundError:
+        raise ConfigError(f"the {scorer} scorer needs the {package} package (pip install {package}=="
+                          f"{pin(package).version}; pyproject.toml pins it)") from None
+    listed = {str(f): f for f in dist.files or ()}
+    out = {}
+    for name in names:
+        if name not in listed:
+            raise ConfigError(f"{package} {dist.version}: {name} is not in the distribution's file list")
+        out[name] = Path(dist.locate_file(listed[name]))
+        if not out[name].is_file():
+            raise ConfigError(f"{package} {dist.version} lists {name}, but {out[name]} is not a file")
+    return out

@@ -1,28 +1,22 @@
-"""A judge the decoder never saw: P(profane) of a response from ``alt-profanity-check``'s bundled classifier.
+"""A judge the decoder never saw: P(profane) of a response from ``alt-profanity-check``'s bundled classifier
+(docs/real-text.md, "A judge the decoder never saw": the model, its training data shared with hatesonar's, what
+agreement between the two can say).
 
-alt-profanity-check 1.9.1 (MIT; a maintained re-release of Victor Zhou's profanity-check) ships two scikit-learn
-objects pickled with joblib: ``profanity_check/data/vectorizer.joblib``, a ``TfidfVectorizer`` (lower case, word
-tokens of two or more ``\\w`` characters, English stop words removed, unigrams, a vocabulary of 15,442 words, L2
-norm), and ``profanity_check/data/model.joblib``, a ``CalibratedClassifierCV`` over ``LinearSVC`` (five folds, each a
-linear SVM with a sigmoid (Platt) calibration; the five probabilities are averaged), classes 0 (clean) and 1
-(profane). It was trained on the tweets of Davidson et al. (2017) — the data hatesonar's classifier was trained on —
-and on the Wikipedia talk-page comments of Jigsaw's Toxic Comment Classification Challenge: an independent model,
-not independent data (docs/real-text.md).
+alt-profanity-check 1.9.1 ships two scikit-learn objects pickled with joblib: ``profanity_check/data/vectorizer.joblib``
+(a TF-IDF vectorizer over single words) and ``profanity_check/data/model.joblib`` (five linear SVMs with Platt
+calibration, their probabilities averaged; classes 0 clean, 1 profane). The two files are found through the installed
+distribution's file list (the package's own Python code is never imported) and read once as bytes; those bytes are
+checked against their pinned sha256 (``config/real-text/files.tsv``) each time a scorer is built, before they are
+unpickled — unpickling runs code, so only the pinned bytes are ever loaded — and the scorer refuses a scikit-learn or
+joblib other than the pinned versions (a pickle is vouched for only under the version that saved it).
 
-The two files are found through the installed distribution's file list (``importlib.metadata``; the package's own
-Python code is never imported) and read once as bytes; those bytes are checked against their pinned sha256
-(``config/real-text/files.tsv``) each time a scorer is built, before they are unpickled — unpickling runs code, so
-only the pinned bytes are ever loaded — and the scorer refuses a scikit-learn or joblib other than the pinned
-versions (a pickle is vouched for only under the version that saved it).
-
-Only the response is scored, as with hatesonar (the prompt is given; classifiers.py says why). The score is a cost
-(higher = more profane): any role but ``reward`` is accepted, so a constraint's name (``hate``, ``offensive``) or
-``cost`` may be the role; the spec takes no argument (``profanity``).
+Only the response is scored, as with hatesonar. The score is a cost (higher = more profane): any role but
+``reward`` is accepted, so a constraint's name (``hate``, ``offensive``) or ``cost`` may be the role; the spec takes
+no argument (``profanity``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
 import logging
 from collections.abc import Sequence
@@ -45,55 +39,28 @@ _LOADED: dict[tuple[str, str], tuple] = {}  # (vectorizer sha256, model sha256) 
 
 def data_files() -> dict[str, Path]:
     """The installed alt-profanity-check's two joblib files (``FILES`` -> path), from the distribution's file list."""
-    from importlib.metadata import PackageNotFoundError, distribution
+    from lara.realtext.pins import installed_files
 
-    from lara.settings import ConfigError
-
-    try:
-        dist = distribution(PACKAGE)
-    except PackageNotFoundError:
-        raise ConfigError(f"the profanity scorer needs the {PACKAGE} package (pip install {PACKAGE}==1.9.1; "
-                          "pyproject.toml pins it)") from None
-    listed = {str(f): f for f in dist.files or ()}
-    out = {}
-    for name in FILES:
-        if name not in listed:
-            raise ConfigError(f"{PACKAGE} {dist.version}: {name} is not in the distribution's file list")
-        path = Path(dist.locate_file(listed[name]))
-        if not path.is_file():
-            raise ConfigError(f"{PACKAGE} {dist.version} lists {name}, but {path} is not a file")
-        out[name] = path
-    return out
+    return installed_files(PACKAGE, "profanity", FILES)
 
 
 def pinned_bytes(path: Path, name: str) -> tuple[bytes, str]:
     """The bytes of ``path`` and their sha256, refused (a ConfigError naming the file and both hashes) unless the
     sha256 is the pin of ``name``. What is hashed is what is later unpickled (one read)."""
-    from lara.realtext.pins import PINS_FILE, pin
-    from lara.settings import ConfigError
+    from lara.realtext.pins import check_sha256, pin
 
-    expected = pin(PACKAGE, name)
     data = Path(path).read_bytes()
-    got = hashlib.sha256(data).hexdigest()
-    if got != expected.sha256:
-        raise ConfigError(f"profanity judge {path}: sha256 {got} is not the pinned {expected.sha256} of "
-                          f"{expected.package} {expected.version} {expected.file} ({PINS_FILE.name}; from "
-                          f"{expected.source}); refused before unpickling it")
-    return data, got
+    return data, check_sha256(path, pin(PACKAGE, name), "profanity judge", data, "; refused before unpickling it")
 
 
 def check_runtime() -> None:
     """Refuse a scikit-learn or joblib other than the pinned one (the pickles' own versions)."""
-    from importlib.metadata import version
-
-    from lara.realtext.pins import pin
+    from lara.realtext.pins import pin, version_mismatches
     from lara.settings import ConfigError
 
-    for package in RUNTIME:
-        want, got = pin(package).version, version(package)
-        if got != want:
-            raise ConfigError(f"profanity judge: {package} {got} is installed, but {PACKAGE} {pin(PACKAGE).version}'s "
-                              f"pickles need {package}=={want} (config/real-text/files.tsv; pyproject.toml pins it)")
+    for package, got, want in version_mismatches(RUNTIME):  # the first is refused
+        raise ConfigError(f"profanity judge: {package} {got} is installed, but {PACKAGE} {pin(PACKAGE).version}'s "
+                          f"pickles need {package}=={want} (config/real-text/files.tsv; pyproject.toml pins it)")
 
 
 def _unpickle(data: bytes, what: str):

