@@ -1,8 +1,7 @@
 """What the step settings (:mod:`lara.settings`) and the config files (:mod:`lara.config`) share, importing
 nothing of either: :class:`ConfigError`, the one validator (:func:`strict_validator`) with its messages in words,
 the limits on nesting, and the reader of JSON settings (:func:`strict_json`: a key given twice, or nesting deeper
-than any configuration, is refused), and :func:`finite_grid` (decode.lambda_grid as the sweeps and the token-level
-decoder's own search read it). :mod:`lara.settings` re-exports the first names; callers import them from there.
+than any configuration, is refused). :mod:`lara.settings` re-exports these names; callers import them from there.
 """
 
 from __future__ import annotations
@@ -309,12 +308,3 @@ def _strict_loads(text: str, origin: str):
         raise ConfigError(f"{origin}: nested too deeply to read (a configuration is a few levels deep)") from None
     check_nesting(data, origin)
     return data
-
-
-def finite_grid(values) -> list[float]:
-    """decode.lambda_grid as floats: at least one, every one finite (refused otherwise; the sweeps and the
-    token-level decoder's own search read it)."""
-    grid = [float(x) for x in values]
-    if not grid or not all(math.isfinite(x) for x in grid):
-        raise ConfigError(f"decode.lambda_grid {values!r}: lambda values must be finite, at least one")
-    return grid

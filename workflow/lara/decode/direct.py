@@ -105,11 +105,11 @@ def run(args) -> None:
     from lara.calibrate.record import read_lambda
     from lara.config import require_model
     from lara.decode.rgtg import METHOD_SETTINGS, decode, load_models
+    from lara.decode.sweep import finite_grid
     from lara.io import atomic_output, write_json
     from lara.read.files import DataError, read_table
     from lara.scoring import load_scorer
     from lara.stats import cost_audit
-    from lara.validation import finite_grid
 
     s = read_settings(args, DirectSettings)
     ds = METHOD_SETTINGS[args.method].from_json(args.decoder_settings, origin="--decoder-settings")

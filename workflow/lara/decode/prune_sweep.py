@@ -74,10 +74,9 @@ def run(args) -> None:
     from lara.calibrate.pruned import PrunedBestOfN
     from lara.calibrate.record import check_budget, read_lambda
     from lara.decode.prune import check_record, read_candidates
-    from lara.decode.sweep import check_held_out, sweep_lambdas
+    from lara.decode.sweep import check_held_out, finite_grid, sweep_lambdas
     from lara.read.files import write_table
     from lara.stats import check_replicates
-    from lara.validation import finite_grid
 
     s = read_settings(args, PruneSweepSettings)
     check_replicates(s.bootstrap)

@@ -30,7 +30,6 @@ import pandas as pd
 from lara.calibrate.certify import CERTIFIED
 from lara.settings import Settings, add_settings_arguments, read_settings, seed_setting, setting
 from lara.stats import interval, verdict
-from lara.validation import finite_grid
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +167,16 @@ def sweep_lambdas(grid, rec=None, feasible_only: bool = False) -> tuple[list[flo
                 lams.append(rec.procedure_lambda(name))
                 labels.append(name)
     return lams, labels
+
+
+def finite_grid(values) -> list[float]:
+    """decode.lambda_grid as floats: at least one, every one finite (refused otherwise)."""
+    grid = [float(x) for x in values]
+    if not grid or any(not np.isfinite(x) for x in grid):
+        from lara.config import ConfigError
+
+        raise ConfigError(f"decode.lambda_grid {values!r}: lambda values must be finite, at least one")
+    return grid
 
 
 def check_held_out(records, prompts, candidates) -> None:
