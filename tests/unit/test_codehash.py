@@ -107,6 +107,13 @@ def test_packages_on_the_way_are_part_of_the_closure():
     assert {"lara", "lara.calibrate"} <= set(closure(COMMANDS["calibrate"]))
 
 
+@pytest.mark.parametrize("command", ["rgtg", "calibrate-decoder"])
+def test_token_level_decoding_hashes_no_best_of_n_module(command):
+    # an edit of Best-of-N's kernel or its sweep must not rerun every token-level decode
+    found = set(closure(COMMANDS[command]))
+    assert not found & {"lara.calibrate.bestofn", "lara.calibrate.procedures", "lara.decode.sweep", "lara.decode.bon"}
+
+
 def test_an_unknown_command_is_refused():
     with pytest.raises(ValueError, match="unknown lara command 'calibrat'"):
         step_code("calibrat")

@@ -16,6 +16,7 @@ cost with its bootstrap 95 % interval, mean reward).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import ClassVar
@@ -105,7 +106,6 @@ def run(args) -> None:
     from lara.calibrate.record import read_lambda
     from lara.config import require_model
     from lara.decode.rgtg import METHOD_SETTINGS, decode, load_models
-    from lara.decode.sweep import finite_grid
     from lara.io import atomic_output, write_json
     from lara.read.files import DataError, read_table
     from lara.scoring import load_scorer
@@ -113,7 +113,13 @@ def run(args) -> None:
 
     s = read_settings(args, DirectSettings)
     ds = METHOD_SETTINGS[args.method].from_json(args.decoder_settings, origin="--decoder-settings")
-    grid = finite_grid(s.lambda_grid)
+    # decode.lambda_grid checked here as the sweeps check it (decode.sweep.finite_grid), not imported from them: a
+    # token-level decode's code hash holds no Best-of-N module (tests/unit/test_codehash.py)
+    grid = [float(x) for x in s.lambda_grid]
+    if not grid or not all(math.isfinite(x) for x in grid):
+        from lara.config import ConfigError
+
+        raise ConfigError(f"decode.lambda_grid {s.lambda_grid!r}: lambda values must be finite, at least one")
     heuristic = read_lambda(args.heuristic_lambda_json) if args.heuristic_lambda_json else None
     df = read_table(args.prompts, required=("prompt_id", "prompt"))
     for flag, spec in (("--policy", args.policy), ("--reward", args.reward), ("--cost", args.cost),
