@@ -234,6 +234,12 @@ def refusals(tmp_path, settings, spec, stream, online):
     assert rc != 0 and "deployment.follows" in err
     rc, _, err = lara_in_process(["online", *base, "--lambda-json", tmp_path / "lambda.json"])
     assert rc != 0 and "stream.parquet" in err and "cost" in err  # read as the scalar stream it is not
+    # a stream made under another definition of a constraint of the same name (its loss: the raw score, not the
+    # probability constraint's 1[c > threshold]) is another stream
+    prob = json.dumps([{**c, "kind": "probability", "threshold": 0.0, "tau": 0.3} if c["name"] == "offensive" else c
+                       for c in json.loads(spec)])
+    rc, _, err = lara_in_process(["online", *base, "--lambda-json", tmp_path / "lambda.json", "--constraints", prob])
+    assert rc != 0 and "stream.parquet" in err and "loss of constraint offensive" in err
     # a weighted lambda in the vector mode
     rc, _, err = lara_in_process(["deploy-arms", "--candidates", stream, "--lambda-json", tmp_path / "lambda.json",
                                   "--constraints", spec, "--online", *online, "--settings", settings, "--weighted",

@@ -84,6 +84,28 @@ def _figure(tmp_path, report, traces, *extra):
                  "--provenance", str(tmp_path / "f.provenance.json")])
 
 
+def test_the_summary_refuses_another_scenario_s_shift_check(tmp_path):
+    """A shift.json beside a scenario's trace is that scenario's check: another's (copied there) is refused, whether
+    or not the report carries shift columns to compare."""
+    from lara import identity
+    from lara.evaluate.deployment_report import read_shift
+    from lara.io import write_json
+    from lara.read.files import DataError
+
+    root = tmp_path / "results" / "x"
+    report = _report(root)
+    (root / "deployment" / "harmful_heavy").mkdir(parents=True, exist_ok=True)
+    _shift(root, "harmful_heavy")
+    path = root / "deployment" / "harmful_heavy" / "shift.json"
+    record = json.loads(path.read_text())
+    write_json(path, record | {"identity": identity.stamp("shift_check", path, scenario="harmful_heavy")})
+    rows = pd.read_csv(report).assign(auc=np.nan, p_value=np.nan, ess=np.nan)  # a report made without --shift
+    control = rows[rows["scenario"] == "control"]
+    with pytest.raises(DataError, match="the shift check of scenario 'harmful_heavy'"):
+        read_shift(path, control, report)
+    assert read_shift(path, rows[rows["scenario"] == "harmful_heavy"], report)["auc"] == 0.83  # its own: read
+
+
 def test_the_deployment_figure_draws_every_scenario_and_arm(tmp_path):
     from PIL import Image
 

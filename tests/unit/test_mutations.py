@@ -571,3 +571,48 @@ def test_hostile_round_63_cases_are_refused(mutation_chain, tmp_path):  # noqa: 
     b = mutation_chain.baseline("aggregate", "--sweep")
     argv, _ = b.variant("--sweep", b.inputs("--sweep")[0], b.inputs("--sweep")[0], tmp_path / "agg2")
     refused("each tau's lambda* is for the audited decoder", *argv, "--tau-lambda-json", f["lambda_n2"])
+
+
+def test_hostile_round_64_cases_are_refused(mutation_chain, tmp_path):  # noqa: F811
+    """The wrong answers with exit 0 a hostile round found after the scalar and vector copies were merged: a weighted
+    lambda of another procedure deployed beside lambda*, an online run started from another scenario's weighted
+    lambda, a report mixing arms made with and without the weighted lambda, a sweep whose rows repeat, and a figure
+    of a decoder's record it cannot draw (a traceback before)."""
+    f, s = mutation_chain.files, mutation_chain.settings
+
+    def refused(message, *argv):
+        rc, err = mc.lara(*argv)
+        assert rc == 2 and message in err, err[-1500:]
+
+    ltt = tmp_path / "lambda_weighted_ltt.json"
+    mc.ok("calibrate", "--scores", f["scores_cal"], "--tau", s["tau"], "--bon-n", mc.N, "--bootstrap", mc.BOOT,
+          "--lambda-search-max", 20, "--seed", 0, "--weights", f["weights_heavy"], "--guarantee", "ltt",
+          "--cost-bounds", mc.BOUNDS, "--allow-infeasible", "--out", ltt)
+    b = mutation_chain.baseline("deploy-arms", "--weighted")
+    argv, outs = b.variant("--weighted", b.inputs("--weighted")[0], ltt, tmp_path / "arms")
+    refused("another procedure", *argv)
+    assert not any(p.exists() for p in outs)
+
+    b = mutation_chain.baseline("online", "--lambda-json")
+    argv, outs = b.variant("--lambda-json", b.inputs("--lambda-json")[0], f["lambda_weighted_heavy"], tmp_path / "on")
+    argv[argv.index("--candidates") + 1] = str(f["stream_control"])
+    refused("another scenario", *argv)
+
+    plain = tmp_path / "arms_plain.csv"
+    mc.ok("deploy-arms", "--candidates", f["stream_control"], "--lambda-json", f["lambda"], *s["deployment"],
+          "--out", plain, "--trace", tmp_path / "trace_plain.parquet")
+    refused("made without --weighted", "deployment-report", "--arms", plain, f["arms_heavy"], "--out",
+            tmp_path / "r.csv")
+    assert not (tmp_path / "r.csv").exists()
+
+    twice = tmp_path / "sweep_twice.csv"
+    pd.concat([pd.read_csv(f["sweep"])] * 2).to_csv(twice, index=False)
+    b = mutation_chain.baseline("aggregate", "--sweep")
+    argv, _ = b.variant("--sweep", b.inputs("--sweep")[0], twice, tmp_path / "agg")
+    refused("repeat a (n, label, lambda)", *argv)
+
+    fig = ("--settings", json.dumps({"dpi": 50, "font_scale": 1.0, "height": 3.0, "palette": "colorblind",
+                                     "width": 6.0}), "--png", tmp_path / "f.png", "--pdf", tmp_path / "f.pdf",
+           "--provenance", tmp_path / "f.json")
+    refused("without the dual's curves", "figure", "--kind", "calibration", "--lambda-json", f["lambda_prune"], *fig)
+    assert not (tmp_path / "f.png").exists()

@@ -230,3 +230,25 @@ def test_the_check_reads_each_declared_input_once(tmp_path, monkeypatch):
     files.read_table(path)
     files.read_table(path)
     assert len(calls) == 1
+
+
+def test_a_vector_mode_command_compares_its_vector_inputs_fields(tmp_path):
+    """online/deploy-arms --constraints read the vector row (a stream of constraint costs, the vector record): the
+    fields compared are that row's, so a stream scored with the constraints' cost scorers swapped is refused (the
+    one-cost row names cost_scorer, which a vector stream does not state)."""
+    from types import SimpleNamespace
+
+    from lara.identity import Artifact
+    from lara.read.contracts import CONTRACTS, agree
+    from lara.read.files import DataError
+
+    scorers = {"violence": "models/cost_violence", "crime": "models/cost_crime"}
+    swapped = {"violence": scorers["crime"], "crime": scorers["violence"]}
+    stream = Artifact("--candidates", "s.parquet", {"kind": "stream", "cost_scorers": swapped})
+    (tmp_path / "l.json").write_text("{}")
+    record = Artifact("--lambda-json", str(tmp_path / "l.json"), {"kind": "lambda_vector", "cost_scorers": scorers},
+                      data={})
+    vector = CONTRACTS["online"].expects(SimpleNamespace(constraints="[...]"))
+    with pytest.raises(DataError, match="another cost_scorers"):
+        agree("online", {"--candidates": stream, "--lambda-json": record}, vector)
+    agree("online", {"--candidates": stream, "--lambda-json": record})  # the one-cost row compares no cost_scorers

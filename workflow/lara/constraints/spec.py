@@ -150,6 +150,12 @@ def as_item(c: Constraint) -> dict:
     return item
 
 
+def losses(constraints: list[Constraint]) -> list[dict]:
+    """What defines each constraint's loss column of a stream (lara make-stream --constraints): its name, its cost's
+    scorer, its kind and threshold; a stream is followed only under the constraints it was made for."""
+    return [{"name": c.name, "cost": c.cost, "kind": c.kind, "threshold": c.threshold} for c in constraints]
+
+
 def to_json(constraints: list[Constraint]) -> str:
     return json.dumps([as_item(c) for c in constraints], sort_keys=True)
 

@@ -136,9 +136,11 @@ def core_records(paths, tau: float | None, sizes: list[int]) -> dict:
         rec = read_lambda(path)
         decoder = BestOfK.from_settings(rec.get("settings") or {"k": rec.decoder_n, "n": 0})
         check_record(rec, decoder, tau, f"--k-lambda-json {path}")
-        if decoder.k not in sizes or decoder.k in out:
-            raise DataError(f"--k-lambda-json {path}: Best-of-{decoder.k} is not a swept size {sizes} (decode.sweep_n)"
-                            " or has a second record; one record per swept k")
+        if decoder.k not in sizes:
+            raise DataError(f"--k-lambda-json {path}: Best-of-{decoder.k} is not a swept size {sizes} (decode.sweep_n)")
+        if decoder.k in out:
+            raise DataError(f"--k-lambda-json {path}: a second record for Best-of-{decoder.k} (the first: "
+                            f"{out[decoder.k].path}); one record per swept k")
         out[decoder.k] = rec
     return out
 
@@ -170,8 +172,9 @@ def sweep_lambdas(grid, rec=None, feasible_only: bool = False) -> tuple[list[flo
 
 
 def finite_grid(values) -> list[float]:
-    """decode.lambda_grid as floats: at least one, every one finite (refused otherwise)."""
-    grid = [float(x) for x in values]
+    """decode.lambda_grid as floats: at least one, every one finite (refused otherwise), each once (a value listed
+    twice is swept once: a sweep names each row once)."""
+    grid = list(dict.fromkeys(float(x) for x in values))
     if not grid or any(not np.isfinite(x) for x in grid):
         from lara.config import ConfigError
 

@@ -93,9 +93,21 @@ def read_stream(path, constraints=None) -> Stream:
     else:
         # a vector stream names the constraints its cost columns were scored for (lara make-stream --constraints):
         # a stream of other constraints is refused, even where its columns happen to share the names' form
-        made, names = identity.read_identity(path).get("constraints"), [c.name for c in constraints]
+        from lara.constraints.spec import losses
+
+        found = identity.read_identity(path)
+        made, names = found.get("constraints"), [c.name for c in constraints]
         if made is not None and list(made) != names:
             raise DataError(f"{path}: a stream of the constraints {list(made)}, not {names} (--constraints)")
+        # each loss column as --constraints defines it (cost scorer, kind, threshold): a stream of a constraint's
+        # other definition under the same name is another stream
+        made, wanted = found.get("losses"), losses(constraints)
+        if made != wanted:
+            made = made if isinstance(made, list) else []
+            at = next((i for i, w in enumerate(wanted) if i >= len(made) or made[i] != w), 0)
+            raise DataError(f"{path}: the stream's loss of constraint {wanted[at]['name']} is "
+                            f"{made[at] if at < len(made) else 'not stated'}, but "
+                            f"--constraints defines it as {wanted[at]} (make the stream with these constraints)")
         cost = np.stack([df[col].to_numpy(float).reshape(shape) for col in columns], axis=2)
     return Stream(pid[:, 0], df["sample_id"].to_numpy(np.int64).reshape(shape),
                   df["reward"].to_numpy(float).reshape(shape), cost)
@@ -415,6 +427,7 @@ def read_inputs(args, s: DeploymentSettings, constraints, decoded: bool = False)
     (:func:`check_record`); with constraints the vector record's dict (:func:`check_vector_record`). ``decoded``:
     argmax Best-of-N is decoded at the record's lambda* (deploy-arms' fixed arms), so the record must be of that very
     decoder (select-bon's check); the online lambda only starts there."""
+    from lara import identity
     from lara.calibrate.record import read_lambda
 
     stream = read_stream(args.candidates, constraints)
@@ -428,6 +441,13 @@ def read_inputs(args, s: DeploymentSettings, constraints, decoded: bool = False)
 
         check_calibrated_for(n, "star", args.lambda_json)
     check_record(record, s, n, args.lambda_json)
+    # a weighted lambda is calibrated for one scenario's stream (its shift check's weights): never another's
+    made, ran = record.get("identity") or {}, identity.read_identity(args.candidates)
+    if made.get("kind") == "lambda_weighted" and (made.get("scenario"), made.get("stream")) != (
+            ran.get("scenario"), identity.file_digest(args.candidates)):
+        raise DataError(f"--lambda-json {args.lambda_json}: weighted for scenario {made.get('scenario')!r} (stream "
+                        f"{made.get('stream')}), but --candidates {args.candidates} is the stream of scenario "
+                        f"{ran.get('scenario')!r}; another scenario's weighted lambda")
     return stream, record
 
 

@@ -81,6 +81,12 @@ def check_arms(arms: list[pd.DataFrame], paths: list[str]) -> None:
         (a, pa), (b, pb) = list(records.items())[:2]
         raise DataError(f"--arms {pb}: made with another lambda record ({b}) than {pa} ({a}); one report compares "
                         "the arms of one calibration")
+    # the weighted lambda's verdict (weighted_certified): stated by every scalar table of one deployment run, or none
+    weighted = [bool(df["weighted_certified"].notna().any()) if "weighted_certified" in df.columns else None
+                for df in arms]
+    if {True, False} <= set(weighted):
+        raise DataError(f"--arms {paths[weighted.index(False)]}: made without --weighted (no weighted_certified), "
+                        f"{paths[weighted.index(True)]} with it: one report compares the arms of one deployment run")
 
 
 def combine(arms: list[pd.DataFrame], shifts: list[dict], where: list[str]) -> pd.DataFrame:

@@ -41,6 +41,9 @@ class Schedule:
     @classmethod
     def from_mapping(cls, name: str, spec) -> Schedule:
         where = f"deployment.scenarios.{name}"
+        if not name or name != name.strip():
+            raise ConfigError(f"deployment.scenarios: scenario name {name!r}; a scenario is named (its folder, its "
+                              "rows in the report)")
         if not isinstance(spec, dict):
             raise ConfigError(f"{where}: expected a mapping of harmful_share / held_out_share, got {spec!r}")
         unknown = sorted(set(spec) - {"harmful_share", "held_out_share"})
@@ -188,6 +191,10 @@ def run(args) -> None:
     stream = stream_table(pool, visit_row, columns)
     shares = {k: int(v) for k, v in pd.Series(pool.stratum[visit_row]).value_counts().items()}
     vector = {} if constraints is None else dict(zip(("constraints", "tau"), budgets(constraints, s), strict=True))
+    if constraints is not None:
+        from lara.constraints.spec import losses
+
+        vector["losses"] = losses(constraints)
     made = identity.stamp("stream", args.out, role="deployment", scenario=args.scenario,
                           **identity.inherit(identity.read_identity(args.scores), "reward_scorer", "cost_scorer",
                                              *(() if constraints is None else ("cost_scorers",))), **vector,

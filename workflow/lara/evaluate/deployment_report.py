@@ -213,6 +213,13 @@ def read_shift(path: Path, rows: pd.DataFrame, report_path) -> dict:
         shift = json_file(path, mapping=False)
     except (OSError, ValueError) as exc:
         raise DataError(f"{path}: not a readable shift check ({exc})") from None
+    # a shift check a step wrote (it states what it is) is of this scenario's own stream (what deployment-report holds
+    # a --shift to), whether or not the report carries shift columns to compare
+    made = shift.get("identity") if isinstance(shift.get("identity"), dict) else {}
+    for key in ("scenario", "stream"):
+        if made and key in rows.columns and str(made.get(key)) != str(first[key]):
+            raise DataError(f"{path}: the shift check of {key} {made.get(key)!r}, but {report_path} gives "
+                            f"{first[key]!r} for scenario {first['scenario']!r}; a check of another stream")
     for key in ("auc", "p_value", "ess"):
         a, b = number(shift.get(key)), from_report[key]
         if a is not None and b is not None and not math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9):

@@ -75,13 +75,14 @@ LAMBDA_DECODER = Expect("a calibration record (lara calibrate, or lara calibrate
                         kinds=("lambda", "lambda_weighted", "token_level_direct"), keys=("lambda_star", "tau"),
                         agree=("lambda_record", "tau"), decoders=FULL_BON)
 LAMBDA_ANY = Expect("a calibration record (lara calibrate or calibrate-vector)", JSON,
-                    kinds=("lambda", "lambda_weighted", "lambda_vector"), keys=("tau",))
+                    kinds=("lambda", "lambda_weighted", "lambda_vector"), keys=("tau",), agree=SCORERS)
 LAMBDA_PLAIN = Expect("the calibration record (lara calibrate, not weighted: the fixed arms' baseline)", JSON,
                       kinds=("lambda",), keys=("lambda_hat", "lambda_star", "tau"),
-                      agree=("lambda_record", "tau", "n", "calibration_set", *SCALAR_SCORERS), decoders=FULL_BON)
+                      agree=("lambda_record", "tau", "n", "calibration_set", "procedure", *SCALAR_SCORERS),
+                      decoders=FULL_BON)
 LAMBDA_WEIGHTED = Expect("a weighted calibration record (lara calibrate --weights)", JSON,
                          kinds=("lambda_weighted",), keys=("lambda_star", "tau"),
-                         agree=("tau", "n", "scenario", "calibration_set"),
+                         agree=("tau", "n", "scenario", "calibration_set", "procedure"),
                          decoders=FULL_BON)
 LAMBDA_VECTOR = Expect("a vector lambda record (lara calibrate-vector)", JSON, kinds=("lambda_vector",),
                        agree=("lambda_record", "tau", "n", *SCORERS))
@@ -103,7 +104,8 @@ EVALUATION = Expect("evaluated responses (lara evaluate)", kinds=("evaluation",)
 JUDGED = Expect("judged responses (lara judge)", kinds=("judged",),
                 columns=("prompt_id", "method", "setting", "lambda"),
                 stamped=True)
-SWEEP = Expect("the Best-of-N sweep (lara bon-sweep)", columns=("n", "lambda", "label"))
+SWEEP = Expect("the Best-of-N sweep (lara bon-sweep)", columns=("n", "lambda", "label"),
+               unique=("n", "label", "lambda"))
 ARMS = Expect("a scenario's arms (lara deploy-arms)",
               columns=("scenario", "arm", "tau", "mean_cost", "met", "lambda_record", "stream"),
               numbers=("tau", "mean_cost", "worst_window_cost", "mean_reward"), booleans=("met", "window_met"))
@@ -273,7 +275,7 @@ CONTRACTS: dict[str, Command] = {
                        "--lambda-json": LAMBDA_ANY,
                        "--summary": SUMMARY, "--audit": AUDIT,
                        "--coverage": COVERAGE, "--report": REPORT, "--traces": many(TRACE),
-                       "--frontier": FRONTIER, "--choice": CHOICE}),
+                       "--frontier": FRONTIER, "--choice": CHOICE, "--scores": VSCORES_ANY}),
     "trail": Command({"figure": source("a figure with its provenance sidecar")}),
     "summary": Command({"results": source("a results folder (read through its files' own contracts)")}),
     "oracle-score": Command({"--input": ANY_TABLE}),
@@ -321,7 +323,7 @@ def check(command: str, args) -> dict:
             continue
         arts = [read(p, flag, expect) for p in paths]
         out[flag] = arts if expect.many else arts[0]
-    agree(command, out)
+    agree(command, out, row.expects(args))
     return out
 
 
@@ -386,14 +388,15 @@ def _own_record(art) -> str | None:
     return next((m for m, k in OWN_RECORD.items() if k == kind), None)
 
 
-def agree(command: str, arts: dict) -> None:
-    """Whatever two inputs of ``command`` both state must agree: the first disagreement names both inputs."""
-    row = CONTRACTS[command]
+def agree(command: str, arts: dict, expects: dict | None = None) -> None:
+    """Whatever two inputs of ``command`` both state must agree: the first disagreement names both inputs.
+    ``expects``: the row as the command was given it (its vector mode's where it has one)."""
+    expects = CONTRACTS[command].inputs if expects is None else expects
     skip = set(NO_AGREEMENT.get(command, ()))
     seen: dict[str, tuple] = {}
     experiments: dict[str, str] = {}
     for flag, found in arts.items():
-        expect = row.inputs[flag]
+        expect = expects[flag]
         for art in found if isinstance(found, list) else [found]:
             exp = art.identity.get("experiment")
             if exp is not None:

@@ -46,6 +46,7 @@ class Expect:
     keys: tuple[str, ...] = field(default=())  # JSON records: top-level keys it must have
     decoders: tuple[str, ...] = ()  # calibration records: the decoders (decoder.kind) it may be calibrated for
     states: tuple[str, ...] = ()  # identity fields it must state (what its consumers compare; absent: refused)
+    unique: tuple[str, ...] = ()  # the columns that name one row of a table without units (each named once)
 
     def describe(self) -> str:
         parts = ((self.kinds, "kind " + "|".join(self.kinds)), (self.roles, "role " + "|".join(self.roles)),
@@ -54,6 +55,7 @@ class Expect:
                  (self.booleans, "booleans " + ", ".join(self.booleans)), (self.unit, f"one {self.unit} per candidate"),
                  (self.per_prompt, f"{self.per_prompt} row(s) per prompt"),
                  (self.decoders, "calibrated for " + "|".join(self.decoders)),
+                 (self.unique, f"one row per ({', '.join(self.unique)})"),
                  (self.stamped, "written by its step only"))
         return "; ".join([self.fmt, *(text for given, text in parts if given)])
 
@@ -152,10 +154,12 @@ def check_pairs(df: pd.DataFrame, row: list[str], where: str) -> None:
     dup = df.duplicated(row, keep=False).to_numpy()
     if dup.any():
         rows = np.flatnonzero(dup)
-        pid, sid = (df[c].iloc[rows[0]] for c in row)
+        pid, sid = (df[c].iloc[rows[0]] for c in row[:2])
         pid = repr(str(pid)) if row[0] == "prompt_id" else pid
+        named = ", ".join(str(df[c].iloc[rows[0]]) for c in row[2:])
         raise DataError(f"{where}: {len(rows)} rows repeat a ({', '.join(row)}) pair, e.g. rows "
-                        f"{rows[:4].tolist()} ({pid}, {sid}); a duplicated sample would be counted twice")
+                        f"{rows[:4].tolist()} ({pid}, {sid}{', ' + named if named else ''}); a duplicated "
+                        f"{'sample' if row[0] == 'prompt_id' else 'row'} would be counted twice")
 
 
 def identity_checks(found: dict, expect: Expect, where: str) -> None:
@@ -223,6 +227,8 @@ def read(path: str | Path, flag: str, expect: Expect):
         df = check_booleans(df, [c for c in expect.booleans if c in df.columns], where)
     if expect.unit and all(c in df.columns for c in expect.row):
         check_pairs(df, list(expect.row), where)
+    if expect.unique:
+        check_pairs(df, list(expect.unique), where)
     if expect.unit and expect.unit in df.columns and "prompt_id" in df.columns and found.get("kind") not in SAMPLED:
         check_units(df, expect.unit, where)
     art = identity.Artifact(flag, str(path), found, df)

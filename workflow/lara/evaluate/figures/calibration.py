@@ -59,5 +59,11 @@ def calibration(lam: dict, opts: FigureSettings):
 
 
 def figure(args, opts: FigureSettings, lam: dict) -> Drawn:
-    """--lambda-json (read by the command) drawn."""
+    """--lambda-json (read by the command) drawn: a record of lara calibrate (its dual's curves)."""
+    from lara.read.files import DataError
+
+    kind = (lam.get("decoder") or {}).get("kind")
+    if kind not in ("best_of_n", "gibbs_tilt") or "g_prime" not in (lam.get("curves") or {}):
+        raise DataError(f"--lambda-json {args.lambda_json}: a record of the decoder {kind!r} without the dual's "
+                        "curves; this figure draws lara calibrate's record (full Best-of-N or the Gibbs tilt)")
     return Drawn(calibration(lam, opts))

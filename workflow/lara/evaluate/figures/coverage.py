@@ -58,9 +58,19 @@ def read_coverage(path: str) -> dict:
     rows = cov.get("summary") if isinstance(cov, dict) else None
     if not rows or not all(isinstance(r.get(k), int | float) and math.isfinite(r[k]) for r in rows for k in keys):
         raise DataError(f"{path}: no coverage summary with finite {', '.join(keys)}; rerun `lara coverage`")
+    if not isinstance((cov.get("population") or {}).get("lambda_pop"), int | float):
+        raise DataError(f"{path}: no scalar population lambda (a vector study, lara coverage-vector?); this figure "
+                        "draws lara coverage's study of the one cost")
     return cov
 
 
 def figure(args, opts: FigureSettings, lam: dict | None) -> Drawn:
-    """--coverage (coverage.json) drawn."""
-    return Drawn(coverage(read_coverage(args.coverage), opts))
+    """--coverage (coverage.json) drawn; --lambda-json, when given, is the record of the study's tau and N."""
+    from lara.read.files import DataError
+
+    cov = read_coverage(args.coverage)
+    n, lam_n = (cov.get("settings") or {}).get("bon_n"), ((lam or {}).get("decoder") or {}).get("n")
+    if lam is not None and (lam.get("tau") != cov.get("tau") or (n is not None and lam_n != n)):
+        raise DataError(f"--lambda-json {args.lambda_json}: calibrated for tau {lam.get('tau')} and N {lam_n}, but "
+                        f"--coverage {args.coverage} studies tau {cov.get('tau')} and N {n}")
+    return Drawn(coverage(cov, opts))
