@@ -615,4 +615,7 @@ def test_hostile_round_64_cases_are_refused(mutation_chain, tmp_path):  # noqa: 
                                      "width": 6.0}), "--png", tmp_path / "f.png", "--pdf", tmp_path / "f.pdf",
            "--provenance", tmp_path / "f.json")
     refused("without the dual's curves", "figure", "--kind", "calibration", "--lambda-json", f["lambda_prune"], *fig)
+    refused("another calibration's record", "figure", "--kind", "tradeoff", "--summary", f["summary"],
+            "--lambda-json", f["lambda_n2"], *fig)
     assert not (tmp_path / "f.png").exists()
+    mc.ok("figure", "--kind", "tradeoff", "--summary", f["summary"], "--lambda-json", f["lambda"], *fig)

@@ -3,6 +3,8 @@ panel for the model evaluation and one for the LLM judge (a note when no judge r
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from lara.evaluate.figures.common import MARKERS, Drawn, FigureSettings, log, theme
@@ -61,4 +63,13 @@ def figure(args, opts: FigureSettings, lam: dict | None) -> Drawn:
     summary = require_finite(require_rows(read_table(args.summary, required=(
         "method", "setting", "helpfulness", "harmfulness")), args.summary), ("helpfulness", "harmfulness"),
         args.summary)
+    star = summary[(summary["method"] == "bon") & (summary["setting"] == "star")]
+    at = (lam or {}).get("lambda_star")
+    if isinstance(at, int | float) and len(star) and "lambda" in star and not math.isclose(
+            float(star["lambda"].iloc[0]), float(at), rel_tol=1e-9, abs_tol=1e-12):
+        from lara.read.files import DataError
+
+        raise DataError(f"--lambda-json {args.lambda_json}: lambda* {lam['lambda_star']:.6g}, but --summary "
+                        f"{args.summary} decoded Best-of-N at lambda* {float(star['lambda'].iloc[0]):.6g}: another "
+                        "calibration's record")
     return Drawn(tradeoff(summary, opts), summary=summary)
