@@ -136,11 +136,9 @@ def core_records(paths, tau: float | None, sizes: list[int]) -> dict:
         rec = read_lambda(path)
         decoder = BestOfK.from_settings(rec.get("settings") or {"k": rec.decoder_n, "n": 0})
         check_record(rec, decoder, tau, f"--k-lambda-json {path}")
-        if decoder.k not in sizes:
-            raise DataError(f"--k-lambda-json {path}: Best-of-{decoder.k} is not a swept size {sizes} (decode.sweep_n)")
-        if decoder.k in out:
-            raise DataError(f"--k-lambda-json {path}: a second record for Best-of-{decoder.k} (the first: "
-                            f"{out[decoder.k].path}); one record per swept k")
+        if decoder.k not in sizes or decoder.k in out:
+            why = f"is not a swept size {sizes} (decode.sweep_n)" if decoder.k not in sizes else "has a second record"
+            raise DataError(f"--k-lambda-json {path}: Best-of-{decoder.k} {why}; one record per swept k")
         out[decoder.k] = rec
     return out
 
