@@ -189,6 +189,12 @@ def test_the_vector_deployment_steps_end_to_end(tmp_path):
 
     text = "\n".join(report_lines(read_report(tmp_path / "report.csv"), tmp_path / "report.csv"))
     assert "offensive" in text and "fixed LTT lambda" in text and "online eta=0.5" in text
+    # the deployment figure draws one cost against one tau: a report per constraint is refused, not drawn as one
+    rc, _, err = lara_in_process(["figure", "--kind", "deployment", "--report", tmp_path / "report.csv", "--traces",
+                                  tmp_path / "trace.parquet", "--png", tmp_path / "f.png", "--pdf", tmp_path / "f.pdf",
+                                  "--provenance", tmp_path / "f.json"])
+    assert rc == 2 and "a report of the vector deployment" in err and "report.csv" in err
+    assert not (tmp_path / "f.png").exists()
     refusals(tmp_path, settings, spec, stream, online)
 
 

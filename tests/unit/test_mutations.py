@@ -617,5 +617,12 @@ def test_hostile_round_64_cases_are_refused(mutation_chain, tmp_path):  # noqa: 
     refused("without the dual's curves", "figure", "--kind", "calibration", "--lambda-json", f["lambda_prune"], *fig)
     refused("another calibration's record", "figure", "--kind", "tradeoff", "--summary", f["summary"],
             "--lambda-json", f["lambda_n2"], *fig)
+    # lambda* alike, another lambda-hat: a summary decoded for another calibration is refused on any lambda it names
+    hat = tmp_path / "summary_hat.csv"
+    table = pd.read_csv(f["summary"])
+    table.loc[(table["method"] == "bon") & (table["setting"] == "hat"), "lambda"] *= 1.5
+    table.to_csv(hat, index=False)
+    refused("decoded Best-of-N hat at lambda", "figure", "--kind", "tradeoff", "--summary", hat,
+            "--lambda-json", f["lambda"], *fig)
     assert not (tmp_path / "f.png").exists()
     mc.ok("figure", "--kind", "tradeoff", "--summary", f["summary"], "--lambda-json", f["lambda"], *fig)

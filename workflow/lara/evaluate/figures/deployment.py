@@ -58,11 +58,14 @@ def deployment(report: pd.DataFrame, traces: dict[str, pd.DataFrame], opts: Figu
 
 
 def figure(args, opts: FigureSettings, lam: dict | None) -> Drawn:
-    """--report (the deployment report.csv, checked against --lambda-json when given) and its --traces drawn; the
-    report's scenarios and arms are part of what the figure shows."""
+    """--report (the deployment report.csv of the scalar lambda, checked against --lambda-json when given) and its
+    --traces drawn; the report's scenarios and arms are part of what the figure shows."""
     from lara.calibrate.record import read_lambda
     from lara.evaluate import deployment_report as dr
 
     report = dr.read_report(args.report, read_lambda(args.lambda_json) if args.lambda_json else None)
+    if "constraint" in report.columns:  # its rows are per constraint, each against its own tau: not these panels
+        raise dr.DataError(f"--report {args.report}: a report of the vector deployment (one row per arm and "
+                           "constraint, deployment.follows: constraints); --kind deployment draws a scalar one")
     fig = deployment(report, dr.read_traces(args.traces, report, args.report), opts)
     return Drawn(fig, dr.shows(report))

@@ -63,13 +63,18 @@ def figure(args, opts: FigureSettings, lam: dict | None) -> Drawn:
     summary = require_finite(require_rows(read_table(args.summary, required=(
         "method", "setting", "helpfulness", "harmfulness")), args.summary), ("helpfulness", "harmfulness"),
         args.summary)
-    star = summary[(summary["method"] == "bon") & (summary["setting"] == "star")]
-    at = (lam or {}).get("lambda_star")
-    if isinstance(at, int | float) and len(star) and "lambda" in star and not math.isclose(
-            float(star["lambda"].iloc[0]), float(at), rel_tol=1e-9, abs_tol=1e-12):
-        from lara.read.files import DataError
+    lam = lam or {}
+    # every Best-of-N lambda the summary decoded at is the record's (lambda-hat, lambda*, each procedure's): a record
+    # of another calibration is refused, unless it names every one of those lambdas alike
+    record = {"hat": lam.get("lambda_hat"), "star": lam.get("lambda_star"),
+              **{p: v.get("lambda") for p, v in (lam.get("procedures") or {}).items() if isinstance(v, dict)}}
+    bon = summary[summary["method"] == "bon"] if "lambda" in summary else summary.iloc[:0]
+    for setting, decoded in zip(bon["setting"], bon["lambda"], strict=True):
+        at = record.get(setting)
+        if isinstance(at, int | float) and not math.isclose(float(decoded), at, rel_tol=1e-9, abs_tol=1e-12):
+            from lara.read.files import DataError
 
-        raise DataError(f"--lambda-json {args.lambda_json}: lambda* {lam['lambda_star']:.6g}, but --summary "
-                        f"{args.summary} decoded Best-of-N at lambda* {float(star['lambda'].iloc[0]):.6g}: another "
-                        "calibration's record")
+            raise DataError(f"--lambda-json {args.lambda_json}: its {setting} lambda is {at:.6g}, but --summary "
+                            f"{args.summary} decoded Best-of-N {setting} at lambda {float(decoded):.6g}: another "
+                            "calibration's record")
     return Drawn(tradeoff(summary, opts), summary=summary)
