@@ -184,6 +184,19 @@ def test_a_config_value_reaches_a_step_one_way_through_generated_flags():
         assert set(flags) <= known, (command, set(flags) - known)
 
 
+def test_the_command_list_names_every_command_with_its_help():
+    """`lara --help` lists every step with its HELP (read from the source; a HELP built from the module's names is
+    imported): a traceback here would greet every newcomer."""
+    from lara.cli import command_help, make_parser
+    from lara.steps import COMMANDS
+
+    listed = make_parser()._subparsers._group_actions[0].choices
+    assert set(listed) == set(COMMANDS)
+    for name, module in COMMANDS.items():
+        assert isinstance(command_help(module), str) and command_help(module).strip(), name
+    assert "deployment" in command_help(COMMANDS["figure"])  # its HELP names the kinds
+
+
 def test_step_settings_fill_other_sections_values_and_derived_ones():
     cfg = load(REPO / "config" / "paper-llama.yaml")
     ppo = json.loads(settings_json(cfg, "train.safe_rlhf", SCHEMA))

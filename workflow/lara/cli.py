@@ -36,7 +36,10 @@ def command_help(module_name: str) -> str:
     tree = ast.parse(module_file(module_name).read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "HELP" for t in node.targets):
-            return ast.literal_eval(node.value)
+            try:
+                return ast.literal_eval(node.value)
+            except ValueError:  # a HELP built from the module's own names: imported after all
+                break
     return importlib.import_module(module_name).HELP
 
 
