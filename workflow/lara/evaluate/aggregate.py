@@ -371,10 +371,14 @@ def audit_taus(args, s: AuditSettings, audit: dict) -> None:
 
 
 def log_audit(audit: dict, summary: pd.DataFrame) -> None:
-    for r in audit.get("procedures") or []:
-        h = r["held_out"]
-        log.info("%-9s lambda %.4g%s: %s%s", r["procedure"], r["lambda"], " (deployed)" if r["deployed"] else "",
-                 r["statement"], "" if h is None else f"; held out: cost {h['mean_cost']:.4f}, {h['verdict']}")
+    """The audit as it is made: its procedures and pruned Best-of-N as ``lara summary`` prints them, then every
+    decoder, pair and output."""
+    from lara.evaluate.summary import procedure_line, pruned_lines
+
+    for line in [procedure_line(r["procedure"] + " (deployed)" * r["deployed"], r["lambda"], r["statement"],
+                                r["held_out"]) for r in audit.get("procedures") or []] + pruned_lines(audit):
+        if line:
+            log.info("%s", line)
     for r in audit["decoders"]:
         log.info("%-10s %-7s lambda %s: decoder cost %.4f [%.4f, %.4f] against tau %.4g: %s", r["method"],
                  r["setting"], "-" if r["lambda"] is None else f"{r['lambda']:.4g}", r["mean_cost"], *r["ci95"],
@@ -463,10 +467,6 @@ def run(args) -> None:
     audit_taus(args, s, audit)
     if prune is not None and (scores["method"] == PRUNED).any():
         audit["pruned"] = pruned_audit(scores, prune, audit["decoders"], s.bootstrap, s.seed)
-        for r in audit["pruned"]["settings"]:
-            log.info("pruned Best-of-N at %s (lambda %.4g): %.1f tokens per prompt, full Best-of-N %.1f (ratio %s)",
-                     r["setting"], r["lambda"], r["tokens"], r["tokens_full"],
-                     "-" if r["token_ratio"] is None else f"{r['token_ratio']:.2f}")
     log_audit(audit, summary)
     write_table(summary, args.out)
     audit[identity.KEY] = identity.stamp(

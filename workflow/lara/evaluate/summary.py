@@ -223,10 +223,15 @@ def calibration_lines(root: Path, lam, audit: dict) -> list[str]:
     for name, proc in (lam.get("procedures") or {"bootstrap": {"lambda": lam.lambda_star, "statement": (
             f"the {lam.bootstrap.get('quantile'):g} quantile of {lam.bootstrap.get('replicates')} bootstrap "
             "replicates")}}).items():
-        h = (held.get(name) or {}).get("held_out")
-        test = f"; held out: cost {_interval(h['mean_cost'], *h['ci95'])}, {h['verdict']}" if h else ""
-        lines.append(f"  {name:9} lambda {proc['lambda']:.4g}: {proc['statement']}{test}")
+        lines.append(procedure_line(name, proc["lambda"], proc["statement"], (held.get(name) or {}).get("held_out")))
     return lines
+
+
+def procedure_line(name: str, lam: float, statement: str, held_out: dict | None) -> str:
+    """A calibration procedure's lambda and promise, with its held-out audit where it has one."""
+    test = f"; held out: cost {_interval(held_out['mean_cost'], *held_out['ci95'])}, {held_out['verdict']}" \
+        if held_out else ""
+    return f"  {name:9} lambda {lam:.4g}: {statement}{test}"
 
 
 def coverage_lines(root: Path) -> list[str]:
@@ -292,9 +297,10 @@ def decoder_lines(audit: dict) -> list[str]:
     return lines
 
 
-def pruned_lines(root: Path, audit: dict) -> list[str]:
+def pruned_lines(audit: dict, root: Path | None = None) -> list[str]:
     """Pruned Best-of-N (decode.bon_prune): its own lambdas and promises with the held-out verdicts, its tokens
-    against full Best-of-N's on the same candidates, the paired differences, and its coverage study."""
+    against full Best-of-N's on the same candidates, the paired differences, and its coverage study (under
+    ``root``, the run's folder)."""
     pr = audit.get("pruned")
     if not pr:
         return []
@@ -303,10 +309,7 @@ def pruned_lines(root: Path, audit: dict) -> list[str]:
                                                                    strict=False))
     lines = ["", f"pruned Best-of-{sched.get('n')} (keep {steps}; its own lambda, {pr['lambda_json']}): lambda-hat "
              f"{pr['lambda_hat']:.4g}, lambda* {pr['lambda_star']:.4g} ({pr['status']})"]
-    for r in pr["procedures"]:
-        h = r["held_out"]
-        test = f"; held out: cost {_interval(h['mean_cost'], *h['ci95'])}, {h['verdict']}" if h else ""
-        lines.append(f"  {r['procedure']:9} lambda {r['lambda']:.4g}: {r['statement']}{test}")
+    lines += [procedure_line(r["procedure"], r["lambda"], r["statement"], r["held_out"]) for r in pr["procedures"]]
     lines.append(f"  {'setting':8} {'lambda':>8} {'tokens':>8} {'full BoN':>8} {'ratio':>6}  pruned - full Best-of-N "
                  "(each at its own lambda of that setting)")
     for r in pr["settings"]:
@@ -315,8 +318,8 @@ def pruned_lines(root: Path, audit: dict) -> list[str]:
         ratio = "-" if r["token_ratio"] is None else f"{r['token_ratio']:.2f}"
         lines.append(f"  {r['setting']:8} {r['lambda']:8.4g} {r['tokens']:8.1f} {r['tokens_full']:8.1f} {ratio:>6}  "
                      f"{diffs}")
-    cov = root / "calibration" / "coverage_bon_prune.json"
-    if cov.exists():
+    cov = None if root is None else root / "calibration" / "coverage_bon_prune.json"
+    if cov is not None and cov.exists():
         from lara.read.files import json_file
 
         data = json_file(cov, mapping=False)
@@ -388,7 +391,7 @@ def read_run(root: Path) -> str:
                         + ": edited after lara aggregate wrote it; rerun the audit")
     lines = [f"{root}: what this run found", "", *headline(root, lam, audit)]
     lines += calibration_lines(root, lam, audit) + coverage_lines(root) + [""] + sweep_lines(audit, audit_path)
-    lines += decoder_lines(audit) + pruned_lines(root, audit) + budget_lines(root, lam)
+    lines += decoder_lines(audit) + pruned_lines(audit, root) + budget_lines(root, lam)
     if "by_lambda" not in audit:
         lines.append(f"constraint audit ({audit_path}): {audit.get('question', 'none')}")
     lines += method_lines(summary, summary_path) + constraints_lines(root) + deployment_lines(root, lam)
