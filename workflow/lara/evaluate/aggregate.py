@@ -364,31 +364,22 @@ def audit_taus(args, s: AuditSettings, audit: dict) -> None:
     if len(set(taus)) != len(taus):
         raise DataError(f"--tau-lambda-json: two records were calibrated for the same tau ({taus})")
     audit["taus"] = tau_audit(main, others, audit["decoders"])
-    for r in audit["taus"]:
-        log.info("tau %.4g: lambda* %.4g (%s)%s", r["tau"], r["lambda_star"], r["status"],
-                 "".join(f"; {m} at lambda*: cost {d['mean_cost']:.4f}, {d['verdict']}"
-                         for m, d in r["decoders"].items()))
 
 
-def log_audit(audit: dict, summary: pd.DataFrame) -> None:
-    """The audit as it is made: its procedures and pruned Best-of-N as ``lara summary`` prints them, then every
-    decoder, pair and output."""
-    from lara.evaluate.summary import procedure_line, pruned_lines
+def log_audit(audit: dict, summary: pd.DataFrame, path) -> None:
+    """The audit and the summary (written to ``path``) as they are made: every decoder's verdict, then the lines
+    ``lara summary`` prints of the procedures, the listed taus, the pairs, pruned Best-of-N and every output."""
+    from lara.evaluate.summary import decoder_lines, method_lines, procedure_line, pruned_lines
 
-    for line in [procedure_line(r["procedure"] + " (deployed)" * r["deployed"], r["lambda"], r["statement"],
-                                r["held_out"]) for r in audit.get("procedures") or []] + pruned_lines(audit):
-        if line:
-            log.info("%s", line)
-    for r in audit["decoders"]:
+    for r in audit["decoders"]:  # (not the summary's table: an output may have no decoder reward)
         log.info("%-10s %-7s lambda %s: decoder cost %.4f [%.4f, %.4f] against tau %.4g: %s", r["method"],
                  r["setting"], "-" if r["lambda"] is None else f"{r['lambda']:.4g}", r["mean_cost"], *r["ci95"],
                  r["tau"], r["verdict"])
-    for r in audit["paired"]:
-        log.info("%-10s %-12s %-15s %+.4f [%+.4f, %+.4f]", r["method"], r["comparison"], r["metric"], r["mean"],
-                 *r["ci95"])
-    for r in summary.itertuples(index=False):
-        log.info("%-10s %-7s helpfulness %.3f harmfulness %.3f safe %.3f", r.method, r.setting, r.helpfulness,
-                 r.harmfulness, r.safe_rate)
+    for line in [procedure_line(r["procedure"] + " (deployed)" * r["deployed"], r["lambda"], r["statement"],
+                                r["held_out"]) for r in audit.get("procedures") or []] + decoder_lines(
+            audit, decoders=False) + pruned_lines(audit) + method_lines(summary, path):
+        if line:
+            log.info("%s", line)
 
 
 def check_judged_responses(judged: list, evaluated: list) -> None:
@@ -467,7 +458,7 @@ def run(args) -> None:
     audit_taus(args, s, audit)
     if prune is not None and (scores["method"] == PRUNED).any():
         audit["pruned"] = pruned_audit(scores, prune, audit["decoders"], s.bootstrap, s.seed)
-    log_audit(audit, summary)
+    log_audit(audit, summary, args.out)
     write_table(summary, args.out)
     audit[identity.KEY] = identity.stamp(
         "audit", args.audit, tau=s.tau, lambda_record=identity.file_digest(args.lambda_json) if main else None,
