@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from lara.calibrate.record import LambdaRecord, check_budget, overpenalised_note, read_lambda, setting_tau, tau_name
+from lara.data.errors import DataError
 from lara.settings import CERTIFIED, Settings, add_settings_arguments, cross_key, read_settings, seed_setting, setting
 from lara.stats import check_replicates, cost_audit, mean_interval, paired_difference
 
@@ -94,8 +95,6 @@ def decoder_audit(scores: pd.DataFrame, tau: float, n_boot: int, seed: int) -> l
         if not finite.any():  # an output never scored by the decoding models
             continue
         if not finite.all():
-            from lara.read.files import DataError
-
             raise DataError(f"{method} at {named}: decoder_cost is missing or not finite for "
                             f"{int((~finite).sum())} of {len(g)} prompts; rescore that output")
         reward = g["decoder_reward"] if "decoder_reward" in g.columns else None
@@ -152,8 +151,6 @@ def pruned_audit(scores: pd.DataFrame, record: LambdaRecord, decoders: list[dict
     """Pruned Best-of-N beside full Best-of-N: its record (schedule, lambdas, procedures with the held-out verdict at
     each), its tokens per prompt at each setting against full Best-of-N's on the same candidates, and per setting
     the paired difference pruned - full, each at its own lambda of that setting (star: each decoder's own lambda*)."""
-    from lara.read.files import DataError
-
     mine = scores[scores["method"] == PRUNED]
     if "tokens" not in mine.columns or not np.isfinite(mine["tokens"].to_numpy(dtype=float)).all():
         raise DataError(f"--scores ({PRUNED}): no token counts (column tokens); decode it with lara select-bon-prune")
@@ -264,8 +261,6 @@ def check_settings_lambdas(scores: pd.DataFrame, main: LambdaRecord | None, othe
     at that record's lambda (pruned Best-of-N: its own record, --prune-lambda-json): a file labelled star but decoded
     at another lambda is refused, and so is a pruned decoder's output without its record."""
     from lara import identity
-    from lara.read.files import DataError
-
     by_tau = {tau_name(r.tau): r for r in others}
     for (method, named), g in scores.groupby(["method", "setting"], sort=False):
         own = setting_tau(named)
@@ -291,8 +286,6 @@ def audit_star(args, s: AuditSettings, test_prompts) -> tuple[dict, LambdaRecord
     """The held-out audit of Best-of-N at lambda*, after checking --bon-star is that output (method, setting,
     lambda, record, tau, N) on prompts the calibration did not see."""
     from lara import identity
-    from lara.read.files import DataError
-
     star = identity.table(args.bon_star, "--bon-star", required=("prompt_id", "decoder_cost"), finite=("decoder_cost",))
     lam = read_lambda(args.lambda_json)
     check_budget(lam, s.tau)
@@ -330,7 +323,6 @@ def read_sweep(path: str, lam: LambdaRecord, prompts) -> pd.DataFrame:
 def check_sweep_rows(sweep: pd.DataFrame, tau: float, where: str) -> None:
     """Each row's verdict is the one its own one-sided bounds give against its tau (the sweep is a CSV, unsealed: an
     edited mean or verdict is found by its own numbers), and its mean lies within those bounds."""
-    from lara.read.files import DataError
     from lara.stats import verdict
 
     taus = sweep["tau"] if "tau" in sweep.columns else pd.Series(tau, index=sweep.index)
@@ -346,8 +338,6 @@ def check_sweep_rows(sweep: pd.DataFrame, tau: float, where: str) -> None:
 
 
 def audit_taus(args, s: AuditSettings, audit: dict) -> None:
-    from lara.read.files import DataError
-
     others = [read_lambda(p) for p in args.tau_lambda_json]
     if not others:
         return
@@ -387,7 +377,7 @@ def check_judged_responses(judged: list, evaluated: list) -> None:
     is the one the evaluation of the same method and setting names (ratings of another run's responses, relabelled
     as this run's, are refused)."""
     from lara import identity
-    from lara.read.files import DataError, read_table
+    from lara.read.files import read_table
 
     def key(path):
         df = read_table(path)
@@ -406,8 +396,6 @@ def check_judged_responses(judged: list, evaluated: list) -> None:
 def check_judged(judge: pd.DataFrame, scores: pd.DataFrame, paths) -> None:
     """Every judged response is one of the evaluated outputs, once: (prompt_id, method, setting) unique across the
     judge files and present in the scores (ratings of another run's or another prompt's responses are refused)."""
-    from lara.read.files import DataError
-
     key = ["prompt_id", "method", "setting"]
     missing = [c for c in key if c not in judge.columns]
     if missing:
