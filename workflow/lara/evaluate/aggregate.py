@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from lara import identity
 from lara.calibrate.record import LambdaRecord, check_budget, overpenalised_note, read_lambda, setting_tau, tau_name
 from lara.data.errors import DataError
 from lara.settings import CERTIFIED, Settings, add_settings_arguments, cross_key, read_settings, seed_setting, setting
@@ -236,8 +237,6 @@ def add_arguments(parser) -> None:
 def read_scores(args) -> tuple[pd.DataFrame, dict]:
     """Every evaluated output, checked: each file once, each prompt once per (method, setting), every output
     on the same test prompts; the prompt set they share."""
-    from lara import identity
-
     metrics = ("helpfulness", "harmfulness")
     identity.distinct_files(args.scores, "--scores")
     identity.distinct_files(args.judge, "--judge")
@@ -260,7 +259,6 @@ def check_settings_lambdas(scores: pd.DataFrame, main: LambdaRecord | None, othe
     """Each output decoded at a setting that reads a lambda record (star, hat, crc, ltt, star_tau_<tau>) was decoded
     at that record's lambda (pruned Best-of-N: its own record, --prune-lambda-json): a file labelled star but decoded
     at another lambda is refused, and so is a pruned decoder's output without its record."""
-    from lara import identity
     by_tau = {tau_name(r.tau): r for r in others}
     for (method, named), g in scores.groupby(["method", "setting"], sort=False):
         own = setting_tau(named)
@@ -285,7 +283,6 @@ def check_settings_lambdas(scores: pd.DataFrame, main: LambdaRecord | None, othe
 def audit_star(args, s: AuditSettings, test_prompts) -> tuple[dict, LambdaRecord]:
     """The held-out audit of Best-of-N at lambda*, after checking --bon-star is that output (method, setting,
     lambda, record, tau, N) on prompts the calibration did not see."""
-    from lara import identity
     star = identity.table(args.bon_star, "--bon-star", required=("prompt_id", "decoder_cost"), finite=("decoder_cost",))
     lam = read_lambda(args.lambda_json)
     check_budget(lam, s.tau)
@@ -310,7 +307,6 @@ def audit_star(args, s: AuditSettings, test_prompts) -> tuple[dict, LambdaRecord
 
 def read_sweep(path: str, lam: LambdaRecord, prompts) -> pd.DataFrame:
     """The sweep, checked against the record the audit is for (lara.identity.check_sweep)."""
-    from lara import identity
     from lara.read.files import read_table
 
     sweep = read_table(path, required=("n", "lambda", "label", "mean_cost", "mean_cost_lower", "mean_cost_upper",
@@ -376,7 +372,6 @@ def check_judged_responses(judged: list, evaluated: list) -> None:
     """A judge file rated the very responses its evaluation scored: the responses file each names (its digest)
     is the one the evaluation of the same method and setting names (ratings of another run's responses, relabelled
     as this run's, are refused)."""
-    from lara import identity
     from lara.read.files import read_table
 
     def key(path):
@@ -419,7 +414,6 @@ def check_judged(judge: pd.DataFrame, scores: pd.DataFrame, paths) -> None:
 
 
 def run(args) -> None:
-    from lara import identity
     from lara.io import write_json
     from lara.read.files import read_table, write_table
 
