@@ -20,6 +20,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from lara import identity
 from lara.data.errors import DataError
 from lara.deploy.online import worst_window
 from lara.deploy.settings import DeploymentSettings
@@ -106,7 +107,6 @@ def online_arm(path, stream, s: DeploymentSettings, record_path, stream_path=Non
                ) -> tuple[str, pd.DataFrame, dict]:
     """An online arm's per-visit table, checked against the stream it claims to have run on; with constraints
     ``names`` (their budgets ``tau``) a vector run's (``lara online --constraints``), for these constraints."""
-    from lara import identity
     from lara.calibrate.record import literal_name
     from lara.read.files import read_metadata, read_table
 
@@ -169,8 +169,6 @@ def weighted_lambda(path, s: DeploymentSettings, n: int, scenario: str | None) -
 def check_made_on(args, stream: str) -> None:
     """The shift check and the weighted record beside the arms were made on this stream (their identities name its
     digest): another draw of the same scenario is another deployment sample."""
-    from lara import identity
-
     for flag, path in (("--shift", args.shift), ("--weighted", args.weighted)):
         made = identity.read_identity(path) if path else {}
         if made.get("stream") not in (None, stream):
@@ -290,7 +288,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
-    from lara import identity
     from lara.deploy.online import budgets, constraints_of, read_inputs
     from lara.read.files import write_table
 

@@ -32,9 +32,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
+from lara import identity
 from lara.data.errors import DataError
 from lara.deploy.settings import DeploymentSettings
-from lara.settings import add_settings_arguments, read_settings
+from lara.settings import ConfigError, add_settings_arguments, read_settings
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,6 @@ def read_stream(path, constraints=None) -> Stream:
     """A candidates table (t, prompt_id, sample_id, reward, cost), checked: visits 0..T-1 in order, each with the
     same number N of distinct candidates of one prompt, finite numbers. With ``constraints`` (the vector mode) the
     costs are the columns cost_<name> of the constraints, in their order: ``cost`` is then (T, N, m)."""
-    from lara import identity
     from lara.read.files import read_table, require_finite, require_in_range
 
     columns = ("cost",) if constraints is None else tuple(c.column for c in constraints)
@@ -311,7 +311,6 @@ def constraints_of(args, s: DeploymentSettings):
     """The constraints of the vector mode (``--constraints``), None in the scalar mode; the flag and
     deployment.follows must agree (the rules hand both)."""
     from lara.constraints.spec import from_arg
-    from lara.settings import ConfigError
 
     given = getattr(args, "constraints", None)
     if s.follows == "constraints" and not given:
@@ -333,7 +332,6 @@ def check_vector_record(path, constraints, s: DeploymentSettings, n: int) -> dic
     """The vector record (lara calibrate-vector) for these constraints (names, taus, scorers), this N, with a
     lambda* inside the cap."""
     from lara.constraints.decode import read_vector
-    from lara.settings import ConfigError
 
     record = read_vector(path, constraints)
     made_for = (record.get("decoder") or {}).get("n")
@@ -368,9 +366,6 @@ def add_arguments(parser) -> None:
 def check_stream_settings(s: DeploymentSettings, path, visits: int, n: int) -> None:
     """The settings that describe the stream are the stream's own (its identity states T and N): a report for
     another T or N than the stream has would be about another stream."""
-    from lara import identity
-    from lara.settings import ConfigError
-
     made = identity.read_identity(path)
     for key, want, got in (("deployment.stream_length", s.stream_length, made.get("visits", visits)),
                            ("decode.bon_n", s.bon_n, made.get("n", n))):
@@ -393,7 +388,6 @@ def check_record(record, s: DeploymentSettings, n: int, path) -> None:
     """The start must be a lambda calibrated for this tau and this N (lara.calibrate.record.check_budget), and
     inside the cap (a cap below lambda* would silently start the online lambda elsewhere than the record says)."""
     from lara.calibrate.record import check_budget
-    from lara.settings import ConfigError
 
     check_budget(record, s.tau, n)
     if s.lambda_cap is not None and record.lambda_star > s.lambda_cap:
@@ -427,7 +421,6 @@ def read_inputs(args, s: DeploymentSettings, constraints, decoded: bool = False)
     (:func:`check_record`); with constraints the vector record's dict (:func:`check_vector_record`). ``decoded``:
     argmax Best-of-N is decoded at the record's lambda* (deploy-arms' fixed arms), so the record must be of that very
     decoder (select-bon's check); the online lambda only starts there."""
-    from lara import identity
     from lara.calibrate.record import read_lambda
 
     stream = read_stream(args.candidates, constraints)
@@ -452,7 +445,6 @@ def read_inputs(args, s: DeploymentSettings, constraints, decoded: bool = False)
 
 
 def run(args) -> None:
-    from lara import identity
     from lara.io import write_json
     from lara.provenance import code_version
     from lara.read.files import write_table

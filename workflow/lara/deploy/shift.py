@@ -40,6 +40,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
+from lara import identity
 from lara.data.errors import DataError
 from lara.settings import Settings, add_settings_arguments, cross_key, read_settings, seed_setting, setting
 
@@ -215,7 +216,6 @@ def add_arguments(parser) -> None:
 
 def read_features(path) -> tuple[dict, np.ndarray]:
     """id key -> row, and the (P, d) float64 features (columns f0 .. f{d-1}, finite)."""
-    from lara import identity
     from lara.read.files import read_table
 
     df = read_table(path, required=("prompt_id",))
@@ -244,8 +244,6 @@ def deployment_sample(stream: pd.DataFrame, n: int) -> pd.DataFrame:
 
 
 def _rows(prompts: pd.DataFrame, index: dict, flag: str, path, features) -> np.ndarray:
-    from lara import identity
-
     keys = prompts["prompt_id"].map(identity.id_key)
     missing = [pid for pid, k in zip(prompts["prompt_id"], keys, strict=True) if k not in index]
     if missing:
@@ -255,7 +253,6 @@ def _rows(prompts: pd.DataFrame, index: dict, flag: str, path, features) -> np.n
 
 
 def run(args) -> None:
-    from lara import identity
     from lara.io import write_json
     from lara.provenance import code_version
     from lara.read.files import read_table, write_table

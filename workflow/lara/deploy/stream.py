@@ -178,6 +178,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from lara import identity
+    from lara.constraints.spec import losses
     from lara.deploy.online import budgets, constraints_of
     from lara.provenance import code_version
     from lara.read.files import write_table
@@ -190,11 +191,8 @@ def run(args) -> None:
     visit_row, columns = draw(pool, schedule, s.stream_length, s.bon_n, s.seed)
     stream = stream_table(pool, visit_row, columns)
     shares = {k: int(v) for k, v in pd.Series(pool.stratum[visit_row]).value_counts().items()}
-    vector = {} if constraints is None else dict(zip(("constraints", "tau"), budgets(constraints, s), strict=True))
-    if constraints is not None:
-        from lara.constraints.spec import losses
-
-        vector["losses"] = losses(constraints)
+    names, tau = budgets(constraints, s)
+    vector = {} if constraints is None else {"constraints": names, "tau": tau, "losses": losses(constraints)}
     made = identity.stamp("stream", args.out, role="deployment", scenario=args.scenario,
                           **identity.inherit(identity.read_identity(args.scores), "reward_scorer", "cost_scorer",
                                              *(() if constraints is None else ("cost_scorers",))), **vector,

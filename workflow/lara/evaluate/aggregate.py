@@ -17,7 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from lara import identity
 from lara.calibrate.record import LambdaRecord, check_budget, overpenalised_note, read_lambda, setting_tau, tau_name
+from lara.data.errors import DataError
 from lara.settings import CERTIFIED, Settings, add_settings_arguments, cross_key, read_settings, seed_setting, setting
 from lara.stats import check_replicates, cost_audit, mean_interval, paired_difference
 
@@ -94,8 +96,6 @@ def decoder_audit(scores: pd.DataFrame, tau: float, n_boot: int, seed: int) -> l
         if not finite.any():  # an output never scored by the decoding models
             continue
         if not finite.all():
-            from lara.read.files import DataError
-
             raise DataError(f"{method} at {named}: decoder_cost is missing or not finite for "
                             f"{int((~finite).sum())} of {len(g)} prompts; rescore that output")
         reward = g["decoder_reward"] if "decoder_reward" in g.columns else None
@@ -152,8 +152,6 @@ def pruned_audit(scores: pd.DataFrame, record: LambdaRecord, decoders: list[dict
     """Pruned Best-of-N beside full Best-of-N: its record (schedule, lambdas, procedures with the held-out verdict at
     each), its tokens per prompt at each setting against full Best-of-N's on the same candidates, and per setting
     the paired difference pruned - full, each at its own lambda of that setting (star: each decoder's own lambda*)."""
-    from lara.read.files import DataError
-
     mine = scores[scores["method"] == PRUNED]
     if "tokens" not in mine.columns or not np.isfinite(mine["tokens"].to_numpy(dtype=float)).all():
         raise DataError(f"--scores ({PRUNED}): no token counts (column tokens); decode it with lara select-bon-prune")
@@ -239,8 +237,6 @@ def add_arguments(parser) -> None:
 def read_scores(args) -> tuple[pd.DataFrame, dict]:
     """Every evaluated output, checked: each file once, each prompt once per (method, setting), every output
     on the same test prompts; the prompt set they share."""
-    from lara import identity
-
     metrics = ("helpfulness", "harmfulness")
     identity.distinct_files(args.scores, "--scores")
     identity.distinct_files(args.judge, "--judge")
@@ -263,9 +259,6 @@ def check_settings_lambdas(scores: pd.DataFrame, main: LambdaRecord | None, othe
     """Each output decoded at a setting that reads a lambda record (star, hat, crc, ltt, star_tau_<tau>) was decoded
     at that record's lambda (pruned Best-of-N: its own record, --prune-lambda-json): a file labelled star but decoded
     at another lambda is refused, and so is a pruned decoder's output without its record."""
-    from lara import identity
-    from lara.read.files import DataError
-
     by_tau = {tau_name(r.tau): r for r in others}
     for (method, named), g in scores.groupby(["method", "setting"], sort=False):
         own = setting_tau(named)
@@ -290,9 +283,6 @@ def check_settings_lambdas(scores: pd.DataFrame, main: LambdaRecord | None, othe
 def audit_star(args, s: AuditSettings, test_prompts) -> tuple[dict, LambdaRecord]:
     """The held-out audit of Best-of-N at lambda*, after checking --bon-star is that output (method, setting,
     lambda, record, tau, N) on prompts the calibration did not see."""
-    from lara import identity
-    from lara.read.files import DataError
-
     star = identity.table(args.bon_star, "--bon-star", required=("prompt_id", "decoder_cost"), finite=("decoder_cost",))
     lam = read_lambda(args.lambda_json)
     check_budget(lam, s.tau)
@@ -317,7 +307,6 @@ def audit_star(args, s: AuditSettings, test_prompts) -> tuple[dict, LambdaRecord
 
 def read_sweep(path: str, lam: LambdaRecord, prompts) -> pd.DataFrame:
     """The sweep, checked against the record the audit is for (lara.identity.check_sweep)."""
-    from lara import identity
     from lara.read.files import read_table
 
     sweep = read_table(path, required=("n", "lambda", "label", "mean_cost", "mean_cost_lower", "mean_cost_upper",
@@ -330,7 +319,6 @@ def read_sweep(path: str, lam: LambdaRecord, prompts) -> pd.DataFrame:
 def check_sweep_rows(sweep: pd.DataFrame, tau: float, where: str) -> None:
     """Each row's verdict is the one its own one-sided bounds give against its tau (the sweep is a CSV, unsealed: an
     edited mean or verdict is found by its own numbers), and its mean lies within those bounds."""
-    from lara.read.files import DataError
     from lara.stats import verdict
 
     taus = sweep["tau"] if "tau" in sweep.columns else pd.Series(tau, index=sweep.index)
@@ -346,8 +334,6 @@ def check_sweep_rows(sweep: pd.DataFrame, tau: float, where: str) -> None:
 
 
 def audit_taus(args, s: AuditSettings, audit: dict) -> None:
-    from lara.read.files import DataError
-
     others = [read_lambda(p) for p in args.tau_lambda_json]
     if not others:
         return
@@ -364,35 +350,29 @@ def audit_taus(args, s: AuditSettings, audit: dict) -> None:
     if len(set(taus)) != len(taus):
         raise DataError(f"--tau-lambda-json: two records were calibrated for the same tau ({taus})")
     audit["taus"] = tau_audit(main, others, audit["decoders"])
-    for r in audit["taus"]:
-        log.info("tau %.4g: lambda* %.4g (%s)%s", r["tau"], r["lambda_star"], r["status"],
-                 "".join(f"; {m} at lambda*: cost {d['mean_cost']:.4f}, {d['verdict']}"
-                         for m, d in r["decoders"].items()))
 
 
-def log_audit(audit: dict, summary: pd.DataFrame) -> None:
-    for r in audit.get("procedures") or []:
-        h = r["held_out"]
-        log.info("%-9s lambda %.4g%s: %s%s", r["procedure"], r["lambda"], " (deployed)" if r["deployed"] else "",
-                 r["statement"], "" if h is None else f"; held out: cost {h['mean_cost']:.4f}, {h['verdict']}")
-    for r in audit["decoders"]:
+def log_audit(audit: dict, summary: pd.DataFrame, path) -> None:
+    """The audit and the summary (written to ``path``) as they are made: every decoder's verdict, then the lines
+    ``lara summary`` prints of the procedures, the listed taus, the pairs, pruned Best-of-N and every output."""
+    from lara.evaluate.summary import decoder_lines, method_lines, procedure_line, pruned_lines
+
+    for r in audit["decoders"]:  # (not the summary's table: an output may have no decoder reward)
         log.info("%-10s %-7s lambda %s: decoder cost %.4f [%.4f, %.4f] against tau %.4g: %s", r["method"],
                  r["setting"], "-" if r["lambda"] is None else f"{r['lambda']:.4g}", r["mean_cost"], *r["ci95"],
                  r["tau"], r["verdict"])
-    for r in audit["paired"]:
-        log.info("%-10s %-12s %-15s %+.4f [%+.4f, %+.4f]", r["method"], r["comparison"], r["metric"], r["mean"],
-                 *r["ci95"])
-    for r in summary.itertuples(index=False):
-        log.info("%-10s %-7s helpfulness %.3f harmfulness %.3f safe %.3f", r.method, r.setting, r.helpfulness,
-                 r.harmfulness, r.safe_rate)
+    for line in [procedure_line(r["procedure"] + " (deployed)" * r["deployed"], r["lambda"], r["statement"],
+                                r["held_out"]) for r in audit.get("procedures") or []] + decoder_lines(
+            audit, decoders=False) + pruned_lines(audit) + method_lines(summary, path):
+        if line:
+            log.info("%s", line)
 
 
 def check_judged_responses(judged: list, evaluated: list) -> None:
     """A judge file rated the very responses its evaluation scored: the responses file each names (its digest)
     is the one the evaluation of the same method and setting names (ratings of another run's responses, relabelled
     as this run's, are refused)."""
-    from lara import identity
-    from lara.read.files import DataError, read_table
+    from lara.read.files import read_table
 
     def key(path):
         df = read_table(path)
@@ -411,8 +391,6 @@ def check_judged_responses(judged: list, evaluated: list) -> None:
 def check_judged(judge: pd.DataFrame, scores: pd.DataFrame, paths) -> None:
     """Every judged response is one of the evaluated outputs, once: (prompt_id, method, setting) unique across the
     judge files and present in the scores (ratings of another run's or another prompt's responses are refused)."""
-    from lara.read.files import DataError
-
     key = ["prompt_id", "method", "setting"]
     missing = [c for c in key if c not in judge.columns]
     if missing:
@@ -436,7 +414,6 @@ def check_judged(judge: pd.DataFrame, scores: pd.DataFrame, paths) -> None:
 
 
 def run(args) -> None:
-    from lara import identity
     from lara.io import write_json
     from lara.read.files import read_table, write_table
 
@@ -463,11 +440,7 @@ def run(args) -> None:
     audit_taus(args, s, audit)
     if prune is not None and (scores["method"] == PRUNED).any():
         audit["pruned"] = pruned_audit(scores, prune, audit["decoders"], s.bootstrap, s.seed)
-        for r in audit["pruned"]["settings"]:
-            log.info("pruned Best-of-N at %s (lambda %.4g): %.1f tokens per prompt, full Best-of-N %.1f (ratio %s)",
-                     r["setting"], r["lambda"], r["tokens"], r["tokens_full"],
-                     "-" if r["token_ratio"] is None else f"{r['token_ratio']:.2f}")
-    log_audit(audit, summary)
+    log_audit(audit, summary, args.out)
     write_table(summary, args.out)
     audit[identity.KEY] = identity.stamp(
         "audit", args.audit, tau=s.tau, lambda_record=identity.file_digest(args.lambda_json) if main else None,

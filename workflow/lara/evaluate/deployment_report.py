@@ -252,18 +252,26 @@ def shift_line(shift: dict) -> str:
     return line + (f"\n      {shift['statement']}" if shift.get("statement") else "")
 
 
-def arm_table(rows: pd.DataFrame, scenario: str) -> list[str]:
+def arm_table(rows: pd.DataFrame, scenario: str, vector: bool = False) -> list[str]:
     """The arms of a scenario: lambda, costs, certificate, reward given up, and each against tau; then the reading:
-    which arms held tau, the violations first."""
-    lines = [f"    {'arm':18} {'lambda start -> end':>21}  {'mean cost':>9}  {'worst window':>12}  "
-             f"{'certificate':>11}  {'given up':>8}  {'mean':8}  windows"]
+    which arms held tau, the violations first. For the vector lambda one line per arm and constraint: its tau,
+    costs, certificate, reward and verdict (no reading)."""
+    head, tail = ((f"{'constraint':12} {'tau':>8}", f"{'reward':>8}  verdict") if vector else
+                  (f"{'lambda start -> end':>21}", f"{'given up':>8}  {'mean':8}  windows"))
+    lines = [f"    {'arm':18} {head}  {'mean cost':>9}  {'worst window':>12}  {'certificate':>11}  {tail}"]
     for r in rows.to_dict("records"):
-        lam = f"{r['lambda_start']:.4g} -> {r['lambda_end']:.4g}"
-        numbers = (f"{r['mean_cost']:9.3f}  {_fmt(r['worst_window_cost']):>12}  {_fmt(r['certificate']):>11}  "
-                   f"{_fmt(r['reward_given_up']):>8}")
-        window = {True: "met", False: "violated", None: "-"}[r["window_met"]]
-        lines.append(f"    {arm_label(r['arm'], r['step_size']):18} {lam:>21}  {numbers}  "
-                     f"{'met' if r['met'] else 'violated':8}  {window}")
+        met = "met" if r["met"] else "violated"
+        if vector:
+            head = f"{r['constraint']:12} {r['tau']:8.3g}"
+            tail = f"{r['mean_reward']:8.3f}  {met}" + ("" if r["window_met"] is not False else ", a window above")
+        else:
+            head = format(f"{r['lambda_start']:.4g} -> {r['lambda_end']:.4g}", ">21")
+            tail = f"{_fmt(r['reward_given_up']):>8}  {met:8}  " + {True: "met", False: "violated", None: "-"}[
+                r["window_met"]]
+        lines.append(f"    {arm_label(r['arm'], r['step_size']):18} {head}  {r['mean_cost']:9.3f}  "
+                     f"{_fmt(r['worst_window_cost']):>12}  {_fmt(r['certificate']):>11}  {tail}")
+    if vector:
+        return lines
     records = sorted(rows.to_dict("records"), key=lambda r: bool(r["met"]))
     return lines + [f"    reading on {scenario}: " + "; ".join(verdict_clause(r) for r in records)]
 
@@ -311,17 +319,5 @@ def report_lines(report: pd.DataFrame, path, root: Path | None = None) -> list[s
                                                                path))]
         lines += ["", f"  {scenario}: T = {int(r['T'])} visits{batches}, windows of {int(r['window'])}"
                       f"{'' if vector else ' visits'}", *shift,
-                  *(vector_table(rows) if vector else arm_table(rows, scenario))]
+                  *arm_table(rows, scenario, vector)]
     return lines + ["", DEPLOYMENT_READING]
-
-
-def vector_table(rows: pd.DataFrame) -> list[str]:
-    """The vector arms of a scenario, one line per arm and constraint: tau, costs, certificate, reward, verdict."""
-    lines = [f"    {'arm':18} {'constraint':12} {'tau':>8}  {'mean cost':>9}  {'worst window':>12}  "
-             f"{'certificate':>11}  {'reward':>8}  verdict"]
-    for r in rows.to_dict("records"):
-        verdict = ("met" if r["met"] else "violated") + ("" if r["window_met"] is not False else ", a window above")
-        lines.append(f"    {arm_label(r['arm'], r['step_size']):18} {r['constraint']:12} {r['tau']:8.3g}  "
-                     f"{r['mean_cost']:9.3f}  {_fmt(r['worst_window_cost']):>12}  {_fmt(r['certificate']):>11}  "
-                     f"{r['mean_reward']:8.3f}  {verdict}")
-    return lines

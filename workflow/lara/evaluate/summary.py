@@ -223,10 +223,15 @@ def calibration_lines(root: Path, lam, audit: dict) -> list[str]:
     for name, proc in (lam.get("procedures") or {"bootstrap": {"lambda": lam.lambda_star, "statement": (
             f"the {lam.bootstrap.get('quantile'):g} quantile of {lam.bootstrap.get('replicates')} bootstrap "
             "replicates")}}).items():
-        h = (held.get(name) or {}).get("held_out")
-        test = f"; held out: cost {_interval(h['mean_cost'], *h['ci95'])}, {h['verdict']}" if h else ""
-        lines.append(f"  {name:9} lambda {proc['lambda']:.4g}: {proc['statement']}{test}")
+        lines.append(procedure_line(name, proc["lambda"], proc["statement"], (held.get(name) or {}).get("held_out")))
     return lines
+
+
+def procedure_line(name: str, lam: float, statement: str, held_out: dict | None) -> str:
+    """A calibration procedure's lambda and promise, with its held-out audit where it has one."""
+    test = f"; held out: cost {_interval(held_out['mean_cost'], *held_out['ci95'])}, {held_out['verdict']}" \
+        if held_out else ""
+    return f"  {name:9} lambda {lam:.4g}: {statement}{test}"
 
 
 def coverage_lines(root: Path) -> list[str]:
@@ -265,9 +270,10 @@ def sweep_lines(audit: dict, audit_path: Path) -> list[str]:
     return lines
 
 
-def decoder_lines(audit: dict) -> list[str]:
+def decoder_lines(audit: dict, decoders: bool = True) -> list[str]:
+    """Every decoder against tau (``decoders``: its reward too), every listed tau, the paired differences."""
     lines = []
-    if audit.get("decoders"):
+    if decoders and audit.get("decoders"):
         lines += ["", "every decoder against tau (decoding models' reward and cost on the test prompts):",
                   f"  {'method':10} {'setting':8} {'lambda':>8}  {'mean cost [95% CI]':>26}  "
                   f"{'mean reward [95% CI]':>26}  verdict"]
@@ -292,9 +298,10 @@ def decoder_lines(audit: dict) -> list[str]:
     return lines
 
 
-def pruned_lines(root: Path, audit: dict) -> list[str]:
+def pruned_lines(audit: dict, root: Path | None = None) -> list[str]:
     """Pruned Best-of-N (decode.bon_prune): its own lambdas and promises with the held-out verdicts, its tokens
-    against full Best-of-N's on the same candidates, the paired differences, and its coverage study."""
+    against full Best-of-N's on the same candidates, the paired differences, and its coverage study (under
+    ``root``, the run's folder)."""
     pr = audit.get("pruned")
     if not pr:
         return []
@@ -303,10 +310,7 @@ def pruned_lines(root: Path, audit: dict) -> list[str]:
                                                                    strict=False))
     lines = ["", f"pruned Best-of-{sched.get('n')} (keep {steps}; its own lambda, {pr['lambda_json']}): lambda-hat "
              f"{pr['lambda_hat']:.4g}, lambda* {pr['lambda_star']:.4g} ({pr['status']})"]
-    for r in pr["procedures"]:
-        h = r["held_out"]
-        test = f"; held out: cost {_interval(h['mean_cost'], *h['ci95'])}, {h['verdict']}" if h else ""
-        lines.append(f"  {r['procedure']:9} lambda {r['lambda']:.4g}: {r['statement']}{test}")
+    lines += [procedure_line(r["procedure"], r["lambda"], r["statement"], r["held_out"]) for r in pr["procedures"]]
     lines.append(f"  {'setting':8} {'lambda':>8} {'tokens':>8} {'full BoN':>8} {'ratio':>6}  pruned - full Best-of-N "
                  "(each at its own lambda of that setting)")
     for r in pr["settings"]:
@@ -315,8 +319,8 @@ def pruned_lines(root: Path, audit: dict) -> list[str]:
         ratio = "-" if r["token_ratio"] is None else f"{r['token_ratio']:.2f}"
         lines.append(f"  {r['setting']:8} {r['lambda']:8.4g} {r['tokens']:8.1f} {r['tokens_full']:8.1f} {ratio:>6}  "
                      f"{diffs}")
-    cov = root / "calibration" / "coverage_bon_prune.json"
-    if cov.exists():
+    cov = None if root is None else root / "calibration" / "coverage_bon_prune.json"
+    if cov is not None and cov.exists():
         from lara.read.files import json_file
 
         data = json_file(cov, mapping=False)
@@ -343,6 +347,60 @@ def method_lines(summary, path: Path) -> list[str]:
     return lines + fig2_reading(summary)
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# the several-constraints part: the vector lambda record, its held-out audit (each constraint under its decoding
+# scorer and under every judge the decoder never saw, and whether the scorer's improvement carries to the judge),
+# and its coverage study with both Learn-then-Test bounds. Read from the run's own files.
+
+
+def _vec(v) -> str:
+    return "(" + ", ".join(f"{float(x):.4g}" for x in v) + ")" if v is not None else "none"
+
+
+def record_lines(path: Path, record: dict) -> list[str]:
+    cons = record["constraints"]
+    what = ", ".join(f"{c['name']}: " + (f"P({c['cost']} > {c['threshold']:g}) <= {c['tau']:g}"
+                                         if c.get("kind") == "probability" else f"E[{c['cost']}] <= {c['tau']:g}")
+                     for c in cons)
+    guarantee = record.get("guarantee") or {}
+    lines = [f"several constraints ({path}): {what}; Best-of-{record['decoder']['n']}",
+             f"  lambda-hat = {_vec(record['lambda_hat'])}, lambda* = {_vec(record['lambda_star'])} (deployed: "
+             f"{guarantee.get('procedure')})"]
+    for name in ("ltt", "ltt_wsr"):
+        p = (record.get("procedures") or {}).get(name)
+        if p:
+            state = "certified" if p.get("feasible") else "NOT certified"
+            lines.append(f"  {name:8} lambda {_vec(p['lambda'])}: {state}; {p.get('statement', '')}")
+    return lines
+
+
+def vector_coverage_lines(path: Path, cov: dict) -> list[str]:
+    lines = ["", f"coverage study ({path}): per procedure and calibration size n, over {cov['summary'][0]['repeats']} "
+                 "draws: the joint violation rate, the share of draws certified (LTT) and the reward given up",
+             f"  {'procedure':9} {'n':>5}  {'violation [95% CI]':>24}  {'certified':>9}  {'reward given up':>15}"]
+    for r in cov["summary"]:
+        given = "" if r.get("reward_given_up") is None else f"{r['reward_given_up']:15.4f}"
+        rate = f"{r['violation_rate']:.4f} [{r['violation_lo']:.4f}, {r['violation_hi']:.4f}]"
+        lines.append(f"  {r['procedure']:9} {r['n']:5d}  {rate:>24}  {1 - r['infeasible_rate']:9.3f}  {given:>15}")
+    return lines
+
+
+def constraints_lines(root: Path) -> list[str]:
+    """Nothing when the run has no constraints stage; otherwise its record, audit and coverage study."""
+    from lara.constraints.audit import audit_lines
+    from lara.read.files import json_file
+
+    folder = root / "constraints"
+    if not (folder / "lambda.json").exists():
+        return []
+    lines = [""] + record_lines(folder / "lambda.json", json_file(folder / "lambda.json", mapping=False))
+    if (folder / "audit.json").exists():
+        lines += audit_lines(folder / "audit.json", json_file(folder / "audit.json", mapping=False))
+    if (folder / "coverage.json").exists():
+        lines += vector_coverage_lines(folder / "coverage.json", json_file(folder / "coverage.json", mapping=False))
+    return lines
+
+
 def summarise_run(root: Path) -> str:
     """:func:`read_run`'s summary; a file of the run that lacks what this version of lara writes (a column, a key)
     is named in one line, never a traceback."""
@@ -359,7 +417,6 @@ def read_run(root: Path) -> str:
     """The summary of the run whose outputs are in ``root`` (``results/{experiment}``), after checking its files
     agree."""
     from lara.calibrate.record import read_lambda
-    from lara.evaluate.constraints_summary import constraints_lines
     from lara.evaluate.deployment_report import deployment_lines
     from lara.identity import audit_disagreements
     from lara.read.files import DataError, json_file, read_table
@@ -388,7 +445,7 @@ def read_run(root: Path) -> str:
                         + ": edited after lara aggregate wrote it; rerun the audit")
     lines = [f"{root}: what this run found", "", *headline(root, lam, audit)]
     lines += calibration_lines(root, lam, audit) + coverage_lines(root) + [""] + sweep_lines(audit, audit_path)
-    lines += decoder_lines(audit) + pruned_lines(root, audit) + budget_lines(root, lam)
+    lines += decoder_lines(audit) + pruned_lines(audit, root) + budget_lines(root, lam)
     if "by_lambda" not in audit:
         lines.append(f"constraint audit ({audit_path}): {audit.get('question', 'none')}")
     lines += method_lines(summary, summary_path) + constraints_lines(root) + deployment_lines(root, lam)
@@ -401,7 +458,6 @@ def read_run(root: Path) -> str:
 
 def constraints_run(root: Path) -> str:
     """A run of the constraints stage alone: its record, audit, coverage study and deployment."""
-    from lara.evaluate.constraints_summary import constraints_lines
     from lara.evaluate.deployment_report import deployment_lines
 
     figures = sorted((root / "figures").glob("*.png"))
