@@ -108,20 +108,6 @@ def population_at(pop, lams: np.ndarray, n: int, bounds) -> np.ndarray:
     return np.array([expected_at(pop.reward, pop.costs, pop.mask, lam, n, *values).mean(axis=1) for lam in lams])
 
 
-def _vector_draw(sub, tau, cal: CalibrationSettings, cov: CoverageSettings, seed: int, bounds=None) -> dict:
-    """Each procedure's (lambda, feasible) on one draw: ``lara calibrate-vector``'s own computation
-    (:func:`lara.constraints.calibrate._vector`; its 2-D brute-force check, a diagnostic, is not run) with the
-    study's bootstrap replicates and a seed of the draw's own. A lambda-hat that meets no tau up to the search's
-    end is returned, like LTT's, as the end of the search along its direction, not feasible."""
-    from lara.constraints.calibrate import _vector
-
-    found = _vector(sub, tau, cov.bon_n, replace(cal, bootstrap=cov.bootstrap, seed=seed),
-                    bounds if bounds is not None else [cov.cost_bounds] * len(tau))["procedures"]
-    end = (cov.lambda_search_max * np.asarray(found["hat"]["direction"])).tolist()
-    return {p: (found[p]["lambda"] if found[p]["lambda"] is not None else end, bool(found[p]["feasible"]))
-            for p in VECTOR_PROCEDURES}
-
-
 def promises(m: int, cal: CalibrationSettings) -> dict:
     out = {"hat": {"promise": "none (the plug-in root on the draw)", "bound": None},
            "bootstrap": {"promise": f"none (nominal: the {cal.quantile:g} quantile of the prompt bootstrap; a "
@@ -141,6 +127,7 @@ def _run_draws(pop, ks: list, k_pop: int, tau, cal: CalibrationSettings, cov: Co
                progress=None) -> list[dict]:
     """Every draw (K, n, repeat) calibrated: each procedure's lambda and whether it deploys one."""
     from lara.calibrate.dual import PromptScores
+    from lara.constraints.calibrate import _vector
 
     m = len(tau)
     if m == 1:
@@ -158,8 +145,13 @@ def _run_draws(pop, ks: list, k_pop: int, tau, cal: CalibrationSettings, cov: Co
         idx, sub = draw(pop, rng, n, k, "costs")
         if sub is None:  # every sample of each drawn prompt
             sub = type(pop)(pop.reward[idx], pop.costs[idx], pop.mask[idx], pop.prompt_ids[idx])
-        chosen = _vector_draw(sub, tau, cal, cov, int(rng.integers(0, SEED_MAX)), limits)
-        return {p: (list(chosen[p][0]), chosen[p][1]) for p in procs}
+        # ``lara calibrate-vector``'s own procedures (not its 2-D brute-force check, a diagnostic) with the study's
+        # bootstrap replicates and a seed of the draw's own; a lambda-hat that meets no tau up to the search's end
+        # is returned, like LTT's, as the end of the search along its direction, not feasible
+        found = _vector(sub, tau, cov.bon_n, replace(cal, bootstrap=cov.bootstrap, seed=int(rng.integers(0, SEED_MAX))),
+                        limits)["procedures"]
+        end = (cov.lambda_search_max * np.asarray(found["hat"]["direction"])).tolist()
+        return {p: (list(found[p]["lambda"] or end), bool(found[p]["feasible"])) for p in procs}
 
     return repeat_draws(ks, k_pop, cov, one, progress)
 
