@@ -225,8 +225,7 @@ def vector_calibrate(scores: VectorScores, constraints, s: CalibrationSettings) 
     from lara.config import ConfigError
     from lara.constraints.spec import bounds as cost_bounds
 
-    check_calibration(s, len(constraints))
-    check_losses(scores, constraints)
+    check_calibration(s, len(constraints))  # (run checked the losses before the data's floors)
     tau = [c.tau for c in constraints]
     k_min = int(scores.mask.sum(axis=1).min())
     n = s.bon_n

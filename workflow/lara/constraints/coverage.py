@@ -138,9 +138,7 @@ def _run_draws(pop, ks: list, k_pop: int, tau, cal: CalibrationSettings, cov: Co
 
     def one(n, k):
         if m == 1:  # the scalar study's procedures and lambda-hat, as ``lara calibrate`` computes them
-            idx, sub = draw(pop1, rng, n, k)
-            chosen = (calibrate_draw(whole, idx, s1, rng, hat=True) if sub is None
-                      else calibrate_draw(Curves.of(sub, s1), np.arange(n), s1, rng, hat=True))
+            chosen = calibrate_draw(pop1, whole, n, k, s1, rng, hat=True)
             return {p: ([float(chosen[p][0])], bool(chosen[p][1])) for p in procs}
         idx, sub = draw(pop, rng, n, k, "costs")
         if sub is None:  # every sample of each drawn prompt
@@ -182,10 +180,9 @@ def _summary_row(g: pd.DataFrame, proc: str, names, tau, cal: CalibrationSetting
     reward and lambdas, and whether the rate is consistent with the procedure's promise."""
     reps = len(g)
     row = {"procedure": proc, "n": int(g["n"].iloc[0]), "k": int(g["k"].iloc[0]), **violation_summary(g)}
-    row |= {f"violation_rate_{name}": float(g[f"violated_{name}"].mean()) for name in names}
-    row |= {f"mean_population_cost_{name}": float(g[f"population_cost_{name}"].mean()) for name in names}
-    row |= {f"mean_population_clipped_cost_{name}": float(g[f"population_clipped_cost_{name}"].mean())
-            for name in names}
+    for key, column in (("violation_rate", "violated"), ("mean_population_cost", "population_cost"),
+                        ("mean_population_clipped_cost", "population_clipped_cost")):
+        row |= {f"{key}_{name}": float(g[f"{column}_{name}"].mean()) for name in names}
     row["mean_reward"] = float(g["population_reward"].mean())
     row["reward_given_up"] = None if reward_pop is None else reward_pop - row["mean_reward"]
     for name in names:
