@@ -69,11 +69,8 @@ def population_curves(pop: PromptScores, n: int, lams: np.ndarray, clip: np.ndar
     from lara.calibrate.bestofn import expected
 
     lams = np.asarray(lams, dtype=float)
-    out = np.empty((3, len(lams)))
-    for lo in range(0, len(lams), 64):
-        part = expected(pop.reward, pop.cost, pop.mask, lams[lo:lo + 64], n, pop.cost, clip, pop.reward)
-        out[:, lo:lo + 64] = part.mean(axis=1)
-    return out
+    return np.concatenate([expected(pop.reward, pop.cost, pop.mask, lams[lo:lo + 64], n, pop.cost, clip,
+                                    pop.reward).mean(axis=1) for lo in range(0, len(lams), 64)], axis=1)
 
 
 def draw(pop, rng: np.random.Generator, n: int, k: int | None, costs: str = "cost") -> tuple[np.ndarray, object]:

@@ -5,29 +5,21 @@ population (the coverage study of :mod:`lara.calibrate.coverage`, for several co
         --constraints '[...]' --calibration-settings '{...}' --settings '{...}' --out coverage.json \\
         --table coverage.csv
 
-The constraint-score tables (one row per response: prompt_id, reward, cost_<name> per constraint, as ``lara
-score-constraints`` writes them; the prompts of all tables together) are the **population**: each of its
-prompts with its K scored samples, and the Best-of-N decoder drawing N of them at random. Everything about it is
-exact: its mean Best-of-N cost vector and reward at any vector lambda (:func:`lara.calibrate.vector.
-expected_vector`), and lambda_pop, the population's own lambda: the smallest s along the population's soft-dual
-direction whose mean cost meets every tau (:func:`lara.calibrate.vector.bon_along_soft_direction` on the whole
-population), for reference. The study repeats ``coverage.repeats`` times, for each calibration size n (and each K
-of ``coverage.samples_per_prompt``): draw n prompts i.i.d. from the population (K of each one's samples without
-replacement; drawn as the scalar study draws them), calibrate with each procedure of ``lara calibrate-vector``
-(its own code, with ``coverage.bootstrap`` replicates in place of ``calibration.bootstrap``, as the scalar study
-does, and a seed of the draw's own) and evaluate the chosen lambda vector on the whole population. Procedures:
-
-* ``hat``: the smallest s along the draw's soft direction meeting every tau on the draw (no promise);
-* ``bootstrap``: the ``calibration.quantile`` of the prompt bootstrap of that s (no finite-sample promise);
-* ``ltt``: Pareto Testing (direction from half the draw, Learn then Test on the other half): promises that the
-  probability over draws of a certified lambda missing some tau (for the costs clipped to their bounds) is
-  <= delta;
-* ``ltt_wsr``: the same split and ray, Learn then Test with betting p-values (Waudby-Smith & Ramdas): the same
-  promise, certifying more where the losses spread little.
-
-With one constraint ``calibrate-vector`` runs the scalar calibration, and so does this study: the scalar
-study's procedures (bootstrap, CRC, LTT, betting LTT; :func:`lara.calibrate.coverage.calibrate_draw`) and
-lambda-hat, their lambdas 1-vectors.
+The study of :mod:`lara.calibrate.coverage` (its docstring: the population of the tables' prompts, each with its K
+scored samples; ``coverage.repeats`` i.i.d. draws of n prompts per size n and K; everything evaluated exactly on the
+population), on constraint-score tables (one row per response: prompt_id, reward, cost_<name> per constraint, as
+``lara score-constraints`` writes them), with a vector lambda: the population's mean Best-of-N cost vector and reward
+at any lambda are :func:`lara.calibrate.vector.expected_vector`'s, and lambda_pop, for reference, is the smallest s
+along the population's soft-dual direction whose mean cost meets every tau
+(:func:`lara.calibrate.vector.bon_along_soft_direction` on the whole population). Each draw (drawn as the scalar
+study draws them) is calibrated with each procedure of ``lara calibrate-vector``, its own code (with
+``coverage.bootstrap`` replicates in place of ``calibration.bootstrap``, as the scalar study does, and a seed of the
+draw's own): ``hat`` and ``bootstrap`` promise nothing; ``ltt`` (Pareto Testing, Hoeffding-Bentkus) and ``ltt_wsr``
+(the same split and ray, betting p-values: certifying more where the losses spread little) promise that the
+probability over draws of a certified lambda missing some tau (for the costs clipped to their bounds) is <= delta.
+With one constraint ``calibrate-vector`` runs the scalar calibration, and so does this study: the scalar study's
+procedures (bootstrap, CRC, LTT, betting LTT; :func:`lara.calibrate.coverage.calibrate_draw`) and lambda-hat, their
+lambdas 1-vectors.
 
 Per procedure and size: the JOINT violation rate (some constraint's population mean cost > its tau) with its
 Clopper-Pearson 95 % interval, each constraint's own violation rate, the mean population cost (and clipped cost)
