@@ -182,14 +182,11 @@ class LossStepper:
     def __init__(self, inner, threshold: float):
         self.inner, self.threshold = inner, threshold
 
-    def start(self, ids, mask):
-        self.inner.start(ids, mask)
+    def __getattr__(self, name):  # start, commit: the inner stepper's own
+        return getattr(self.inner, name)
 
     def candidates(self, cand):
         return (self.inner.candidates(cand) > self.threshold).float()
-
-    def commit(self, tokens, choice, alive):
-        self.inner.commit(tokens, choice, alive)
 
 
 def load_vector_models(policy: str, reward: str, constraints, specs: dict, dtype: str):
