@@ -78,13 +78,10 @@ def check_settings(cal: CalibrationSettings, cov: CoverageSettings, m: int) -> N
 
     cal_keys = {CalibrationSettings.key(f): f for f in cal.__dataclass_fields__}
     for field, key in CoverageSettings.borrowed().items():
-        other = cal_keys.get(key)
-        if other is None:
-            continue
-        mine, theirs = getattr(cov, field), getattr(cal, other)
-        if mine != theirs:
-            raise ConfigError(f"{key}: --settings gives {mine!r} but --calibration-settings {theirs!r}; both are "
-                              "built from the one config key (the study must measure the deployed calibration)")
+        if key in cal_keys and getattr(cov, field) != getattr(cal, cal_keys[key]):
+            raise ConfigError(f"{key}: --settings gives {getattr(cov, field)!r} but --calibration-settings "
+                              f"{getattr(cal, cal_keys[key])!r}; both are built from the one config key (the study "
+                              "must measure the deployed calibration)")
     check_calibration(cal, m)
     check_sizes(cov.n_prompts)  # the scalar and grid studies' floor: a size, each of at least two prompts
 
