@@ -268,3 +268,31 @@ def test_each_certificate_states_the_tested_prompts_own_mean_and_it_meets_tau(ch
             assert all(m <= t + 1e-12 for m, t in zip(p["tested_mean_cost"], record["tau"], strict=True))
         else:
             assert p["tested_mean_cost"] is None
+
+
+def test_the_args_loss_stepper_scores_the_loss_and_forwards_the_rest():
+    """ARGS holds a probability constraint to its loss: the cost stepper's candidate scores become 1[c > threshold];
+    starting and committing are the inner stepper's own."""
+    import torch
+
+    from lara.constraints.decode import LossStepper
+
+    class Inner:
+        def __init__(self):
+            self.calls = []
+
+        def start(self, ids, mask):
+            self.calls.append(("start", ids, mask))
+
+        def candidates(self, cand):
+            return torch.tensor([[-0.5, 0.0, 0.5]]) + cand
+
+        def commit(self, tokens, choice, alive):
+            self.calls.append(("commit", tokens, choice, alive))
+
+    inner = Inner()
+    stepper = LossStepper(inner, 0.0)
+    stepper.start(1, 2)
+    assert stepper.candidates(torch.zeros(1, 3)).tolist() == [[0.0, 0.0, 1.0]]
+    stepper.commit(3, 4, 5)
+    assert inner.calls == [("start", 1, 2), ("commit", 3, 4, 5)]

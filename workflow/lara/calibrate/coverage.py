@@ -69,11 +69,8 @@ def population_curves(pop: PromptScores, n: int, lams: np.ndarray, clip: np.ndar
     from lara.calibrate.bestofn import expected
 
     lams = np.asarray(lams, dtype=float)
-    out = np.empty((3, len(lams)))
-    for lo in range(0, len(lams), 64):
-        part = expected(pop.reward, pop.cost, pop.mask, lams[lo:lo + 64], n, pop.cost, clip, pop.reward)
-        out[:, lo:lo + 64] = part.mean(axis=1)
-    return out
+    return np.concatenate([expected(pop.reward, pop.cost, pop.mask, lams[lo:lo + 64], n, pop.cost, clip,
+                                    pop.reward).mean(axis=1) for lo in range(0, len(lams), 64)], axis=1)
 
 
 def draw(pop, rng: np.random.Generator, n: int, k: int | None, costs: str = "cost") -> tuple[np.ndarray, object]:
@@ -176,25 +173,25 @@ class Curves:
         return cls(cost, clipped_steps(sub, s.bon_n, s.lambda_search_max, s.cost_bounds, cost))
 
 
-def calibrate_draw(curves: Curves, rows: np.ndarray, s: CoverageSettings, rng: np.random.Generator,
-                   hat: bool = False) -> dict:
-    """Each procedure's lambda (and whether it reached tau) on one calibration draw: the prompts ``rows`` (with
-    repeats) of the prompts ``curves`` describe. The same computation as ``lara calibrate`` (exact roots of the
-    weighted mean; the bootstrap resamples the drawn prompts), with the drawn prompts as weights; ``hat``: with
-    lambda-hat first (the exact root of the draw's mean expected Best-of-N cost)."""
+def calibrate_draw(pop: PromptScores, whole: Curves, n: int, k: int | None, s: CoverageSettings,
+                   rng: np.random.Generator, hat: bool = False) -> dict:
+    """Each procedure's lambda (and whether it reached tau) on a fresh draw (:func:`draw`) of n prompts of ``pop``
+    with k samples each (their own curves; k None: all of them, the draw a weighting of the population's curves
+    ``whole``). The same computation as ``lara calibrate`` (exact roots of the weighted mean; the bootstrap resamples
+    the drawn prompts), with the drawn prompts as weights; ``hat``: with lambda-hat first (the exact root of the
+    draw's mean expected Best-of-N cost)."""
     from lara.calibrate.bestofn import roots
 
-    n, p = len(rows), len(curves.cost.start)
+    idx, sub = draw(pop, rng, n, k)
+    curves, rows = (whole, idx) if sub is None else (Curves.of(sub, s), np.arange(n))
+    p = len(curves.cost.start)
     w = np.bincount(rows, minlength=p)[None, :] / n
     out = {}
     if hat:
         lam, status = roots(curves.cost, w, s.tau, s.lambda_search_max)
         out["hat"] = (float(lam[0]), bool(status[0] != 2))
     boot = rows[rng.integers(0, n, size=(s.bootstrap, n))]
-    wb = np.empty((s.bootstrap, p))
-    for i in range(s.bootstrap):
-        wb[i] = np.bincount(boot[i], minlength=p)
-    wb /= n
+    wb = np.stack([np.bincount(b, minlength=p) for b in boot]) / n
     lams, status = roots(curves.cost, wb, s.tau, s.lambda_search_max)
     # the bootstrap's lambda* is infeasible when its quantile lands on replicates that never reach tau
     out["bootstrap"] = (float(np.quantile(lams, s.quantile)), bool((status == 2).mean() <= 1 - s.quantile))
@@ -220,13 +217,7 @@ def study(pop: PromptScores, s: CoverageSettings, progress=None) -> tuple[dict, 
     rng = np.random.default_rng([s.seed, 27])
     t0 = time.perf_counter()
 
-    def one(n, k):
-        idx, sub = draw(pop, rng, n, k)
-        if sub is None:
-            return calibrate_draw(whole, idx, s, rng)
-        return calibrate_draw(Curves.of(sub, s), np.arange(n), s, rng)  # K of each prompt's samples: its own curves
-
-    rows = repeat_draws(ks, k_pop, s, one, progress)
+    rows = repeat_draws(ks, k_pop, s, lambda n, k: calibrate_draw(pop, whole, n, k, s, rng), progress)
     draws = pd.DataFrame(rows)
     uniq, inv = np.unique(draws["lambda"].to_numpy(), return_inverse=True)
     curves = population_curves(pop, s.bon_n, uniq, clip)

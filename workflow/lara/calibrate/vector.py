@@ -66,15 +66,9 @@ def meets(mean: np.ndarray, tau) -> np.ndarray:
     return np.all(mean <= tau + slack(tau), axis=-1)
 
 
-def prompt_weights(p_count: int, weights) -> np.ndarray:
-    """Prompt weights summing to 1 (None: equal)."""
-    return np.full(p_count, 1.0 / p_count) if weights is None else np.asarray(weights, dtype=float) / np.sum(weights)
-
-
 @dataclass(frozen=True)
 class RayPath:
-    """The mean expected cost vector along lam = s d: ``mean[t]`` holds on [s[t], s[t + 1]) (s[0] = 0), weighted
-    by the prompt weights given."""
+    """The mean expected cost vector along lam = s d: ``mean[t]`` holds on [s[t], s[t + 1]) (s[0] = 0)."""
 
     direction: np.ndarray
     s: np.ndarray  # (T + 1,) breakpoints, s[0] = 0
@@ -106,14 +100,14 @@ def prompt_values(reward: np.ndarray, costs: np.ndarray, mask: np.ndarray, direc
 
 
 def ray_path(reward: np.ndarray, costs: np.ndarray, mask: np.ndarray, direction, n: int | None, s_max: float,
-             weights: np.ndarray | None = None, per_prompt: list | None = None) -> RayPath:
-    """Every change of the (weighted) mean expected cost vector along lam = s d on [0, s_max], exactly: each
+             per_prompt: list | None = None) -> RayPath:
+    """Every change of the mean expected cost vector along lam = s d on [0, s_max], exactly: each
     prompt's vector evaluated at s = 0 and at every one of its crossings (the value at a crossing is the value
     just after it: ties go to the lower combined cost), its changes merged across prompts. ``per_prompt``: the
     prompts' :func:`prompt_values` along this ray, when already computed."""
     d = np.asarray(direction, dtype=float)
     values = prompt_values(reward, costs, mask, d, n, s_max) if per_prompt is None else per_prompt
-    return _merged(values, prompt_weights(len(reward), weights), d, costs.shape[2])
+    return _merged(values, np.full(len(reward), 1.0 / len(reward)), d, costs.shape[2])
 
 
 def _merged(values: list, w: np.ndarray, d: np.ndarray, m: int) -> RayPath:
@@ -147,15 +141,15 @@ def first_feasible(path: RayPath, tau) -> tuple[float | None, int]:
     return float(path.s[t]), t
 
 
-def soft_dual(reward: np.ndarray, costs: np.ndarray, mask: np.ndarray, tau, beta: float, lam_max: float,
-              weights: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
+def soft_dual(reward: np.ndarray, costs: np.ndarray, mask: np.ndarray, tau, beta: float, lam_max: float
+              ) -> tuple[np.ndarray, dict]:
     """The minimiser of the convex soft dual g over [0, lam_max]^m (L-BFGS-B with g's exact gradient) and a
     record of the solve (value, gradient, iterations, whether it converged)."""
     from scipy.optimize import minimize
     from scipy.special import logsumexp
 
     tau = np.asarray(tau, dtype=float)
-    w = prompt_weights(len(reward), weights)
+    w = np.full(len(reward), 1.0 / len(reward))  # the prompts' mean as a weighted sum
     counts = mask.sum(axis=1)
 
     def value_and_grad(lam):
@@ -174,17 +168,16 @@ def soft_dual(reward: np.ndarray, costs: np.ndarray, mask: np.ndarray, tau, beta
                    "converged": bool(res.success), "message": str(res.message)}
 
 
-def bon_along_soft_direction(reward, costs, mask, tau, n: int | None, beta: float, lam_max: float,
-                             weights=None) -> dict:
+def bon_along_soft_direction(reward, costs, mask, tau, n: int | None, beta: float, lam_max: float) -> dict:
     """Best-of-n's vector lambda: the direction of the soft dual's minimiser (all ones if it is zero: no
     constraint binds the tilt), then the smallest s along it whose exact expected Best-of-n cost vector meets
     every tau (None when none up to lam_max does); ``prompt_values``: the prompts' :func:`prompt_values` along the
     ray (for a bootstrap along it)."""
-    lam_soft, solve = soft_dual(reward, costs, mask, tau, beta, lam_max, weights)
+    lam_soft, solve = soft_dual(reward, costs, mask, tau, beta, lam_max)
     norm = float(lam_soft.max())
     direction = lam_soft / norm if norm > 0 else np.ones(costs.shape[2])
     values = prompt_values(reward, costs, mask, direction, n, lam_max)
-    path = ray_path(reward, costs, mask, direction, n, lam_max, weights, per_prompt=values)
+    path = ray_path(reward, costs, mask, direction, n, lam_max, per_prompt=values)
     s, t = first_feasible(path, tau)
     lam = None if s is None else s * direction
     return {"lambda": None if lam is None else lam.tolist(), "direction": direction.tolist(), "s": s,

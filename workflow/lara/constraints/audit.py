@@ -234,7 +234,7 @@ def check_output(art, record: dict, digest: str, constraints, scorers: dict, pat
     decoded at the lambda its setting takes from this record (the record's digest, tau and Best-of-N size), and
     scored with the scorers the audit uses (the decoding costs are tau's units)."""
     from lara import identity
-    from lara.constraints.decode import resolve_vector
+    from lara.constraints.decode import UNCERTIFIED, label, resolve_vector
     from lara.read.files import DataError
 
     art.expect("kind", "responses_vector", "a decoded output of lara decode-vector")
@@ -243,8 +243,6 @@ def check_output(art, record: dict, digest: str, constraints, scorers: dict, pat
     if setting != "zero":
         art.expect("lambda_record", digest, f"decoded with another record than {path}")
         art.expect("tau", record["tau"], f"the taus {path} was calibrated for")
-    from lara.constraints.decode import UNCERTIFIED, label
-
     base = str(setting).removesuffix(UNCERTIFIED)
     if label(base, record) != str(setting):
         raise DataError(f"--responses {art.path}: setting {setting}, but the {base} procedure of {path} "

@@ -223,17 +223,15 @@ def check_calibration(s: CalibrationSettings, m: int) -> None:
 def vector_calibrate(scores: VectorScores, constraints, s: CalibrationSettings) -> dict:
     from lara.calibrate.vector import expected_vector
     from lara.config import ConfigError
+    from lara.constraints.spec import bounds as cost_bounds
 
-    check_calibration(s, len(constraints))
-    check_losses(scores, constraints)
+    check_calibration(s, len(constraints))  # (run checked the losses before the data's floors)
     tau = [c.tau for c in constraints]
     k_min = int(scores.mask.sum(axis=1).min())
     n = s.bon_n
     if n is not None and n > k_min:
         raise ValueError(f"Best-of-N with N = {n} needs N <= K; the scores have K = {k_min} samples per prompt")
     t0 = time.perf_counter()
-    from lara.constraints.spec import bounds as cost_bounds
-
     limits = cost_bounds(constraints, s.cost_bounds)
     found = (_scalar(scores, tau[0], s if limits is None else replace(s, cost_bounds=limits[0]))
              if len(constraints) == 1 else _vector(scores, tau, n, s, limits))
@@ -278,16 +276,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", required=True, help="the vector lambda record (JSON)")
 
 
-def scorers_of(scores: VectorScores) -> dict:
-    """The scorers the constraint scores were made with (lara score-constraints stamps them): the record keeps them,
-    and decoding and audits refuse others."""
-    from lara import identity
-
-    return {} if scores.source is None else identity.inherit(scores.source.identity, "reward_scorer", "cost_scorers")
-
-
 def run(args) -> None:
     from lara import identity
+    from lara.calibrate.calibrate import check_calibration_data
     from lara.calibrate.procedures import check_feasible
     from lara.calibrate.record import provenance
     from lara.constraints.spec import from_arg
@@ -301,8 +292,6 @@ def run(args) -> None:
                                 "out makes the audit in-sample")
     scores = load_vector_scores(args.scores, constraints)
     check_losses(scores, constraints)
-    from lara.calibrate.calibrate import check_calibration_data
-
     for j, c in enumerate(constraints):
         check_calibration_data(scores.n_prompts, scores.mask.sum(axis=1), scores.costs[..., j][scores.mask], [c.tau],
                                s, f"--scores {args.scores} (constraint {c.name})")
@@ -318,7 +307,10 @@ def run(args) -> None:
                f"{result['tau']} ({s.guarantee})")
         check_feasible(msg, args.allow_infeasible, f"--scores {args.scores}", "the taus")
     made = identity.stamp("lambda_vector", args.out, role=role, tau=result["tau"], names=result["names"],
-                          procedure=s.guarantee, decoder=result["decoder"], **scorers_of(scores),
+                          procedure=s.guarantee, decoder=result["decoder"],
+                          # the scorers the scores were made with (score-constraints stamps them): the record keeps
+                          # them, and decoding and audits refuse others
+                          **identity.inherit(scores.source.identity, "reward_scorer", "cost_scorers"),
                           prompts=scores.prompts.record(with_keys=True), made_from={"--scores": args.scores})
     result |= provenance(s, args.scores, **{identity.KEY: made})
     bad = nonfinite({k: v for k, v in result.items() if k != "settings"})

@@ -5,29 +5,21 @@ population (the coverage study of :mod:`lara.calibrate.coverage`, for several co
         --constraints '[...]' --calibration-settings '{...}' --settings '{...}' --out coverage.json \\
         --table coverage.csv
 
-The constraint-score tables (one row per response: prompt_id, reward, cost_<name> per constraint, as ``lara
-score-constraints`` writes them; the prompts of all tables together) are the **population**: each of its
-prompts with its K scored samples, and the Best-of-N decoder drawing N of them at random. Everything about it is
-exact: its mean Best-of-N cost vector and reward at any vector lambda (:func:`lara.calibrate.vector.
-expected_vector`), and lambda_pop, the population's own lambda: the smallest s along the population's soft-dual
-direction whose mean cost meets every tau (:func:`lara.calibrate.vector.bon_along_soft_direction` on the whole
-population), for reference. The study repeats ``coverage.repeats`` times, for each calibration size n (and each K
-of ``coverage.samples_per_prompt``): draw n prompts i.i.d. from the population (K of each one's samples without
-replacement; drawn as the scalar study draws them), calibrate with each procedure of ``lara calibrate-vector``
-(its own code, with ``coverage.bootstrap`` replicates in place of ``calibration.bootstrap``, as the scalar study
-does, and a seed of the draw's own) and evaluate the chosen lambda vector on the whole population. Procedures:
-
-* ``hat``: the smallest s along the draw's soft direction meeting every tau on the draw (no promise);
-* ``bootstrap``: the ``calibration.quantile`` of the prompt bootstrap of that s (no finite-sample promise);
-* ``ltt``: Pareto Testing (direction from half the draw, Learn then Test on the other half): promises that the
-  probability over draws of a certified lambda missing some tau (for the costs clipped to their bounds) is
-  <= delta;
-* ``ltt_wsr``: the same split and ray, Learn then Test with betting p-values (Waudby-Smith & Ramdas): the same
-  promise, certifying more where the losses spread little.
-
-With one constraint ``calibrate-vector`` runs the scalar calibration, and so does this study: the scalar
-study's procedures (bootstrap, CRC, LTT, betting LTT; :func:`lara.calibrate.coverage.calibrate_draw`) and
-lambda-hat, their lambdas 1-vectors.
+The study of :mod:`lara.calibrate.coverage` (its docstring: the population of the tables' prompts, each with its K
+scored samples; ``coverage.repeats`` i.i.d. draws of n prompts per size n and K; everything evaluated exactly on the
+population), on constraint-score tables (one row per response: prompt_id, reward, cost_<name> per constraint, as
+``lara score-constraints`` writes them), with a vector lambda: the population's mean Best-of-N cost vector and reward
+at any lambda are :func:`lara.calibrate.vector.expected_vector`'s, and lambda_pop, for reference, is the smallest s
+along the population's soft-dual direction whose mean cost meets every tau
+(:func:`lara.calibrate.vector.bon_along_soft_direction` on the whole population). Each draw (drawn as the scalar
+study draws them) is calibrated with each procedure of ``lara calibrate-vector``, its own code (with
+``coverage.bootstrap`` replicates in place of ``calibration.bootstrap``, as the scalar study does, and a seed of the
+draw's own): ``hat`` and ``bootstrap`` promise nothing; ``ltt`` (Pareto Testing, Hoeffding-Bentkus) and ``ltt_wsr``
+(the same split and ray, betting p-values: certifying more where the losses spread little) promise that the
+probability over draws of a certified lambda missing some tau (for the costs clipped to their bounds) is <= delta.
+With one constraint ``calibrate-vector`` runs the scalar calibration, and so does this study: the scalar study's
+procedures (bootstrap, CRC, LTT, betting LTT; :func:`lara.calibrate.coverage.calibrate_draw`) and lambda-hat, their
+lambdas 1-vectors.
 
 Per procedure and size: the JOINT violation rate (some constraint's population mean cost > its tau) with its
 Clopper-Pearson 95 % interval, each constraint's own violation rate, the mean population cost (and clipped cost)
@@ -86,13 +78,10 @@ def check_settings(cal: CalibrationSettings, cov: CoverageSettings, m: int) -> N
 
     cal_keys = {CalibrationSettings.key(f): f for f in cal.__dataclass_fields__}
     for field, key in CoverageSettings.borrowed().items():
-        other = cal_keys.get(key)
-        if other is None:
-            continue
-        mine, theirs = getattr(cov, field), getattr(cal, other)
-        if mine != theirs:
-            raise ConfigError(f"{key}: --settings gives {mine!r} but --calibration-settings {theirs!r}; both are "
-                              "built from the one config key (the study must measure the deployed calibration)")
+        if key in cal_keys and getattr(cov, field) != getattr(cal, cal_keys[key]):
+            raise ConfigError(f"{key}: --settings gives {getattr(cov, field)!r} but --calibration-settings "
+                              f"{getattr(cal, cal_keys[key])!r}; both are built from the one config key (the study "
+                              "must measure the deployed calibration)")
     check_calibration(cal, m)
     check_sizes(cov.n_prompts)  # the scalar and grid studies' floor: a size, each of at least two prompts
 
@@ -106,20 +95,6 @@ def population_at(pop, lams: np.ndarray, n: int, bounds) -> np.ndarray:
 
     values = [*columns(pop.costs), *columns(clip_each(pop.costs, bounds)), pop.reward]
     return np.array([expected_at(pop.reward, pop.costs, pop.mask, lam, n, *values).mean(axis=1) for lam in lams])
-
-
-def _vector_draw(sub, tau, cal: CalibrationSettings, cov: CoverageSettings, seed: int, bounds=None) -> dict:
-    """Each procedure's (lambda, feasible) on one draw: ``lara calibrate-vector``'s own computation
-    (:func:`lara.constraints.calibrate._vector`; its 2-D brute-force check, a diagnostic, is not run) with the
-    study's bootstrap replicates and a seed of the draw's own. A lambda-hat that meets no tau up to the search's
-    end is returned, like LTT's, as the end of the search along its direction, not feasible."""
-    from lara.constraints.calibrate import _vector
-
-    found = _vector(sub, tau, cov.bon_n, replace(cal, bootstrap=cov.bootstrap, seed=seed),
-                    bounds if bounds is not None else [cov.cost_bounds] * len(tau))["procedures"]
-    end = (cov.lambda_search_max * np.asarray(found["hat"]["direction"])).tolist()
-    return {p: (found[p]["lambda"] if found[p]["lambda"] is not None else end, bool(found[p]["feasible"]))
-            for p in VECTOR_PROCEDURES}
 
 
 def promises(m: int, cal: CalibrationSettings) -> dict:
@@ -141,6 +116,7 @@ def _run_draws(pop, ks: list, k_pop: int, tau, cal: CalibrationSettings, cov: Co
                progress=None) -> list[dict]:
     """Every draw (K, n, repeat) calibrated: each procedure's lambda and whether it deploys one."""
     from lara.calibrate.dual import PromptScores
+    from lara.constraints.calibrate import _vector
 
     m = len(tau)
     if m == 1:
@@ -151,15 +127,18 @@ def _run_draws(pop, ks: list, k_pop: int, tau, cal: CalibrationSettings, cov: Co
 
     def one(n, k):
         if m == 1:  # the scalar study's procedures and lambda-hat, as ``lara calibrate`` computes them
-            idx, sub = draw(pop1, rng, n, k)
-            chosen = (calibrate_draw(whole, idx, s1, rng, hat=True) if sub is None
-                      else calibrate_draw(Curves.of(sub, s1), np.arange(n), s1, rng, hat=True))
+            chosen = calibrate_draw(pop1, whole, n, k, s1, rng, hat=True)
             return {p: ([float(chosen[p][0])], bool(chosen[p][1])) for p in procs}
         idx, sub = draw(pop, rng, n, k, "costs")
         if sub is None:  # every sample of each drawn prompt
             sub = type(pop)(pop.reward[idx], pop.costs[idx], pop.mask[idx], pop.prompt_ids[idx])
-        chosen = _vector_draw(sub, tau, cal, cov, int(rng.integers(0, SEED_MAX)), limits)
-        return {p: (list(chosen[p][0]), chosen[p][1]) for p in procs}
+        # ``lara calibrate-vector``'s own procedures (not its 2-D brute-force check, a diagnostic) with the study's
+        # bootstrap replicates and a seed of the draw's own; a lambda-hat that meets no tau up to the search's end
+        # is returned, like LTT's, as the end of the search along its direction, not feasible
+        found = _vector(sub, tau, cov.bon_n, replace(cal, bootstrap=cov.bootstrap, seed=int(rng.integers(0, SEED_MAX))),
+                        limits)["procedures"]
+        end = (cov.lambda_search_max * np.asarray(found["hat"]["direction"])).tolist()
+        return {p: (list(found[p]["lambda"] or end), bool(found[p]["feasible"])) for p in procs}
 
     return repeat_draws(ks, k_pop, cov, one, progress)
 
@@ -190,10 +169,9 @@ def _summary_row(g: pd.DataFrame, proc: str, names, tau, cal: CalibrationSetting
     reward and lambdas, and whether the rate is consistent with the procedure's promise."""
     reps = len(g)
     row = {"procedure": proc, "n": int(g["n"].iloc[0]), "k": int(g["k"].iloc[0]), **violation_summary(g)}
-    row |= {f"violation_rate_{name}": float(g[f"violated_{name}"].mean()) for name in names}
-    row |= {f"mean_population_cost_{name}": float(g[f"population_cost_{name}"].mean()) for name in names}
-    row |= {f"mean_population_clipped_cost_{name}": float(g[f"population_clipped_cost_{name}"].mean())
-            for name in names}
+    for key, column in (("violation_rate", "violated"), ("mean_population_cost", "population_cost"),
+                        ("mean_population_clipped_cost", "population_clipped_cost")):
+        row |= {f"{key}_{name}": float(g[f"{column}_{name}"].mean()) for name in names}
     row["mean_reward"] = float(g["population_reward"].mean())
     row["reward_given_up"] = None if reward_pop is None else reward_pop - row["mean_reward"]
     for name in names:

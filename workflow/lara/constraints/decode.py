@@ -167,10 +167,8 @@ def _args(args, constraints, lam):
     df = read_table(args.prompts, required=("prompt_id", "prompt"))
     prompts = identity.prompt_set(df, f"--prompts {args.prompts}", per_prompt=1)
     require_model(args.policy, "--policy")
-    tok, pm, rm, cms, steppers = load_vector_models(args.policy, args.reward, [specs[c.name] for c in constraints],
-                                                    [c.name for c in constraints], s.dtype)
-    tokens = decode(pm, rm, cms, tok, df["prompt"].tolist(), lam, s, s.seed,
-                    steppers=loss_steppers(constraints, rm, cms, steppers))
+    tok, pm, rm, cms, steppers = load_vector_models(args.policy, args.reward, constraints, specs, s.dtype)
+    tokens = decode(pm, rm, cms, tok, df["prompt"].tolist(), lam, s, s.seed, steppers=steppers)
     out = df[["prompt_id", "prompt"]].copy()
     out["response"] = [tok.decode(t, skip_special_tokens=True).strip() for t in tokens]
     out["n_tokens"] = [len(t) for t in tokens]
@@ -184,54 +182,40 @@ class LossStepper:
     def __init__(self, inner, threshold: float):
         self.inner, self.threshold = inner, threshold
 
-    def start(self, ids, mask):
-        self.inner.start(ids, mask)
+    def __getattr__(self, name):  # start, commit: the inner stepper's own
+        return getattr(self.inner, name)
 
     def candidates(self, cand):
         return (self.inner.candidates(cand) > self.threshold).float()
 
-    def commit(self, tokens, choice, alive):
-        self.inner.commit(tokens, choice, alive)
 
-
-def loss_steppers(constraints, reward_model, cost_models, steppers):
-    """The steppers of a batch with each probability constraint's cost stepper scoring its loss (None: no
-    probability constraint, so decode builds the model directories' steppers itself, as before)."""
-    if all(c.kind == "mean" for c in constraints):
-        return steppers
-
-    def made(batch):
-        from lara.decode.rgtg import make_scorer
-
-        reward, costs = steppers(batch) if steppers is not None else (
-            make_scorer(reward_model), [make_scorer(m) for m in cost_models])
-        return reward, [LossStepper(st, c.threshold) if c.kind == "probability" else st
-                        for c, st in zip(constraints, costs, strict=True)]
-
-    return made
-
-
-def load_vector_models(policy: str, reward: str, costs: list[str], roles: list[str], dtype: str):
-    """pi_ref, the reward and cost models, and (when any scorer is not a model directory of the policy's
-    vocabulary, e.g. a named text classifier) a function building text steppers for every scorer of a batch."""
-    from lara.decode.rgtg import load_models
+def load_vector_models(policy: str, reward: str, constraints, specs: dict, dtype: str):
+    """pi_ref, the reward and cost models, and a function building every scorer's stepper for a batch: text steppers
+    when any scorer is not a model directory of the policy's vocabulary (e.g. a named text classifier), each
+    probability constraint's cost stepper scoring its loss (:class:`LossStepper`); None when neither is needed, so
+    decode builds the model directories' steppers itself, as before."""
+    from lara.decode.rgtg import load_models, make_scorer
     from lara.scoring import named_scorers
 
+    costs = [specs[c.name] for c in constraints]
     named = named_scorers()
     text = any(spec.split(":", 1)[0] in named for spec in [reward, *costs])
-    tok, pm, rm, cms = load_models("args", policy, reward, list(costs), dtype, scorers=not text)
-    if not text:
+    tok, pm, rm, cms = load_models("args", policy, reward, costs, dtype, scorers=not text)
+    if not text and all(c.kind == "mean" for c in constraints):
         return tok, pm, rm, cms, None
-    from lara.decode.textstep import TextScorerStepper
-    from lara.scoring import load_scorer
+    if text:
+        from lara.decode.textstep import TextScorerStepper
+        from lara.scoring import load_scorer
 
-    own_fluency = _is_policy_fluency(reward, policy)
-    scorers = [None if own_fluency and i == 0 else load_scorer(spec, role=role)
-               for i, (spec, role) in enumerate(zip([reward, *costs], ["reward", *roles], strict=True))]
+        own_fluency = _is_policy_fluency(reward, policy)
+        scorers = [None if own_fluency and i == 0 else load_scorer(spec, role=role) for i, (spec, role)
+                   in enumerate(zip([reward, *costs], ["reward", *(c.name for c in constraints)], strict=True))]
 
     def steppers(batch):
-        made = [PolicyFluencyStepper(pm) if sc is None else TextScorerStepper(sc, tok, batch) for sc in scorers]
-        return made[0], made[1:]
+        made = ([PolicyFluencyStepper(pm) if sc is None else TextScorerStepper(sc, tok, batch) for sc in scorers]
+                if text else [make_scorer(m) for m in (rm, *cms)])
+        return made[0], [LossStepper(st, c.threshold) if c.kind == "probability" else st
+                         for c, st in zip(constraints, made[1:], strict=True)]
 
     return tok, pm, rm, cms, steppers
 
