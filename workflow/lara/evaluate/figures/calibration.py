@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lara.evaluate.figures.common import Drawn, FigureSettings, theme
+from lara.evaluate.figures.common import Drawn, FigureSettings, panels
 
 
 def calibration(lam: dict, opts: FigureSettings):
@@ -13,13 +13,9 @@ def calibration(lam: dict, opts: FigureSettings):
     against lambda (Best-of-N for the calibrated N in bon mode, the Gibbs tilt in soft mode: tau - g'),
     the empirical dual, and the bootstrap of lambda-hat. The lambda axes are symlog (linear below
     Lambda/1000, logarithmic above), so lambda-hat and lambda* are apart even when they are small."""
-    import matplotlib.pyplot as plt
-
-    pal = theme(opts)
     c = lam["curves"]
     lams, tau = np.asarray(c["lambda"]), lam["tau"]
-    w, h = opts.width, opts.height
-    fig, axes = plt.subplots(1, 3, figsize=(w * 1.3, h))
+    pal, fig, axes = panels(opts, 1, 3, figsize=(opts.width * 1.3, opts.height), layout=None)
     decoder = lam.get("decoder") or {}
     if decoder.get("kind") == "best_of_n":
         what = f"Best-of-{decoder.get('n') or 'K'}"

@@ -6,21 +6,18 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from lara.evaluate.figures.common import Drawn, FigureSettings, theme
+from lara.evaluate.figures.common import Drawn, FigureSettings, panels
 
 
 def coverage(cov: dict, opts: FigureSettings):
     """The coverage study (lara.calibrate.coverage): per procedure, the violation rate against the calibration
     size n with its Clopper-Pearson 95 % interval (LTT's delta dotted), and the reward given up against the
     population's own smallest feasible lambda. The largest K of the study."""
-    import matplotlib.pyplot as plt
-
-    pal = theme(opts)
+    pal, fig, axes = panels(opts, 1, 2, height=0.6)
     rows = pd.DataFrame(cov["summary"])
     rows = rows[rows["k"] == rows["k"].max()]
     names = {"bootstrap": "bootstrap $\\lambda^*$", "crc": "CRC", "ltt": "LTT (Hoeffding-Bentkus)",
              "ltt_wsr": "LTT (betting)"}
-    fig, axes = plt.subplots(1, 2, figsize=(opts.width, opts.height + 0.6), layout="constrained")
     for i, (proc, g) in enumerate(rows.groupby("procedure", sort=False)):
         g = g.sort_values("n")
         shift = np.exp((i - 1) * 0.04)  # side by side at one n, not on top of each other

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from lara.evaluate.figures.common import Drawn, FigureSettings, theme
+from lara.evaluate.figures.common import Drawn, FigureSettings, panels
 from lara.stats import VERDICTS
 
 
@@ -37,16 +37,12 @@ def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: FigureSettings, prune: pd
     """Fig. 1: Best-of-N mean reward and cost on the test prompts against lambda, one curve (with its
     bootstrap 95 % band) per N; tau, the decoder's lambda-hat (with its bootstrap band) and lambda*,
     each other N's lambda* as a marker, and shading where the audit says the decoder's N meets tau."""
-    import matplotlib.pyplot as plt
-
-    pal = theme(opts)
+    pal, fig, axes = panels(opts, 1, 2, height=1.2, sharex=True)
     if "n" not in sweep.columns:
         sweep = sweep.assign(n=0)
     main_n = (lam.get("decoder") or {}).get("n") or int(sweep["n"].max())
     sizes = sorted(sweep["n"].unique())
     colour = {n: pal[i % len(pal)] for i, n in enumerate(sizes)}
-    w, h = opts.width, opts.height
-    fig, axes = plt.subplots(1, 2, figsize=(w, h + 1.2), sharex=True, layout="constrained")
     for ax, col, label in ((axes[0], "mean_reward", "mean reward r"), (axes[1], "mean_cost", "mean cost c")):
         for n in sizes:
             g = sweep[(sweep["n"] == n) & (sweep["label"] == "grid")].sort_values("lambda")
