@@ -185,33 +185,16 @@ def constraints_sweep(view: SweepView, opts: FigureSettings):
         for mark, style in lines.items():
             if mark in view.marks:
                 ax.axvline(min(view.marks[mark]["s"], s_top), zorder=2, **style)
-        span = [float(np.min(y)), float(np.max(y)), *([view.tau[j]] if j < m else [])]
-        for a in view.audited:
-            if j < m:
-                y0, (lo, hi), met = a["cost"][j], a["ci95"][j], a["verdicts"][j] == VERDICTS[0]
-            else:
-                y0, (lo, hi), met = a["reward"], a["reward_ci95"], a["joint"].get("verdict") == VERDICTS[0]
-            beyond = a["s"] > s_top * (1 + 1e-9)
-            x = min(a["s"], s_top)
-            col = colour[a["method"]]
-            ax.errorbar(x, y0, yerr=[[y0 - lo], [hi - y0]], fmt=SWEEP_MARKERS.get(a["setting"], "o"), color=col,
-                        ms=9 if a["setting"] == "star" else 6, capsize=2, lw=0.8, mew=1.4, zorder=5, clip_on=False,
-                        mfc=col if met else "white", transform=ax.transData + shift[a["method"]],
-                        gid=f"audit:{a['method']}/{a['setting']}")
-            if beyond or not a["on_ray"]:
-                note = ("off the ray" if not a["on_ray"] else "") + (f" s = {a['s']:.3g} →" if beyond else "")
-                ax.annotate(note.strip(), (x, y0), textcoords="offset points", xytext=(-4, 6), ha="right",
-                            fontsize="x-small", color=col)
-            span += [lo, hi]
-        # the range by hand: the shifted error bars are not in data coordinates, so autoscaling leaves them out
-        pad = 0.06 * (max(span) - min(span) or 1.0)
-        ax.set_ylim(min(span) - pad, max(span) + pad)
-        ax.set_title(title)
-        ax.set_ylabel(ylabel)
-        ax.set_xlim(0.0, s_top)
-        ax.set_xlabel(xlabel)
-    for ax, judge in zip(axes[m + 1:], judges, strict=True):
-        _judge_panel(ax, judge, view, colour, shift, s_top, xlabel)
+        values = [(a["cost"][j], a["ci95"][j], a["verdicts"][j] == VERDICTS[0]) if j < m else
+                  (a["reward"], a["reward_ci95"], a["joint"].get("verdict") == VERDICTS[0]) for a in view.audited]
+        span = _audited(ax, view, values, "audit:", colour, shift)
+        _frame(ax, [float(np.min(y)), float(np.max(y)), *([view.tau[j]] if j < m else []), *span], title, ylabel,
+               s_top, xlabel)
+    for ax, judge in zip(axes[m + 1:], judges, strict=True):  # a judge the decoder never saw: no curve
+        values = [(a["judges"][judge]["mean"], a["judges"][judge]["ci95"], False) if judge in a["judges"] else None
+                  for a in view.audited]
+        span = _audited(ax, view, values, f"judge:{judge}:", colour, shift, notes=False)
+        _frame(ax, span, f"judge {judge}\n(never seen by the decoder)", "held-out mean judge score", s_top, xlabel)
     handles = _sweep_handles(view, colour, lines)
     along = "against $\\lambda$" if m == 1 else "along the ray"
     rates = " (rates: Clopper-Pearson)" if any(a.get("exact") for a in view.audited) else ""
@@ -220,26 +203,37 @@ def constraints_sweep(view: SweepView, opts: FigureSettings):
     return fig
 
 
-def _judge_panel(ax, judge: str, view: SweepView, colour: dict, shift: dict, s_top: float, axes_label: str) -> None:
-    """A judge the decoder never saw: each audited output's mean judge score with its 95 % interval, at the s of its
-    lambda (no curve: the test candidates are not scored by judges)."""
-    span = []
-    for a in view.audited:
-        if judge not in a["judges"]:
+def _audited(ax, view: SweepView, values: list, gid: str, colour: dict, shift: dict, notes: bool = True) -> list:
+    """Each audited output's value in this panel (``values``, one per output: mean, 95 % interval, met; None: not in
+    this panel) at the s of its lambda with its interval, filled where met; ``notes``: an output off the ray or
+    beyond the plot is marked so (a star drawn larger). The interval ends drawn."""
+    span, s_top = [], view.curve["s_max"]
+    for a, got in zip(view.audited, values, strict=True):
+        if got is None:
             continue
-        y0, (lo, hi) = a["judges"][judge]["mean"], a["judges"][judge]["ci95"]
-        ax.errorbar(min(a["s"], s_top), y0, yerr=[[y0 - lo], [hi - y0]], fmt=SWEEP_MARKERS.get(a["setting"], "o"),
-                    color=colour[a["method"]], mfc="white", ms=6, capsize=2, lw=0.8, mew=1.4, zorder=5,
-                    clip_on=False, transform=ax.transData + shift[a["method"]],
-                    gid=f"judge:{judge}:{a['method']}/{a['setting']}")
+        y0, (lo, hi), met = got
+        beyond, x, col = a["s"] > s_top * (1 + 1e-9), min(a["s"], s_top), colour[a["method"]]
+        ax.errorbar(x, y0, yerr=[[y0 - lo], [hi - y0]], fmt=SWEEP_MARKERS.get(a["setting"], "o"), color=col,
+                    ms=9 if notes and a["setting"] == "star" else 6, capsize=2, lw=0.8, mew=1.4, zorder=5,
+                    clip_on=False, mfc=col if met else "white", transform=ax.transData + shift[a["method"]],
+                    gid=f"{gid}{a['method']}/{a['setting']}")
+        if notes and (beyond or not a["on_ray"]):
+            note = ("off the ray" if not a["on_ray"] else "") + (f" s = {a['s']:.3g} →" if beyond else "")
+            ax.annotate(note.strip(), (x, y0), textcoords="offset points", xytext=(-4, 6), ha="right",
+                        fontsize="x-small", color=col)
         span += [lo, hi]
-    pad = 0.06 * ((max(span) - min(span)) if span else 1.0) or 0.06
-    if span:
-        ax.set_ylim(min(span) - pad, max(span) + pad)
-    ax.set_title(f"judge {judge}\n(never seen by the decoder)")
-    ax.set_ylabel("held-out mean judge score")
+    return span
+
+
+def _frame(ax, span: list[float], title: str, ylabel: str, s_top: float, xlabel: str) -> None:
+    """A panel's range, by hand (the shifted error bars are not in data coordinates, so autoscaling leaves them out),
+    title and labels."""
+    pad = 0.06 * (max(span) - min(span) or 1.0)
+    ax.set_ylim(min(span) - pad, max(span) + pad)
+    ax.set_title(title)
+    ax.set_ylabel(ylabel)
     ax.set_xlim(0.0, s_top)
-    ax.set_xlabel(axes_label)
+    ax.set_xlabel(xlabel)
 
 
 def sweep_shows(view: SweepView, audit: dict) -> dict:
