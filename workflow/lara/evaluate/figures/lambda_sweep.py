@@ -100,32 +100,27 @@ def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: FigureSettings, prune: pd
                             label=f"audit: N = {main_n} meets $\\tau$ (95%)")
     axes[0].set_title("helpfulness")
     axes[1].set_title("harmfulness (test prompts)")
-    handles, labels = [], []
+    shown = {}  # each label once, with its first handle
     for ax in axes:
         for hd, lb in zip(*ax.get_legend_handles_labels(), strict=True):
-            if lb not in labels:
-                handles.append(hd)
-                labels.append(lb)
+            shown.setdefault(lb, hd)
     # below the panels, in exactly the room it needs (constrained layout: never over the axis labels)
-    fig.legend(handles, labels, loc="outside lower center", ncol=3, frameon=False)
+    fig.legend(list(shown.values()), list(shown), loc="outside lower center", ncol=3, frameon=False)
     return fig
 
 
 def figure(args, opts: FigureSettings, lam: dict) -> Drawn:
     """--sweep (sweep.csv of ``lara bon-sweep``, every number finite, made with --lambda-json) drawn; the sizes N
     it holds are part of what the figure shows."""
+    from lara import identity
     from lara.calibrate.record import read_lambda
-    from lara.identity import check_sweep
-    from lara.read.files import read_table, require_finite, require_rows
 
-    sweep = require_finite(require_rows(read_table(args.sweep, required=(
-        "n", "lambda", "label", "mean_reward", "mean_cost")), args.sweep), ("lambda", "mean_reward", "mean_cost"),
-        args.sweep)
-    check_sweep(sweep, read_lambda(args.lambda_json), f"--sweep {args.sweep}")
+    sweep = identity.table(args.sweep, "--sweep", ("n", "lambda", "label", "mean_reward", "mean_cost"),
+                           ("lambda", "mean_reward", "mean_cost")).df
+    identity.check_sweep(sweep, read_lambda(args.lambda_json), f"--sweep {args.sweep}")
     sizes = sorted(int(n) for n in sweep["n"].unique())
-    prune = None
-    if getattr(args, "prune_sweep", None):
-        prune = read_prune_sweep(args.prune_sweep, sweep, lam, getattr(args, "prune_lambda_json", None))
+    prune = read_prune_sweep(args.prune_sweep, sweep, lam, getattr(args, "prune_lambda_json", None)) \
+        if getattr(args, "prune_sweep", None) else None
     extra = ({"sizes": sizes} if sizes else {}) | ({"pruned": True} if prune is not None else {})
     return Drawn(lambda_sweep(sweep, lam, opts, prune), extra)
 
@@ -134,11 +129,11 @@ def read_prune_sweep(path, sweep: pd.DataFrame, lam: dict, record_path) -> pd.Da
     """The pruned decoder's sweep, checked: made with its record (--prune-lambda-json: the sweep's record digest, its
     N, each calibrated row's lambda), every number finite, tokens and their ratio consistent, its tau the figure's, its
     prompts the Best-of-N sweep's (the same test prompts' candidates)."""
+    from lara import identity
     from lara.calibrate.procedures import check_record_values
     from lara.calibrate.pruned import PrunedBestOfN
     from lara.calibrate.record import read_lambda
-    from lara.identity import file_digest
-    from lara.read.files import DataError, read_table, require_finite, require_rows
+    from lara.read.files import DataError
 
     if not record_path:
         raise DataError(f"--prune-sweep {path}: pass the pruned decoder's record it was made with "
@@ -149,8 +144,8 @@ def read_prune_sweep(path, sweep: pd.DataFrame, lam: dict, record_path) -> pd.Da
     check_record_values(rec, PrunedBestOfN)
     cols = ("n", "lambda", "label", "mean_reward", "mean_cost", "mean_reward_lo", "mean_reward_hi", "mean_cost_lo",
             "mean_cost_hi", "tokens", "tokens_full", "token_ratio", "tau", "prompt_set", "record")
-    prune = require_finite(require_rows(read_table(path, required=cols), path), cols[1:2] + cols[3:13], path)
-    if set(prune["record"]) != {file_digest(record_path)}:
+    prune = identity.table(path, "--prune-sweep", cols, cols[1:2] + cols[3:13]).df
+    if set(prune["record"]) != {identity.file_digest(record_path)}:
         raise DataError(f"--prune-sweep {path}: made with another record than --prune-lambda-json {record_path}")
     if set(prune["n"]) != {rec.decoder.get("n")}:
         raise DataError(f"--prune-sweep {path}: Best-of-{sorted(set(prune['n']))} rows, but the record is for "
