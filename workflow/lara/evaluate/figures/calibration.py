@@ -23,11 +23,9 @@ def calibration(lam: dict, opts: FigureSettings):
         what = f"Gibbs tilt (beta = {lam.get('beta', 1):g})"
     axes[0].plot(lams, tau - np.asarray(c["g_prime"]), color=pal[1])
     axes[0].axhline(tau, color="black", ls="--", lw=1, label="$\\tau$")
-    axes[0].set_ylabel("expected cost (calibration)")
-    axes[0].set_title(f"{what}: $E_{{\\pi_\\lambda}}[c]$")
+    axes[0].set(ylabel="expected cost (calibration)", title=f"{what}: $E_{{\\pi_\\lambda}}[c]$")
     axes[1].plot(lams, c["g"], color=pal[0])
-    axes[1].set_ylabel("$\\hat g(\\lambda)$")
-    axes[1].set_title("empirical dual" + (" (N = K)" if lam.get("mode") == "bon" else ""))
+    axes[1].set(ylabel="$\\hat g(\\lambda)$", title="empirical dual" + (" (N = K)" if lam.get("mode") == "bon" else ""))
     linthresh = max(float(lams.max()) * 1e-3, 1e-6)
     for ax in axes[:2]:
         ax.axvline(lam["lambda_hat"], color=pal[2], lw=1.2, label="$\\hat\\lambda$")
@@ -43,9 +41,8 @@ def calibration(lam: dict, opts: FigureSettings):
     axes[2].axvline(lam["lambda_hat"], color=pal[2], lw=1.2, label="$\\hat\\lambda$")
     axes[2].axvline(lam["lambda_star"], color=pal[3], lw=1.5, ls="-.",
                     label=f"$\\lambda^*$ (q = {lam['bootstrap']['quantile']:g})")
-    axes[2].set_xlabel("bootstrap $\\hat\\lambda$")
-    axes[2].set_ylabel("replicates")
-    axes[2].set_title(f"bootstrap ({lam['bootstrap']['replicates']} replicates)")
+    axes[2].set(xlabel="bootstrap $\\hat\\lambda$", ylabel="replicates",
+                title=f"bootstrap ({lam['bootstrap']['replicates']} replicates)")
     handles, labels = axes[2].get_legend_handles_labels()
     handles.insert(0, axes[0].get_legend_handles_labels()[0][0])
     labels.insert(0, "$\\tau$")

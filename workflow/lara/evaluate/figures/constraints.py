@@ -193,12 +193,9 @@ def _feasible_plane(view: ConstraintView, record: dict, opts: FigureSettings, pa
     for name, p in view.procedures.items():
         x, y = p["lambda"]
         _mark(ax, name, p, (min(x, top), min(y, top)), max(x, y) > top * (1 + 1e-9), view, record, colour)
-    ax.set_xlim(0.0, top)
-    ax.set_ylim(0.0, top)
-    ax.set_aspect("equal")
-    ax.set_xlabel(f"$\\lambda_1$ ({view.names[0]})")
-    ax.set_ylabel(f"$\\lambda_2$ ({view.names[1]})")
-    ax.set_title(f"Best-of-{view.n}: the feasible region ({view.n_prompts} calibration prompts)")
+    ax.set(xlim=(0.0, top), ylim=(0.0, top), aspect="equal", xlabel=f"$\\lambda_1$ ({view.names[0]})",
+           ylabel=f"$\\lambda_2$ ({view.names[1]})",
+           title=f"Best-of-{view.n}: the feasible region ({view.n_prompts} calibration prompts)")
     return fig, [ax]
 
 
@@ -223,10 +220,7 @@ def _costs_along_ray(view: ConstraintView, record: dict, opts: FigureSettings, p
         for name, p in view.procedures.items():
             _mark(ax, name, p, (min(p["s"], s_top), p["cost"][j] if j < m else p["reward"]),
                   p["s"] > s_top * (1 + 1e-9), view, record, colour)
-        ax.set_title(title)
-        ax.set_ylabel(ylabel)
-        ax.set_xlim(0.0, s_top)
-        ax.set_xlabel("$\\lambda$" if m == 1 else "s ($\\lambda$ = s d)")
+        ax.set(title=title, ylabel=ylabel, xlim=(0.0, s_top), xlabel="$\\lambda$" if m == 1 else "s ($\\lambda$ = s d)")
     handles.append(Patch(color=SHADE, alpha=0.2, label="every constraint met"))
     handles.append(key(color="black", ls="--", lw=1.0, label="$\\tau$"))
     if m > 1:

@@ -229,11 +229,7 @@ def _frame(ax, span: list[float], title: str, ylabel: str, s_top: float, xlabel:
     """A panel's range, by hand (the shifted error bars are not in data coordinates, so autoscaling leaves them out),
     title and labels."""
     pad = 0.06 * (max(span) - min(span) or 1.0)
-    ax.set_ylim(min(span) - pad, max(span) + pad)
-    ax.set_title(title)
-    ax.set_ylabel(ylabel)
-    ax.set_xlim(0.0, s_top)
-    ax.set_xlabel(xlabel)
+    ax.set(ylim=(min(span) - pad, max(span) + pad), title=title, ylabel=ylabel, xlim=(0.0, s_top), xlabel=xlabel)
 
 
 def sweep_shows(view: SweepView, audit: dict) -> dict:

@@ -35,10 +35,10 @@ def coverage(cov: dict, opts: FigureSettings):
         ax.minorticks_off()
     axes[1].axhline(0.0, color="black", lw=0.8)
     p = cov["population"]
-    axes[0].set_ylabel("P(population cost > $\\tau$)")
-    axes[0].set_title(f"violation rate ({int(rows['repeats'].iloc[0])} draws per n)")
-    axes[1].set_ylabel("reward given up")
-    axes[1].set_title(f"against $\\lambda_{{pop}}$ = {p['lambda_pop']:.3g} ({p['n_prompts']:,} prompts)")
+    axes[0].set(ylabel="P(population cost > $\\tau$)",
+                title=f"violation rate ({int(rows['repeats'].iloc[0])} draws per n)")
+    axes[1].set(ylabel="reward given up",
+                title=f"against $\\lambda_{{pop}}$ = {p['lambda_pop']:.3g} ({p['n_prompts']:,} prompts)")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncol=4, frameon=False)
     return fig

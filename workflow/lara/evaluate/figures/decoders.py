@@ -33,8 +33,7 @@ def decoders(audit: dict, lam: dict, opts: FigureSettings):
                 ax.errorbar(r["lambda"], y, yerr=[[y - lo], [hi - y]], fmt=MARKERS.get(r["setting"], "o"),
                             color=colour[m], ms=9 if r["setting"] == "star" else 6, capsize=2, lw=0.8,
                             mfc=colour[m] if met else "white", mew=1.4)
-        ax.set_ylabel(label)
-        ax.set_xlabel("$\\lambda$ (symlog)")
+        ax.set(ylabel=label, xlabel="$\\lambda$ (symlog)")
         positive = np.sort(rows.loc[rows["lambda"] > 0, "lambda"].unique())
         if len(positive):
             linthresh = positive[0] / 2

@@ -68,9 +68,8 @@ def frontier(table: pd.DataFrame, choice: dict, opts: FigureSettings):
                    label="hollow: held-out verdict not met (inconclusive or violated)"),
                key(color="grey", ls="--", label="budget: tokens per prompt (selection split)"),
                key(color=pal[2], marker="*", ms=12, mec="black", ls="none", label="chosen at the budget")]
-    ax.set_xlabel("tokens per prompt (held-out test prompts)")
-    ax.set_ylabel("mean reward (held out)")
-    ax.set_title(f"each decoder at its certified $\\lambda^*$ ($\\tau$ = {float(table['tau'].iloc[0]):g}, "
+    ax.set(xlabel="tokens per prompt (held-out test prompts)", ylabel="mean reward (held out)",
+           title=f"each decoder at its certified $\\lambda^*$ ($\\tau$ = {float(table['tau'].iloc[0]):g}, "
                  f"{int(table['n_prompts'].iloc[0])} test prompts)")
     fig.legend(handles=handles, loc="outside lower center", ncol=2, frameon=False)
     return fig

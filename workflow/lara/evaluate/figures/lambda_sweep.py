@@ -83,8 +83,7 @@ def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: FigureSettings, prune: pd
         deployed = (lam.get("guarantee") or {}).get("procedure", "bootstrap")
         ax.axvline(lam["lambda_star"], color="black", lw=1.5, ls="-.",
                    label=f"$\\lambda^*$ = {lam['lambda_star']:.3g} (N = {main_n}, {deployed}: deployed)")
-        ax.set_xlabel("$\\lambda$")
-        ax.set_ylabel(label)
+        ax.set(xlabel="$\\lambda$", ylabel=label)
         positive = np.sort(sweep.loc[sweep["lambda"] > 0, "lambda"].unique())
         if len(positive) and positive[-1] / positive[0] > 20:  # a small lambda* next to a wide grid
             ax.set_xscale("symlog", linthresh=positive[0])

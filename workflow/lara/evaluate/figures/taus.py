@@ -23,9 +23,7 @@ def taus(audit: dict, opts: FigureSettings):
         if r["main"]:
             axes[0].annotate("main $\\tau$", (r["tau"], r["lambda_star"]), textcoords="offset points",
                              xytext=(4, 6), fontsize="small")
-    axes[0].set_xlabel("$\\tau$")
-    axes[0].set_ylabel("$\\lambda$")
-    axes[0].set_title("calibrated $\\lambda$")
+    axes[0].set(xlabel="$\\tau$", ylabel="$\\lambda$", title="calibrated $\\lambda$")
     axes[0].legend(frameon=False)
     ax, twin = axes[1], axes[1].twinx()
     twin.grid(False)  # one grid (the cost axis'), not two crossing ones
