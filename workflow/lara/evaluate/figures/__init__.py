@@ -126,11 +126,10 @@ def run(args) -> None:
     drawn = import_module(f"{__name__}.{args.kind}").figure(args, opts, lam)
     trail, shows = _shows(args, drawn, inputs, lam)
     line = summary_line(shows)
-    for path, fmt in ((args.png, "png"), (args.pdf, "pdf")):  # each written atomically, ``line`` in its metadata
-        meta = {"Creator": "lara", "Description": line} if fmt == "png" else \
-            {"Creator": "lara", "Subject": line, "CreationDate": None}
+    for path, fmt, meta in ((args.png, "png", {"Description": line}),  # each atomically, ``line`` in its metadata
+                            (args.pdf, "pdf", {"Subject": line, "CreationDate": None})):
         with atomic_output(path) as tmp:
-            drawn.fig.savefig(tmp, format=fmt, dpi=opts.dpi, bbox_inches="tight", metadata=meta)
+            drawn.fig.savefig(tmp, format=fmt, dpi=opts.dpi, bbox_inches="tight", metadata={"Creator": "lara"} | meta)
     plt.close(drawn.fig)
     write_sidecar([args.png, args.pdf], inputs, args.rule, {"kind": args.kind, "options": opts.section()},
                   args.provenance, trail=trail, shows=shows)

@@ -65,8 +65,9 @@ def sweep_view(record: dict, scores, audit: dict) -> SweepView:
     marks = {}
     for mark, field in (("hat", "lambda_hat"), ("star", "lambda_star")):
         if record.get(field) is not None:
-            s, on = _along(record[field], d)
-            marks[mark] = {"lambda": np.asarray(record[field], dtype=float), "s": s, "on_ray": on}
+            (s, on), (r, c) = _along(record[field], d), held_out(scores, record[field])
+            marks[mark] = {"lambda": np.asarray(record[field], dtype=float), "s": s, "on_ray": on,
+                           "reward": float(r[0]), "cost": c[0], "meets_tau": bool(meets(c[0], tau))}
     audited = []
     for out in audit["outputs"]:
         s, on = _along(out["lambda"], d)
@@ -89,9 +90,6 @@ def sweep_view(record: dict, scores, audit: dict) -> SweepView:
     s = np.union1d(np.union1d(np.linspace(0.0, s_top, RAY_POINTS), path.s), on_ray)
     reward, costs = held_out(scores, s[:, None] * d[None, :])
     exact_gap = float(np.abs(costs[np.searchsorted(s, path.s)] - path.mean).max())
-    for p in marks.values():
-        r, c = held_out(scores, p["lambda"])
-        p |= {"reward": float(r[0]), "cost": c[0], "meets_tau": bool(meets(c[0], tau))}
     gaps = [float(np.abs(a["cost"] - held_out(scores, a["lambda"])[1][0]).max())
             for a in audited if a["method"] == "bon"]
     checks = {"pick_vs_exact_path": exact_gap, "bon_audit_vs_pick": max(gaps) if gaps else None}
