@@ -29,8 +29,7 @@ def coverage(cov: dict, opts: FigureSettings):
     if delta is not None:
         axes[0].axhline(delta, color=pal[2], ls=":", lw=1.2, label=f"LTT's $\\delta$ = {delta:g}")
     for ax in axes:
-        ax.set_xscale("log")
-        ax.set_xlabel("calibration prompts n")
+        ax.set(xscale="log", xlabel="calibration prompts n")
         ax.set_xticks(sorted(rows["n"].unique()), [str(n) for n in sorted(rows["n"].unique())])
         ax.minorticks_off()
     axes[1].axhline(0.0, color="black", lw=0.8)
