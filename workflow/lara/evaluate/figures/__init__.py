@@ -51,37 +51,32 @@ VECTOR_KINDS = ("constraints", "constraints_sweep")
 INPUTS = ("sweep", "prune_sweep", "prune_lambda_json", "summary", "audit", "coverage", "report", "scores",
           "lambda_json", "frontier", "choice", "experiment_settings")
 
+# every input flag (its destination) with its help, in --help's order; --traces takes one file per scenario
+FLAGS = {"sweep": "Best-of-N sweep.csv (lambda_sweep)",
+         "prune_sweep": "pruned Best-of-N's sweep.csv (lambda_sweep, optional: lara bon-prune-sweep)",
+         "prune_lambda_json": "pruned Best-of-N's own record, which --prune-sweep was made with (lambda_sweep)",
+         "lambda_json": "lambda.json (lambda_sweep, calibration; tradeoff: optional; constraints, constraints_sweep: "
+                        "the vector record, constraints/lambda.json)",
+         "summary": "eval summary.csv (tradeoff)",
+         "audit": "eval constraint_audit.json (decoders, taus); the constraints stage's constraints/audit.json "
+                  "(constraints_sweep)",
+         "coverage": "calibration coverage.json (coverage)", "report": "deployment report.csv (deployment)",
+         "traces": "deployment {scenario}/trace.parquet files, one per scenario (deployment)",
+         "scores": "the constraints' calibration scores (constraints/calibration_scores.parquet: reward, cost_<name>) "
+                   "the vector --lambda-json was calibrated on (constraints); the test prompts' scored Best-of-N "
+                   "candidates, constraints/bon_scores.parquet (constraints_sweep)",
+         "constraints": "JSON list of the constraints (calibration.constraints) (constraints, constraints_sweep)",
+         "frontier": "the token-budget frontier, frontier.csv (lara choose-decoder --table) (frontier)",
+         "choice": "the token-budget choice, choice.json (lara choose-decoder) (frontier)"}
+
 OUTPUTS = ("png", "pdf", "provenance")  # the files this step writes (checked first: lara.cli.check_outputs)
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--kind", required=True, choices=KINDS)
-    parser.add_argument("--sweep", default=None, help="Best-of-N sweep.csv (lambda_sweep)")
-    parser.add_argument("--prune-sweep", default=None,
-                        help="pruned Best-of-N's sweep.csv (lambda_sweep, optional: lara bon-prune-sweep)")
-    parser.add_argument("--prune-lambda-json", default=None,
-                        help="pruned Best-of-N's own record, which --prune-sweep was made with (lambda_sweep)")
-    parser.add_argument("--lambda-json", default=None,
-                        help="lambda.json (lambda_sweep, calibration; tradeoff: optional; constraints, "
-                        "constraints_sweep: the vector record, constraints/lambda.json)")
-    parser.add_argument("--summary", default=None, help="eval summary.csv (tradeoff)")
-    parser.add_argument("--audit", default=None, help="eval constraint_audit.json (decoders, taus); the constraints "
-                        "stage's constraints/audit.json (constraints_sweep)")
-    parser.add_argument("--coverage", default=None, help="calibration coverage.json (coverage)")
-    parser.add_argument("--report", default=None, help="deployment report.csv (deployment)")
-    parser.add_argument("--traces", nargs="+", default=None,
-                        help="deployment {scenario}/trace.parquet files, one per scenario (deployment)")
-    parser.add_argument("--scores", default=None,
-                        help="the constraints' calibration scores (constraints/calibration_scores.parquet: reward, "
-                        "cost_<name>) the vector --lambda-json was calibrated on (constraints); the test prompts' "
-                        "scored Best-of-N candidates, constraints/bon_scores.parquet (constraints_sweep)")
-    parser.add_argument("--constraints", default=None,
-                        help="JSON list of the constraints (calibration.constraints) (constraints, "
-                        "constraints_sweep)")
-    parser.add_argument("--frontier", default=None,
-                        help="the token-budget frontier, frontier.csv (lara choose-decoder --table) (frontier)")
-    parser.add_argument("--choice", default=None, help="the token-budget choice, choice.json (lara choose-decoder) "
-                        "(frontier)")
+    for dest, text in FLAGS.items():
+        parser.add_argument(f"--{dest.replace('_', '-')}", default=None, help=text,
+                            **({"nargs": "+"} if dest == "traces" else {}))
     add_settings_arguments(parser, FigureSettings)
     parser.add_argument("--rule", default="figure", help="the rule name recorded in the provenance sidecar")
     parser.add_argument("--experiment-settings", default=None,
@@ -131,11 +126,10 @@ def run(args) -> None:
     drawn = import_module(f"{__name__}.{args.kind}").figure(args, opts, lam)
     trail, shows = _shows(args, drawn, inputs, lam)
     line = summary_line(shows)
-    for path, fmt in ((args.png, "png"), (args.pdf, "pdf")):  # each written atomically, ``line`` in its metadata
-        meta = {"Creator": "lara", "Description": line} if fmt == "png" else \
-            {"Creator": "lara", "Subject": line, "CreationDate": None}
+    for path, fmt, meta in ((args.png, "png", {"Description": line}),  # each atomically, ``line`` in its metadata
+                            (args.pdf, "pdf", {"Subject": line, "CreationDate": None})):
         with atomic_output(path) as tmp:
-            drawn.fig.savefig(tmp, format=fmt, dpi=opts.dpi, bbox_inches="tight", metadata=meta)
+            drawn.fig.savefig(tmp, format=fmt, dpi=opts.dpi, bbox_inches="tight", metadata={"Creator": "lara"} | meta)
     plt.close(drawn.fig)
     write_sidecar([args.png, args.pdf], inputs, args.rule, {"kind": args.kind, "options": opts.section()},
                   args.provenance, trail=trail, shows=shows)

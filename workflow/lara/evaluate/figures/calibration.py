@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lara.evaluate.figures.common import Drawn, FigureSettings, theme
+from lara.evaluate.figures.common import Drawn, FigureSettings, panels
 
 
 def calibration(lam: dict, opts: FigureSettings):
@@ -13,13 +13,9 @@ def calibration(lam: dict, opts: FigureSettings):
     against lambda (Best-of-N for the calibrated N in bon mode, the Gibbs tilt in soft mode: tau - g'),
     the empirical dual, and the bootstrap of lambda-hat. The lambda axes are symlog (linear below
     Lambda/1000, logarithmic above), so lambda-hat and lambda* are apart even when they are small."""
-    import matplotlib.pyplot as plt
-
-    pal = theme(opts)
     c = lam["curves"]
     lams, tau = np.asarray(c["lambda"]), lam["tau"]
-    w, h = opts.width, opts.height
-    fig, axes = plt.subplots(1, 3, figsize=(w * 1.3, h))
+    pal, fig, axes = panels(opts, 1, 3, figsize=(opts.width * 1.3, opts.height), layout=None)
     decoder = lam.get("decoder") or {}
     if decoder.get("kind") == "best_of_n":
         what = f"Best-of-{decoder.get('n') or 'K'}"
@@ -27,11 +23,9 @@ def calibration(lam: dict, opts: FigureSettings):
         what = f"Gibbs tilt (beta = {lam.get('beta', 1):g})"
     axes[0].plot(lams, tau - np.asarray(c["g_prime"]), color=pal[1])
     axes[0].axhline(tau, color="black", ls="--", lw=1, label="$\\tau$")
-    axes[0].set_ylabel("expected cost (calibration)")
-    axes[0].set_title(f"{what}: $E_{{\\pi_\\lambda}}[c]$")
+    axes[0].set(ylabel="expected cost (calibration)", title=f"{what}: $E_{{\\pi_\\lambda}}[c]$")
     axes[1].plot(lams, c["g"], color=pal[0])
-    axes[1].set_ylabel("$\\hat g(\\lambda)$")
-    axes[1].set_title("empirical dual" + (" (N = K)" if lam.get("mode") == "bon" else ""))
+    axes[1].set(ylabel="$\\hat g(\\lambda)$", title="empirical dual" + (" (N = K)" if lam.get("mode") == "bon" else ""))
     linthresh = max(float(lams.max()) * 1e-3, 1e-6)
     for ax in axes[:2]:
         ax.axvline(lam["lambda_hat"], color=pal[2], lw=1.2, label="$\\hat\\lambda$")
@@ -47,9 +41,8 @@ def calibration(lam: dict, opts: FigureSettings):
     axes[2].axvline(lam["lambda_hat"], color=pal[2], lw=1.2, label="$\\hat\\lambda$")
     axes[2].axvline(lam["lambda_star"], color=pal[3], lw=1.5, ls="-.",
                     label=f"$\\lambda^*$ (q = {lam['bootstrap']['quantile']:g})")
-    axes[2].set_xlabel("bootstrap $\\hat\\lambda$")
-    axes[2].set_ylabel("replicates")
-    axes[2].set_title(f"bootstrap ({lam['bootstrap']['replicates']} replicates)")
+    axes[2].set(xlabel="bootstrap $\\hat\\lambda$", ylabel="replicates",
+                title=f"bootstrap ({lam['bootstrap']['replicates']} replicates)")
     handles, labels = axes[2].get_legend_handles_labels()
     handles.insert(0, axes[0].get_legend_handles_labels()[0][0])
     labels.insert(0, "$\\tau$")

@@ -56,6 +56,24 @@ def theme(opts: FigureSettings):
     return sns.color_palette(opts.palette)
 
 
+def panels(opts: FigureSettings, *grid: int, height: float = 0.0, **kw):
+    """A figure in the theme: its palette (:func:`theme`), figure and axes (``plt.subplots(*grid, **kw)``, constrained
+    layout unless ``layout`` says otherwise; ``figsize`` by default the options' width and panel height plus
+    ``height`` inches)."""
+    pal = theme(opts)
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(*grid, **{"figsize": (opts.width, opts.height + height), "layout": "constrained"} | kw)
+    return pal, fig, axes
+
+
+def key(**kw):
+    """A legend entry that stands for what the figure draws (a line without data)."""
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], **kw)
+
+
 class Drawn(NamedTuple):
     """A kind's figure, drawn from the inputs it read: the matplotlib figure, what it shows beyond what the
     command reads off the trail (:func:`lara.evaluate.figures.provenance.describe`), and the evaluation summary it

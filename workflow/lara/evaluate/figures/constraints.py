@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lara.evaluate.figures.common import Drawn, FigureSettings, theme
-from lara.evaluate.figures.vector import RAY_POINTS, meets, r4, read_vector_inputs, search_max, vec
+from lara.evaluate.figures.common import Drawn, FigureSettings, key, panels, theme
+from lara.evaluate.figures.vector import RAY_POINTS, RayView, on_ray, plot_end, r4, read_vector_inputs, search_max, vec
 
 GRID_POINTS = 61  # points per axis of the feasible-region grid (two constraints)
 SHADE = "green"  # where every constraint is met
@@ -25,12 +25,10 @@ def mean_expected(scores, lams, n: int | None) -> tuple[np.ndarray, np.ndarray]:
     """The exact mean over the prompts of the expected Best-of-n reward (L,) and cost vector (L, m) at each vector
     lambda of ``lams`` (L, m): :func:`lara.calibrate.vector.expected_vector`'s ranking r - lam.c (ties to the lower
     lam.c), with the reward averaged at the same choice."""
-    from lara.calibrate.bestofn import expected
-    from lara.calibrate.vector import combined
+    from lara.calibrate.vector import columns, expected_at
 
     r, c, mask = scores.reward, scores.costs, scores.mask
-    values = (r, *(c[..., j] for j in range(c.shape[2])))
-    out = np.stack([expected(r, combined(c, lam), mask, [1.0], n, *values)[:, :, 0].mean(axis=1)
+    out = np.stack([expected_at(r, c, mask, lam, n, r, *columns(c)).mean(axis=1)
                     for lam in np.atleast_2d(np.asarray(lams, dtype=float))])
     return out[:, 0], out[:, 1:]
 
@@ -53,6 +51,8 @@ class ConstraintGrid:
 def constraint_grid(scores, tau, n: int | None, top: float, points: int = GRID_POINTS) -> ConstraintGrid:
     """Each grid point's exact mean expected Best-of-n reward and cost vector on the scores (one
     :func:`mean_expected` per point), and where every constraint is met."""
+    from lara.calibrate.vector import meets
+
     axis = np.linspace(0.0, float(top), points)
     l1, l2 = np.meshgrid(axis, axis)
     reward, costs = mean_expected(scores, np.stack([l1.ravel(), l2.ravel()], axis=1), n)
@@ -61,18 +61,12 @@ def constraint_grid(scores, tau, n: int | None, top: float, points: int = GRID_P
 
 
 @dataclass(frozen=True)
-class ConstraintView:
-    """What the constraints figure draws, computed once: the record's constraints, Best-of-n, the searched
-    direction, each procedure's lambda with its exact mean reward and costs (and s, its position along the
-    direction), and the feasible-region grid (two constraints) or the path along the direction (any other m)."""
+class ConstraintView(RayView):
+    """What the constraints figure draws, computed once: the record (:class:`~.vector.RayView`), each procedure's
+    lambda with its exact mean reward and costs (and s, its position along the direction), and the feasible-region
+    grid (two constraints) or the path along the direction (any other m)."""
 
-    names: list[str]
-    tau: np.ndarray
-    n: int
     k: int
-    n_prompts: int
-    direction: np.ndarray
-    deployed: str | None
     procedures: dict[str, dict]
     grid: ConstraintGrid | None = None
     ray: dict | None = None
@@ -84,12 +78,11 @@ def constraint_view(record: dict, scores, points: int = GRID_POINTS) -> Constrai
     the procedures that found a feasible one (an uncertified LTT sits at the end of the search), capped at
     calibration.lambda_search_max, as the calibration sizes its brute-force check."""
     from lara.calibrate.bestofn import expected
-    from lara.calibrate.vector import combined
+    from lara.calibrate.vector import columns, combined, meets
 
     m = scores.costs.shape[2]
-    tau = np.asarray(record["tau"], dtype=float)
-    n = int(record["decoder"]["n"])
-    d = np.asarray(record["direction"], dtype=float)
+    fields = RayView.fields(record, scores.n_prompts)
+    tau, n, d = fields["tau"], fields["n"], fields["direction"]
     found = {name: p for name, p in record["procedures"].items() if p.get("lambda") is not None}
     best = (record.get("brute_force") or {}).get("best")
     if m == 2 and best:
@@ -104,21 +97,19 @@ def constraint_view(record: dict, scores, points: int = GRID_POINTS) -> Constrai
         s = float(lam @ d / (d @ d))
         procedures[name] = {"lambda": lam, "feasible": bool(found[name].get("feasible", True)), "reward": reward[i],
                             "cost": costs[i], "meets_tau": bool(meets(costs[i], tau)), "s": s,
-                            "on_ray": bool(np.linalg.norm(lam - s * d) <= 1e-9 * max(1.0, float(np.abs(lam).max())))}
+                            "on_ray": on_ray(lam, s, d)}
     good = [p for k, p in procedures.items() if p["feasible"] and k != "brute_force"]
     cap = search_max(record, lams)
-    common = dict(names=list(record["names"]), tau=tau, n=n, k=int(record["decoder"].get("k") or n),
-                  n_prompts=scores.n_prompts, direction=d, deployed=(record.get("guarantee") or {}).get("procedure"),
-                  procedures=procedures)
+    common = fields | {"k": int(record["decoder"].get("k") or n), "procedures": procedures}
     if m == 2:
         top = (record.get("brute_force") or {}).get("top")
         if top is None:
-            top = min(cap, max(0.05, 2.0 * max(float(p["lambda"].max()) for p in good))) if good else cap
+            top = plot_end(cap, [float(p["lambda"].max()) for p in good])
         return ConstraintView(**common, grid=constraint_grid(scores, tau, n, float(top), points))
-    s_top = min(cap / float(d.max()), max(0.05, 2.0 * max(p["s"] for p in good))) if good else cap / float(d.max())
+    s_top = plot_end(cap / float(d.max()), [p["s"] for p in good])
     s = np.union1d(np.linspace(0.0, s_top, RAY_POINTS), [p["s"] for p in procedures.values() if 0 <= p["s"] <= s_top])
-    values = (scores.reward, *(scores.costs[..., j] for j in range(m)))
-    along = expected(scores.reward, combined(scores.costs, d), scores.mask, s, n, *values).mean(axis=1)  # (1 + m, L)
+    along = expected(scores.reward, combined(scores.costs, d), scores.mask, s, n, scores.reward,
+                     *columns(scores.costs)).mean(axis=1)  # (1 + m, L)
     return ConstraintView(**common, ray={"s": s, "reward": along[0], "costs": along[1:].T, "s_max": s_top,
                                          "feasible": meets(along[1:].T, tau)})
 
@@ -169,15 +160,13 @@ def _mark(ax, name: str, p: dict, at: tuple, shown_off: bool, view: ConstraintVi
 def _feasible_plane(view: ConstraintView, record: dict, opts: FigureSettings, pal, colour: dict, handles: list):
     """Two constraints: the (lambda_1, lambda_2) plane of :func:`constraints`; its legend entries go to
     ``handles``."""
-    import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
-    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     g = view.grid
     top = float(g.axis[-1])
     side = max(opts.width * 0.75, 4.0)  # a square panel, the legend to its right
-    fig, ax = plt.subplots(figsize=(side + max(opts.width * 0.75, 4.0), side), layout="constrained")
+    _, fig, ax = panels(opts, figsize=(side + max(opts.width * 0.75, 4.0), side))
     l1, l2 = g.lambdas
     marks = np.array([np.minimum(p["lambda"], top) for p in view.procedures.values()]).reshape(-1, 2)
     ax.pcolormesh(l1, l2, np.ma.masked_where(~g.feasible, np.ones_like(l1)), shading="nearest",
@@ -186,7 +175,7 @@ def _feasible_plane(view: ConstraintView, record: dict, opts: FigureSettings, pa
                                                        f"{g.feasible.size} grid points)"))
     rs = ax.contour(l1, l2, g.reward, levels=6, colors="0.55", linewidths=0.7, linestyles=":", zorder=2)
     ax.clabel(rs, fmt="%.3g", fontsize="x-small")
-    handles.append(Line2D([], [], color="0.55", lw=0.7, ls=":", label="mean reward"))
+    handles.append(key(color="0.55", lw=0.7, ls=":", label="mean reward"))
     for j, (name, tau) in enumerate(zip(view.names, view.tau, strict=True)):
         z = g.costs[..., j]
         label = f"{name}: mean cost = $\\tau$ = {tau:g}"
@@ -196,39 +185,33 @@ def _feasible_plane(view: ConstraintView, record: dict, opts: FigureSettings, pa
             ax.clabel(cs, fmt={cs.levels[0]: name}, fontsize="small", manual=[_label_spot(cs, marks, top)])
         else:
             label += " (met on the whole grid)" if z.max() <= tau else " (missed on the whole grid)"
-        handles.append(Line2D([], [], color=pal[j], lw=1.8, label=label))
+        handles.append(key(color=pal[j], lw=1.8, label=label))
     d = view.direction
     end = top / float(d.max()) * d
     ax.plot([0.0, end[0]], [0.0, end[1]], color="0.25", ls="--", lw=1.0, zorder=3)
-    handles.append(Line2D([], [], color="0.25", ls="--", lw=1.0, label=f"ray searched: s d, d = {vec(d)}"))
+    handles.append(key(color="0.25", ls="--", lw=1.0, label=f"ray searched: s d, d = {vec(d)}"))
     for name, p in view.procedures.items():
         x, y = p["lambda"]
         _mark(ax, name, p, (min(x, top), min(y, top)), max(x, y) > top * (1 + 1e-9), view, record, colour)
-    ax.set_xlim(0.0, top)
-    ax.set_ylim(0.0, top)
-    ax.set_aspect("equal")
-    ax.set_xlabel(f"$\\lambda_1$ ({view.names[0]})")
-    ax.set_ylabel(f"$\\lambda_2$ ({view.names[1]})")
-    ax.set_title(f"Best-of-{view.n}: the feasible region ({view.n_prompts} calibration prompts)")
+    ax.set(xlim=(0.0, top), ylim=(0.0, top), aspect="equal", xlabel=f"$\\lambda_1$ ({view.names[0]})",
+           ylabel=f"$\\lambda_2$ ({view.names[1]})",
+           title=f"Best-of-{view.n}: the feasible region ({view.n_prompts} calibration prompts)")
     return fig, [ax]
 
 
 def _costs_along_ray(view: ConstraintView, record: dict, opts: FigureSettings, pal, colour: dict, handles: list):
     """Any number of constraints but two: each mean cost and the reward along the ray of :func:`constraints`;
     its legend entries go to ``handles``."""
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     m = len(view.names)
     ray = view.ray
     s, s_top = ray["s"], ray["s_max"]
-    fig, axes = plt.subplots(1, m + 1, figsize=(max(opts.width, 2.8 * (m + 1)), opts.height + 1.4), sharex=True,
-                             layout="constrained")
-    panels = [(axes[j], ray["costs"][:, j], f"{name}: $\\tau$ = {tau:g}", "mean expected cost")
+    _, fig, axes = panels(opts, 1, m + 1, figsize=(max(opts.width, 2.8 * (m + 1)), opts.height + 1.4), sharex=True)
+    curves = [(axes[j], ray["costs"][:, j], f"{name}: $\\tau$ = {tau:g}", "mean expected cost")
               for j, (name, tau) in enumerate(zip(view.names, view.tau, strict=True))]
-    panels.append((axes[m], ray["reward"], "reward", "mean expected reward"))
-    for j, (ax, y, title, ylabel) in enumerate(panels):
+    curves.append((axes[m], ray["reward"], "reward", "mean expected reward"))
+    for j, (ax, y, title, ylabel) in enumerate(curves):
         ax.plot(s, y, drawstyle="steps-post", color=pal[j] if j < m else "0.3", lw=1.5)
         ax.fill_between(s, 0, 1, where=ray["feasible"], step="post", color=SHADE, alpha=0.1, lw=0,
                         transform=ax.get_xaxis_transform())
@@ -237,14 +220,11 @@ def _costs_along_ray(view: ConstraintView, record: dict, opts: FigureSettings, p
         for name, p in view.procedures.items():
             _mark(ax, name, p, (min(p["s"], s_top), p["cost"][j] if j < m else p["reward"]),
                   p["s"] > s_top * (1 + 1e-9), view, record, colour)
-        ax.set_title(title)
-        ax.set_ylabel(ylabel)
-        ax.set_xlim(0.0, s_top)
-        ax.set_xlabel("$\\lambda$" if m == 1 else "s ($\\lambda$ = s d)")
+        ax.set(title=title, ylabel=ylabel, xlim=(0.0, s_top), xlabel="$\\lambda$" if m == 1 else "s ($\\lambda$ = s d)")
     handles.append(Patch(color=SHADE, alpha=0.2, label="every constraint met"))
-    handles.append(Line2D([], [], color="black", ls="--", lw=1.0, label="$\\tau$"))
+    handles.append(key(color="black", ls="--", lw=1.0, label="$\\tau$"))
     if m > 1:
-        handles.append(Line2D([], [], color="0.3", lw=0, label=f"d = {vec(view.direction)}"))
+        handles.append(key(color="0.3", lw=0, label=f"d = {vec(view.direction)}"))
     along = "against $\\lambda$" if m == 1 else "along the ray searched"
     fig.suptitle(f"Best-of-{view.n} {along} ({view.n_prompts} calibration prompts)")
     return fig, axes
@@ -264,19 +244,15 @@ def constraints(view: ConstraintView, record: dict, opts: FigureSettings):
     draw = _feasible_plane if view.grid is not None else _costs_along_ray
     fig, axes = draw(view, record, opts, pal, colour, handles)
     proc_handles, _ = axes[0].get_legend_handles_labels()
-    if view.grid is not None:
-        fig.legend(handles=handles + proc_handles, loc="outside right center", frameon=False, fontsize="small")
-    else:
-        fig.legend(handles=handles + proc_handles, loc="outside lower center", ncol=2, frameon=False,
-                   fontsize="small")
+    where = {"loc": "outside right center"} if view.grid is not None else {"loc": "outside lower center", "ncol": 2}
+    fig.legend(handles=handles + proc_handles, frameon=False, fontsize="small", **where)
     return fig
 
 
 def constraint_shows(view: ConstraintView) -> dict:
     """What the constraints figure shows, for its provenance sidecar and report caption."""
-    shows = {"constraints": [{"name": n, "tau": float(t)} for n, t in zip(view.names, view.tau, strict=True)],
-             "n": view.n, "k": view.k, "calibration_prompts": view.n_prompts, "direction": r4(view.direction),
-             "deployed": view.deployed, "view": "region" if view.grid is not None else "ray",
+    shows = view.shows() | {
+             "k": view.k, "calibration_prompts": view.n_prompts, "view": "region" if view.grid is not None else "ray",
              "procedures": {k: {"lambda": r4(p["lambda"]), "feasible": p["feasible"],
                                 "reward": round(float(p["reward"]), 4), "cost": r4(p["cost"]),
                                 "meets_tau": p["meets_tau"], "on_ray": p["on_ray"]}

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lara.evaluate.figures.common import MARKERS, Drawn, FigureSettings, log, theme
-from lara.evaluate.figures.vector import RAY_POINTS, meets, r4, read_vector_inputs, search_max, vec
+from lara.evaluate.figures.common import MARKERS, Drawn, FigureSettings, key, log, panels
+from lara.evaluate.figures.vector import RAY_POINTS, RayView, on_ray, plot_end, r4, read_vector_inputs, search_max, vec
 from lara.stats import VERDICTS
 
 SWEEP_MARKERS = MARKERS | {"soft": "X", "bootstrap": "P", "ltt": "s"}  # an audited setting's marker
@@ -35,21 +35,15 @@ def _along(lam, d: np.ndarray) -> tuple[float, bool]:
     """A lambda's place along the ray s d: s = max(lambda) / max(d), and whether lambda is s d."""
     lam = np.asarray(lam, dtype=float)
     s = float(lam.max() / d.max())
-    return s, bool(np.linalg.norm(lam - s * d) <= 1e-9 * max(1.0, float(np.abs(lam).max())))
+    return s, on_ray(lam, s, d)
 
 
 @dataclass(frozen=True)
-class SweepView:
-    """What the constraints_sweep figure draws, computed once: the held-out Best-of-N decoder along the ray (the
-    curve: s, mean reward, mean cost vector), lambda-hat and lambda* (s, on the ray or not, the decoder there), the
-    audited outputs at their s, and the checks that tie them together."""
+class SweepView(RayView):
+    """What the constraints_sweep figure draws, computed once: the record (:class:`~.vector.RayView`), the held-out
+    Best-of-N decoder along the ray (the curve: s, mean reward, mean cost vector), lambda-hat and lambda* (s, on the
+    ray or not, the decoder there), the audited outputs at their s, and the checks that tie them together."""
 
-    names: list[str]
-    tau: np.ndarray
-    n: int
-    n_prompts: int
-    direction: np.ndarray
-    deployed: str | None
     curve: dict
     marks: dict[str, dict]
     audited: list[dict]
@@ -64,18 +58,16 @@ def sweep_view(record: dict, scores, audit: dict) -> SweepView:
     lambda-hat and a feasible lambda*, capped at calibration.lambda_search_max (an uncertified LTT sits at the cap).
     Checks: the pick against the exact path at its breakpoints, and each audited Best-of-N output's mean cost
     against the pick at its lambda (equal when the audit's cost scorers are the candidates')."""
-    from lara.calibrate.vector import ray_path
+    from lara.calibrate.vector import meets, ray_path
 
-    names = list(record["names"])
-    tau = np.asarray(record["tau"], dtype=float)
-    n = int(record["decoder"]["n"])
-    d = np.asarray(record["direction"], dtype=float)
-    deployed = (record.get("guarantee") or {}).get("procedure")
+    fields = RayView.fields(record, scores.n_prompts)
+    tau, n, d, deployed = fields["tau"], fields["n"], fields["direction"], fields["deployed"]
     marks = {}
-    for key, field in (("hat", "lambda_hat"), ("star", "lambda_star")):
+    for mark, field in (("hat", "lambda_hat"), ("star", "lambda_star")):
         if record.get(field) is not None:
-            s, on = _along(record[field], d)
-            marks[key] = {"lambda": np.asarray(record[field], dtype=float), "s": s, "on_ray": on}
+            (s, on), (r, c) = _along(record[field], d), held_out(scores, record[field])
+            marks[mark] = {"lambda": np.asarray(record[field], dtype=float), "s": s, "on_ray": on,
+                           "reward": float(r[0]), "cost": c[0], "meets_tau": bool(meets(c[0], tau))}
     audited = []
     for out in audit["outputs"]:
         s, on = _along(out["lambda"], d)
@@ -92,23 +84,19 @@ def sweep_view(record: dict, scores, audit: dict) -> SweepView:
                                if p.get("lambda") is not None]) / float(d.max())
     feasible_star = bool(((record.get("procedures") or {}).get(deployed) or {}).get("feasible", True))
     wanted = [marks[k]["s"] for k in marks if k == "hat" or feasible_star]
-    s_top = min(cap, max(0.05, 2.0 * max(wanted))) if wanted else cap
+    s_top = plot_end(cap, wanted)
     path = ray_path(scores.reward, scores.costs, scores.mask, d, n, s_top)
     on_ray = [p["s"] for p in (*marks.values(), *audited) if p["on_ray"] and p["s"] <= s_top]
     s = np.union1d(np.union1d(np.linspace(0.0, s_top, RAY_POINTS), path.s), on_ray)
     reward, costs = held_out(scores, s[:, None] * d[None, :])
     exact_gap = float(np.abs(costs[np.searchsorted(s, path.s)] - path.mean).max())
-    for p in marks.values():
-        r, c = held_out(scores, p["lambda"])
-        p |= {"reward": float(r[0]), "cost": c[0], "meets_tau": bool(meets(c[0], tau))}
     gaps = [float(np.abs(a["cost"] - held_out(scores, a["lambda"])[1][0]).max())
             for a in audited if a["method"] == "bon"]
     checks = {"pick_vs_exact_path": exact_gap, "bon_audit_vs_pick": max(gaps) if gaps else None}
     if exact_gap > 1e-9:
         log.warning("the decoder's pick differs from the exact expected Best-of-%d path by %.3g (ties?)", n, exact_gap)
-    return SweepView(names, tau, n, scores.n_prompts, d, deployed,
-                     {"s": s, "reward": reward, "costs": costs, "s_max": s_top, "breakpoints": len(path.s) - 1},
-                     marks, audited, checks)
+    return SweepView(**fields, curve={"s": s, "reward": reward, "costs": costs, "s_max": s_top,
+                                      "breakpoints": len(path.s) - 1}, marks=marks, audited=audited, checks=checks)
 
 
 def judge_points(rows: list[dict]) -> dict[str, dict]:
@@ -134,29 +122,26 @@ def _short(verdict: str | None) -> str:
 
 def _sweep_handles(view: SweepView, colour: dict, lines: dict) -> list:
     """The legend of :func:`constraints_sweep`: the curve, tau, lambda-hat and lambda*, every audited output."""
-    from matplotlib.lines import Line2D
-
     m, s_top = len(view.names), view.curve["s_max"]
-    handles = [Line2D([], [], color="0.3", lw=1.6, label=f"Best-of-{view.n} on the test candidates: the pick at "
-                                                         "each s (exact)"),
-               Line2D([], [], color="black", ls="--", lw=1.0, label="$\\tau$")]
-    for key, title in (("hat", "$\\hat\\lambda$"), ("star", "$\\lambda^*$")):
-        if key in view.marks:
-            p = view.marks[key]
-            extra = f", {view.deployed}: deployed" if key == "star" and view.deployed else ""
+    handles = [key(color="0.3", lw=1.6, label=f"Best-of-{view.n} on the test candidates: the pick at each s (exact)"),
+               key(color="black", ls="--", lw=1.0, label="$\\tau$")]
+    for mark, title in (("hat", "$\\hat\\lambda$"), ("star", "$\\lambda^*$")):
+        if mark in view.marks:
+            p = view.marks[mark]
+            extra = f", {view.deployed}: deployed" if mark == "star" and view.deployed else ""
             where = "off the ray, " if not p["on_ray"] else ""
             at = f"{where}s = {p['s']:.3g}{extra}" if m > 1 else extra[2:]
             value = vec(p["lambda"]) if m > 1 else f"{p['lambda'][0]:.3g}"
-            handles.append(Line2D([], [], **lines[key], label=f"{title} = {value}" + (f" ({at})" if at else "")))
+            handles.append(key(**lines[mark], label=f"{title} = {value}" + (f" ({at})" if at else "")))
     for a in view.audited:
         where = "" if a["on_ray"] else ", off the ray"
         where += f", s = {a['s']:.3g} beyond the plot" if a["s"] > s_top * (1 + 1e-9) else ""
-        handles.append(Line2D([], [], color=colour[a["method"]], marker=SWEEP_MARKERS.get(a["setting"], "o"), ls="",
-                              label=f"{METHOD_NAMES.get(a['method'], a['method'])} {a['setting']}: $\\lambda$ = "
-                                    f"{vec(a['lambda'])}{where}; joint {_short(a['joint'].get('verdict'))}"))
-    handles += [Line2D([], [], color="0.3", marker="o", ls="", label="audited: meets $\\tau$ (one-sided 95%; "
-                                                                     "reward panel: every $\\tau$ at once)"),
-                Line2D([], [], color="0.3", marker="o", ls="", mfc="white", label="audited: not shown to meet")]
+        handles.append(key(color=colour[a["method"]], marker=SWEEP_MARKERS.get(a["setting"], "o"), ls="",
+                           label=f"{METHOD_NAMES.get(a['method'], a['method'])} {a['setting']}: $\\lambda$ = "
+                                 f"{vec(a['lambda'])}{where}; joint {_short(a['joint'].get('verdict'))}"))
+    handles += [key(color="0.3", marker="o", ls="", label="audited: meets $\\tau$ (one-sided 95%; reward panel: "
+                                                          "every $\\tau$ at once)"),
+                key(color="0.3", marker="o", ls="", mfc="white", label="audited: not shown to meet")]
     return handles
 
 
@@ -172,61 +157,42 @@ def constraints_sweep(view: SweepView, opts: FigureSettings):
     import matplotlib.pyplot as plt
     from matplotlib.transforms import ScaledTranslation
 
-    pal = theme(opts)
     m = len(view.names)
     c = view.curve
     s, s_top = c["s"], c["s_max"]
     methods = list(dict.fromkeys(a["method"] for a in view.audited))
-    colour = {meth: pal[(m + 1 + i) % len(pal)] for i, meth in enumerate(methods)}
     judges = list(dict.fromkeys(k for a in view.audited for k in a["judges"]))
     width = m + 1 + len(judges)
-    fig, axes = plt.subplots(1, width, figsize=(max(opts.width, 2.8 * width), opts.height + 1.8), sharex=True,
-                             layout="constrained")
+    pal, fig, axes = panels(opts, 1, width, figsize=(max(opts.width, 2.8 * width), opts.height + 1.8), sharex=True)
+    colour = {meth: pal[(m + 1 + i) % len(pal)] for i, meth in enumerate(methods)}
     # methods side by side at one s (a few points apart on the page; the data positions stay exact)
     shift = {meth: ScaledTranslation((i - (len(methods) - 1) / 2) * 4 / 72, 0, fig.dpi_scale_trans)
              for i, meth in enumerate(methods)}
-    panels = [(axes[j], c["costs"][:, j], f"{name}: $\\tau$ = {tau:g}", "held-out mean cost", name)
+    curves = [(axes[j], c["costs"][:, j], f"{name}: $\\tau$ = {tau:g}", "held-out mean cost", name)
               for j, (name, tau) in enumerate(zip(view.names, view.tau, strict=True))]
-    panels.append((axes[m], c["reward"], "reward", "held-out mean reward", "reward"))
+    curves.append((axes[m], c["reward"], "reward", "held-out mean reward", "reward"))
     lines = {"hat": {"color": "grey", "lw": 1.2, "ls": "-"}, "star": {"color": "black", "lw": 1.5, "ls": "-."}}
     # the direction in every panel's label, wrapped to the panel's width (about half a font size per character)
     room = int(0.8 * fig.get_figwidth() / (m + 1) * 72 / (0.5 * plt.rcParams["font.size"]))
     named = ", ".join(f"{name} {x:.3g}" for name, x in zip(view.names, view.direction, strict=True))
     xlabel = "$\\lambda$" if m == 1 else textwrap.fill(f"s ($\\lambda$ = s d), d = ({named})", max(room, 16))
-    for j, (ax, y, title, ylabel, gid) in enumerate(panels):
+    for j, (ax, y, title, ylabel, gid) in enumerate(curves):
         ax.plot(s, y, drawstyle="steps-post", color=pal[j] if j < m else "0.3", lw=1.6, zorder=3, gid=f"curve:{gid}")
         if j < m:
             ax.axhline(view.tau[j], color="black", ls="--", lw=1.0)
-        for key, style in lines.items():
-            if key in view.marks:
-                ax.axvline(min(view.marks[key]["s"], s_top), zorder=2, **style)
-        span = [float(np.min(y)), float(np.max(y)), *([view.tau[j]] if j < m else [])]
-        for a in view.audited:
-            if j < m:
-                y0, (lo, hi), met = a["cost"][j], a["ci95"][j], a["verdicts"][j] == VERDICTS[0]
-            else:
-                y0, (lo, hi), met = a["reward"], a["reward_ci95"], a["joint"].get("verdict") == VERDICTS[0]
-            beyond = a["s"] > s_top * (1 + 1e-9)
-            x = min(a["s"], s_top)
-            col = colour[a["method"]]
-            ax.errorbar(x, y0, yerr=[[y0 - lo], [hi - y0]], fmt=SWEEP_MARKERS.get(a["setting"], "o"), color=col,
-                        ms=9 if a["setting"] == "star" else 6, capsize=2, lw=0.8, mew=1.4, zorder=5, clip_on=False,
-                        mfc=col if met else "white", transform=ax.transData + shift[a["method"]],
-                        gid=f"audit:{a['method']}/{a['setting']}")
-            if beyond or not a["on_ray"]:
-                note = ("off the ray" if not a["on_ray"] else "") + (f" s = {a['s']:.3g} →" if beyond else "")
-                ax.annotate(note.strip(), (x, y0), textcoords="offset points", xytext=(-4, 6), ha="right",
-                            fontsize="x-small", color=col)
-            span += [lo, hi]
-        # the range by hand: the shifted error bars are not in data coordinates, so autoscaling leaves them out
-        pad = 0.06 * (max(span) - min(span) or 1.0)
-        ax.set_ylim(min(span) - pad, max(span) + pad)
-        ax.set_title(title)
-        ax.set_ylabel(ylabel)
-        ax.set_xlim(0.0, s_top)
-        ax.set_xlabel(xlabel)
-    for ax, judge in zip(axes[m + 1:], judges, strict=True):
-        _judge_panel(ax, judge, view, colour, shift, s_top, xlabel)
+        for mark, style in lines.items():
+            if mark in view.marks:
+                ax.axvline(min(view.marks[mark]["s"], s_top), zorder=2, **style)
+        values = [(a["cost"][j], a["ci95"][j], a["verdicts"][j] == VERDICTS[0]) if j < m else
+                  (a["reward"], a["reward_ci95"], a["joint"].get("verdict") == VERDICTS[0]) for a in view.audited]
+        span = _audited(ax, view, values, "audit:", colour, shift)
+        _frame(ax, [float(np.min(y)), float(np.max(y)), *([view.tau[j]] if j < m else []), *span], title, ylabel,
+               s_top, xlabel)
+    for ax, judge in zip(axes[m + 1:], judges, strict=True):  # a judge the decoder never saw: no curve
+        values = [(a["judges"][judge]["mean"], a["judges"][judge]["ci95"], False) if judge in a["judges"] else None
+                  for a in view.audited]
+        span = _audited(ax, view, values, f"judge:{judge}:", colour, shift, notes=False)
+        _frame(ax, span, f"judge {judge}\n(never seen by the decoder)", "held-out mean judge score", s_top, xlabel)
     handles = _sweep_handles(view, colour, lines)
     along = "against $\\lambda$" if m == 1 else "along the ray"
     rates = " (rates: Clopper-Pearson)" if any(a.get("exact") for a in view.audited) else ""
@@ -235,26 +201,33 @@ def constraints_sweep(view: SweepView, opts: FigureSettings):
     return fig
 
 
-def _judge_panel(ax, judge: str, view: SweepView, colour: dict, shift: dict, s_top: float, axes_label: str) -> None:
-    """A judge the decoder never saw: each audited output's mean judge score with its 95 % interval, at the s of its
-    lambda (no curve: the test candidates are not scored by judges)."""
-    span = []
-    for a in view.audited:
-        if judge not in a["judges"]:
+def _audited(ax, view: SweepView, values: list, gid: str, colour: dict, shift: dict, notes: bool = True) -> list:
+    """Each audited output's value in this panel (``values``, one per output: mean, 95 % interval, met; None: not in
+    this panel) at the s of its lambda with its interval, filled where met; ``notes``: an output off the ray or
+    beyond the plot is marked so (a star drawn larger). The interval ends drawn."""
+    span, s_top = [], view.curve["s_max"]
+    for a, got in zip(view.audited, values, strict=True):
+        if got is None:
             continue
-        y0, (lo, hi) = a["judges"][judge]["mean"], a["judges"][judge]["ci95"]
-        ax.errorbar(min(a["s"], s_top), y0, yerr=[[y0 - lo], [hi - y0]], fmt=SWEEP_MARKERS.get(a["setting"], "o"),
-                    color=colour[a["method"]], mfc="white", ms=6, capsize=2, lw=0.8, mew=1.4, zorder=5,
-                    clip_on=False, transform=ax.transData + shift[a["method"]],
-                    gid=f"judge:{judge}:{a['method']}/{a['setting']}")
+        y0, (lo, hi), met = got
+        beyond, x, col = a["s"] > s_top * (1 + 1e-9), min(a["s"], s_top), colour[a["method"]]
+        ax.errorbar(x, y0, yerr=[[y0 - lo], [hi - y0]], fmt=SWEEP_MARKERS.get(a["setting"], "o"), color=col,
+                    ms=9 if notes and a["setting"] == "star" else 6, capsize=2, lw=0.8, mew=1.4, zorder=5,
+                    clip_on=False, mfc=col if met else "white", transform=ax.transData + shift[a["method"]],
+                    gid=f"{gid}{a['method']}/{a['setting']}")
+        if notes and (beyond or not a["on_ray"]):
+            note = ("off the ray" if not a["on_ray"] else "") + (f" s = {a['s']:.3g} →" if beyond else "")
+            ax.annotate(note.strip(), (x, y0), textcoords="offset points", xytext=(-4, 6), ha="right",
+                        fontsize="x-small", color=col)
         span += [lo, hi]
-    pad = 0.06 * ((max(span) - min(span)) if span else 1.0) or 0.06
-    if span:
-        ax.set_ylim(min(span) - pad, max(span) + pad)
-    ax.set_title(f"judge {judge}\n(never seen by the decoder)")
-    ax.set_ylabel("held-out mean judge score")
-    ax.set_xlim(0.0, s_top)
-    ax.set_xlabel(axes_label)
+    return span
+
+
+def _frame(ax, span: list[float], title: str, ylabel: str, s_top: float, xlabel: str) -> None:
+    """A panel's range, by hand (the shifted error bars are not in data coordinates, so autoscaling leaves them out),
+    title and labels."""
+    pad = 0.06 * (max(span) - min(span) or 1.0)
+    ax.set(ylim=(min(span) - pad, max(span) + pad), title=title, ylabel=ylabel, xlim=(0.0, s_top), xlabel=xlabel)
 
 
 def sweep_shows(view: SweepView, audit: dict) -> dict:
@@ -267,9 +240,8 @@ def sweep_shows(view: SweepView, audit: dict) -> dict:
                 "joint": _short(a["joint"].get("verdict")),
                 "judges": {k: {"mean": round(v["mean"], 4), "ci95": r4(v["ci95"])} for k, v in a["judges"].items()}}
                for a in view.audited]
-    return {"constraints": [{"name": n, "tau": float(t)} for n, t in zip(view.names, view.tau, strict=True)],
-            "n": view.n, "test_prompts": view.n_prompts, "direction": r4(view.direction),
-            "deployed": view.deployed, "marks": marks, "audited": audited,
+    return view.shows() | {
+            "test_prompts": view.n_prompts, "marks": marks, "audited": audited,
             "ray": {"s_max": round(float(view.curve["s_max"]), 4), "points": len(view.curve["s"]),
                     "breakpoints": int(view.curve["breakpoints"])},
             "checks": view.checks, "audit": {"procedure": audit.get("procedure"),

@@ -6,21 +6,18 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from lara.evaluate.figures.common import Drawn, FigureSettings, theme
+from lara.evaluate.figures.common import Drawn, FigureSettings, panels
 
 
 def coverage(cov: dict, opts: FigureSettings):
     """The coverage study (lara.calibrate.coverage): per procedure, the violation rate against the calibration
     size n with its Clopper-Pearson 95 % interval (LTT's delta dotted), and the reward given up against the
     population's own smallest feasible lambda. The largest K of the study."""
-    import matplotlib.pyplot as plt
-
-    pal = theme(opts)
+    pal, fig, axes = panels(opts, 1, 2, height=0.6)
     rows = pd.DataFrame(cov["summary"])
     rows = rows[rows["k"] == rows["k"].max()]
     names = {"bootstrap": "bootstrap $\\lambda^*$", "crc": "CRC", "ltt": "LTT (Hoeffding-Bentkus)",
              "ltt_wsr": "LTT (betting)"}
-    fig, axes = plt.subplots(1, 2, figsize=(opts.width, opts.height + 0.6), layout="constrained")
     for i, (proc, g) in enumerate(rows.groupby("procedure", sort=False)):
         g = g.sort_values("n")
         shift = np.exp((i - 1) * 0.04)  # side by side at one n, not on top of each other
@@ -32,16 +29,15 @@ def coverage(cov: dict, opts: FigureSettings):
     if delta is not None:
         axes[0].axhline(delta, color=pal[2], ls=":", lw=1.2, label=f"LTT's $\\delta$ = {delta:g}")
     for ax in axes:
-        ax.set_xscale("log")
-        ax.set_xlabel("calibration prompts n")
+        ax.set(xscale="log", xlabel="calibration prompts n")
         ax.set_xticks(sorted(rows["n"].unique()), [str(n) for n in sorted(rows["n"].unique())])
         ax.minorticks_off()
     axes[1].axhline(0.0, color="black", lw=0.8)
     p = cov["population"]
-    axes[0].set_ylabel("P(population cost > $\\tau$)")
-    axes[0].set_title(f"violation rate ({int(rows['repeats'].iloc[0])} draws per n)")
-    axes[1].set_ylabel("reward given up")
-    axes[1].set_title(f"against $\\lambda_{{pop}}$ = {p['lambda_pop']:.3g} ({p['n_prompts']:,} prompts)")
+    axes[0].set(ylabel="P(population cost > $\\tau$)",
+                title=f"violation rate ({int(rows['repeats'].iloc[0])} draws per n)")
+    axes[1].set(ylabel="reward given up",
+                title=f"against $\\lambda_{{pop}}$ = {p['lambda_pop']:.3g} ({p['n_prompts']:,} prompts)")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncol=4, frameon=False)
     return fig

@@ -6,26 +6,22 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from lara.evaluate.figures.common import MARKERS, Drawn, FigureSettings, theme
+from lara.evaluate.figures.common import MARKERS, Drawn, FigureSettings, key, panels
 
 
 def decoders(audit: dict, lam: dict, opts: FigureSettings):
     """Every decoder held to tau: its held-out mean reward and cost by the decoding models (tau's
     units) at each decoded lambda setting, with bootstrap 95 % intervals over the test prompts; a
     filled marker where the audit's verdict is met (one-sided 95 %), hollow where it is not."""
-    import matplotlib.pyplot as plt
-
     from lara.stats import VERDICTS
 
-    pal = theme(opts)
+    pal, fig, axes = panels(opts, 1, 2, height=0.6, sharex=True)
     rows = pd.DataFrame(audit["decoders"])
     rows = rows[rows["setting"] != "policy"]
     if "tau" in rows.columns:  # the main tau's settings; another listed tau's lambda* is in the taus figure
         rows = rows[rows["tau"] == lam["tau"]]
     methods = list(dict.fromkeys(rows["method"]))
     colour = {m: pal[i % len(pal)] for i, m in enumerate(methods)}
-    w, h = opts.width, opts.height
-    fig, axes = plt.subplots(1, 2, figsize=(w, h + 0.6), sharex=True, layout="constrained")
     for ax, col, ci, label in ((axes[0], "mean_reward", "reward_ci95", "mean decoder reward r"),
                                (axes[1], "mean_cost", "ci95", "mean decoder cost c")):
         for m in methods:
@@ -37,8 +33,7 @@ def decoders(audit: dict, lam: dict, opts: FigureSettings):
                 ax.errorbar(r["lambda"], y, yerr=[[y - lo], [hi - y]], fmt=MARKERS.get(r["setting"], "o"),
                             color=colour[m], ms=9 if r["setting"] == "star" else 6, capsize=2, lw=0.8,
                             mfc=colour[m] if met else "white", mew=1.4)
-        ax.set_ylabel(label)
-        ax.set_xlabel("$\\lambda$ (symlog)")
+        ax.set(ylabel=label, xlabel="$\\lambda$ (symlog)")
         positive = np.sort(rows.loc[rows["lambda"] > 0, "lambda"].unique())
         if len(positive):
             linthresh = positive[0] / 2
@@ -48,14 +43,12 @@ def decoders(audit: dict, lam: dict, opts: FigureSettings):
     axes[1].axhline(lam["tau"], color="black", ls="--", lw=1.2)
     axes[0].set_title("helpfulness (test prompts)")
     axes[1].set_title("harmfulness, $\\tau$ dashed")
-    from matplotlib.lines import Line2D
-
-    handles = [Line2D([], [], color=colour[m], marker="o", ls="-", label=m) for m in methods]
-    handles += [Line2D([], [], color="0.3", marker=MARKERS[s], ls="", label=f"$\\lambda$ {s}")
-                for s in MARKERS if s in set(rows["setting"])]
-    handles += [Line2D([], [], color="0.3", marker="o", ls="", label="meets $\\tau$ (one-sided 95%)"),
-                Line2D([], [], color="0.3", marker="o", ls="", mfc="white", label="not shown to meet $\\tau$"),
-                Line2D([], [], color="black", ls="--", label=f"$\\tau$ = {lam['tau']:g}")]
+    handles = [key(color=colour[m], marker="o", ls="-", label=m) for m in methods]
+    handles += [key(color="0.3", marker=MARKERS[s], ls="", label=f"$\\lambda$ {s}") for s in MARKERS
+                if s in set(rows["setting"])]
+    handles += [key(color="0.3", marker="o", ls="", label="meets $\\tau$ (one-sided 95%)"),
+                key(color="0.3", marker="o", ls="", mfc="white", label="not shown to meet $\\tau$"),
+                key(color="black", ls="--", label=f"$\\tau$ = {lam['tau']:g}")]
     fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 5), frameon=False)
     return fig
 

@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from lara.evaluate.figures.common import Drawn, FigureSettings, theme
+from lara.evaluate.figures.common import Drawn, FigureSettings, key, panels
 from lara.stats import VERDICTS
 
 COLUMNS = ("name", "kind", "lambda_star", "tokens", "mean_reward", "mean_reward_lo", "mean_reward_hi",
@@ -35,11 +35,7 @@ def frontier(table: pd.DataFrame, choice: dict, opts: FigureSettings):
     """Best-of-k for k = 1..N as a line with its bootstrap 95 % band, the pruned schedules as points with their 95 %
     bars (hollow where the held-out verdict is not met), a dashed line at each budget's tokens per prompt (on the
     selection split, where the choice was made) and a star on the decoder chosen at it."""
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-
-    pal = theme(opts)
-    fig, ax = plt.subplots(figsize=(opts.width, opts.height + 1.8), layout="constrained")
+    pal, fig, ax = panels(opts, height=1.8)
     bok = table[table["kind"] == "best_of_k"].sort_values("tokens")
     ax.plot(bok["tokens"], bok["mean_reward"], color=pal[0], lw=1.6, zorder=2)
     ax.fill_between(bok["tokens"], bok["mean_reward_lo"], bok["mean_reward_hi"], color=pal[0], alpha=0.15, lw=0)
@@ -66,15 +62,14 @@ def frontier(table: pd.DataFrame, choice: dict, opts: FigureSettings):
                     textcoords="axes fraction", ha="right", va="bottom", fontsize="x-small", arrowprops=arrow,
                     bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "lightgrey", "alpha": 0.9})
     n = largest_k(table)
-    handles = [Line2D([], [], color=pal[0], marker="o", label=f"Best-of-k, k = 1…{n} (band: 95% CI)"),
-               Line2D([], [], color=pal[1], marker="s", ls="none", label="pruned schedule (bars: 95% CI)"),
-               Line2D([], [], color="grey", marker="o", mfc="white", ls="none",
-                      label="hollow: held-out verdict not met (inconclusive or violated)"),
-               Line2D([], [], color="grey", ls="--", label="budget: tokens per prompt (selection split)"),
-               Line2D([], [], color=pal[2], marker="*", ms=12, mec="black", ls="none", label="chosen at the budget")]
-    ax.set_xlabel("tokens per prompt (held-out test prompts)")
-    ax.set_ylabel("mean reward (held out)")
-    ax.set_title(f"each decoder at its certified $\\lambda^*$ ($\\tau$ = {float(table['tau'].iloc[0]):g}, "
+    handles = [key(color=pal[0], marker="o", label=f"Best-of-k, k = 1…{n} (band: 95% CI)"),
+               key(color=pal[1], marker="s", ls="none", label="pruned schedule (bars: 95% CI)"),
+               key(color="grey", marker="o", mfc="white", ls="none",
+                   label="hollow: held-out verdict not met (inconclusive or violated)"),
+               key(color="grey", ls="--", label="budget: tokens per prompt (selection split)"),
+               key(color=pal[2], marker="*", ms=12, mec="black", ls="none", label="chosen at the budget")]
+    ax.set(xlabel="tokens per prompt (held-out test prompts)", ylabel="mean reward (held out)",
+           title=f"each decoder at its certified $\\lambda^*$ ($\\tau$ = {float(table['tau'].iloc[0]):g}, "
                  f"{int(table['n_prompts'].iloc[0])} test prompts)")
     fig.legend(handles=handles, loc="outside lower center", ncol=2, frameon=False)
     return fig

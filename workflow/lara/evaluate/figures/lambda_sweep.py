@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from lara.evaluate.figures.common import Drawn, FigureSettings, theme
+from lara.evaluate.figures.common import Drawn, FigureSettings, panels
 from lara.stats import VERDICTS
 
 
@@ -37,16 +37,12 @@ def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: FigureSettings, prune: pd
     """Fig. 1: Best-of-N mean reward and cost on the test prompts against lambda, one curve (with its
     bootstrap 95 % band) per N; tau, the decoder's lambda-hat (with its bootstrap band) and lambda*,
     each other N's lambda* as a marker, and shading where the audit says the decoder's N meets tau."""
-    import matplotlib.pyplot as plt
-
-    pal = theme(opts)
+    pal, fig, axes = panels(opts, 1, 2, height=1.2, sharex=True)
     if "n" not in sweep.columns:
         sweep = sweep.assign(n=0)
     main_n = (lam.get("decoder") or {}).get("n") or int(sweep["n"].max())
     sizes = sorted(sweep["n"].unique())
     colour = {n: pal[i % len(pal)] for i, n in enumerate(sizes)}
-    w, h = opts.width, opts.height
-    fig, axes = plt.subplots(1, 2, figsize=(w, h + 1.2), sharex=True, layout="constrained")
     for ax, col, label in ((axes[0], "mean_reward", "mean reward r"), (axes[1], "mean_cost", "mean cost c")):
         for n in sizes:
             g = sweep[(sweep["n"] == n) & (sweep["label"] == "grid")].sort_values("lambda")
@@ -87,8 +83,7 @@ def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: FigureSettings, prune: pd
         deployed = (lam.get("guarantee") or {}).get("procedure", "bootstrap")
         ax.axvline(lam["lambda_star"], color="black", lw=1.5, ls="-.",
                    label=f"$\\lambda^*$ = {lam['lambda_star']:.3g} (N = {main_n}, {deployed}: deployed)")
-        ax.set_xlabel("$\\lambda$")
-        ax.set_ylabel(label)
+        ax.set(xlabel="$\\lambda$", ylabel=label)
         positive = np.sort(sweep.loc[sweep["lambda"] > 0, "lambda"].unique())
         if len(positive) and positive[-1] / positive[0] > 20:  # a small lambda* next to a wide grid
             ax.set_xscale("symlog", linthresh=positive[0])
@@ -104,32 +99,27 @@ def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: FigureSettings, prune: pd
                             label=f"audit: N = {main_n} meets $\\tau$ (95%)")
     axes[0].set_title("helpfulness")
     axes[1].set_title("harmfulness (test prompts)")
-    handles, labels = [], []
+    shown = {}  # each label once, with its first handle
     for ax in axes:
         for hd, lb in zip(*ax.get_legend_handles_labels(), strict=True):
-            if lb not in labels:
-                handles.append(hd)
-                labels.append(lb)
+            shown.setdefault(lb, hd)
     # below the panels, in exactly the room it needs (constrained layout: never over the axis labels)
-    fig.legend(handles, labels, loc="outside lower center", ncol=3, frameon=False)
+    fig.legend(list(shown.values()), list(shown), loc="outside lower center", ncol=3, frameon=False)
     return fig
 
 
 def figure(args, opts: FigureSettings, lam: dict) -> Drawn:
     """--sweep (sweep.csv of ``lara bon-sweep``, every number finite, made with --lambda-json) drawn; the sizes N
     it holds are part of what the figure shows."""
+    from lara import identity
     from lara.calibrate.record import read_lambda
-    from lara.identity import check_sweep
-    from lara.read.files import read_table, require_finite, require_rows
 
-    sweep = require_finite(require_rows(read_table(args.sweep, required=(
-        "n", "lambda", "label", "mean_reward", "mean_cost")), args.sweep), ("lambda", "mean_reward", "mean_cost"),
-        args.sweep)
-    check_sweep(sweep, read_lambda(args.lambda_json), f"--sweep {args.sweep}")
+    sweep = identity.table(args.sweep, "--sweep", ("n", "lambda", "label", "mean_reward", "mean_cost"),
+                           ("lambda", "mean_reward", "mean_cost")).df
+    identity.check_sweep(sweep, read_lambda(args.lambda_json), f"--sweep {args.sweep}")
     sizes = sorted(int(n) for n in sweep["n"].unique())
-    prune = None
-    if getattr(args, "prune_sweep", None):
-        prune = read_prune_sweep(args.prune_sweep, sweep, lam, getattr(args, "prune_lambda_json", None))
+    prune = read_prune_sweep(args.prune_sweep, sweep, lam, getattr(args, "prune_lambda_json", None)) \
+        if getattr(args, "prune_sweep", None) else None
     extra = ({"sizes": sizes} if sizes else {}) | ({"pruned": True} if prune is not None else {})
     return Drawn(lambda_sweep(sweep, lam, opts, prune), extra)
 
@@ -138,11 +128,11 @@ def read_prune_sweep(path, sweep: pd.DataFrame, lam: dict, record_path) -> pd.Da
     """The pruned decoder's sweep, checked: made with its record (--prune-lambda-json: the sweep's record digest, its
     N, each calibrated row's lambda), every number finite, tokens and their ratio consistent, its tau the figure's, its
     prompts the Best-of-N sweep's (the same test prompts' candidates)."""
+    from lara import identity
     from lara.calibrate.procedures import check_record_values
     from lara.calibrate.pruned import PrunedBestOfN
     from lara.calibrate.record import read_lambda
-    from lara.identity import file_digest
-    from lara.read.files import DataError, read_table, require_finite, require_rows
+    from lara.read.files import DataError
 
     if not record_path:
         raise DataError(f"--prune-sweep {path}: pass the pruned decoder's record it was made with "
@@ -153,8 +143,8 @@ def read_prune_sweep(path, sweep: pd.DataFrame, lam: dict, record_path) -> pd.Da
     check_record_values(rec, PrunedBestOfN)
     cols = ("n", "lambda", "label", "mean_reward", "mean_cost", "mean_reward_lo", "mean_reward_hi", "mean_cost_lo",
             "mean_cost_hi", "tokens", "tokens_full", "token_ratio", "tau", "prompt_set", "record")
-    prune = require_finite(require_rows(read_table(path, required=cols), path), cols[1:2] + cols[3:13], path)
-    if set(prune["record"]) != {file_digest(record_path)}:
+    prune = identity.table(path, "--prune-sweep", cols, cols[1:2] + cols[3:13]).df
+    if set(prune["record"]) != {identity.file_digest(record_path)}:
         raise DataError(f"--prune-sweep {path}: made with another record than --prune-lambda-json {record_path}")
     if set(prune["n"]) != {rec.decoder.get("n")}:
         raise DataError(f"--prune-sweep {path}: Best-of-{sorted(set(prune['n']))} rows, but the record is for "

@@ -5,31 +5,25 @@ from __future__ import annotations
 
 import numpy as np
 
-from lara.evaluate.figures.common import Drawn, FigureSettings, theme
+from lara.evaluate.figures.common import Drawn, FigureSettings, key, panels
 
 
 def taus(audit: dict, opts: FigureSettings):
     """lambda*(tau) for every listed calibration.tau (left), and Best-of-N at each lambda* on the held-out
     test prompts (right): mean decoder cost with its bootstrap 95 % interval against tau (the diagonal is
     cost = tau) and mean decoder reward on a twin axis; filled where the audit's verdict is met."""
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-
     from lara.stats import VERDICTS
 
-    pal = theme(opts)
+    pal, fig, axes = panels(opts, 1, 2, height=0.6)
     rows = sorted(audit["taus"], key=lambda r: r["tau"])
     t = np.array([r["tau"] for r in rows])
-    fig, axes = plt.subplots(1, 2, figsize=(opts.width, opts.height + 0.6), layout="constrained")
     axes[0].plot(t, [r["lambda_star"] for r in rows], "-o", color=pal[0], label="$\\lambda^*$")
     axes[0].plot(t, [r["lambda_hat"] for r in rows], "--v", color=pal[1], label="$\\hat\\lambda$")
     for r in rows:
         if r["main"]:
             axes[0].annotate("main $\\tau$", (r["tau"], r["lambda_star"]), textcoords="offset points",
                              xytext=(4, 6), fontsize="small")
-    axes[0].set_xlabel("$\\tau$")
-    axes[0].set_ylabel("$\\lambda$")
-    axes[0].set_title("calibrated $\\lambda$")
+    axes[0].set(xlabel="$\\tau$", ylabel="$\\lambda$", title="calibrated $\\lambda$")
     axes[0].legend(frameon=False)
     ax, twin = axes[1], axes[1].twinx()
     twin.grid(False)  # one grid (the cost axis'), not two crossing ones
@@ -49,10 +43,10 @@ def taus(audit: dict, opts: FigureSettings):
     ax.set_ylabel("mean decoder cost c", color=pal[2])
     twin.set_ylabel("mean decoder reward r", color=pal[3])
     ax.set_title("Best-of-N at $\\lambda^*(\\tau)$, test prompts")
-    handles = [Line2D([], [], color=pal[2], marker="o", ls="", label="cost (meets $\\tau$, one-sided 95%)"),
-               Line2D([], [], color=pal[2], marker="o", mfc="white", ls="", label="cost (not shown to meet)"),
-               Line2D([], [], color=pal[3], marker="s", ls="", label="reward"),
-               Line2D([], [], color="black", ls="--", label="cost = $\\tau$")]
+    handles = [key(color=pal[2], marker="o", ls="", label="cost (meets $\\tau$, one-sided 95%)"),
+               key(color=pal[2], marker="o", mfc="white", ls="", label="cost (not shown to meet)"),
+               key(color=pal[3], marker="s", ls="", label="reward"),
+               key(color="black", ls="--", label="cost = $\\tau$")]
     fig.legend(handles=handles, loc="outside lower center", ncol=4, frameon=False)
     return fig
 

@@ -1,25 +1,56 @@
-"""What the two figures of several constraints (kinds ``constraints`` and ``constraints_sweep``) share: the
-feasibility test, the points along the ray, the search's range, the vector record and the scores drawn with it, read
-and checked, and a vector's text."""
+"""What the two figures of several constraints (kinds ``constraints`` and ``constraints_sweep``) share: what each
+draws of the vector record (:class:`RayView`), the points along the ray, the search's range, the vector record and
+the scores drawn with it, read and checked, and a vector's text."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 RAY_POINTS = 401  # points of s along the ray (any other number of constraints), plus every procedure's own s
 
 
-def meets(cost, tau) -> np.ndarray:
-    """Whether mean cost vectors (..., m) meet every tau, with the calibration's rounding slack
-    (:func:`lara.calibrate.vector.first_feasible`)."""
-    tau = np.asarray(tau, dtype=float)
-    return np.all(np.asarray(cost, dtype=float) <= tau + 1e-12 * np.maximum(1.0, np.abs(tau)), axis=-1)
+@dataclass(frozen=True)
+class RayView:
+    """What both figures draw of the vector record: its constraints (names, taus), Best-of-n, the prompts drawn on,
+    the direction searched and the deployed procedure."""
+
+    names: list[str]
+    tau: np.ndarray
+    n: int
+    n_prompts: int
+    direction: np.ndarray
+    deployed: str | None
+
+    @staticmethod
+    def fields(record: dict, n_prompts: int) -> dict:
+        """The fields of a vector record drawn on ``n_prompts`` prompts."""
+        return {"names": list(record["names"]), "tau": np.asarray(record["tau"], dtype=float),
+                "n": int(record["decoder"]["n"]), "n_prompts": n_prompts,
+                "direction": np.asarray(record["direction"], dtype=float),
+                "deployed": (record.get("guarantee") or {}).get("procedure")}
+
+    def shows(self) -> dict:
+        """What both figures show of the record, for the provenance sidecar."""
+        return {"constraints": [{"name": n, "tau": float(t)} for n, t in zip(self.names, self.tau, strict=True)],
+                "n": self.n, "direction": r4(self.direction), "deployed": self.deployed}
+
+
+def on_ray(lam: np.ndarray, s: float, d: np.ndarray) -> bool:
+    """Whether lambda is s d (to rounding)."""
+    return bool(np.linalg.norm(lam - s * d) <= 1e-9 * max(1.0, float(np.abs(lam).max())))
 
 
 def search_max(record: dict, lams) -> float:
     """The upper end of the calibration's search for lambda: calibration.lambda_search_max as the record's settings
     name it, else the largest of 1 and every component of ``lams``."""
     return float((record.get("settings") or {}).get("lambda_search_max") or max([1.0, *(max(v) for v in lams)]))
+
+
+def plot_end(cap: float, found: list[float]) -> float:
+    """The plotted range: twice the largest of ``found`` (at least 0.05), at most ``cap``; ``cap`` when none."""
+    return min(cap, max(0.05, 2.0 * max(found))) if found else cap
 
 
 def vec(v) -> str:
