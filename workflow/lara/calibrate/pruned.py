@@ -34,7 +34,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from lara.calibrate.bestofn import order, select
-from lara.calibrate.decoder import Curves
+from lara.calibrate.decoder import Curves, clip
 from lara.calibrate.procedures import GridCalibration
 from lara.settings import Settings, cross_key, seed_setting, setting
 
@@ -106,10 +106,6 @@ class PrefixScores:
     @property
     def shape(self):
         return self.reward.shape
-
-    def take(self, rows) -> PrefixScores:
-        return PrefixScores(*(a[rows] for a in (self.reward, self.cost, self.length, self.prefix_reward,
-                                                 self.prefix_cost)))
 
 
 @dataclass(frozen=True)
@@ -194,20 +190,18 @@ def curves(ps: PrefixScores, schedule: Schedule, grid, bounds=None, max_subsets:
     cols, exact = subsets(k, schedule.n, max_subsets, seed)
     s = len(cols)
     rows = gather(ps, cols)
-    clip = rows.cost if bounds is None else np.clip(rows.cost, float(bounds[0]), float(bounds[1]))
+    clipped = clip(rows.cost, bounds)
     shape = (p, len(grid))
     out = {name: np.empty(shape) for name in ("cost", "clipped", "reward", "tokens", "se")}
     at = np.arange(len(rows.reward))
     for li, lam in enumerate(grid):
         o = run(rows.reward, rows.cost, rows.length, rows.prefix_reward, rows.prefix_cost, float(lam), schedule)
-        chosen = {"cost": rows.cost[at, o.pick], "clipped": clip[at, o.pick], "reward": rows.reward[at, o.pick],
+        chosen = {"cost": rows.cost[at, o.pick], "clipped": clipped[at, o.pick], "reward": rows.reward[at, o.pick],
                   "tokens": o.tokens}
         for name, v in chosen.items():
             out[name][:, li] = v.reshape(p, s).mean(axis=1)
-        if not exact and s > 1:
-            out["se"][:, li] = chosen["clipped"].reshape(p, s).std(axis=1, ddof=1) / math.sqrt(s)
-        else:
-            out["se"][:, li] = 0.0
+        se = chosen["clipped"].reshape(p, s).std(axis=1, ddof=1) / math.sqrt(s) if not exact and s > 1 else 0.0
+        out["se"][:, li] = se
     return Curves(grid, out["cost"], out["clipped"], out["reward"], out["tokens"], out["se"], s, exact)
 
 
