@@ -173,14 +173,9 @@ def subsets(k: int, n: int, max_subsets: int, seed: int) -> tuple[np.ndarray, bo
 
 def gather(ps: PrefixScores, cols: np.ndarray) -> PrefixScores:
     """Rows (P * S, N): every prompt's samples at each subset's columns (subset-major within a prompt)."""
-    p, _ = ps.shape
-    s, n = cols.shape
-
-    def g(a):
-        out = a[:, cols]  # (P, S, N, ...)
-        return out.reshape(p * s, n, *a.shape[2:])
-
-    return PrefixScores(*(g(a) for a in (ps.reward, ps.cost, ps.length, ps.prefix_reward, ps.prefix_cost)))
+    (p, _), (s, n) = ps.shape, cols.shape
+    return PrefixScores(*(a[:, cols].reshape(p * s, n, *a.shape[2:])  # (P, S, N, ...) flattened
+                          for a in (ps.reward, ps.cost, ps.length, ps.prefix_reward, ps.prefix_cost)))
 
 
 def curves(ps: PrefixScores, schedule: Schedule, grid, bounds=None, max_subsets: int = 500, seed: int = 0) -> Curves:
@@ -325,12 +320,6 @@ class PruneScheduleSettings(ScheduleKeys, Settings):
     neither the prefix scores nor its zero and max settings."""
 
     ties: Literal["index", "keep"] = setting("index", "A tie at a keep cut.", key="decode.bon_prune.ties")
-
-
-# ---------------------------------------------------------------------------------------------
-# lara select-bon-prune
-
-HELP = "select the pruned Best-of-N candidate (decode.bon_prune) at a named lambda setting, with its token count"
 
 
 @dataclass(frozen=True)
