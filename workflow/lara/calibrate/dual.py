@@ -198,10 +198,10 @@ def solve(s: PromptScores, tau: float, beta: float, lam_max: float, tol: float =
         from lara.calibrate.bestofn import roots, steps
 
         st = bon_steps or steps(s.reward, s.cost, s.mask, bon_n, lam_max)
-        w = np.full(s.n_prompts, 1.0 / s.n_prompts) if weights is None else _normalised(weights)
-        lam, status = roots(st, w[None, :], tau, lam_max)
+        w = np.full((1, s.n_prompts), 1.0 / s.n_prompts) if weights is None else _normalised(weights)[None, :]
+        lam, status = roots(st, w, tau, lam_max)
         cost_range = ((float(st.end.mean()), float(st.start.mean())) if weights is None
-                      else (float(w @ st.end), float(w @ st.start)))
+                      else (float(w[0] @ st.end), float(w[0] @ st.start)))
         return Solution(float(lam[0]), ("interior", "inactive", "infeasible")[status[0]], cost_range, 0)
     _no_weights(weights)
     ends = mean_cost(s, [0.0, lam_max], beta, mode)

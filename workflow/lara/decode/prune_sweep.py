@@ -68,9 +68,10 @@ def sweep(ps, schedule, lams, labels, tau: float, n_boot: int, seed: int) -> pd.
 
 def run(args) -> None:
     from lara import identity
+    from lara.calibrate.procedures import check_record
     from lara.calibrate.pruned import PrunedBestOfN
-    from lara.calibrate.record import check_budget, read_lambda
-    from lara.decode.prune import check_record, read_candidates
+    from lara.calibrate.record import read_lambda
+    from lara.decode.prune import read_candidates
     from lara.decode.sweep import check_held_out, finite_grid, sweep_lambdas
     from lara.read.files import write_table
     from lara.stats import check_replicates
@@ -79,8 +80,7 @@ def run(args) -> None:
     check_replicates(s.bootstrap)
     schedule = s.schedule()
     rec = read_lambda(args.lambda_json)
-    check_budget(rec, s.tau)
-    check_record(args.lambda_json, PrunedBestOfN(None, schedule), "star", s.tau)
+    check_record(rec, PrunedBestOfN(None, schedule), s.tau, f"--lambda-json {args.lambda_json}")  # its tau too
     _, ps, _, df = read_candidates(args.candidates, schedule, s.max_new_tokens)
     prompts = identity.prompt_set(df, f"--candidates {args.candidates}")
     check_held_out([rec], prompts, args.candidates)
