@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lara.calibrate.record import parse_setting, resolve_lambda
-from lara.decode.bon import select, sweep
+from lara.decode.bon import select
 from lara.decode.rgtg import (
     CachedSequenceScorer,
     CachedValueScorer,
@@ -30,7 +30,9 @@ def test_bon_selection_against_brute_force():
     assert np.array_equal(idx[0], reward.argmax(1))  # lambda = 0: reward-only selection
     big = select(reward, cost, [1e9])[0]
     assert np.array_equal(big, cost.argmin(1))  # a very large lambda: the least costly candidate
-    table = sweep(reward, cost, np.linspace(0, 5, 11))
+    from lara.decode.sweep import sweep_table
+
+    table = sweep_table(reward, cost, np.linspace(0, 5, 11), ["grid"] * 11, 7, None, n_boot=100)  # N = K: the argmax
     assert np.all(np.diff(table["mean_cost"]) <= 1e-12) and np.all(np.diff(table["mean_reward"]) <= 1e-12)
 
 

@@ -283,18 +283,15 @@ def steps(reward, cost, mask, n: int | None, lam_max: float, value: np.ndarray |
     end = expected(reward, cost, mask, [lam_max], n, value)[0, :, 0]
     npairs = max(1, kmax * (kmax - 1) // 2)
     per_block = max(1, PROMPT_BLOCK_BYTES // (8 * 16 * npairs))  # ~16 arrays of (prompts, pairs) or crossings
-    kept, messy = ([], [], []), ([], [], [])
+    kept, messy = [], []  # (lams, prompts, changes) of every block: the clean crossings, then the recomputed ones
     for p0 in range(0, p_count, per_block):
         sl = slice(p0, p0 + per_block)
-        k_out, m_out = _block_steps(reward[sl], cost[sl], mask[sl], counts[sl], probs[sl], n, lam_max, value[sl])
-        for acc, part in ((kept, k_out), (messy, m_out)):
-            acc[0].extend(part[0])
-            acc[1].extend(q + p0 for q in part[1])
-            acc[2].extend(part[2])
-    out_l, out_p, out_d = kept[0] + messy[0], kept[1] + messy[1], kept[2] + messy[2]
-    if not out_l:
+        for acc, part in zip((kept, messy), _block_steps(reward[sl], cost[sl], mask[sl], counts[sl], probs[sl], n,
+                                                         lam_max, value[sl]), strict=True):
+            acc += [(lam, q + p0, d) for lam, q, d in part]
+    if not kept + messy:
         return Steps(np.empty(0), np.empty(0, dtype=np.int64), np.empty(0), start, end)
-    lam_all, p_all, d_all = np.concatenate(out_l), np.concatenate(out_p), np.concatenate(out_d)
+    lam_all, p_all, d_all = (np.concatenate(a) for a in zip(*kept, *messy, strict=True))
     srt = np.argsort(lam_all, kind="stable")
     return Steps(lam_all[srt], p_all[srt].astype(np.int64), d_all[srt], start, end)
 
@@ -312,7 +309,7 @@ def _block_steps(reward, cost, mask, counts, probs, n, lam_max, value):
     pi, pair = np.nonzero(valid)
     lam = cross[pi, pair]
     if len(lam) == 0:
-        return ([], [], []), ([], [], [])
+        return [], []
     ia, ib = a[pair], b[pair]
     # the lower-cost sample overtakes the other: put it in `lo`
     swap = cost[pi, ia] > cost[pi, ib]
@@ -345,18 +342,15 @@ def _block_steps(reward, cost, mask, counts, probs, n, lam_max, value):
     dup = _same_lam_in_prompt(pi, lam)
     messy = np.unique(pi[(tied > 2) | dup])
     keep = ~np.isin(pi, messy) & (delta != 0)
-    kept = ([lam[keep]], [pi[keep]], [delta[keep]])
-    out_l, out_p, out_d = [], [], []
+    recomputed = []
     for i in messy:
         pts = np.unique(lam[pi == i])
         v = expected(reward[i:i + 1], cost[i:i + 1], mask[i:i + 1], np.concatenate([[0.0], pts]), n,
                      value[i:i + 1])[0, 0]
         d = np.diff(v)  # exactly <= 0; sums taken in different orders round: drop that noise
         nz = d < -1e-12 * np.maximum(1.0, np.abs(v[1:]))
-        out_l.append(pts[nz])
-        out_p.append(np.full(nz.sum(), i))
-        out_d.append(d[nz])
-    return kept, (out_l, out_p, out_d)
+        recomputed.append((pts[nz], np.full(nz.sum(), i), d[nz]))
+    return [(lam[keep], pi[keep], delta[keep])], recomputed
 
 
 def _same_lam_in_prompt(pi: np.ndarray, lam: np.ndarray) -> np.ndarray:

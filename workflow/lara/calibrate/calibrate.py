@@ -171,8 +171,7 @@ def calibrate(scores: PromptScores, s: CalibrationSettings, weights: np.ndarray 
     least ``min_ess`` (the record's ``certified``; without weights the record has neither key)."""
     pw = unequal_weights(weights, s)
     k_min = int(scores.counts.min())
-    bon_n = None
-    steps = None
+    bon_n, steps = None, None
     t0 = time.perf_counter()
     if s.mode == "bon":
         from lara.calibrate.bestofn import steps as bon_steps

@@ -198,13 +198,10 @@ def solve(s: PromptScores, tau: float, beta: float, lam_max: float, tol: float =
         from lara.calibrate.bestofn import roots, steps
 
         st = bon_steps or steps(s.reward, s.cost, s.mask, bon_n, lam_max)
-        if weights is None:
-            lam, status = roots(st, np.full((1, s.n_prompts), 1.0 / s.n_prompts), tau, lam_max)
-            cost_range = (float(st.end.mean()), float(st.start.mean()))
-        else:
-            w = _normalised(weights)
-            lam, status = roots(st, w[None, :], tau, lam_max)
-            cost_range = (float(w @ st.end), float(w @ st.start))
+        w = np.full((1, s.n_prompts), 1.0 / s.n_prompts) if weights is None else _normalised(weights)[None, :]
+        lam, status = roots(st, w, tau, lam_max)
+        cost_range = ((float(st.end.mean()), float(st.start.mean())) if weights is None
+                      else (float(w[0] @ st.end), float(w[0] @ st.start)))
         return Solution(float(lam[0]), ("interior", "inactive", "infeasible")[status[0]], cost_range, 0)
     _no_weights(weights)
     ends = mean_cost(s, [0.0, lam_max], beta, mode)
@@ -274,9 +271,31 @@ def bootstrap(s: PromptScores, tau: float, beta: float, lam_max: float, n_boot: 
     replicates are processed ``chunk`` at a time (default: :func:`chunk_for` the number of prompts).
     ``weights``: the prompts' covariate-shift weights (Best-of-N mode), carried by each drawn prompt."""
     chunk = chunk or chunk_for(s.n_prompts)
-    if mode == "bon":
-        return _bootstrap_bon(s, tau, lam_max, n_boot, seed, chunk, bon_n, bon_steps, weights)
-    _no_weights(weights)
+    if mode == "bon":  # exact: each replicate's first crossing where its (weighted) mean Best-of-n cost is <= tau
+        from lara.calibrate.bestofn import roots, steps
+
+        st = bon_steps or steps(s.reward, s.cost, s.mask, bon_n, lam_max)
+
+        def chunk_roots(w):
+            if weights is not None:  # each drawn prompt keeps its weight (module docstring)
+                w *= np.asarray(weights, dtype=np.float64)
+                w /= w.sum(axis=1, keepdims=True)
+            return roots(st, w, tau, lam_max)
+    else:
+        _no_weights(weights)
+        chunk_roots = _soft_roots(s, tau, beta, lam_max, coarse, fine)
+    rng = np.random.default_rng(seed)
+    lams = np.empty(n_boot)
+    status = np.zeros(n_boot, dtype=np.int8)
+    for lo in range(0, n_boot, chunk):
+        w = resample_weights(rng, s.n_prompts, min(chunk, n_boot - lo))
+        lams[lo:lo + len(w)], status[lo:lo + len(w)] = chunk_roots(w)
+    return Bootstrap(lams, status)
+
+
+def _soft_roots(s: PromptScores, tau: float, beta: float, lam_max: float, coarse: int, fine: int):
+    """The soft dual's root finder for a chunk of replicate weights (b, N) -> (roots, statuses): bracketed on a
+    coarse grid, then to a fine cell, then the cubic Hermite root inside it (module docstring)."""
     n = s.n_prompts
     grid = np.linspace(0.0, lam_max, coarse + 1)
     _, cg, vg = tilted_moments(s, grid, beta)
@@ -301,11 +320,7 @@ def bootstrap(s: PromptScores, tau: float, beta: float, lam_max: float, n_boot: 
             fine_cols.update((p, first + i) for i, p in enumerate(new))
         return np.fromiter((fine_cols[int(p)] for p in points), dtype=np.int64, count=len(points))
 
-    rng = np.random.default_rng(seed)
-    lams = np.empty(n_boot)
-    status = np.zeros(n_boot, dtype=np.int8)
-    for lo in range(0, n_boot, chunk):
-        w = resample_weights(rng, n, min(chunk, n_boot - lo))
+    def chunk_roots(w):
         gp = tau - w @ cg  # (b, coarse + 1), nondecreasing along lam
         dgp = (w @ vg) / beta  # g''
         out = np.empty(len(w))
@@ -335,25 +350,6 @@ def bootstrap(s: PromptScores, tau: float, beta: float, lam_max: float, n_boot: 
             d0 = np.einsum("bn,bn->b", wr, fine_v[c0]) / beta
             d1 = np.einsum("bn,bn->b", wr, fine_v[c1]) / beta
             out[rows] = _hermite_root(f * h_fine, h_fine, y0, y1, d0, d1)
-        lams[lo:lo + len(w)] = out
-        status[lo:lo + len(w)] = st
-    return Bootstrap(lams, status)
+        return out, st
 
-
-def _bootstrap_bon(s: PromptScores, tau: float, lam_max: float, n_boot: int, seed: int,
-                   chunk: int, bon_n: int | None, bon_steps=None, weights=None) -> Bootstrap:
-    """Exact Best-of-n replicate roots: for each replicate, the first crossing at which its (weighted)
-    mean expected Best-of-n cost drops to tau or below (:func:`lara.calibrate.bestofn.roots`)."""
-    from lara.calibrate.bestofn import roots, steps
-
-    st = bon_steps or steps(s.reward, s.cost, s.mask, bon_n, lam_max)
-    rng = np.random.default_rng(seed)
-    lams = np.empty(n_boot)
-    status = np.zeros(n_boot, dtype=np.int8)
-    for lo in range(0, n_boot, chunk):
-        w = resample_weights(rng, s.n_prompts, min(chunk, n_boot - lo))
-        if weights is not None:  # each drawn prompt keeps its weight (module docstring)
-            w *= np.asarray(weights, dtype=np.float64)
-            w /= w.sum(axis=1, keepdims=True)
-        lams[lo:lo + len(w)], status[lo:lo + len(w)] = roots(st, w, tau, lam_max)
-    return Bootstrap(lams, status)
+    return chunk_roots

@@ -15,7 +15,8 @@ import pandas as pd
 log = logging.getLogger(__name__)
 
 
-def _enabled(s, what: str) -> None:
+def require_enabled(s, what: str) -> None:
+    """A settings class with a pruned schedule (``enabled``) and none set: refused, there is nothing to ``what``."""
     from lara.settings import ConfigError
 
     if not getattr(s, "enabled", True):
@@ -30,7 +31,7 @@ def calibrate_command(args, cls, from_table, scorers: tuple[str, ...] = ()) -> N
     from lara.settings import read_settings
 
     s = read_settings(args, cls)
-    _enabled(s, "calibrate")
+    require_enabled(s, "calibrate")
     where = f"--scores {args.scores}"
     found = identity.read_identity(args.scores)
     role = identity.expect_role(args.scores, "--scores", "calibration", "the samples of the calibration prompts: "
@@ -81,7 +82,7 @@ def coverage_command(args, cls, from_table, kind: str) -> None:
     from lara.settings import ConfigError, read_settings
 
     s = read_settings(args, cls)
-    _enabled(s, "study")
+    require_enabled(s, "study")
     if s.cost_bounds is None:
         raise ConfigError("calibration.cost_bounds is null: the coverage study holds CRC and LTT to their promises, "
                           "which need fixed bounds")

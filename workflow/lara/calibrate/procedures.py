@@ -444,16 +444,14 @@ def study(pop: Curves, s, tau: float) -> tuple[list[dict], dict]:
     rng = np.random.default_rng([s.seed, 4747])
     rows = []
     for n in s.n_prompts:
-        chosen = {p: [] for p in PROCEDURES}
-        feasible = {p: [] for p in PROCEDURES}
+        found = {p: [] for p in PROCEDURES}
         for rep in range(s.repeats):
             sub = pop.take(rng.integers(0, pop.n_prompts, size=n))
             boot_idx, _ = bootstrap_roots(sub.cost, tau, s.bootstrap, s.seed * 100003 + rep)
             for p, search in searches(sub, s, s.seed + rep, boot_idx).items():
-                chosen[p].append(search.index)
-                feasible[p].append(search.feasible)
+                found[p].append(search)
         for p in PROCEDURES:
-            at, ok = np.asarray(chosen[p]), np.asarray(feasible[p])
+            at, ok = np.asarray([f.index for f in found[p]]), np.asarray([f.feasible for f in found[p]])
             cost = pop_cost[at]
             # a procedure that certified nothing deploys nothing: counted apart, never as a violation
             viol = int(((cost > tau + 1e-12) & ok).sum())

@@ -34,7 +34,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from lara.calibrate.bestofn import order, select
-from lara.calibrate.decoder import Curves
+from lara.calibrate.decoder import Curves, clip
 from lara.calibrate.procedures import GridCalibration
 from lara.settings import Settings, cross_key, seed_setting, setting
 
@@ -107,10 +107,6 @@ class PrefixScores:
     def shape(self):
         return self.reward.shape
 
-    def take(self, rows) -> PrefixScores:
-        return PrefixScores(*(a[rows] for a in (self.reward, self.cost, self.length, self.prefix_reward,
-                                                 self.prefix_cost)))
-
 
 @dataclass(frozen=True)
 class Outcome:
@@ -177,14 +173,9 @@ def subsets(k: int, n: int, max_subsets: int, seed: int) -> tuple[np.ndarray, bo
 
 def gather(ps: PrefixScores, cols: np.ndarray) -> PrefixScores:
     """Rows (P * S, N): every prompt's samples at each subset's columns (subset-major within a prompt)."""
-    p, _ = ps.shape
-    s, n = cols.shape
-
-    def g(a):
-        out = a[:, cols]  # (P, S, N, ...)
-        return out.reshape(p * s, n, *a.shape[2:])
-
-    return PrefixScores(*(g(a) for a in (ps.reward, ps.cost, ps.length, ps.prefix_reward, ps.prefix_cost)))
+    (p, _), (s, n) = ps.shape, cols.shape
+    return PrefixScores(*(a[:, cols].reshape(p * s, n, *a.shape[2:])  # (P, S, N, ...) flattened
+                          for a in (ps.reward, ps.cost, ps.length, ps.prefix_reward, ps.prefix_cost)))
 
 
 def curves(ps: PrefixScores, schedule: Schedule, grid, bounds=None, max_subsets: int = 500, seed: int = 0) -> Curves:
@@ -194,20 +185,18 @@ def curves(ps: PrefixScores, schedule: Schedule, grid, bounds=None, max_subsets:
     cols, exact = subsets(k, schedule.n, max_subsets, seed)
     s = len(cols)
     rows = gather(ps, cols)
-    clip = rows.cost if bounds is None else np.clip(rows.cost, float(bounds[0]), float(bounds[1]))
+    clipped = clip(rows.cost, bounds)
     shape = (p, len(grid))
     out = {name: np.empty(shape) for name in ("cost", "clipped", "reward", "tokens", "se")}
     at = np.arange(len(rows.reward))
     for li, lam in enumerate(grid):
         o = run(rows.reward, rows.cost, rows.length, rows.prefix_reward, rows.prefix_cost, float(lam), schedule)
-        chosen = {"cost": rows.cost[at, o.pick], "clipped": clip[at, o.pick], "reward": rows.reward[at, o.pick],
+        chosen = {"cost": rows.cost[at, o.pick], "clipped": clipped[at, o.pick], "reward": rows.reward[at, o.pick],
                   "tokens": o.tokens}
         for name, v in chosen.items():
             out[name][:, li] = v.reshape(p, s).mean(axis=1)
-        if not exact and s > 1:
-            out["se"][:, li] = chosen["clipped"].reshape(p, s).std(axis=1, ddof=1) / math.sqrt(s)
-        else:
-            out["se"][:, li] = 0.0
+        se = chosen["clipped"].reshape(p, s).std(axis=1, ddof=1) / math.sqrt(s) if not exact and s > 1 else 0.0
+        out["se"][:, li] = se
     return Curves(grid, out["cost"], out["clipped"], out["reward"], out["tokens"], out["se"], s, exact)
 
 
@@ -331,12 +320,6 @@ class PruneScheduleSettings(ScheduleKeys, Settings):
     neither the prefix scores nor its zero and max settings."""
 
     ties: Literal["index", "keep"] = setting("index", "A tie at a keep cut.", key="decode.bon_prune.ties")
-
-
-# ---------------------------------------------------------------------------------------------
-# lara select-bon-prune
-
-HELP = "select the pruned Best-of-N candidate (decode.bon_prune) at a named lambda setting, with its token count"
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ import logging
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 # select(reward, cost, lams): (L, P) index of the chosen candidate per lambda and prompt, the very order that
 # ``lara calibrate --mode bon`` calibrates (one shared function)
@@ -21,17 +20,6 @@ from lara.calibrate.record import add_lambda_arguments, read_lambda, resolve_lam
 from lara.read.candidates import score_matrix
 
 log = logging.getLogger(__name__)
-
-
-def sweep(reward: np.ndarray, cost: np.ndarray, lams) -> pd.DataFrame:
-    """Mean reward, mean cost and safe fraction (c <= 0) of Best-of-N at each lambda."""
-    lams = np.atleast_1d(np.asarray(lams, dtype=np.float64))
-    idx = select(reward, cost, lams)
-    rows = np.arange(reward.shape[0])
-    r = reward[rows[None], idx]
-    c = cost[rows[None], idx]
-    return pd.DataFrame({"lambda": lams, "mean_reward": r.mean(1), "mean_cost": c.mean(1),
-                         "safe_fraction": (c <= 0).mean(1)})
 
 
 def check_calibrated_for(n: int, setting: str, lambda_json: str | Path | None) -> None:

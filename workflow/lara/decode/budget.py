@@ -139,14 +139,15 @@ class Split:
         return PrunedBestOfN(PrefixScores(reward, cost, length, pr[..., cols], pc[..., cols]), proto, max_subsets, seed)
 
 
-def read_split(path: str, flag: str, role: str, checkpoints, s: BudgetSettings) -> Split:
+def read_split(path: str, role: str, checkpoints, s: BudgetSettings) -> Split:
     from lara import identity
     from lara.read.candidates import read_prefix_scores
     from lara.read.files import DataError
 
+    flag = f"--{role}"
     identity.expect_role(path, flag, role, f"the chooser reads each prompt set for one thing: {flag} is the {role} "
                          "prompts'")
-    ids, arrays, _, df = read_prefix_scores(path, checkpoints, f"{flag}", s.max_new_tokens)
+    ids, arrays, _, df = read_prefix_scores(path, checkpoints, flag, s.max_new_tokens)
     if arrays[0].shape[1] < s.n:
         raise DataError(f"{flag} {path}: {arrays[0].shape[1]} samples per prompt, but Best-of-k up to decode.bon_n = "
                         f"{s.n} needs at least that many")
@@ -233,9 +234,7 @@ def read_splits(args, s: BudgetSettings) -> tuple[Split, Split, Split]:
     from lara.read.files import DataError
 
     checkpoints = sorted(set(s.checkpoints))
-    sel, cal, test = (read_split(path, flag, role, checkpoints, s) for path, flag, role in
-                      ((args.selection, "--selection", "selection"), (args.calibration, "--calibration",
-                                                                       "calibration"), (args.test, "--test", "test")))
+    sel, cal, test = (read_split(getattr(args, r), r, checkpoints, s) for r in ("selection", "calibration", "test"))
     for a, b in ((sel, cal), (sel, test), (cal, test)):
         if identity.disjoint(a.prompts, b.prompts, f"--{a.role} {a.path} against --{b.role} {b.path}"):
             raise DataError(f"--{b.role} {b.path}: shares prompts with --{a.role} {a.path}; the selection, "
@@ -272,8 +271,7 @@ def settle(b: dict, sel_by: pd.DataFrame, rec: dict, audit: dict, rewards: dict,
     row = sel_by.loc[b["chosen"]]
     b["selection"] = {k: (bool(row[k]) if k in ("feasible", "meets") else float(row[k]))
                       for k in ("lambda", "feasible", "meets", "mean_cost", "mean_reward", "mean_tokens")}
-    b["deployed"] = {"decoder": rec["decoder"], "lambda_star": rec["lambda_star"], "feasible": rec["feasible"],
-                     "guarantee": rec["guarantee"], "procedures": rec["procedures"]}
+    b["deployed"] = {k: rec[k] for k in ("decoder", "lambda_star", "feasible", "guarantee", "procedures")}
     b["held_out"] = audit | {"tau": s.tau, "n_prompts": n_test}
     for key, rival in (("versus_best_of_k", b["best_of_k"]), ("versus_best_of_k_in_budget", b["best_of_k_in_budget"])):
         b[key] = None if rival is None else {  # None: a schedule cheaper than every Best-of-k that meets tau

@@ -68,16 +68,14 @@ def read_candidates(path, schedule, max_new_tokens: int):
 
 def run(args) -> None:
     from lara import identity
+    from lara.calibrate.grid import require_enabled
     from lara.calibrate.pruned import PrunedBestOfN
     from lara.calibrate.pruned import run as run_pruned
     from lara.calibrate.record import resolve_lambda
     from lara.decode.bon import write_choice
 
     s = read_settings(args, PruneScheduleSettings)
-    if not s.enabled:
-        from lara.settings import ConfigError
-
-        raise ConfigError("decode.bon_prune.checkpoints is empty: there is no pruned decoder to run")
+    require_enabled(s, "run")
     schedule = s.schedule()
     ids, ps, index, df = read_candidates(args.candidates, schedule, s.max_new_tokens)
     lam = resolve_lambda(args.setting, args.overpenalised_lambda, args.lambda_json)

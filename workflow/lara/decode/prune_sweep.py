@@ -50,30 +50,28 @@ def sweep(ps, schedule, lams, labels, tau: float, n_boot: int, seed: int) -> pd.
     from lara.decode.sweep import held_out_table
 
     at = np.arange(ps.shape[0])
-    picks, tokens, tied = [], [], []
-    for lam in lams:
-        o = run_pruned(ps.reward, ps.cost, ps.length, ps.prefix_reward, ps.prefix_cost, float(lam), schedule)
-        picks.append(o.pick)
-        tokens.append(o.tokens)
-        tied.append(o.tied_cuts.mean() / len(schedule.checkpoints))
-    pick = np.stack(picks, axis=1)  # (P, L)
+    runs = [run_pruned(ps.reward, ps.cost, ps.length, ps.prefix_reward, ps.prefix_cost, float(lam), schedule)
+            for lam in lams]
+    pick = np.stack([o.pick for o in runs], axis=1)  # (P, L)
     table = held_out_table(pd.DataFrame({"n": schedule.n, "lambda": np.asarray(lams, dtype=float), "label": labels}),
                            {"mean_reward": ps.reward[at[:, None], pick], "mean_cost": ps.cost[at[:, None], pick]},
                            tau, n_boot, seed)
-    spent = np.stack(tokens, axis=1)
+    spent = np.stack([o.tokens for o in runs], axis=1)
     full = ps.length.sum(axis=1)
     table["tokens"] = spent.mean(axis=0)
     table["tokens_full"] = float(full.mean())
     table["token_ratio"] = full.sum() / np.maximum(1, spent.sum(axis=0))
-    table["tied_cut_share"] = tied  # keep cuts between candidates whose prefixes score and cost the same
+    # keep cuts between candidates whose prefixes score and cost the same
+    table["tied_cut_share"] = [o.tied_cuts.mean() / len(schedule.checkpoints) for o in runs]
     return table
 
 
 def run(args) -> None:
     from lara import identity
+    from lara.calibrate.procedures import check_record
     from lara.calibrate.pruned import PrunedBestOfN
-    from lara.calibrate.record import check_budget, read_lambda
-    from lara.decode.prune import check_record, read_candidates
+    from lara.calibrate.record import read_lambda
+    from lara.decode.prune import read_candidates
     from lara.decode.sweep import check_held_out, finite_grid, sweep_lambdas
     from lara.read.files import write_table
     from lara.stats import check_replicates
@@ -82,8 +80,7 @@ def run(args) -> None:
     check_replicates(s.bootstrap)
     schedule = s.schedule()
     rec = read_lambda(args.lambda_json)
-    check_budget(rec, s.tau)
-    check_record(args.lambda_json, PrunedBestOfN(None, schedule), "star", s.tau)
+    check_record(rec, PrunedBestOfN(None, schedule), s.tau, f"--lambda-json {args.lambda_json}")  # its tau too
     _, ps, _, df = read_candidates(args.candidates, schedule, s.max_new_tokens)
     prompts = identity.prompt_set(df, f"--candidates {args.candidates}")
     check_held_out([rec], prompts, args.candidates)

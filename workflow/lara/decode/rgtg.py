@@ -184,7 +184,7 @@ class CachedValueScorer(_Stepper):
 
 
 class _NaiveState:
-    """Reference scorers keep the whole sequence and re-run it from scratch."""
+    """Reference scorers keep the whole sequence and re-run it from scratch, one full forward per candidate."""
 
     def __init__(self, model):
         self.model = model
@@ -193,6 +193,14 @@ class _NaiveState:
 
     def start(self, ids, mask):
         self.ids, self.mask = ids.to(self.dev), mask.to(self.dev)
+
+    def candidates(self, cand):
+        import torch
+
+        out = torch.empty(*cand.shape, device=self.dev)
+        for j in range(cand.shape[1]):
+            out[:, j] = self.one(cand[:, j:j + 1].to(self.dev))
+        return out
 
     def commit(self, tokens, choice, alive):
         import torch
@@ -204,16 +212,9 @@ class _NaiveState:
 class NaiveValueScorer(_NaiveState):
     """CD-Q reference: a full forward of the sequence per candidate."""
 
-    def candidates(self, cand):
-        import torch
-
-        b, k = cand.shape
-        out = torch.empty(b, k, device=self.dev)
-        for j in range(k):  # one full forward per candidate: Q(prefix, z_j) read at the prefix's end
-            logits = self.model(input_ids=self.ids, attention_mask=self.mask,
-                                position_ids=position_ids(self.mask)).logits
-            out[:, j] = logits[:, -1].float().gather(1, cand[:, j:j + 1].to(self.dev)).squeeze(1)
-        return out
+    def one(self, z):  # Q(prefix, z) read at the prefix's end
+        logits = self.model(input_ids=self.ids, attention_mask=self.mask, position_ids=position_ids(self.mask)).logits
+        return logits[:, -1].float().gather(1, z).squeeze(1)
 
 
 class CachedSequenceScorer(_Stepper):
@@ -253,18 +254,13 @@ class CachedSequenceScorer(_Stepper):
 class NaiveSequenceScorer(_NaiveState):
     """Reference: each candidate scored by a full forward of prefix + candidate (no cache)."""
 
-    def candidates(self, cand):
+    def one(self, z):
         import torch
 
-        b, k = cand.shape
-        out = torch.empty(b, k, device=self.dev)
-        ones = torch.ones(b, 1, dtype=self.mask.dtype, device=self.dev)
-        mask = torch.cat([self.mask, ones], 1)
-        for j in range(k):
-            ids = torch.cat([self.ids, cand[:, j:j + 1].to(self.dev)], 1)
-            hidden = self.backbone(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask))
-            out[:, j] = self.model.score(hidden.last_hidden_state[:, -1]).squeeze(-1).float()
-        return out
+        mask = torch.cat([self.mask, torch.ones_like(z, dtype=self.mask.dtype)], 1)
+        hidden = self.backbone(input_ids=torch.cat([self.ids, z], 1), attention_mask=mask,
+                               position_ids=position_ids(mask))
+        return self.model.score(hidden.last_hidden_state[:, -1]).squeeze(-1).float()
 
 
 def make_scorer(model, cached: bool = True):
