@@ -626,3 +626,18 @@ def test_hostile_round_64_cases_are_refused(mutation_chain, tmp_path):  # noqa: 
             "--lambda-json", f["lambda"], *fig)
     assert not (tmp_path / "f.png").exists()
     mc.ok("figure", "--kind", "tradeoff", "--summary", f["summary"], "--lambda-json", f["lambda"], *fig)
+
+
+def test_best_of_k_sizes_are_refused_naming_the_field_and_the_samples(mutation_chain, tmp_path):  # noqa: F811
+    """Best-of-k needs k <= N <= K (full Best-of-N, its token reference, is built from the K samples per prompt);
+    a k of 0 is named as the field it is, with the key that fills it."""
+    f, s = mutation_chain.files, mutation_chain.settings
+    pool = {"k": 2, "n": mc.N, "max_new_tokens": 48, "tau": s["tau"], "lambda_search_max": 20, "bootstrap": mc.BOOT,
+            "quantile": 0.975, "guarantee": "bootstrap", "delta": 0.1, "cost_bounds": json.loads(mc.BOUNDS),
+            "grid_points": 101, "seed": 0}
+    for change, message in (({"n": mc.K + 1}, f"samples per prompt ({mc.K})"), ({"k": mc.N + 1}, "k <= N <= K"),
+                            ({"k": 0}, "k (decode.bon_n): 0 is less than the minimum")):
+        rc, err = mc.lara("calibrate-best-of-k", "--scores", f["scores_cal"], "--settings", json.dumps(pool | change),
+                          "--out", tmp_path / "k.json")
+        assert rc == 2 and message in err, err[-800:]
+        assert not (tmp_path / "k.json").exists()

@@ -227,4 +227,14 @@ def test_cli_refuses_soft_mode_with_weights(tmp_path):
     path = write_weights(tmp_path / "w.parquet", ids, w)
     rc, _, err = lara_in_process(["calibrate", "--scores", scores, "--weights", path, "--tau", "-0.1", "--mode",
                                   "soft", "--bootstrap", "200", "--out", tmp_path / "lam.json"])
-    assert rc != 0 and "Best-of-N only" in err and not (tmp_path / "lam.json").exists()
+    assert rc == 2 and f"--weights {path}" in err and "Best-of-N only" in err and not (tmp_path / "lam.json").exists()
+
+
+def test_cli_refuses_a_guarantee_without_a_weighted_version_naming_the_weights(tmp_path):
+    """ltt_wsr has no covariate-shift weighted version: the refusal names --weights (the input that asks for it)."""
+    scores, ids, w = write_case(tmp_path)
+    path = write_weights(tmp_path / "w.parquet", ids, w)
+    rc, _, err = run_calibrate(scores, path, tmp_path / "lam.json", guarantee="ltt_wsr")
+    line = [x for x in err.splitlines() if "ERROR" in x]
+    assert rc == 2 and len(line) == 1 and f"--weights {path}: calibration.guarantee: ltt_wsr" in line[0]
+    assert not (tmp_path / "lam.json").exists()

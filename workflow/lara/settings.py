@@ -231,11 +231,18 @@ class Settings:
         cls = type(self)
         schema = {"type": "object", "properties": _field_schemas(cls)}
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        problems = [f"{cls.key(str(e.absolute_path[0]))}: {error_message(e)}" for e in schema_errors(values, schema)]
+        problems = [f"{cls.named(str(e.absolute_path[0]))}: {error_message(e)}" for e in schema_errors(values, schema)]
         if not problems:
             problems = [p for rule in cls.cross_key_rules() if (p := rule(self))]
         if problems:
             raise ConfigError("invalid settings: " + "; ".join(problems))
+
+    @classmethod
+    def named(cls, field: str) -> str:
+        """A field as messages name it: its config key, and the field too where the key ends otherwise (Best-of-k's
+        ``k`` is filled from decode.bon_n)."""
+        key = cls.key(field)
+        return key if key.rsplit(".", 1)[-1] == field else f"{field} ({key})"
 
     @classmethod
     def cross_key_rules(cls) -> list:

@@ -97,10 +97,10 @@ def from_table(path, s: BestOfKSettings, where: str):
     from lara.read.candidates import read_prefix_scores
     from lara.settings import ConfigError
 
-    if s.k > s.n:
-        raise ConfigError(f"--settings: k = {s.k}; Best-of-k needs a k <= decode.bon_n = {s.n} (the full Best-of-N "
-                          "it is compared with)")
     ids, (reward, cost, length, _, _), _, df = read_prefix_scores(path, (), where, s.max_new_tokens)
+    if not s.k <= s.n <= reward.shape[1]:  # full Best-of-N (the one it is compared with) is built from the K samples
+        raise ConfigError(f"--settings: k = {s.k}, decode.bon_n = {s.n}; Best-of-k needs k <= N <= K, {where} {path}'s "
+                          f"samples per prompt ({reward.shape[1]})")
     return BestOfK(reward, cost, length, s.k, s.n), ids, cost, df
 
 

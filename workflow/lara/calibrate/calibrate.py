@@ -429,6 +429,10 @@ def run(args) -> None:
     log.info("%d prompts, %d responses; settings %s", scores.n_prompts, int(scores.counts.sum()), s)
     weights, shift = None, None
     if args.weights is not None:
+        try:  # what a weighted calibration supports, said of --weights before its file is read
+            unequal_weights(np.ones(1), s)
+        except ValueError as exc:
+            raise DataError(f"--weights {args.weights}: {exc}") from None
         weights, shift = load_weights(args.weights, scores, args.scores)
         from lara.identity import ID_KEY, read_identity
 

@@ -352,20 +352,31 @@ def audit_taus(args, s: AuditSettings, audit: dict) -> None:
     audit["taus"] = tau_audit(main, others, audit["decoders"])
 
 
-def log_audit(audit: dict, summary: pd.DataFrame, path) -> None:
-    """The audit and the summary (written to ``path``) as they are made: every decoder's verdict, then the lines
-    ``lara summary`` prints of the procedures, the listed taus, the pairs, pruned Best-of-N and every output."""
-    from lara.evaluate.summary import decoder_lines, method_lines, procedure_line, pruned_lines
-
-    for r in audit["decoders"]:  # (not the summary's table: an output may have no decoder reward)
+def log_audit(audit: dict, summary: pd.DataFrame) -> None:
+    """The audit and the summary as they are made, in short (``lara summary`` prints them in
+    full; it reads this module's files, so this module does not import it)."""
+    for r in audit.get("procedures") or []:
+        h = r["held_out"]
+        log.info("%-9s lambda %.4g%s: %s%s", r["procedure"], r["lambda"], " (deployed)" if r["deployed"] else "",
+                 r["statement"], "" if h is None else f"; held out: cost {h['mean_cost']:.4f}, {h['verdict']}")
+    for r in audit["decoders"]:
         log.info("%-10s %-7s lambda %s: decoder cost %.4f [%.4f, %.4f] against tau %.4g: %s", r["method"],
                  r["setting"], "-" if r["lambda"] is None else f"{r['lambda']:.4g}", r["mean_cost"], *r["ci95"],
                  r["tau"], r["verdict"])
-    for line in [procedure_line(r["procedure"] + " (deployed)" * r["deployed"], r["lambda"], r["statement"],
-                                r["held_out"]) for r in audit.get("procedures") or []] + decoder_lines(
-            audit, decoders=False) + pruned_lines(audit) + method_lines(summary, path):
-        if line:
-            log.info("%s", line)
+    for r in audit.get("taus") or []:
+        log.info("tau %.4g: lambda* %.4g (%s)%s", r["tau"], r["lambda_star"], r["status"],
+                 "".join(f"; {m} at lambda*: cost {d['mean_cost']:.4f}, {d['verdict']}"
+                         for m, d in r["decoders"].items()))
+    for r in (audit.get("pruned") or {}).get("settings") or []:
+        log.info("pruned Best-of-N at %s (lambda %.4g): %.1f tokens per prompt, full Best-of-N %.1f (ratio %s)",
+                 r["setting"], r["lambda"], r["tokens"], r["tokens_full"],
+                 "-" if r["token_ratio"] is None else f"{r['token_ratio']:.2f}")
+    for r in audit["paired"]:
+        log.info("%-10s %-12s %-15s %+.4f [%+.4f, %+.4f]", r["method"], r["comparison"], r["metric"], r["mean"],
+                 *r["ci95"])
+    for r in summary.itertuples(index=False):
+        log.info("%-10s %-7s helpfulness %.3f harmfulness %.3f safe %.3f", r.method, r.setting, r.helpfulness,
+                 r.harmfulness, r.safe_rate)
 
 
 def check_judged_responses(judged: list, evaluated: list) -> None:
@@ -440,7 +451,7 @@ def run(args) -> None:
     audit_taus(args, s, audit)
     if prune is not None and (scores["method"] == PRUNED).any():
         audit["pruned"] = pruned_audit(scores, prune, audit["decoders"], s.bootstrap, s.seed)
-    log_audit(audit, summary, args.out)
+    log_audit(audit, summary)
     write_table(summary, args.out)
     audit[identity.KEY] = identity.stamp(
         "audit", args.audit, tau=s.tau, lambda_record=identity.file_digest(args.lambda_json) if main else None,
