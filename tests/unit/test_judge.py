@@ -160,9 +160,10 @@ def test_a_missing_key_is_a_clear_error_before_any_request(tmp_path, serve):
 def test_judge_without_an_endpoint_is_a_clear_error(tmp_path):
     _responses(tmp_path)
     proc = subprocess.run([sys.executable, "-m", "lara", "judge", "--responses", str(tmp_path / "responses.parquet"),
-                           "--model", "gpt-x", "--out", str(tmp_path / "j.parquet")], capture_output=True, text=True)
-    assert proc.returncode == 2 and "evaluation.judge.base_url is not set" in proc.stderr
-    assert not (tmp_path / "j.parquet").exists()
+                           "--model", "Oracle", "--out", str(tmp_path / "j.parquet")], capture_output=True, text=True)
+    # a mis-cased oracle is an LLM judge's name: the message says so, and how the toy oracle is spelled
+    assert proc.returncode == 2 and "evaluation.judge.base_url is not set: model 'Oracle'" in proc.stderr
+    assert "model 'oracle'" in proc.stderr and not (tmp_path / "j.parquet").exists()
 
 
 @pytest.mark.parametrize("reply, message", [

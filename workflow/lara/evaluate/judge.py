@@ -259,7 +259,8 @@ def run(args) -> None:
         ratings = oracle_ratings(df["prompt"].tolist(), df["response"].tolist())
     else:
         if not s.base_url:
-            raise ConfigError("evaluation.judge.base_url is not set: the LLM judge needs an OpenAI-compatible endpoint")
+            raise ConfigError(f"evaluation.judge.base_url is not set: model {s.model!r} is an LLM judge (the toy "
+                              "oracle is model 'oracle'), which needs an OpenAI-compatible endpoint")
         if not args.cache:
             raise ConfigError("--cache is required for an LLM judge")
         api_key = os.environ.get(s.api_key_env)
