@@ -286,22 +286,24 @@ def quiet_trainer(trainer):
     return trainer
 
 
-def start(model_path: str, s: TrainSettings):
+def start(model_path: str, s: TrainSettings, data_path: str, required=()):
     """What a TRL-trained stage does first: ``--model`` must be a model (:func:`lara.config.require_model`), then
-    every random generator is seeded with ``s.seed``. Returns the model's tokenizer (:func:`load_tokenizer`)."""
+    every random generator is seeded with ``s.seed``. Returns the model's tokenizer (:func:`load_tokenizer`) and the
+    training table at ``data_path`` (with the ``required`` columns)."""
     import random
 
     import numpy as np
     import torch
 
     from lara.config import require_model
+    from lara.read.files import read_table
 
     require_model(model_path, "--model")
     random.seed(s.seed)
     np.random.seed(s.seed)
     torch.manual_seed(s.seed)
     os.environ.setdefault("PYTHONHASHSEED", str(s.seed))
-    return load_tokenizer(model_path)
+    return load_tokenizer(model_path), read_table(data_path, required=required)
 
 
 def load_tokenizer(model_path: str):

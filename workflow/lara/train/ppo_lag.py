@@ -1,23 +1,18 @@
-"""``lara train-safe-rlhf``: the Safe-RLHF baseline, PPO-Lagrangian, as the project's own loop (docs/baselines.md).
+"""``lara train-safe-rlhf``: the Safe-RLHF baseline, PPO-Lagrangian, as the project's own loop.
 
-TRL (>= 1.13) has no PPO trainer, and the old one had one reward model, one critic and no
-multiplier, so this is a loop on ``accelerate`` that follows Safe-RLHF's algorithm
-(Dai et al. 2024, PKU-Alignment/safe-rlhf ``ppo_lag``):
+TRL (>= 1.13) has no PPO trainer, and the old one had one reward model, one critic and no multiplier, so this is a
+loop on ``accelerate`` that follows Safe-RLHF's algorithm (Dai et al. 2024, PKU-Alignment/safe-rlhf ``ppo_lag``),
+as docs/baselines.md states it: the actor from SFT against the frozen SFT reference, the reward and cost models as
+scorers of finished responses and as the starts of two token critics (each with its own GAE and clipped value
+loss), the per-token streams clipped at +-clip_range_score, the dual step on log(lambda) before every actor update
+(J_c the mean cost of the last ``episode_cost_window_size`` episodes; lambda rises while J_c exceeds the threshold),
+the clamp, the optional ptx loss. The KL penalty is added to the reward stream and subtracted from the cost stream
+(Safe-RLHF after its PR #173): with the actor's advantage (A_r - lambda A_c) / (1 + lambda) the policy sees it at
+weight (kl + lambda kl) / (1 + lambda) = kl_coeff.
 
-* actor pi initialised from SFT against the frozen SFT reference; the trained reward and cost models score
-  finished responses and start two critics (a value per response token, each with its own GAE and clipped loss);
-* per-token rewards: the KL penalty -kl_coeff * (log pi - log pi_ref), added to the reward stream and subtracted
-  from the cost stream (Safe-RLHF after its PR #173: with the actor's advantage (A_r - lambda A_c) / (1 + lambda)
-  the policy sees the KL at weight (kl + lambda kl) / (1 + lambda) = kl_coeff), plus the end score at the last
-  response token; both clipped at +-clip_range_score;
-* log(lambda) moves by one SGD step before every actor update on -(J_c - threshold) * lambda, J_c the mean
-  cost-model score of the last ``episode_cost_window_size`` episodes (so lambda rises while J_c exceeds the
-  threshold and falls otherwise), clamped at lambda_clamp; the actor adds an optional pre-training (ptx) loss
-  on the SFT data, as in Safe-RLHF's scripts.
-
-Every step's lambda, episode cost, reward, cost and KL are logged and saved with the model (``history.json``).
-Checkpoints (models, optimisers, schedulers, RNG state, lambda and the episode window) are written every
-``save_steps`` rollouts and a rerun with the same settings and inputs resumes from the last.
+Every step's lambda, episode cost, reward, cost and KL are saved with the model (``history.json``). Checkpoints
+(models, optimisers, schedulers, RNG state, lambda and the episode window) are written every ``save_steps``
+rollouts and a rerun with the same settings and inputs resumes from the last.
 """
 
 from __future__ import annotations

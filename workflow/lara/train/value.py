@@ -139,9 +139,7 @@ def train_value(kind: str, model_path: str, data_path: str, checkpoints: str, ou
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainingArguments
 
-    tokenizer = common.start(model_path, s)
-    from lara.read.files import read_table
-    df = read_table(data_path)
+    tokenizer, df = common.start(model_path, s, data_path)
     if kind not in df.columns:
         from lara.read.files import DataError
 
