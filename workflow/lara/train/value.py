@@ -126,9 +126,8 @@ def evaluate_values(model, tokenizer, examples: list[dict], batch_size: int = 64
             for row in range(pred.shape[0]):
                 idx = torch.nonzero(mask[row]).squeeze(-1).cpu().numpy()
                 vals = pred[row].cpu().numpy()
-                picks["first"].append(vals[idx[0]])
-                picks["middle"].append(vals[idx[len(idx) // 2]])
-                picks["last"].append(vals[idx[-1]])
+                for key, at in zip(picks, (idx[0], idx[len(idx) // 2], idx[-1]), strict=True):
+                    picks[key].append(vals[at])
             finals += batch["final"].tolist()
     finals = np.asarray(finals)
     return {f"corr_{k}": float(np.corrcoef(v, finals)[0, 1]) for k, v in picks.items()} | {"n": len(finals)}
