@@ -178,14 +178,8 @@ class Run:
     steps_per_epoch: int
     total: int
     inputs: dict
-
-    @property
-    def dev(self):
-        return self.accelerator.device
-
-    @property
-    def world(self) -> int:
-        return self.accelerator.num_processes
+    dev: Any  # the accelerator's device
+    world: int  # its processes
 
 
 def _setup(sft_path: str, reward_path: str, cost_path: str, prompts_path: str, sft_data_path: str | None,
@@ -255,7 +249,7 @@ def _setup(sft_path: str, reward_path: str, cost_path: str, prompts_path: str, s
     inputs = {"sft": sft_path, **scored, "prompts": prompts_path} | ({} if ptx is None else {"sft_data": sft_data_path})
     return Run(s=s, accelerator=accelerator, tok=tok, prompts=prompts, actor=models.pop("actor"), ref=ref,
                critics=models, scorers=scorers, optimisers=optimisers, ptx=ptx, steps_per_epoch=steps_per_epoch,
-               total=total, inputs=inputs)
+               total=total, inputs=inputs, dev=dev, world=world)
 
 
 def _resume(run: Run, checkpoint_dir: Path) -> LoopState:

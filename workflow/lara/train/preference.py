@@ -279,10 +279,7 @@ def train_preference_model(kind: str, model_path: str, data_path: str, checkpoin
                 "anchored": anchored, "how": "fitted on the held-out pairs' safety labels" if anchored else
                 "as trained" + (" (Safe-RLHF's sign terms anchor c > 0 as unsafe)" if loss_name == "safe_rlhf"
                                 else " (train.cost.anchor_zero is false: tau has no anchored meaning)")}
-            log.info("cost scale's zero: offset %.4g (%s); held-out accuracy of c > 0 as unsafe: %.3f "
-                     "(cross-fitted %.3f, at the trained zero %.3f)", offset, metrics["zero"]["how"],
-                     metrics["zero"]["accuracy_at_zero"], metrics["zero"]["accuracy_at_zero_cross_fitted"],
-                     metrics["zero"]["accuracy_at_trained_zero"])
+            log.info("cost scale's zero (accuracies of c > 0 as unsafe, held out): %s", metrics["zero"])
 
     scorer = {"kind": name, "role": kind, "loss": loss_name, "append_eos": not partial, "max_length": s.max_length,
               "template": PROMPT_TEMPLATE, "score": "head at the last real token"}
