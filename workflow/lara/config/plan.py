@@ -59,11 +59,6 @@ def settings_rules() -> list:
     return list(dict.fromkeys(found))
 
 
-def rule_count() -> dict[str, int]:
-    """How many cross-key rules validate() runs: the settings classes' and the plan's."""
-    return {"settings": len(settings_rules()), "plan": len(PLAN_RULES)}
-
-
 def plan_problems(config: dict) -> list[str]:
     """Every :data:`PLAN_RULES` problem of a configuration whose schema and settings are valid."""
     return [p for rule in PLAN_RULES for p in rule.check(config)]
