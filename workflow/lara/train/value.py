@@ -18,7 +18,7 @@ import logging
 import numpy as np
 import pandas as pd
 
-from lara.scoring import encode, pad_batch
+from lara.scoring import encode, last_token_index, pad_batch
 from lara.settings import read_settings
 from lara.template import PROMPT_TEMPLATE
 from lara.train import common
@@ -43,9 +43,7 @@ def value_targets(q_logits, ref_logprobs, input_ids, response_mask, final, targe
     pred = q_logits[:, :-1].gather(-1, nxt.unsqueeze(-1)).squeeze(-1)
     mask = response_mask[:, 1:].to(pred.dtype)
     # the final response token of each row: the last position where the response mask is 1
-    positions = torch.arange(mask.shape[1], device=mask.device)
-    last = (positions * mask).argmax(dim=-1)
-    is_last = positions.unsqueeze(0) == last.unsqueeze(1)
+    is_last = torch.arange(mask.shape[1], device=mask.device).unsqueeze(0) == last_token_index(mask).unsqueeze(1)
     tgt = final.to(pred.dtype).unsqueeze(1).expand_as(pred).clone()
     if target == "cdq":
         with torch.no_grad():
