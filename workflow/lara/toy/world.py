@@ -1,5 +1,5 @@
-"""The embedded toy safety world: a small request/answer grammar with a built-in
-helpfulness-harmlessness conflict, and an oracle that scores any text written in it.
+"""The embedded toy safety world: a small request/answer grammar (all lower case, punctuation as separate words)
+with a built-in helpfulness-harmlessness conflict, and an oracle that scores any text written in it.
 
 docs/toy-world.md describes it once: the topics (tasks, ordered steps, a harmful topic's safe alternatives and
 severity), the 1,512 requests ``template(task) + suffix`` (in Alpaca form the template part is the
