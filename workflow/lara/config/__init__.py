@@ -67,15 +67,13 @@ from lara.settings import (  # noqa: F401 (re-exported)
 
 
 def scenarios(config: dict) -> dict[str, dict]:
-    """deployment.scenarios by name (each its schedule without the name); a name given twice is refused."""
-    out: dict[str, dict] = {}
-    for item in config["deployment"]["scenarios"]:
-        name = item["name"]
-        if name in out:
-            raise ConfigError(f"deployment.scenarios: the name {name!r} is given twice (each scenario is its own "
-                              "results folder)")
-        out[name] = {k: v for k, v in item.items() if k != "name"}
-    return out
+    """deployment.scenarios by name (each its schedule without the name); a name given twice is refused (the plan's
+    rule, :func:`lara.config.plan.scenario_names_unique`)."""
+    from lara.config.plan import scenario_names_unique
+
+    for problem in scenario_names_unique(config):
+        raise ConfigError(problem)
+    return {item["name"]: {k: v for k, v in item.items() if k != "name"} for item in config["deployment"]["scenarios"]}
 
 
 def defaults(schema: dict) -> dict:

@@ -56,20 +56,13 @@ def _chain(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[str, dict]]:
 
 
 def layers(*paths: str | Path, overrides: dict | None = None) -> list[tuple[str, dict]]:
-    """The layers a configuration is merged from, in order, each ``(origin, mapping)``.
-
-    A file that names an ``experiment`` is a whole experiment: it starts from the step defaults,
-    not from the files before it (so a paper config given after the toy default, as Snakemake's
-    ``configfile:`` plus ``--configfile`` does, never inherits a toy value); to build on another
-    experiment's file it names it in ``extends:``. A file without ``experiment`` is an overlay on the
-    files before it (a τ, a shorter run). ``overrides`` (Snakemake's ``--config``) come last.
-
-    Two orders would change values without a word, and are refused (:class:`ConfigError`, naming the files):
-    an overlay given before a whole experiment (whose start from the defaults would drop it), and an experiment
-    name that two files name (:func:`check_experiment_names`: a file that names the experiment of the files
-    before it would replace all their values with the defaults, in their results folder). ``--config``'s
-    ``experiment`` is the name of the results folder: the files' own name changes nothing; another name is a
-    copy of the configuration under that name, refused when a file given names it."""
+    """The layers a configuration is merged from, in order, each ``(origin, mapping)``: a file that names an
+    ``experiment`` is a whole experiment and starts from the step defaults, not from the files before it (to build on
+    another file it names it in ``extends:``); a file without it is an overlay on the files before it; ``overrides``
+    (Snakemake's ``--config``) come last. docs/configuration.md ("Layers, experiment names, and what is refused")
+    says why, and what is refused (:class:`ConfigError`, naming the files) as it would change values without a word:
+    an overlay given before a whole experiment, an experiment name two files name (:func:`check_experiment_names`),
+    and a ``--config`` ``experiment`` that a file given names (the files' own name there changes nothing)."""
     out: list[tuple[str, dict]] = []
     overlays: list[str] = []  # the overlays on the current whole experiment
     dropped: list[tuple[str, dict]] = []  # the layers a whole experiment started afresh from
@@ -117,12 +110,10 @@ def _leaf_keys(data, prefix: str = "") -> set[str]:
 
 
 def check_experiment_names(seen: list[tuple[str, dict]], kept: list[tuple[str, dict]]) -> None:
-    """One experiment name, one config file: of every layer given (``seen``, with those a whole experiment
-    started afresh from), the ones that name the experiment the configuration (``kept``) resolves to must all be
-    one file. A second file naming it is refused: as a whole experiment it would start from the defaults and
-    write them into the first one's results folder (``experiment: tiny`` plus a τ after config/config.yaml
-    silently set every toy value to a step default in results/tiny/); so is ``--config`` renaming a configuration
-    to it."""
+    """One experiment name, one config file (docs/configuration.md): of every layer given (``seen``, with those a
+    whole experiment started afresh from), the ones that name the experiment the configuration (``kept``) resolves
+    to must all be one file (a second one would start from the defaults and write them into the first one's results
+    folder); so is ``--config`` renaming a configuration to it refused."""
     name = experiment_layer(kept)[1]
     owners = [origin for origin, data in seen if "experiment" in data and data["experiment"] == name]
     first = owners[0] if owners else None
@@ -256,17 +247,12 @@ def explain(resolved: dict, layer_list: list[tuple[str, dict]], schema: dict | N
             return
         origin = origin_of(layer_list, path) or "default"
         if origin == "default":
-            owner = _owner(path)
+            owner = SECTIONS.get(".".join(path[:-1]))  # the settings dataclass (module:Class) that owns the key
             origin = f"step default ({owner})" if owner else "schema default"
         rows.append({"key": ".".join(path), "value": node, "origin": origin})
 
     walk(resolved, schema, [])
     return rows
-
-
-def _owner(path: list[str]) -> str | None:
-    """The settings dataclass (``module:Class``) that owns the key at ``path``, if any."""
-    return SECTIONS.get(".".join(path[:-1]))
 
 
 SETTINGS_TABLE_HEADER = "key\tvalue\torigin"

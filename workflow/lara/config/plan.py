@@ -1,14 +1,11 @@
 """A configuration judged before any job: the rules between sections that decide whether the plan can do what was
-asked.
+asked, run by :func:`lara.config.validate` after every step's settings (:mod:`lara.config.runs`).
 
-:func:`lara.config.validate` (what ``lara validate-config`` and the Snakefile both call) runs, after the schema, every
-step's settings as its rules hand them over (:mod:`lara.config.runs`), then :data:`PLAN_RULES`: rules between
-sections that no one step's settings can state (Best-of-N's N against the K a pool holds, a requested decoder or
-study that the plan could not produce, a scorer given a role it does not have, a toy value inherited by an
-experiment on real text). Each is registered with :func:`plan_rule` and a witness, a config overlay on
-config/config.yaml that breaks it (``tests/unit/test_config_judged.py`` checks each is refused).
-
-Nothing here imports a heavy library: it runs each time the Snakefile is parsed.
+:data:`PLAN_RULES` are the rules that no one step's settings can state (Best-of-N's N against the K a pool holds, a
+requested decoder or study that the plan could not produce, a scorer given a role it does not have, a toy value
+inherited by an experiment on real text). Each is registered with :func:`plan_rule` and a witness, a config overlay
+on config/config.yaml that breaks it (``tests/unit/test_config_judged.py`` checks each is refused). Nothing here
+imports a heavy library: it runs each time the Snakefile is parsed.
 """
 
 from __future__ import annotations
@@ -57,11 +54,6 @@ def settings_rules() -> list:
 
     found = [rule for name in [*SECTIONS, *STEPS] for rule in settings_class(name).cross_key_rules()]
     return list(dict.fromkeys(found))
-
-
-def rule_count() -> dict[str, int]:
-    """How many cross-key rules validate() runs: the settings classes' and the plan's."""
-    return {"settings": len(settings_rules()), "plan": len(PLAN_RULES)}
 
 
 def plan_problems(config: dict) -> list[str]:

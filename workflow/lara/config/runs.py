@@ -1,14 +1,10 @@
-"""Every step's settings as its rules hand them over, built before any job.
-
-After the schema, :func:`lara.config.validate` (what ``lara validate-config`` and the Snakefile both call) runs
-:func:`settings_problems`, then the rules between sections (:mod:`lara.config.plan`). It builds the settings of every
-run of every step the plan makes (:func:`settings_runs`: a section's keys, the other sections' values it borrows, and
-the values its rule derives: a pool's seed, a calibration's N and tau, an online arm's step size), so each settings
-class's cross-key rules (:func:`lara.settings.cross_key`) refuse now what its job would refuse later;
+"""Every step's settings as its rules hand them over, built before any job by :func:`lara.config.validate` (after the
+schema, before the rules between sections): :func:`settings_runs` builds the settings of every run of every step the
+plan makes (a section's keys, the other sections' values it borrows, and the values its rule derives: a pool's seed,
+a calibration's N and tau, an online arm's step size), so each settings class's cross-key rules
+(:func:`lara.settings.cross_key`) refuse now what its job would refuse later (:func:`settings_problems`);
 ``tests/unit/test_config_judged.py`` keeps :func:`settings_runs` equal to the ``--settings`` of every job a dry run
-plans.
-
-Nothing here imports a heavy library: it runs each time the Snakefile is parsed.
+plans. Nothing here imports a heavy library: it runs each time the Snakefile is parsed.
 """
 
 from __future__ import annotations

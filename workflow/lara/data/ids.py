@@ -1,15 +1,5 @@
-"""Identifier columns and the index of a table read from disk: what a reader checks before any row is grouped.
-
-* :func:`check_id_types`: an id column whose ids collapse to one once the file is written and read again (the
-  int 1 and the text "1"; "01" and "1", which a CSV reader turns into the same 1; "p1" and "p1 ") would merge
-  two prompts into one, or split one into two, silently, depending on the format it last went through. Such a
-  column is refused, naming it and the two ids.
-* :func:`plain_index`: a parquet file written with ``DataFrame.to_parquet`` and an index keeps that index
-  (pandas' metadata; ``__index_level_0__`` where it had no name), and ``pd.read_parquet`` brings it back as the
-  frame's index, not as a column: a ``prompt_id`` set as the index would be "missing", and a sliced frame's
-  index would make row labels differ from positions. A named index is made a column again, an unnamed one is
-  dropped (rows are numbered from 0).
-"""
+"""Identifier columns and the index of a table read from disk: what a reader checks before any row is grouped
+(:func:`check_id_types`, :func:`plain_index`)."""
 
 from __future__ import annotations
 
@@ -36,7 +26,9 @@ def id_key(value) -> str:
 
 def check_id_types(df: pd.DataFrame, path, columns=ID_COLUMNS) -> None:
     """Refuse an id column two of whose distinct ids are one id by :func:`id_key` (ids of mixed types, or spelt
-    two ways), naming the file, the column and the two ids. A column of one numeric type cannot hold such a
+    two ways: the int 1 and the text "1"; "01" and "1", which a CSV reader turns into the same 1; "p1" and "p1 "),
+    naming the file, the column and the two ids: they would merge two prompts into one, or split one into two,
+    silently, depending on the format the file last went through. A column of one numeric type cannot hold such a
     pair (1 and 1.0 are one value to pandas already); only text and mixed columns are looked at."""
     for col in (c for c in columns if c in df.columns):
         values = df[col]
@@ -55,8 +47,10 @@ def check_id_types(df: pd.DataFrame, path, columns=ID_COLUMNS) -> None:
 
 def plain_index(df: pd.DataFrame, path) -> pd.DataFrame:
     """``df`` with the index a writer stored (``DataFrame.to_parquet`` with an index) undone: named index
-    levels become columns again, unnamed ones are dropped, rows are numbered from 0. A named level whose name
-    is also a column is refused (which one holds the data?)."""
+    levels become columns again, unnamed ones are dropped, rows are numbered from 0. ``pd.read_parquet`` brings such
+    an index back as the frame's index, not as a column (``__index_level_0__`` where it had no name): a
+    ``prompt_id`` set as the index would be "missing", and a sliced frame's index would make row labels differ from
+    positions. A named level whose name is also a column is refused (which one holds the data?)."""
     index = df.index
     if isinstance(index, pd.RangeIndex) and index.name is None:
         return df if index.start == 0 and index.step == 1 else df.reset_index(drop=True)

@@ -81,9 +81,7 @@ def run(args) -> None:
     s = read_settings(args, ValuePromptSettings)
     sft = read_table(args.sft, required=("prompt",))["prompt"]
     safety = read_table(args.preferences, required=("prompt",))["prompt"]
-    exclude: set[str] = set()
-    for path in args.exclude:
-        exclude |= set(read_table(path, required=("prompt",))["prompt"].map(prompt_key))
+    exclude = {prompt_key(p) for path in args.exclude for p in read_table(path, required=("prompt",))["prompt"]}
     out = draw(sft, safety, exclude, s, (args.sft, args.preferences))
     write_table(out, args.out, {"settings": asdict(s), "sft": args.sft, "preferences": args.preferences,
                                 "excluded": args.exclude, "code": code_version()})

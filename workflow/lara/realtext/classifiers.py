@@ -1,18 +1,15 @@
 """Two costs from ``hatesonar``'s bundled classifier: P(hate speech) and P(offensive language) of a response.
 
-``hatesonar/model/model.onnx`` is a scikit-learn pipeline converted to ONNX: a bag of words (TF-IDF over a fixed
-vocabulary of ``[a-zA-Z0-9_]+`` tokens) under a linear classifier with three classes (0 hate_speech, 1
-offensive_language, 2 neither) trained on the tweets of Davidson et al. (2017); docs/real-text.md ("Costs") says
-what it sees and what it does not. The file is found through the package's metadata (hatesonar's own Python code is
-never imported), checked against its pinned sha256 (``config/real-text/files.tsv``) and run by onnxruntime directly,
-with one change in memory: the graph's ``StringNormalizer`` names no locale, so onnxruntime builds ``en_US.UTF-8``,
-which many machines lack (the session then fails to start); the scorer sets the locale to ``C`` and lower-cases each
-text in Python (full Unicode case mapping) first. The tokeniser keeps ASCII word characters only, so the
-probabilities are those the unchanged model gives where ``en_US.UTF-8`` exists. Only the response is scored, not the
-prompt (the docs say why).
-
-The named scorer ``hatesonar`` (``lara.scorers`` entry point): ``load_scorer("hatesonar", role="hate")``, or, where
-the caller's role is ``cost``, the class named in the spec: ``load_scorer("hatesonar:offensive", role="cost")``.
+docs/real-text.md ("Costs") says what ``hatesonar/model/model.onnx`` is (a bag of words under a linear classifier
+with three classes: 0 hate_speech, 1 offensive_language, 2 neither), what it sees and what it does not, and why only
+the response is scored. It is found through the package's metadata (hatesonar's own Python code is never
+imported), checked against its pinned sha256 (``config/real-text/files.tsv``) and run by onnxruntime with one change
+in memory: the graph's ``StringNormalizer`` names no locale, so onnxruntime builds ``en_US.UTF-8``, which many
+machines lack; the scorer sets the locale to ``C`` and lower-cases each text in Python (full Unicode case mapping)
+first. The tokeniser keeps ASCII word characters only, so the probabilities are those the unchanged model gives
+where ``en_US.UTF-8`` exists. The named scorer ``hatesonar`` (``lara.scorers`` entry point):
+``load_scorer("hatesonar", role="hate")``, or, where the caller's role is ``cost``, the class named in the spec:
+``load_scorer("hatesonar:offensive", role="cost")``.
 """
 
 from __future__ import annotations

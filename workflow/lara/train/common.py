@@ -204,15 +204,12 @@ def _missing_state(candidate: Path) -> list[str]:
 
 
 def last_checkpoint(checkpoint_dir: str | Path, resume_partial: bool = False) -> str | None:
-    """The newest complete ``checkpoint-N`` in ``checkpoint_dir``, else None.
-
-    Checkpoints are written to ``.staging-N`` and renamed into place when complete
-    (:func:`stage_checkpoints`), so a job killed while saving leaves only a staging folder, which is
-    removed here. A ``checkpoint-N`` that still lacks its trainer state, optimizer, scheduler or
-    weights (an older writer, or files removed by hand) is moved to ``incomplete/`` and the one
-    before it is taken; with ``resume_partial`` (train.*.resume_partial) a checkpoint with weights
-    and trainer state but no optimizer or scheduler is resumed instead, with a warning that the run
-    then differs from an uninterrupted one."""
+    """The newest complete ``checkpoint-N`` in ``checkpoint_dir``, else None; the staging folders of interrupted
+    saves (:mod:`lara.train.checkpoints`) are removed. A ``checkpoint-N`` that still lacks its trainer state,
+    optimizer, scheduler or weights (an older writer, or files removed by hand) is moved to ``incomplete/`` and the
+    one before it is taken; with ``resume_partial`` (train.*.resume_partial) a checkpoint with weights and trainer
+    state but no optimizer or scheduler is resumed instead, with a warning that the run then differs from an
+    uninterrupted one."""
     import shutil
 
     path = Path(checkpoint_dir)
@@ -286,22 +283,24 @@ def quiet_trainer(trainer):
     return trainer
 
 
-def start(model_path: str, s: TrainSettings):
+def start(model_path: str, s: TrainSettings, data_path: str, required=()):
     """What a TRL-trained stage does first: ``--model`` must be a model (:func:`lara.config.require_model`), then
-    every random generator is seeded with ``s.seed``. Returns the model's tokenizer (:func:`load_tokenizer`)."""
+    every random generator is seeded with ``s.seed``. Returns the model's tokenizer (:func:`load_tokenizer`) and the
+    training table at ``data_path`` (with the ``required`` columns)."""
     import random
 
     import numpy as np
     import torch
 
     from lara.config import require_model
+    from lara.read.files import read_table
 
     require_model(model_path, "--model")
     random.seed(s.seed)
     np.random.seed(s.seed)
     torch.manual_seed(s.seed)
     os.environ.setdefault("PYTHONHASHSEED", str(s.seed))
-    return load_tokenizer(model_path)
+    return load_tokenizer(model_path), read_table(data_path, required=required)
 
 
 def load_tokenizer(model_path: str):

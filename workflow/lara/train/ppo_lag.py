@@ -1,23 +1,18 @@
-"""``lara train-safe-rlhf``: the Safe-RLHF baseline, PPO-Lagrangian, as the project's own loop (docs/baselines.md).
+"""``lara train-safe-rlhf``: the Safe-RLHF baseline, PPO-Lagrangian, as the project's own loop.
 
-TRL (>= 1.13) has no PPO trainer, and the old one had one reward model, one critic and no
-multiplier, so this is a loop on ``accelerate`` that follows Safe-RLHF's algorithm
-(Dai et al. 2024, PKU-Alignment/safe-rlhf ``ppo_lag``):
+TRL (>= 1.13) has no PPO trainer, and the old one had one reward model, one critic and no multiplier, so this is a
+loop on ``accelerate`` that follows Safe-RLHF's algorithm (Dai et al. 2024, PKU-Alignment/safe-rlhf ``ppo_lag``),
+as docs/baselines.md states it: the actor from SFT against the frozen SFT reference, the reward and cost models as
+scorers of finished responses and as the starts of two token critics (each with its own GAE and clipped value
+loss), the per-token streams clipped at +-clip_range_score, the dual step on log(lambda) before every actor update
+(J_c the mean cost of the last ``episode_cost_window_size`` episodes; lambda rises while J_c exceeds the threshold),
+the clamp, the optional ptx loss. The KL penalty is added to the reward stream and subtracted from the cost stream
+(Safe-RLHF after its PR #173): with the actor's advantage (A_r - lambda A_c) / (1 + lambda) the policy sees it at
+weight (kl + lambda kl) / (1 + lambda) = kl_coeff.
 
-* actor pi initialised from SFT against the frozen SFT reference; the trained reward and cost models score
-  finished responses and start two critics (a value per response token, each with its own GAE and clipped loss);
-* per-token rewards: the KL penalty -kl_coeff * (log pi - log pi_ref), added to the reward stream and subtracted
-  from the cost stream (Safe-RLHF after its PR #173: with the actor's advantage (A_r - lambda A_c) / (1 + lambda)
-  the policy sees the KL at weight (kl + lambda kl) / (1 + lambda) = kl_coeff), plus the end score at the last
-  response token; both clipped at +-clip_range_score;
-* log(lambda) moves by one SGD step before every actor update on -(J_c - threshold) * lambda, J_c the mean
-  cost-model score of the last ``episode_cost_window_size`` episodes (so lambda rises while J_c exceeds the
-  threshold and falls otherwise), clamped at lambda_clamp; the actor adds an optional pre-training (ptx) loss
-  on the SFT data, as in Safe-RLHF's scripts.
-
-Every step's lambda, episode cost, reward, cost and KL are logged and saved with the model (``history.json``).
-Checkpoints (models, optimisers, schedulers, RNG state, lambda and the episode window) are written every
-``save_steps`` rollouts and a rerun with the same settings and inputs resumes from the last.
+Every step's lambda, episode cost, reward, cost and KL are saved with the model (``history.json``). Checkpoints
+(models, optimisers, schedulers, RNG state, lambda and the episode window) are written every ``save_steps``
+rollouts and a rerun with the same settings and inputs resumes from the last.
 """
 
 from __future__ import annotations
@@ -183,14 +178,8 @@ class Run:
     steps_per_epoch: int
     total: int
     inputs: dict
-
-    @property
-    def dev(self):
-        return self.accelerator.device
-
-    @property
-    def world(self) -> int:
-        return self.accelerator.num_processes
+    dev: Any  # the accelerator's device
+    world: int  # its processes
 
 
 def _setup(sft_path: str, reward_path: str, cost_path: str, prompts_path: str, sft_data_path: str | None,
@@ -257,12 +246,10 @@ def _setup(sft_path: str, reward_path: str, cost_path: str, prompts_path: str, s
         longest = s.max_prompt_length + s.max_new_tokens
         ptx = [(len(tok(format_prompt(p))["input_ids"]), encode(tok, p, o, True, longest))
                for p, o in zip(sft_df["prompt"], sft_df["output"], strict=True)]
-    inputs = {"sft": sft_path, "reward": reward_path, "cost": cost_path, "prompts": prompts_path}
-    if ptx is not None:
-        inputs["sft_data"] = sft_data_path
+    inputs = {"sft": sft_path, **scored, "prompts": prompts_path} | ({} if ptx is None else {"sft_data": sft_data_path})
     return Run(s=s, accelerator=accelerator, tok=tok, prompts=prompts, actor=models.pop("actor"), ref=ref,
                critics=models, scorers=scorers, optimisers=optimisers, ptx=ptx, steps_per_epoch=steps_per_epoch,
-               total=total, inputs=inputs)
+               total=total, inputs=inputs, dev=dev, world=world)
 
 
 def _resume(run: Run, checkpoint_dir: Path) -> LoopState:

@@ -1,14 +1,9 @@
-"""``lara train-safedpo``: the SafeDPO baseline (Kim et al. 2025) with TRL's DPOTrainer (docs/baselines.md).
-
-SafeDPO turns the safety-constrained RLHF objective into a single DPO-style loss on pairs whose order has been
-made safety-aware (:func:`safedpo_pairs`), with a safety margin Delta on the DPO logit of pairs whose (new) winner
-y_w is safe and loser y_l unsafe (h(y) = 1 for an unsafe response, 0 for a safe one):
-
-    L = -log sigma( beta * [log pi/pi_ref (y_w) - log pi/pi_ref (y_l)] - Delta * (h(y_l) - h(y_w)) )
+"""``lara train-safedpo``: the SafeDPO baseline (Kim et al. 2025) with TRL's DPOTrainer (docs/baselines.md: the
+safety-aware pair order, :func:`safedpo_pairs`, and the loss with its margin Delta on safe-over-unsafe pairs).
 
 TRL's DPOTrainer has no per-example margin, so the margin enters through the precomputed
 reference log-probabilities: shifting log pi_ref(y_w) by Delta * (h(y_l) - h(y_w)) / beta
-turns its sigmoid loss into exactly the loss above (``SafeDPOTrainer``).
+(h = 1 for an unsafe response) turns its sigmoid loss into exactly SafeDPO's (``SafeDPOTrainer``).
 """
 
 from __future__ import annotations
@@ -155,11 +150,8 @@ def train_safedpo(model_path: str, data_path: str, checkpoints: str, out: str, s
     from transformers import AutoModelForCausalLM
     from trl import DPOConfig
 
-    from lara.read.files import read_table
-
-    tokenizer = common.start(model_path, s)
-    df = read_table(data_path, required=("prompt", "response_0", "response_1", "better_response_id",
-                                         "is_response_0_safe", "is_response_1_safe"))
+    tokenizer, df = common.start(model_path, s, data_path, ("prompt", "response_0", "response_1", "better_response_id",
+                                                            "is_response_0_safe", "is_response_1_safe"))
     pairs, counts = safedpo_pairs(df, s.both_unsafe)
     if pairs.empty:
         raise ValueError(f"{data_path}: no pairs left after the SafeDPO transformation ({counts})")

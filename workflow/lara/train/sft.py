@@ -40,9 +40,7 @@ def train_sft(model_path: str, data_path: str, checkpoints: str, out: str, s: co
         folder = snapshot(HubRef("base_model.name_or_path", model_path, "model", revision))
         base, model_path = f"{model_path}@{commit_of(folder)}", str(folder)
         log.info("base model %s: the fetched snapshot %s", base, folder)
-    tokenizer = common.start(model_path, s)
-    from lara.read.files import read_table
-    df = read_table(data_path)
+    tokenizer, df = common.start(model_path, s, data_path)
     train_df, eval_df = common.split_eval(df, s.eval_fraction, s.seed)
     log.info("SFT on %d examples (%d held out for validation)", len(train_df), len(eval_df))
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=common.torch_dtype(s.dtype))

@@ -18,7 +18,7 @@ import logging
 import numpy as np
 import pandas as pd
 
-from lara.scoring import encode, pad_batch
+from lara.scoring import encode, last_token_index, pad_batch
 from lara.settings import read_settings
 from lara.template import PROMPT_TEMPLATE
 from lara.train import common
@@ -43,9 +43,7 @@ def value_targets(q_logits, ref_logprobs, input_ids, response_mask, final, targe
     pred = q_logits[:, :-1].gather(-1, nxt.unsqueeze(-1)).squeeze(-1)
     mask = response_mask[:, 1:].to(pred.dtype)
     # the final response token of each row: the last position where the response mask is 1
-    positions = torch.arange(mask.shape[1], device=mask.device)
-    last = (positions * mask).argmax(dim=-1)
-    is_last = positions.unsqueeze(0) == last.unsqueeze(1)
+    is_last = torch.arange(mask.shape[1], device=mask.device).unsqueeze(0) == last_token_index(mask).unsqueeze(1)
     tgt = final.to(pred.dtype).unsqueeze(1).expand_as(pred).clone()
     if target == "cdq":
         with torch.no_grad():
@@ -126,9 +124,8 @@ def evaluate_values(model, tokenizer, examples: list[dict], batch_size: int = 64
             for row in range(pred.shape[0]):
                 idx = torch.nonzero(mask[row]).squeeze(-1).cpu().numpy()
                 vals = pred[row].cpu().numpy()
-                picks["first"].append(vals[idx[0]])
-                picks["middle"].append(vals[idx[len(idx) // 2]])
-                picks["last"].append(vals[idx[-1]])
+                for key, at in zip(picks, (idx[0], idx[len(idx) // 2], idx[-1]), strict=True):
+                    picks[key].append(vals[at])
             finals += batch["final"].tolist()
     finals = np.asarray(finals)
     return {f"corr_{k}": float(np.corrcoef(v, finals)[0, 1]) for k, v in picks.items()} | {"n": len(finals)}
@@ -139,9 +136,7 @@ def train_value(kind: str, model_path: str, data_path: str, checkpoints: str, ou
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainingArguments
 
-    tokenizer = common.start(model_path, s)
-    from lara.read.files import read_table
-    df = read_table(data_path)
+    tokenizer, df = common.start(model_path, s, data_path)
     if kind not in df.columns:
         from lara.read.files import DataError
 
