@@ -176,13 +176,6 @@ class ValueScorer:
                                 use_cache=False).logits
         return logits[:, -1].float()
 
-    def next_token_values(self, prompts, prefixes) -> np.ndarray:
-        """(B, V): Q(prompt + prefix, z) for every token z, one forward pass per batch."""
-        seqs = [encode(self.tokenizer, p, r, False) for p, r in zip(prompts, prefixes, strict=True)]
-        out = [self._forward(seqs[lo:lo + self.batch_size]).cpu().numpy()
-               for lo in range(0, len(seqs), self.batch_size)]
-        return np.concatenate(out)
-
     def prefix_values(self, prompts, responses, fraction: float) -> np.ndarray:
         """The value after the first ceil(fraction * |y|) tokens of each response (EOS included at 1):
         Q(prompt + y_<t, y_t), what CD-Q predicts the finished response will score from that prefix."""
