@@ -360,8 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     if command is not None and command not in ONLINE_COMMANDS:
         # every step but `lara fetch` reads the Hugging Face cache only (lara.hub); set before any step imports
         # huggingface_hub, transformers or datasets, which read these once
-        os.environ["HF_HUB_OFFLINE"] = "1"
-        os.environ["HF_DATASETS_OFFLINE"] = "1"
+        os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     args = make_parser(command).parse_args(argv)
     _configure_logging(args.log_level)
     from lara.config import ConfigError

@@ -59,8 +59,7 @@ def _lara_record(path: Path) -> dict | None:
         rec = json_file((path / "provenance.json"), mapping=False)
         return {k: rec.get(k) for k in ("settings", "seed", "code", "host", "device", "created")}
     if path.suffix == ".parquet" and path.is_file():
-        meta = read_metadata(path)
-        return meta or None
+        return read_metadata(path) or None
     return None
 
 
