@@ -241,9 +241,8 @@ class Artifact:
         got = self.field(name)
         if got is MISSING or _same(got, want):
             return
-        got_shown = shown(got) if shown else repr(got)
-        want_shown = shown(want) if shown else repr(want)
-        raise DataError(f"{self.where}: {name} {got_shown}, expected {want_shown}" + (f" ({say})" if say else ""))
+        show = shown or repr
+        raise DataError(f"{self.where}: {name} {show(got)}, expected {show(want)}" + (f" ({say})" if say else ""))
 
     def prompts(self, per_prompt: int | None = None) -> PromptSet:
         return prompt_set(self.df, self.where, per_prompt)
@@ -266,7 +265,6 @@ def distinct_files(paths: list[str | Path], flag: str) -> None:
             raise DataError(f"{flag}: {p} and {seen[key]} are the same file (identical content); each output is "
                             "given once")
         seen[key] = str(p)
-
 
 
 # ---------------------------------------------------------------------------------------------
