@@ -135,11 +135,9 @@ def _kind(mode: int) -> str | None:
     """What a file that is neither a regular file nor a folder is."""
     import stat
 
-    for test, name in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return None
+    return next((name for test, name in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+                                         (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")) if test(mode)),
+                None)
 
 
 def _limits(folder: str) -> tuple[int, int]:
