@@ -65,7 +65,7 @@ def test_oracle_scorer_and_loader():
 def test_value_scorer_one_pass_values_match_per_sequence(tiny_world, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lara.scoring import ValueScorer, load_scorer
+    from lara.scoring import ValueScorer, encode, load_scorer
 
     AutoModelForCausalLM.from_pretrained(tiny_world["base"]).save_pretrained(tmp_path)
     tok = AutoTokenizer.from_pretrained(tiny_world["base"])
@@ -73,14 +73,17 @@ def test_value_scorer_one_pass_values_match_per_sequence(tiny_world, tmp_path):
     (tmp_path / "lara_scorer.json").write_text(json.dumps({"kind": "value_cost"}))
     scorer = load_scorer(str(tmp_path), "cost", batch_size=8)
     assert isinstance(scorer, ValueScorer)
-    batch = scorer.next_token_values(PROMPTS, ["sure .", "", "sure . here is how"])
-    single = np.stack([ValueScorer(tmp_path, batch_size=1).next_token_values([p], [r])[0]
-                       for p, r in zip(PROMPTS, ["sure .", "", "sure . here is how"], strict=False)])
-    assert batch.shape == (3, len(tok))
-    np.testing.assert_allclose(batch, single, atol=1e-4)  # left padding changes nothing
+    single = ValueScorer(tmp_path, batch_size=1)
+    for fraction in (0.5, 1.0):
+        batch = scorer.prefix_values(PROMPTS, RESPONSES, fraction)
+        one = np.concatenate([single.prefix_values([p], [r], fraction)
+                              for p, r in zip(PROMPTS, RESPONSES, strict=True)])
+        assert batch.shape == (len(PROMPTS),)
+        np.testing.assert_allclose(batch, one, atol=1e-4)  # left padding changes nothing
     # the score of a complete response is Q(response without EOS, EOS)
     full = scorer.score(PROMPTS, RESPONSES)
-    via_next = scorer.next_token_values(PROMPTS, RESPONSES)[:, tok.eos_token_id]
+    heads = [encode(tok, p, r, False) for p, r in zip(PROMPTS, RESPONSES, strict=True)]
+    via_next = np.concatenate([single._forward([h]).cpu().numpy()[:, tok.eos_token_id] for h in heads])
     np.testing.assert_allclose(full, via_next, atol=1e-4)
 
 

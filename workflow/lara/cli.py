@@ -19,10 +19,9 @@ from lara.steps import COMMANDS, TORCH_COMMANDS
 
 log = logging.getLogger("lara")
 
-# the scheduler's view of a job, logged at its start
 # the steps that may reach the Hugging Face hub: the download step; every other step runs offline
 ONLINE_COMMANDS = {"fetch"}
-
+# the scheduler's view of a job, logged at its start
 JOB_VARIABLES = ("SLURM_JOB_ID", "SLURM_CPUS_PER_TASK", "SLURM_GPUS_ON_NODE", "CUDA_VISIBLE_DEVICES")
 
 
@@ -76,40 +75,33 @@ def _command_in(argv: list[str]) -> str | None:
     return rest[0] if rest and rest[0] in COMMANDS else None
 
 
-def _log_format(level: str) -> dict:
-    """Logging for this process: one process logs at ``level``; under a multi-process launch
-    (accelerate sets RANK and WORLD_SIZE) each line names its rank and only rank 0 logs below
-    warnings, so the job's log reads like a single process's."""
-    from lara.runtime import rank, world_size
-
-    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-    world, me = world_size(), rank()
-    if world > 1:
-        fmt = f"%(asctime)s [rank {me}/{world}] %(levelname)s %(name)s: %(message)s"
-        if me != 0 and logging.getLevelName(level) < logging.WARNING:
-            level = "WARNING"
-    return {"level": level, "stream": sys.stderr, "format": fmt}
-
-
 _HANDLER: logging.Handler | None = None  # the handler main() installed (replaced when main runs again in-process)
 
 
 def _configure_logging(level: str) -> None:
-    """This process's log: one handler on stderr, in the format of :func:`_log_format`, through a filter
-    that redacts credentials (lara.secrets), so no key in a URL or header reaches a log line. Calling
-    main() again in the same process (the fault catalogue does) replaces it, never stacks a second."""
+    """This process's log: one handler on stderr, through a filter that redacts credentials (lara.secrets), so no
+    key in a URL or header reaches a log line. One process logs at ``level``; under a multi-process launch
+    (accelerate sets RANK and WORLD_SIZE) each line names its rank and only rank 0 logs below warnings, so the
+    job's log reads like a single process's. Calling main() again in the same process (the fault catalogue does)
+    replaces the handler, never stacks a second."""
+    from lara.runtime import rank, world_size
     from lara.secrets import RedactingFilter
 
     global _HANDLER
     root = logging.getLogger()
     if _HANDLER is not None:
         root.removeHandler(_HANDLER)
-    spec = _log_format(level)
-    _HANDLER = logging.StreamHandler(spec["stream"])
-    _HANDLER.setFormatter(logging.Formatter(spec["format"]))
+    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    world, me = world_size(), rank()
+    if world > 1:
+        fmt = f"%(asctime)s [rank {me}/{world}] %(levelname)s %(name)s: %(message)s"
+        if me != 0 and logging.getLevelName(level) < logging.WARNING:
+            level = "WARNING"
+    _HANDLER = logging.StreamHandler(sys.stderr)
+    _HANDLER.setFormatter(logging.Formatter(fmt))
     _HANDLER.addFilter(RedactingFilter())
     root.addHandler(_HANDLER)
-    root.setLevel(spec["level"])
+    root.setLevel(level)
 
 
 # The outputs that are folders: a model (written whole with atomic_output(directory=True)) and a trainer's
@@ -146,11 +138,9 @@ def _kind(mode: int) -> str | None:
     """What a file that is neither a regular file nor a folder is."""
     import stat
 
-    for test, name in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return None
+    return next((name for test, name in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+                                         (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")) if test(mode)),
+                None)
 
 
 def _limits(folder: str) -> tuple[int, int]:
@@ -363,8 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     if command is not None and command not in ONLINE_COMMANDS:
         # every step but `lara fetch` reads the Hugging Face cache only (lara.hub); set before any step imports
         # huggingface_hub, transformers or datasets, which read these once
-        os.environ["HF_HUB_OFFLINE"] = "1"
-        os.environ["HF_DATASETS_OFFLINE"] = "1"
+        os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     args = make_parser(command).parse_args(argv)
     _configure_logging(args.log_level)
     from lara.config import ConfigError

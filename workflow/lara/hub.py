@@ -155,8 +155,7 @@ def download(ref: HubRef) -> tuple[Path, str]:
 def check(ref: HubRef, path: Path) -> dict:
     """Load what a job will load from the snapshot: a dataset's split (rows), a model's config.json."""
     if ref.repo_type == "dataset":
-        rows = len(load_dataset_snapshot(ref, path))
-        return {"rows": rows}
+        return {"rows": len(load_dataset_snapshot(ref, path))}
     cfg = path / "config.json"
     if not cfg.is_file():
         raise HubError(f"{ref.key}: {ref.label} has no config.json: not a transformers model")

@@ -33,6 +33,9 @@ import pandas as pd
 
 from lara.data.errors import DataError
 from lara.data.ids import check_id_types, id_key  # (callers use identity.id_key: "01", 1 and "1" are one id)
+from lara.io import sha256_path
+from lara.read.files import json_file, read_metadata, read_table, require_finite, require_rows
+from lara.settings import CERTIFIED
 
 KEY = "identity"
 MISSING = object()
@@ -145,8 +148,6 @@ def disjoint(calibration: PromptSet | dict | None, audit: PromptSet, where: str)
 
 
 def file_digest(path: str | Path) -> str:
-    from lara.io import sha256_path
-
     return sha256_path(path)[:16]
 
 
@@ -180,11 +181,8 @@ def read_identity(path: str | Path) -> dict:
     path = Path(path)
     try:
         if path.suffix.lower() == ".parquet":
-            from lara.read.files import read_metadata
-
             found = read_metadata(path).get(KEY)
         elif path.suffix.lower() == ".json":
-            from lara.read.files import json_file
             data = json_file(path, mapping=False)
             found = data.get(KEY) if isinstance(data, dict) else None
         else:
@@ -243,9 +241,8 @@ class Artifact:
         got = self.field(name)
         if got is MISSING or _same(got, want):
             return
-        got_shown = shown(got) if shown else repr(got)
-        want_shown = shown(want) if shown else repr(want)
-        raise DataError(f"{self.where}: {name} {got_shown}, expected {want_shown}" + (f" ({say})" if say else ""))
+        show = shown or repr
+        raise DataError(f"{self.where}: {name} {show(got)}, expected {show(want)}" + (f" ({say})" if say else ""))
 
     def prompts(self, per_prompt: int | None = None) -> PromptSet:
         return prompt_set(self.df, self.where, per_prompt)
@@ -253,8 +250,6 @@ class Artifact:
 
 def table(path: str | Path, flag: str, required=(), finite=()) -> Artifact:
     """Read a table with its identity (lara.read.files.read_table's checks, and ``finite`` columns finite)."""
-    from lara.read.files import read_table, require_finite, require_rows
-
     df = require_rows(read_table(path, required=required), path)
     if finite:
         require_finite(df, finite, path)
@@ -272,7 +267,6 @@ def distinct_files(paths: list[str | Path], flag: str) -> None:
         seen[key] = str(p)
 
 
-
 # ---------------------------------------------------------------------------------------------
 # decoded outputs against the lambda record they claim to be decoded with
 
@@ -286,8 +280,6 @@ def record_value(record, setting: str) -> tuple[float, str] | None:
         return record.lambda_star, f"lambda* = {record.lambda_star:.4g} from {record.path}"
     if setting == "hat":
         return record.lambda_hat, f"lambda-hat = {record.lambda_hat:.4g} from {record.path}"
-    from lara.settings import CERTIFIED
-
     if setting in CERTIFIED and setting in (record.get("procedures") or {}):
         lam = record.procedure_lambda(setting)
         return lam, f"the {setting} lambda = {lam:.4g} from {record.path}"
@@ -322,7 +314,6 @@ def decoded_identity(kind: str, out, method: str, setting: str, lam: float, reco
     extra = {}
     if record_path is not None and Path(record_path).exists() and setting not in ("zero", "max"):
         rec_id = read_identity(record_path)
-        from lara.read.files import json_file
         data = json_file(Path(record_path), mapping=False)
         extra = {"lambda_record": file_digest(record_path), "tau": data.get("tau"),
                  "calibration_prompts": (rec_id.get("prompts") or {}).get("digest")}
@@ -343,8 +334,6 @@ def role_of(path: str | Path) -> str | None:
     """The prompt pool a table belongs to: its identity's role, or the split it was written as (split_role)."""
     found = read_identity(path).get("role")
     if found is None and Path(path).suffix.lower() == ".parquet":
-        from lara.read.files import read_metadata
-
         try:
             found = read_metadata(path).get("split_role")
         except (OSError, ValueError):

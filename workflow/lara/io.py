@@ -205,21 +205,18 @@ def write_jsonl(path: str | os.PathLike, rows: list[dict]) -> None:
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+    return copy_hashed(path, None, chunk)
 
 
-def copy_hashed(src: str | os.PathLike, dest: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    """Copy ``src`` to ``dest`` and return the sha256 of the bytes copied (so what is read later, from
-    ``dest``, is exactly what was hashed, whatever happens to ``src`` meanwhile)."""
+def copy_hashed(src: str | os.PathLike, dest: str | os.PathLike | None, chunk: int = 1 << 20) -> str:
+    """Copy ``src`` to ``dest`` (None: only hash it) and return the sha256 of the bytes copied (so what is read
+    later, from ``dest``, is exactly what was hashed, whatever happens to ``src`` meanwhile)."""
     h = hashlib.sha256()
-    with open(src, "rb") as fin, open(dest, "wb") as fout:
+    with open(src, "rb") as fin, open(dest, "wb") if dest is not None else contextlib.nullcontext() as fout:
         while block := fin.read(chunk):
             h.update(block)
-            fout.write(block)
+            if fout is not None:
+                fout.write(block)
     return h.hexdigest()
 
 

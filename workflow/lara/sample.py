@@ -183,10 +183,8 @@ class VLLMGenerator:
                                 repetition_penalty=s.repetition_penalty, max_tokens=s.max_new_tokens, seed=seed)
         log.info("vLLM: %d prompts x %d samples in one call", len(prompts), n)
         outs = self.llm.generate([format_prompt(p) for p in prompts], params)
-        rows = []
-        for pid, prompt, out in zip(prompt_ids, prompts, outs, strict=True):
-            for k, o in enumerate(out.outputs):
-                rows.append((pid, k, prompt, o.text.strip(), len(o.token_ids)))
+        rows = [(pid, k, prompt, o.text.strip(), len(o.token_ids))
+                for pid, prompt, out in zip(prompt_ids, prompts, outs, strict=True) for k, o in enumerate(out.outputs)]
         return pd.DataFrame(rows, columns=COLUMNS)
 
 

@@ -149,20 +149,17 @@ class SequenceScorer:
         return self.score_ids(self.encode(prompts, responses), progress)
 
 
-class ValueScorer:
-    """A CD-Q value model: its LM head gives Q(prefix, z) for every next token z."""
+class ValueScorer(SequenceScorer):
+    """A CD-Q value model: its LM head gives Q(prefix, z) for every next token z (batched, left-padded)."""
 
-    def __init__(self, path: str | Path, device: str | None = None, batch_size: int = 32, dtype: str = "float32"):
-        import torch
+    def _load(self, dtype) -> tuple:
+        """(meta, tokenizer, model): lara's scorer file (required), the tokenizer, the causal LM in ``dtype``."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        self.path = Path(path)
         from lara.read.files import json_file
-        self.meta = json_file((self.path / SCORER_FILE), mapping=False)
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.tokenizer = AutoTokenizer.from_pretrained(self.path)
-        self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=getattr(torch, dtype)).to(self.device).eval()
-        self.batch_size = batch_size
+
+        return (json_file(self.path / SCORER_FILE, mapping=False), AutoTokenizer.from_pretrained(self.path),
+                AutoModelForCausalLM.from_pretrained(self.path, dtype=dtype))
 
     def _forward(self, seqs: list[list[int]]):
         """Logits at each row's last real token (left padding, positions from the mask)."""
@@ -175,13 +172,6 @@ class ValueScorer:
             logits = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask),
                                 use_cache=False).logits
         return logits[:, -1].float()
-
-    def next_token_values(self, prompts, prefixes) -> np.ndarray:
-        """(B, V): Q(prompt + prefix, z) for every token z, one forward pass per batch."""
-        seqs = [encode(self.tokenizer, p, r, False) for p, r in zip(prompts, prefixes, strict=True)]
-        out = [self._forward(seqs[lo:lo + self.batch_size]).cpu().numpy()
-               for lo in range(0, len(seqs), self.batch_size)]
-        return np.concatenate(out)
 
     def prefix_values(self, prompts, responses, fraction: float) -> np.ndarray:
         """The value after the first ceil(fraction * |y|) tokens of each response (EOS included at 1):
@@ -406,8 +396,7 @@ def load_scorer(spec: str, role: str = "reward", **kwargs) -> Scorer:
     if meta_file.is_file():
         from lara.read.files import json_file
         if json_file(meta_file, mapping=False).get("kind", "").startswith("value_"):
-            kwargs.pop("padding_side", None)
-            return ValueScorer(spec, **kwargs)
+            return ValueScorer(spec, **kwargs)  # (it pads on the left whatever padding_side says)
         return SequenceScorer(spec, **kwargs)
     if check_score_architecture(spec, role) == "llama_for_score":
         return LlamaForScoreScorer(spec, **kwargs)

@@ -84,20 +84,16 @@ def mean_bounds(values, n_boot: int, seed: int = 0) -> tuple[float, float, float
 def quantile_replicates_problem(n_boot: int, quantile: float, key: str, what: str) -> str | None:
     """The problem of a bootstrap of ``n_boot`` replicates that puts fewer than MIN_TAIL beyond the ``quantile``
     it deploys (``what`` says which quantile, for the message), or None."""
-    floor = min_replicates(1 - quantile)
-    if n_boot < floor:
-        return (f"{key}: {n_boot} replicates put fewer than {MIN_TAIL} beyond {what} {quantile:g} quantile; use at "
-                f"least {floor}")
-    return None
+    return replicates_problem(n_boot, key, 1 - quantile, f"{what} {quantile:g} quantile", "")
 
 
-def replicates_problem(n_boot: int, key: str = "evaluation.bootstrap") -> str | None:
+def replicates_problem(n_boot: int, key: str = "evaluation.bootstrap", tail: float = BOUNDS[0],
+                       beyond: str = "each bound of a 95% interval", end: str = " (nothing was computed)"):
     """The problem of an interval's bootstrap that puts fewer than MIN_TAIL replicates beyond a 95 % bound (a
-    bound read off fewer is noise), or None."""
-    floor = min_replicates(BOUNDS[0])
+    bound read off fewer is noise; ``tail``: the mass beyond another quantile, said as ``beyond``), or None."""
+    floor = min_replicates(tail)
     if n_boot < floor:
-        return (f"{key}: {n_boot} replicates put fewer than {MIN_TAIL} beyond each bound of a 95% interval; use at "
-                f"least {floor} (nothing was computed)")
+        return f"{key}: {n_boot} replicates put fewer than {MIN_TAIL} beyond {beyond}; use at least {floor}{end}"
     return None
 
 

@@ -25,6 +25,9 @@ from base64 import urlsafe_b64encode
 from datetime import UTC, datetime
 from pathlib import Path
 
+from lara.io import atomic_output, sha256_path, write_json
+from lara.read.files import DataError, json_file, read_metadata
+
 log = logging.getLogger(__name__)
 
 HELP = "print a figure's provenance trail and verify every recorded hash against the files on disk"
@@ -45,7 +48,6 @@ def metadata_record(path: str, root: Path = Path(".")) -> dict | None:
     parts = ["@" + p for p in parts[:-1]] + [parts[-1]]
     f = root / ".snakemake" / "metadata" / Path(*parts)
     try:
-        from lara.read.files import json_file
         return json_file(f, mapping=False)
     except (OSError, ValueError):
         return None
@@ -54,14 +56,10 @@ def metadata_record(path: str, root: Path = Path(".")) -> dict | None:
 def _lara_record(path: Path) -> dict | None:
     """A step's own provenance: provenance.json of a model directory, or a parquet's metadata."""
     if path.is_dir() and (path / "provenance.json").is_file():
-        from lara.read.files import json_file
         rec = json_file((path / "provenance.json"), mapping=False)
         return {k: rec.get(k) for k in ("settings", "seed", "code", "host", "device", "created")}
     if path.suffix == ".parquet" and path.is_file():
-        from lara.read.files import read_metadata
-
-        meta = read_metadata(path)
-        return meta or None
+        return read_metadata(path) or None
     return None
 
 
@@ -98,8 +96,6 @@ def build_trail(inputs: list[str], root: Path = Path("."), made_under: str | Non
     is a source (data or a model no job of this workflow made), except under ``made_under`` (the
     workflow's output folder), where it should have one: its origin is then ``unknown`` (the
     metadata was dropped or deleted) and :func:`verify` says so."""
-    from lara.io import sha256_path
-
     entries, seen, queue = [], set(), list(inputs)
     while queue:
         path = queue.pop(0)
@@ -153,7 +149,6 @@ def write_sidecar(figures: list[str], inputs: list[str], rule: str, params: dict
                   root: Path = Path("."), trail: list[dict] | None = None, shows: dict | None = None) -> dict:
     """Write the provenance sidecar of a figure (its PNG and PDF files) atomically; ``shows`` (what
     the figure shows, which the report caption prints) is stored with it."""
-    from lara.io import atomic_output, sha256_path, write_json
     from lara.provenance import machine
 
     try:
@@ -181,10 +176,7 @@ REQUIRED = ("figure", "inputs", "trail")
 
 def read_sidecar(path: Path) -> dict:
     """A sidecar's record; a file that is not one is a :class:`DataError` naming it."""
-    from lara.read.files import DataError
-
     try:
-        from lara.read.files import json_file
         record = json_file(path, mapping=False)
     except ValueError as exc:
         raise DataError(f"{path}: not a provenance sidecar, it does not parse as JSON ({exc})") from None
@@ -200,8 +192,6 @@ def read_sidecar(path: Path) -> dict:
 def verify(record: dict, root: Path = Path("."), figure: Path | None = None) -> list[tuple[str, str]]:
     """Problems with the trail, each (``BROKEN`` or ``UNKNOWN``, message; which is which: the module docstring);
     empty when it holds. ``figure``: the file the reader asked about."""
-    from lara.io import sha256_path
-
     problems = []
     if figure is not None:
         mine = [e for e in record["figure"] if Path(e["path"]).name == figure.name]
@@ -336,8 +326,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
-    from lara.read.files import DataError
-
     fig = Path(args.figure)
     given = None if fig.name.endswith(SUFFIX) else fig
     side = fig if given is None else sidecar_path(fig)

@@ -11,7 +11,8 @@ hostile inputs from the row. docs/architecture.md prints the table (``python -m 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 from lara.data.errors import DataError
@@ -29,26 +30,31 @@ FULL_BON = ("best_of_n", "gibbs_tilt")  # the decoders of lara calibrate's recor
 
 SAMPLES = Expect("samples of pi_ref (lara sample)", kinds=("samples",), columns=("prompt_id", "sample_id", "response"),
                  unit="response")
-SCORES_CAL = Expect("the calibration prompts' scored samples (lara score)", kinds=("scores",), roles=("calibration",),
-                    columns=("prompt_id", "reward", "cost"), numbers=("reward", "cost"), unit="response")
-SCORES_TEST = Expect("scored candidates to decode (lara score)", kinds=("scores",),
-                     columns=("prompt_id", "sample_id", "reward", "cost"), numbers=("reward", "cost"), unit="response",
-                     agree=SCALAR_SCORERS)
+TOKENS = ("reward", "cost", "n_tokens")  # scores with the sample's length in tokens (pruned Best-of-N's pools)
+PREFIXED = (*SCALAR_SCORERS, *PREFIX_SCORERS)
+
+
+def _scored(what: str, roles: tuple[str, ...] = (), numbers: tuple[str, ...] = ("reward", "cost"), *,
+            ids: tuple[str, ...] = ("prompt_id", "sample_id"), agree: tuple[str, ...] = SCALAR_SCORERS,
+            kind: str = "scores", states: tuple[str, ...] = ()) -> Expect:
+    """A pool's scored samples (lara score, score-constraints, score-prefixes): one row shape for every pool that
+    reads them, its ``ids`` and its score columns (``numbers``), one response per candidate."""
+    return Expect(what, kinds=(kind,), roles=roles, columns=(*ids, *numbers), numbers=numbers, unit="response",
+                  agree=agree, states=states)
+
+
+SCORES_CAL = _scored("the calibration prompts' scored samples (lara score)", ("calibration",), ids=("prompt_id",),
+                     agree=())
+SCORES_TEST = _scored("scored candidates to decode (lara score)")
 # the sweep's verdicts are a held-out audit: its candidates are the test prompts', never the calibration prompts'
-SCORES_HELD_OUT = Expect("the test prompts' scored candidates (lara score on the bon pool)", kinds=("scores",),
-                         roles=("test",), columns=("prompt_id", "sample_id", "reward", "cost"),
-                         numbers=("reward", "cost"), unit="response", agree=SCALAR_SCORERS)
-SCORES_ANY = Expect("scored samples (lara score)", kinds=("scores",), columns=("prompt_id", "reward", "cost"),
-                    numbers=("reward", "cost"), unit="response", agree=SCALAR_SCORERS)
-SCORES_DEPLOY = Expect("the deployment pool's scored candidates (lara score)", kinds=("scores",),
-                       roles=("deployment",), columns=("prompt_id", "sample_id", "reward", "cost"),
-                       numbers=("reward", "cost"), unit="response")
+SCORES_HELD_OUT = _scored("the test prompts' scored candidates (lara score on the bon pool)", ("test",))
+SCORES_ANY = _scored("scored samples (lara score)", ids=("prompt_id",))
+SCORES_DEPLOY = _scored("the deployment pool's scored candidates (lara score)", ("deployment",), agree=())
 
 
 def _constraint_scores(what: str, roles: tuple[str, ...] = (), agree: tuple[str, ...] = SCORERS) -> Expect:
-    """A pool's constraint scores (lara score-constraints): one row shape for every pool that reads them."""
-    return Expect(f"{what} (lara score-constraints)", kinds=("constraint_scores",), roles=roles,
-                  columns=("prompt_id", "sample_id", "reward"), numbers=("reward",), unit="response", agree=agree)
+    """A pool's constraint scores (lara score-constraints)."""
+    return _scored(f"{what} (lara score-constraints)", roles, ("reward",), agree=agree, kind="constraint_scores")
 
 
 VSCORES_CAL = _constraint_scores("the calibration prompts' constraint scores", ("calibration",))
@@ -130,20 +136,16 @@ VONLINE = Expect("an online run's visits with the vector lambda (lara online --c
                  columns=("t", "reward"), numbers=("reward",),
                  agree=("scenario", "stream", "tau", "lambda_record", "window", "batch_size"), stamped=True)
 # pruned Best-of-N (decode.bon_prune): scored samples with their lengths, their prefixes scored, its own record
-SCORES_TOKENS = Expect("scored samples with their lengths in tokens (lara sample, lara score)", kinds=("scores",),
-                       columns=("prompt_id", "sample_id", "reward", "cost", "n_tokens"),
-                       numbers=("reward", "cost", "n_tokens"), unit="response")
-SCORES_CAL_TOKENS = Expect("the calibration prompts' scored samples with their lengths (lara score)", kinds=("scores",),
-                           roles=("calibration",), columns=("prompt_id", "sample_id", "reward", "cost", "n_tokens"),
-                           numbers=("reward", "cost", "n_tokens"), unit="response", agree=SCALAR_SCORERS)
+SCORES_TOKENS = _scored("scored samples with their lengths in tokens (lara sample, lara score)", numbers=TOKENS,
+                        agree=())
+SCORES_CAL_TOKENS = _scored("the calibration prompts' scored samples with their lengths (lara score)",
+                            ("calibration",), TOKENS)
 
 
 def _prefixes(what: str, role: str) -> Expect:
-    """A pool's samples with their prefix scores (lara score-prefixes): one row shape for every role that reads them."""
-    return Expect(f"{what} with their prefix scores (lara score-prefixes)", kinds=("prefix_scores",), roles=(role,),
-                  columns=("prompt_id", "sample_id", "reward", "cost", "n_tokens"),
-                  numbers=("reward", "cost", "n_tokens"), unit="response",
-                  agree=(*SCALAR_SCORERS, *PREFIX_SCORERS), states=PREFIX_SCORERS)
+    """A pool's samples with their prefix scores (lara score-prefixes), for one role."""
+    return _scored(f"{what} with their prefix scores (lara score-prefixes)", (role,), TOKENS, agree=PREFIXED,
+                   kind="prefix_scores", states=PREFIX_SCORERS)
 
 
 PREFIXES_CAL = _prefixes("the calibration prompts' samples", "calibration")
@@ -155,13 +157,11 @@ FRONTIER = Expect("the token-budget frontier (lara choose-decoder --table)",
                   numbers=("tokens", "mean_reward", "mean_reward_lo", "mean_reward_hi"))
 CHOICE = Expect("the token-budget choice (lara choose-decoder)", JSON, kinds=("budget_choice",),
                 keys=("budgets", "tau"), stamped=True)
-PREFIXES_ANY = Expect("samples with their prefix scores (lara score-prefixes)", kinds=("prefix_scores",),
-                      columns=("prompt_id", "sample_id", "reward", "cost", "n_tokens"),
-                      numbers=("reward", "cost", "n_tokens"), unit="response",
-                      agree=(*SCALAR_SCORERS, *PREFIX_SCORERS))
+PREFIXES_ANY = _scored("samples with their prefix scores (lara score-prefixes)", numbers=TOKENS, agree=PREFIXED,
+                       kind="prefix_scores")
 LAMBDA_PRUNED = Expect("pruned Best-of-N's own record (lara calibrate-prune)", JSON, kinds=("lambda",),
                        keys=("lambda_hat", "lambda_star", "tau"),
-                       agree=("lambda_record", "tau", *SCALAR_SCORERS, *PREFIX_SCORERS), decoders=("pruned_best_of_n",),
+                       agree=("lambda_record", "tau", *PREFIXED), decoders=("pruned_best_of_n",),
                        states=PREFIX_SCORERS)
 PRUNE_SWEEP = Expect("pruned Best-of-N's sweep (lara bon-prune-sweep)",
                      columns=("n", "lambda", "label", "tokens", "token_ratio"),
@@ -170,21 +170,12 @@ TOY_TABLE = Expect("a toy-world table (lara make-toy-world)", columns=())
 ANY_TABLE = Expect("a table", columns=())
 
 
-def folder(what: str) -> Expect:
-    return Expect(what, FOLDER)
-
-
-def source(what: str) -> Expect:
-    return Expect(what, SOURCE)
-
-
+folder, source = partial(Expect, fmt=FOLDER), partial(Expect, fmt=SOURCE)  # Expect(what, FOLDER), ...
 MODEL, POLICY = folder("a model folder"), folder("a policy (model folder)")
 CONFIGS = Expect("config files (YAML)", CONFIG, many=True)
 
 
 def many(e: Expect) -> Expect:
-    from dataclasses import replace
-
     return replace(e, many=True)
 
 

@@ -62,7 +62,7 @@ class Expect:
 
 def check_numbers(df: pd.DataFrame, columns, where: str) -> None:
     """Numeric columns: numbers (not text, not booleans), finite, within +-SCORE_LIMIT."""
-    from lara.read.files import SCORE_LIMIT
+    from lara.read.files import require_in_range
 
     for col in columns:
         values = df[col]
@@ -80,10 +80,7 @@ def check_numbers(df: pd.DataFrame, columns, where: str) -> None:
             prompt = f" (prompt {df['prompt_id'].iloc[first]!r})" if "prompt_id" in df.columns else ""
             what = f"text {shown}, not a number," if isinstance(value, str) else f"a non-finite value ({shown})"
             raise DataError(f"{where}: column {col!r} holds {what} at {_rows(bad)}{prompt}")
-        beyond = np.abs(numbers) > SCORE_LIMIT
-        if beyond.any():
-            raise DataError(f"{where}: column {col!r} holds {numbers[beyond][0]:g} at {_rows(beyond)}, beyond "
-                            f"+-{SCORE_LIMIT:g} where r - lambda c and its exponentials overflow; rescale the scores")
+        require_in_range(df, [col], where)  # (finite now: what is beyond +-SCORE_LIMIT)
 
 
 def check_nullable_numbers(df: pd.DataFrame, columns, where: str, what: str = "a finite number or empty") -> None:

@@ -67,24 +67,21 @@ def _check_nodes(root) -> None:
     nests or expands beyond any configuration or contains itself (:func:`lara.validation.nesting_problem`), or
     that uses a merge key (``<<: *anchor``): YAML 1.1 only, and a key written beside it silently replaces
     the merged one, which is what a key given twice does."""
-    found = nesting_problem(root, _node_children)
+    merges = []  # the merge keys, in the order the walk enters their mappings
+
+    def children(node) -> list:
+        if isinstance(node, yaml.MappingNode):
+            merges.extend(key for key, _ in node.value if key.tag == MERGE_TAG)
+        return _node_children(node)
+
+    found = nesting_problem(root, children)
     if found:
         problem, node = found
         raise YAMLRefused(problem, node.start_mark.line + 1)
-    seen, todo = set(), [root]
-    while todo:
-        node = todo.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            for key, _ in node.value:
-                if key.tag == MERGE_TAG:
-                    raise YAMLRefused("a YAML merge key (<<) is not read: it is YAML 1.1 only, and a key beside it "
-                                      "silently replaces the merged one; write the keys out (an alias *name for a "
-                                      "whole value is fine), or build on another config file with `extends:`",
-                                      key.start_mark.line + 1)
-        todo += _node_children(node)
+    if merges:
+        raise YAMLRefused("a YAML merge key (<<) is not read: it is YAML 1.1 only, and a key beside it silently "
+                          "replaces the merged one; write the keys out (an alias *name for a whole value is fine), or "
+                          "build on another config file with `extends:`", merges[0].start_mark.line + 1)
 
 
 def strict_yaml(stream):
