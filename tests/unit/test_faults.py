@@ -290,7 +290,8 @@ CASES = [
          ["figure", "--kind", "lambda_sweep", "--sweep", "{t}/sweep.csv", "--lambda-json", "{t}/lambda.json",
           "--png", "{t}/f.png", "--pdf", "{t}/f.pdf", "--provenance", "{t}/f.provenance.json"], 2,
          ["sweep.csv: the table has no rows"], ["f.png", "f.pdf", "f.provenance.json"]),
-    Case("figure: an empty summary", [_write("summary.csv", "method,setting,lambda,helpfulness,harmfulness\n")],
+    Case("figure: an empty summary", [_write("summary.csv", "method,setting,lambda,helpfulness,helpfulness_lo,"
+                                                     "helpfulness_hi,harmfulness,harmfulness_lo,harmfulness_hi\n")],
          ["figure", "--kind", "tradeoff", "--summary", "{t}/summary.csv", "--png", "{t}/f.png", "--pdf", "{t}/f.pdf",
           "--provenance", "{t}/f.provenance.json"], 2, ["summary.csv: the table has no rows"],
          ["f.png", "f.pdf", "f.provenance.json"]),

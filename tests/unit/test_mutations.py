@@ -622,7 +622,7 @@ def test_hostile_round_64_cases_are_refused(mutation_chain, tmp_path):  # noqa: 
     table = pd.read_csv(f["summary"])
     table.loc[(table["method"] == "bon") & (table["setting"] == "hat"), "lambda"] *= 1.5
     table.to_csv(hat, index=False)
-    refused("decoded Best-of-N hat at lambda", "figure", "--kind", "tradeoff", "--summary", hat,
+    refused("decoded bon hat at lambda", "figure", "--kind", "tradeoff", "--summary", hat,
             "--lambda-json", f["lambda"], *fig)
     assert not (tmp_path / "f.png").exists()
     mc.ok("figure", "--kind", "tradeoff", "--summary", f["summary"], "--lambda-json", f["lambda"], *fig)
@@ -641,3 +641,45 @@ def test_best_of_k_sizes_are_refused_naming_the_field_and_the_samples(mutation_c
                           "--out", tmp_path / "k.json")
         assert rc == 2 and message in err, err[-800:]
         assert not (tmp_path / "k.json").exists()
+
+
+def test_hostile_round_65_figures_refuse_inputs_that_do_not_belong_together(mutation_chain, tmp_path):  # noqa: F811
+    """The figures a hostile round drew from inputs that do not agree (exit 0, a provenance naming the wrong record),
+    or broke on with a traceback: every method's hat/star rows against the record, a summary without lambda or with
+    a text lambda, a row twice or outside its own interval, a trace missing for a scenario of the report, the pruned
+    decoder's record or sweep where full Best-of-N's belongs, a record of another N or tau beside the frontier."""
+    f = mutation_chain.files
+    fig = ("--settings", json.dumps({"dpi": 50, "font_scale": 1.0, "height": 3.0, "palette": "colorblind",
+                                     "width": 6.0}), "--png", tmp_path / "f.png", "--pdf", tmp_path / "f.pdf",
+           "--provenance", tmp_path / "f.json")
+
+    def refused(message, *argv):
+        rc, err = mc.lara("figure", "--kind", *argv, *fig)
+        assert rc == 2 and message in err and "Traceback" not in err, err[-1500:]
+        assert not any((tmp_path / n).exists() for n in ("f.png", "f.pdf", "f.json"))
+
+    summary = pd.read_csv(f["summary"])
+    star = (summary["method"] == "bon") & (summary["setting"] == "star")
+    tables = {"args": summary.assign(method="args"), "nolambda": summary.drop(columns=["lambda"]),
+              "twice": pd.concat([summary, summary[star]]),
+              "outside": summary.assign(helpfulness=summary["helpfulness"].where(~star, summary["helpfulness_hi"] + 1)),
+              "text": summary.astype({"lambda": object}).assign(**{"lambda": lambda t: t["lambda"].where(~star, "x")})}
+    for name, table in tables.items():
+        table.to_csv(tmp_path / f"{name}.csv", index=False)
+    refused("decoded args star at lambda", "tradeoff", "--summary", tmp_path / "args.csv", "--lambda-json",
+            f["lambda_n2"])
+    refused("missing column(s) lambda", "tradeoff", "--summary", tmp_path / "nolambda.csv")
+    refused("lists bon/star twice", "tradeoff", "--summary", tmp_path / "twice.csv")
+    refused("bon/star's helpfulness", "tradeoff", "--summary", tmp_path / "outside.csv")
+    refused("column 'lambda' holds 'x'", "tradeoff", "--summary", tmp_path / "text.csv")
+
+    refused("no trace for scenario(s) control", "deployment", "--report", f["report"], "--traces", f["trace_heavy"],
+            "--lambda-json", f["lambda"])
+    prune_sweep = f["lambda_prune"].parents[1] / "bon/prune_sweep.csv"
+    refused("--prune-sweep", "lambda_sweep", "--sweep", prune_sweep, "--lambda-json", f["lambda_prune"])
+    refused("decoder pruned_best_of_n", "coverage", "--coverage", f["coverage"], "--lambda-json", f["lambda_prune"])
+    frontier = ("frontier", "--frontier", f["frontier"], "--choice", f["choice"], "--lambda-json")
+    refused("decoder best_of_n with N = 2", *frontier, f["lambda_n2"])
+    refused("is full Best-of-N's (best_of_n) for tau", *frontier, f["lambda_tau2"])
+    mc.ok("figure", "--kind", *frontier, f["lambda"], *fig)
+    mc.ok("figure", "--kind", "coverage", "--coverage", f["coverage"], "--lambda-json", f["lambda_n2"], *fig)

@@ -133,7 +133,7 @@ def read_report(path: str | Path, lambda_record=None) -> pd.DataFrame:
 
 
 def read_traces(paths: list[str], report: pd.DataFrame, report_path) -> dict[str, pd.DataFrame]:
-    """The traces by scenario, in the report's scenario order: each of a scenario of the report, once, with arms
+    """The traces by scenario, in the report's scenario order: one of each scenario of the report, with arms
     the report lists for that scenario and finite lambda and running mean cost."""
     from lara.identity import read_identity
     from lara.read.files import read_table, require_finite, require_rows
@@ -168,7 +168,11 @@ def read_traces(paths: list[str], report: pd.DataFrame, report_path) -> dict[str
             raise DataError(f"{path}: arm(s) {', '.join(extra)} of scenario {scenario!r} are not in {report_path}")
         found[scenario] = (str(path), trace.sort_values(["arm", "t"]))
     order = list(dict.fromkeys(report["scenario"]))
-    return {s: found[s][1] for s in sorted(found, key=order.index)}
+    missing = [s for s in order if s not in found]
+    if missing:  # the figure would leave the scenario out while its caption lists it
+        raise DataError(f"--traces: no trace for scenario(s) {', '.join(missing)} of {report_path} (one "
+                        "{scenario}/trace.parquet per scenario of the report)")
+    return {s: found[s][1] for s in order}
 
 
 def shows(report: pd.DataFrame) -> dict:

@@ -82,3 +82,22 @@ class Drawn(NamedTuple):
     fig: Any
     extra: dict | None = None
     summary: Any = None
+
+
+def check_record(lam: dict | None, path, tau, n, where: str) -> None:
+    """--lambda-json ``path`` (``lam``; None: not given) beside an input ``where`` of full Best-of-N for ``tau`` and
+    N = ``n`` (None: not said): a record of that decoder, tau and N, else refused (what the figure's provenance
+    shows of the record is then the input's)."""
+    import math
+
+    from lara.read.files import DataError
+
+    if lam is None:
+        return
+    dec = lam.get("decoder") or {}
+    same_tau = all(isinstance(t, int | float) for t in (tau, lam.get("tau"))) and math.isclose(
+        lam["tau"], tau, rel_tol=1e-9, abs_tol=1e-12)
+    if dec.get("kind") != "best_of_n" or not same_tau or (n is not None and dec.get("n") != n):
+        raise DataError(f"--lambda-json {path}: calibrated for tau {lam.get('tau')} and decoder {dec.get('kind')} "
+                        f"with N = {dec.get('n')}, but {where} is full Best-of-N's (best_of_n) for tau {tau} and "
+                        f"N = {n}")

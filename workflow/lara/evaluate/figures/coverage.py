@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from lara.evaluate.figures.common import Drawn, FigureSettings, panels
+from lara.evaluate.figures.common import Drawn, FigureSettings, check_record, panels
 
 
 def coverage(cov: dict, opts: FigureSettings):
@@ -61,12 +61,9 @@ def read_coverage(path: str) -> dict:
 
 
 def figure(args, opts: FigureSettings, lam: dict | None) -> Drawn:
-    """--coverage (coverage.json) drawn; --lambda-json, when given, is the record of the study's tau and N."""
-    from lara.read.files import DataError
-
+    """--coverage (coverage.json) drawn; --lambda-json, when given, is full Best-of-N's record of the study's tau
+    and N."""
     cov = read_coverage(args.coverage)
-    n, lam_n = (cov.get("settings") or {}).get("bon_n"), ((lam or {}).get("decoder") or {}).get("n")
-    if lam is not None and (lam.get("tau") != cov.get("tau") or (n is not None and lam_n != n)):
-        raise DataError(f"--lambda-json {args.lambda_json}: calibrated for tau {lam.get('tau')} and N {lam_n}, but "
-                        f"--coverage {args.coverage} studies tau {cov.get('tau')} and N {n}")
+    check_record(lam, args.lambda_json, cov.get("tau"), (cov.get("settings") or {}).get("bon_n"),
+                 f"--coverage {args.coverage} (lara coverage)")
     return Drawn(coverage(cov, opts))

@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from lara.evaluate.figures.common import Drawn, FigureSettings, key, panels
+from lara.evaluate.figures.common import Drawn, FigureSettings, check_record, key, panels
 from lara.stats import VERDICTS
 
 COLUMNS = ("name", "kind", "lambda_star", "tokens", "mean_reward", "mean_reward_lo", "mean_reward_hi",
@@ -130,9 +130,12 @@ def read_choice(path: str, table: pd.DataFrame, frontier_path: str) -> dict:
 
 def figure(args, opts: FigureSettings, lam: dict | None) -> Drawn:
     """--frontier (frontier.csv) and --choice (choice.json) drawn; the budgets, their choices and the decoders whose
-    held-out verdict is not met are part of what the figure shows."""
+    held-out verdict is not met are part of what the figure shows; --lambda-json, when given, is full Best-of-N's
+    record for the frontier's tau and N."""
     table = read_frontier(args.frontier)
     choice = read_choice(args.choice, table, args.frontier)
+    check_record(lam, args.lambda_json, float(table["tau"].iloc[0]), largest_k(table),
+                 f"--frontier {args.frontier} (its Best-of-k up to k = N)")
     rows = table.set_index("name")
     budgets = [{"budget": b["budget"], "tokens": round(b["tokens"], 1), "chosen": b.get("chosen")}
                | ({"lambda_star": float(rows.loc[b["chosen"], "lambda_star"]),

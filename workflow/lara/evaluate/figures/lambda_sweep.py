@@ -65,7 +65,8 @@ def lambda_sweep(sweep: pd.DataFrame, lam: dict, opts: FigureSettings, prune: pd
         for i, (name, (marker, title)) in enumerate(certified.items()):
             r = sweep[(sweep["n"] == main_n) & (sweep["label"] == name)]
             if len(r):
-                extra = f" ($\\delta$ = {lam['procedures'][name]['delta']:g})" if name != "crc" else ""
+                delta = ((lam.get("procedures") or {}).get(name) or {}).get("delta")
+                extra = f" ($\\delta$ = {delta:g})" if delta is not None else ""
                 ax.plot(r["lambda"], r[col], marker=marker, ms=7, ls="none", mfc="none", mew=1.6,
                         color=str(0.1 + 0.3 * i), label=f"{title}{extra}: certified $\\lambda$ = "
                                                         f"{float(r['lambda'].iloc[0]):.3g}")
@@ -113,7 +114,14 @@ def figure(args, opts: FigureSettings, lam: dict) -> Drawn:
     it holds are part of what the figure shows."""
     from lara import identity
     from lara.calibrate.record import read_lambda
+    from lara.read.files import DataError
 
+    kind = (lam.get("decoder") or {}).get("kind")
+    if kind != "best_of_n":  # as lara bon-sweep's --lambda-json; a pruned sweep is drawn beside it, with its record
+        hint = " (pass a pruned sweep as --prune-sweep, its record as --prune-lambda-json)" \
+            if kind == "pruned_best_of_n" else ""
+        raise DataError(f"--lambda-json {args.lambda_json}: decoder {kind} ({lam.get('mode')} mode), expected "
+                        f"best_of_n: --sweep is full Best-of-N's (lara bon-sweep){hint}")
     sweep = identity.table(args.sweep, "--sweep", ("n", "lambda", "label", "mean_reward", "mean_cost"),
                            ("lambda", "mean_reward", "mean_cost")).df
     identity.check_sweep(sweep, read_lambda(args.lambda_json), f"--sweep {args.sweep}")

@@ -32,9 +32,9 @@ def tradeoff(summary: pd.DataFrame, opts: FigureSettings):
         for r in summary.itertuples(index=False):
             x = getattr(r, xcol)
             y = -getattr(r, ycol) if negate else getattr(r, ycol)
-            xerr = [[x - getattr(r, f"{xcol}_lo")], [getattr(r, f"{xcol}_hi") - x]]
-            ylo, yhi = getattr(r, f"{ycol}_lo"), getattr(r, f"{ycol}_hi")
-            yerr = [[y - (-yhi if negate else ylo)], [(-ylo if negate else yhi) - y]]
+            xerr = [[max(0.0, x - getattr(r, f"{xcol}_lo"))], [max(0.0, getattr(r, f"{xcol}_hi") - x)]]
+            ylo, yhi = getattr(r, f"{ycol}_lo"), getattr(r, f"{ycol}_hi")  # (within the last bit: _read)
+            yerr = [[max(0.0, y - (-yhi if negate else ylo))], [max(0.0, (-ylo if negate else yhi) - y)]]
             # lambda = 0 hollow and behind, lambda* filled, larger and in front: coinciding points stay apart
             ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=MARKERS.get(r.setting, "o"), color=colour[r.method],
                         ms=9 if r.setting == "star" else 6, capsize=2, lw=0.8, alpha=0.9,
@@ -55,26 +55,50 @@ def tradeoff(summary: pd.DataFrame, opts: FigureSettings):
     return fig
 
 
-def figure(args, opts: FigureSettings, lam: dict | None) -> Drawn:
-    """--summary (the evaluation's summary.csv, its helpfulness and harmfulness finite) drawn; its rows are part of
-    what the figure shows."""
-    from lara.read.files import read_table, require_finite, require_rows
+def _read(path) -> pd.DataFrame:
+    """--summary: one row per method and setting, its lambda a number (or empty: a baseline), each drawn value
+    finite and within its own interval."""
+    from lara.read.expect import check_nullable_numbers
+    from lara.read.files import DataError, read_table, require_finite, require_rows
 
-    summary = require_finite(require_rows(read_table(args.summary, required=(
-        "method", "setting", "helpfulness", "harmfulness")), args.summary), ("helpfulness", "harmfulness"),
-        args.summary)
+    where, cols = f"--summary {path}", [f"{c}{e}" for c in ("helpfulness", "harmfulness") for e in ("", "_lo", "_hi")]
+    summary = require_finite(require_rows(read_table(path, required=("method", "setting", "lambda", *cols),
+                                                     where=where), where), cols, where)
+    judged = [c for c in ("judge_helpfulness", "judge_harmlessness") if c in summary]
+    read_table(path, required=[f"{c}{e}" for c in judged for e in ("_lo", "_hi")], where=where)  # (a copy)
+    check_nullable_numbers(summary, ["lambda", *(f"{c}{e}" for c in judged for e in ("", "_lo", "_hi"))], where,
+                           "a number, or empty (a fine-tuned policy's lambda, no judge rating)")
+    twice = summary.duplicated(["method", "setting"])
+    if twice.any():
+        r = summary[twice].iloc[0]
+        raise DataError(f"{where}: lists {r['method']}/{r['setting']} twice (one row per method and setting)")
+    for c in ("helpfulness", "harmfulness", *judged):
+        x, lo, hi = (pd.to_numeric(summary[f"{c}{e}"], errors="coerce") for e in ("", "_lo", "_hi"))
+        slack = 1e-9 * (1 + x.abs())  # a constant column's bootstrap mean may differ from its mean in the last bit
+        out = x.notna() & ~((lo - slack <= x) & (x <= hi + slack))
+        if out.any():
+            r = summary[out].iloc[0]
+            raise DataError(f"{where}: {r['method']}/{r['setting']}'s {c} {x[out].iloc[0]:g} lies outside "
+                            f"its own interval [{lo[out].iloc[0]:g}, {hi[out].iloc[0]:g}] ({c}_lo, {c}_hi)")
+    return summary
+
+
+def figure(args, opts: FigureSettings, lam: dict | None) -> Drawn:
+    """--summary (the evaluation's summary.csv: :func:`_read`) drawn; its rows are part of what the figure shows."""
+    summary = _read(args.summary)
     lam = lam or {}
-    # every Best-of-N lambda the summary decoded at is the record's (lambda-hat, lambda*, each procedure's): a record
-    # of another calibration is refused, unless it names every one of those lambdas alike
+    # every method's hat and star rows are decoded at the record's lambda-hat and lambda*, Best-of-N's certified
+    # settings at its procedures' lambdas: a record of another calibration is refused, unless it names every one of
+    # those lambdas alike (pruned Best-of-N has its own record; a token-level decoder's own lambda is setting direct)
     record = {"hat": lam.get("lambda_hat"), "star": lam.get("lambda_star"),
               **{p: v.get("lambda") for p, v in (lam.get("procedures") or {}).items() if isinstance(v, dict)}}
-    bon = summary[summary["method"] == "bon"] if "lambda" in summary else summary.iloc[:0]
-    for setting, decoded in zip(bon["setting"], bon["lambda"], strict=True):
+    rows = summary[(summary["method"] != "bon_prune") & summary["setting"].isin(list(record))]
+    for method, setting, decoded in zip(rows["method"], rows["setting"], rows["lambda"], strict=True):
         at = record.get(setting)
         if isinstance(at, int | float) and not math.isclose(float(decoded), at, rel_tol=1e-9, abs_tol=1e-12):
             from lara.read.files import DataError
 
             raise DataError(f"--lambda-json {args.lambda_json}: its {setting} lambda is {at:.6g}, but --summary "
-                            f"{args.summary} decoded Best-of-N {setting} at lambda {float(decoded):.6g}: another "
+                            f"{args.summary} decoded {method} {setting} at lambda {float(decoded):.6g}: another "
                             "calibration's record")
     return Drawn(tradeoff(summary, opts), summary=summary)
