@@ -683,3 +683,41 @@ def test_hostile_round_65_figures_refuse_inputs_that_do_not_belong_together(muta
     refused("is full Best-of-N's (best_of_n) for tau", *frontier, f["lambda_tau2"])
     mc.ok("figure", "--kind", *frontier, f["lambda"], *fig)
     mc.ok("figure", "--kind", "coverage", "--coverage", f["coverage"], "--lambda-json", f["lambda_n2"], *fig)
+
+
+def test_hostile_round_65_deployment_cases_are_refused(mutation_chain, tmp_path):  # noqa: F811
+    """A weighted arm calibrated with another quantile than lambda* beside it; an online run started from a soft-mode
+    record; select-bon decoding the test prompts at a weighted lambda; a stream whose
+    settings state another K than its scores have; a report with some scenarios' shift checks but not all."""
+    f, s = mutation_chain.files, mutation_chain.settings
+
+    def refused(message, *argv, outs=()):
+        rc, err = mc.lara(*argv)
+        assert rc == 2 and message in err, err[-1500:]
+        assert not any(Path(p).exists() for p in outs)
+
+    quantile = tmp_path / "lambda_weighted_q.json"
+    mc.ok("calibrate", "--scores", f["scores_cal"], "--tau", s["tau"], "--bon-n", mc.N, "--bootstrap", mc.BOOT,
+          "--lambda-search-max", 20, "--seed", 0, "--quantile", 0.9, "--weights", f["weights_heavy"], "--out", quantile)
+    b = mutation_chain.baseline("deploy-arms", "--weighted")
+    argv, outs = b.variant("--weighted", b.inputs("--weighted")[0], quantile, tmp_path / "arms")
+    refused("calibrated with quantile 0.9", *argv, outs=outs)
+
+    soft = tmp_path / "lambda_soft.json"
+    mc.ok("calibrate", "--scores", f["scores_cal"], "--tau", s["tau"], "--mode", "soft", "--beta", 1.0, "--bootstrap",
+          mc.BOOT, "--lambda-search-max", 20, "--seed", 0, "--out", soft)
+    b = mutation_chain.baseline("online", "--lambda-json")
+    argv, outs = b.variant("--lambda-json", b.inputs("--lambda-json")[0], soft, tmp_path / "on")
+    refused("calibrated in soft mode", *argv, outs=outs)
+
+    b = mutation_chain.baseline("select-bon", "--lambda-json")
+    argv, outs = b.variant("--lambda-json", b.inputs("--lambda-json")[0], f["lambda_weighted_heavy"], tmp_path / "sb")
+    refused("a covariate-shift weighted record", *argv, outs=outs)
+
+    b = mutation_chain.baseline("make-stream", "--scores")
+    argv, outs = b.variant("--scores", b.inputs("--scores")[0], f["scores_dep"], tmp_path / "st")
+    argv[argv.index("--samples-per-prompt") + 1] = str(mc.K_DEP + 1)
+    refused(f"candidates, but deployment.samples_per_prompt is {mc.K_DEP + 1}", *argv, outs=outs)
+
+    refused("no shift check of scenario 'control'", "deployment-report", "--arms", f["arms_heavy"], f["arms_control"],
+            "--shift", f["shift_heavy"], "--out", tmp_path / "r.csv", outs=[tmp_path / "r.csv"])

@@ -22,16 +22,23 @@ from lara.read.candidates import score_matrix
 log = logging.getLogger(__name__)
 
 
-def check_calibrated_for(n: int, setting: str, lambda_json: str | Path | None) -> None:
+def check_calibrated_for(n: int, setting: str, lambda_json: str | Path | None, weighted: bool = False) -> None:
     """A lambda read from a record calibrated for Best-of-N with another N is refused (its lambda* meets tau
     for that N only), and so is a soft-mode record (the Gibbs tilt's lambda: Best-of-N is calibrated in bon mode,
     which the config requires wherever Best-of-N is decoded; the soft lambda* reaches Fig. 1 as the sweep's
-    soft_beta rows)."""
+    soft_beta rows). A covariate-shift weighted record is for its scenario's stream only: refused unless
+    ``weighted`` (the deployment steps, which check its scenario and stream)."""
     from lara.read.files import DataError
 
     if setting in ("zero", "max") or not (lambda_json and Path(lambda_json).is_file()):
         return
-    decoder = read_lambda(lambda_json).decoder
+    record = read_lambda(lambda_json)
+    decoder = record.decoder
+    if record.weighted and not weighted:
+        raise DataError(f"--lambda-json {lambda_json}: a covariate-shift weighted record (lara calibrate --weights, "
+                        f"scenario {(record.get('weights') or {}).get('scenario')!r}): its lambda is for that "
+                        f"deployment scenario's prompts, not setting {setting!r} on these prompts; pass the "
+                        "unweighted calibration/lambda.json")
     if decoder.get("kind") == "gibbs_tilt":
         raise DataError(f"--lambda-json {lambda_json}: calibrated in soft mode (the Gibbs tilt at beta = "
                         f"{decoder.get('beta')}), not for argmax Best-of-{n}: setting {setting!r} would deploy another "

@@ -151,15 +151,25 @@ def online_arm(path, stream, s: DeploymentSettings, record_path, stream_path=Non
     return f"online_eta_{literal_name(float(made['step_size']))}", df, made | {"summary": summary}
 
 
-def weighted_lambda(path, s: DeploymentSettings, n: int, scenario: str | None) -> tuple[float | None, bool]:
+def weighted_lambda(path, s: DeploymentSettings, n: int, scenario: str | None, star=None
+                    ) -> tuple[float | None, bool]:
     """The scenario's covariate-shift weighted lambda* and whether it is certified (its ESS reached
-    deployment.shift.min_ess): an uncertified one is reported, never deployed as an arm."""
+    deployment.shift.min_ess): an uncertified one is reported, never deployed as an arm. It and ``star`` (the
+    --lambda-json record) are one calibration but for the weights: the same scores and calibration settings."""
     from lara.calibrate.record import check_budget, read_lambda
 
     record = read_lambda(path, allow_uncertified=True)
     if not record.weighted:
         raise DataError(f"--weighted {path}: not a weighted calibration record (lara calibrate --weights)")
     check_budget(record, s.tau, n, key="deployment (calibration.tau)")
+    ours, theirs = (dict(r.get("settings") or {}, decoder=r.decoder, scores=str((r.get("scores") or {}).get(
+        "sha256"))[:16]) for r in (record, star or record))
+    differ = [k for k in sorted(set(ours) | set(theirs)) if ours.get(k) != theirs.get(k)][:3]
+    if differ:
+        raise DataError(f"--weighted {path}: calibrated with {', '.join(f'{k} {ours.get(k)}' for k in differ)}, but "
+                        f"--lambda-json {star.path} with {', '.join(f'{k} {theirs.get(k)}' for k in differ)}: the "
+                        "weighted arm and lambda* are one calibration but for the weights (one calibration section, "
+                        "one --scores)")
     made_for = (record.get("identity") or {}).get("scenario")
     if made_for is not None and scenario is not None and made_for != scenario:
         raise DataError(f"--weighted {path}: weighted for scenario {made_for!r}, not this stream's {scenario!r}")
@@ -298,7 +308,7 @@ def run(args) -> None:
                         "mode (--constraints) has no weighted arm")
     names, tau = budgets(constraints, s)
     identity.distinct_files(args.online, "--online")
-    stream, record = read_inputs(args, s, constraints, decoded=True)
+    stream, record = read_inputs(args, s, constraints)
     scenario = identity.read_identity(args.candidates).get("scenario")
     online = [online_arm(p, stream, s, args.lambda_json, args.candidates, names, tau) for p in args.online]
     arm_names = [name for name, _, _ in online]
@@ -306,7 +316,7 @@ def run(args) -> None:
         raise DataError(f"--online: two runs with one step size ({', '.join(arm_names)})")
     check_made_on(args, identity.file_digest(args.candidates))
     weighted, certified = (None, None) if args.weighted is None else weighted_lambda(
-        args.weighted, s, stream.reward.shape[1], scenario)
+        args.weighted, s, stream.reward.shape[1], scenario, record)
     table, trace, info = run_arms(stream, record, online, s, weighted, names, tau, args.lambda_json)
     if constraints is None:
         table["weighted_certified"] = certified

@@ -393,9 +393,6 @@ def check_record(record, s: DeploymentSettings, n: int, path) -> None:
     if s.lambda_cap is not None and record.lambda_star > s.lambda_cap:
         raise ConfigError(f"deployment.lambda_cap: {s.lambda_cap:g} is below lambda* = {record.lambda_star:.6g} of "
                           f"{path}, where the online lambda starts; raise the cap (or leave it null)")
-    if record.mode != "bon":
-        log.warning("%s was calibrated in %s mode, not for Best-of-%d: it is only the online lambda's start", path,
-                    record.mode, n)
 
 
 def per_visit(stream: Stream, trace: Trace, names, tau, eta: float) -> pd.DataFrame:
@@ -415,12 +412,12 @@ def per_visit(stream: Stream, trace: Trace, names, tau, eta: float) -> pd.DataFr
     return out
 
 
-def read_inputs(args, s: DeploymentSettings, constraints, decoded: bool = False) -> tuple[Stream, object]:
+def read_inputs(args, s: DeploymentSettings, constraints) -> tuple[Stream, object]:
     """--candidates and --lambda-json, checked (``lara online`` and ``lara deploy-arms``): the stream, which the
     settings describe, and the record lambda* is read from: one cost, lara.calibrate.record's, for this tau and N
-    (:func:`check_record`); with constraints the vector record's dict (:func:`check_vector_record`). ``decoded``:
-    argmax Best-of-N is decoded at the record's lambda* (deploy-arms' fixed arms), so the record must be of that very
-    decoder (select-bon's check); the online lambda only starts there."""
+    (:func:`check_record`); with constraints the vector record's dict (:func:`check_vector_record`). Argmax
+    Best-of-N is decoded at the record's lambda (deploy-arms' fixed arms, and the online lambda from its first
+    visit on), so the record must be of that very decoder (select-bon's check)."""
     from lara.calibrate.record import read_lambda
 
     stream = read_stream(args.candidates, constraints)
@@ -429,10 +426,9 @@ def read_inputs(args, s: DeploymentSettings, constraints, decoded: bool = False)
     check_stream_settings(s, args.candidates, visits, n)
     if constraints is not None:
         return stream, check_vector_record(args.lambda_json, constraints, s, n)
-    if decoded:
-        from lara.decode.bon import check_calibrated_for
+    from lara.decode.bon import check_calibrated_for
 
-        check_calibrated_for(n, "star", args.lambda_json)
+    check_calibrated_for(n, "star", args.lambda_json, weighted=True)  # its scenario and stream: checked below
     check_record(record, s, n, args.lambda_json)
     # a weighted lambda is calibrated for one scenario's stream (its shift check's weights): never another's
     made, ran = record.get("identity") or {}, identity.read_identity(args.candidates)

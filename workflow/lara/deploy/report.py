@@ -115,6 +115,10 @@ def combine(arms: list[pd.DataFrame], shifts: list[dict], where: list[str]) -> p
             raise DataError(f"--shift {path}: the shift check of scenario {data['scenario']!r} is of stream {checked}, "
                             f"but the arms of that scenario ran on stream {ran}: another scenario's check?")
         by_scenario[data["scenario"]] = data
+    unchecked = [name for name in scenarios if name not in by_scenario]
+    if by_scenario and unchecked:  # one deployment run checks every scenario's shift, or none
+        raise DataError(f"--shift: no shift check of scenario {unchecked[0]!r} of --arms, while those of "
+                        f"{sorted(by_scenario)} are given: one report gives every scenario's shift.json, or none")
     table = pd.concat(arms, ignore_index=True)
     for col in SHIFT_COLUMNS:
         table[col] = table["scenario"].map(lambda s, c=col: by_scenario.get(s, {}).get(c))

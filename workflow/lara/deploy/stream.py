@@ -82,8 +82,9 @@ class Pool:
     cost_columns: tuple[str, ...] = ("cost",)  # one cost: (P, K) costs; several (cost_<name>): (P, K, m)
 
 
-def read_pool(pool_path, scores_path, n: int, constraints=None) -> Pool:
-    """The pool's prompts with their scored candidates; every prompt needs at least ``n`` of them. With
+def read_pool(pool_path, scores_path, n: int, constraints=None, k: int | None = None) -> Pool:
+    """The pool's prompts with their scored candidates; every prompt needs at least ``n`` of them, and exactly
+    ``k`` (deployment.samples_per_prompt: lara sample draws that many per prompt) when given. With
     ``constraints`` the scores are lara score-constraints' (a cost_<name> column per constraint, scored for
     exactly these constraints) and the pool's costs are (P, K, m), each constraint's loss
     (:meth:`lara.constraints.spec.Constraint.loss`)."""
@@ -113,6 +114,11 @@ def read_pool(pool_path, scores_path, n: int, constraints=None) -> Pool:
         i = int(counts.argmin())
         raise DataError(f"{scores_path}: prompt {pool['prompt_id'].iloc[i]!r} has {counts[i]} candidates; every "
                         f"visit draws N = {n} (deployment.samples_per_prompt >= decode.bon_n)")
+    if k is not None and (counts != k).any():
+        i = int(np.flatnonzero(counts != k)[0])
+        raise DataError(f"--scores {scores_path}: prompt {pool['prompt_id'].iloc[i]!r} has {counts[i]} candidates, "
+                        f"but deployment.samples_per_prompt is {k} (K, sampled per deployment prompt): the stream "
+                        "would draw from other candidates than the settings state; settings and scores agree")
     k = int(counts.max())
     col = np.concatenate([np.arange(c) for c in counts])
     row = scores["_p"].to_numpy()
@@ -187,7 +193,7 @@ def run(args) -> None:
     s = read_settings(args, DeploymentSettings)
     constraints = constraints_of(args, s)
     schedule = Schedule.from_mapping(args.scenario, strict_json(args.schedule, "--schedule"))
-    pool = read_pool(args.pool, args.scores, s.bon_n, constraints)
+    pool = read_pool(args.pool, args.scores, s.bon_n, constraints, s.samples_per_prompt)
     visit_row, columns = draw(pool, schedule, s.stream_length, s.bon_n, s.seed)
     stream = stream_table(pool, visit_row, columns)
     shares = {k: int(v) for k, v in pd.Series(pool.stratum[visit_row]).value_counts().items()}
