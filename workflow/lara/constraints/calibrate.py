@@ -67,6 +67,12 @@ def load_vector_scores(path, constraints, flag: str = "--scores") -> VectorScore
     art = identity.table(path, flag, required=("prompt_id", "reward", *columns), finite=("reward", *columns))
     require_in_range(art.df, ("reward", *columns), f"{flag} {path}")
     art.expect("constraints", [c.name for c in constraints], "scored for other constraints")
+    scorers = art.identity.get("cost_scorers")
+    for c in constraints if isinstance(scorers, dict) else ():
+        if c.name in scorers and not c.scored_by(scorers[c.name]):
+            raise DataError(f"{flag} {path}: cost_scorers scored {c.name} with {scorers[c.name]}, but --constraints "
+                            f"declares {c.name}'s cost {c.cost}; calibrate, decode and audit a constraint on its "
+                            "declared cost's scores")
     df = art.df
     if "sample_id" in df.columns:
         check_pairs(df, ["prompt_id", "sample_id"], f"{flag} {path}")
