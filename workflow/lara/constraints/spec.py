@@ -58,20 +58,6 @@ class Constraint:
         return f"cost_{self.name}"
 
 
-    def scored_by(self, scorer) -> bool:
-        """Whether ``scorer`` (what lara score-constraints was given for this constraint, its identity's
-        cost_scorers) can be the declared cost: a trained model folder (models/cost, models/cost_<slug>) must be
-        the one the cost names (rules/common.smk constraint_scorer); another spec is the cost itself, unless the
-        cost names a trained model (a named scorer, e.g. the toy oracle, scores by the constraint's name)."""
-        from pathlib import Path
-
-        folder = Path(str(scorer))
-        if self.category is None and self.cost not in ("cost", "reward"):
-            return str(scorer) == self.cost or folder == Path(self.cost)
-        return folder.parent.name != "models" or folder.name == (self.cost if self.category is None
-                                                                  else f"cost_{self.slug}")
-
-
 def category_slug(category: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", category.lower()).strip("_")
 
