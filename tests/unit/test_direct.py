@@ -84,7 +84,7 @@ def test_calibrate_decoder_end_to_end_and_the_decoder_deploys_its_lambda(ppo_inp
 
     prompts = pd.DataFrame({"prompt_id": [f"c{i}" for i in range(6)],
                             "prompt": [p["prompt"] for p in tiny_world["world"]["prompts"][:6]]})
-    prompts.to_parquet(tmp_path / "prompts.parquet")
+    _prompts(prompts, tmp_path / "prompts.parquet", "calibration")
     decoder = json.dumps({"top_k": 4, "weight": 2.0, "temperature": 0.0, "max_new_tokens": 6, "seed": 0,
                           "dtype": "float32"})
     models = ["--policy", str(tiny_world["base"]), "--reward", str(ppo_inputs / "reward"), "--cost",
@@ -99,6 +99,10 @@ def test_calibrate_decoder_end_to_end_and_the_decoder_deploys_its_lambda(ppo_inp
         assert rc in (0, None)
         rec = read_direct(out)
         assert (rec["status"], rec["n_decodes"], rec["n_prompts"]) == (status, decodes, 6)
+        made = rec["identity"]  # what later steps check (its calibration prompts, for an in-sample audit)
+        assert (made["kind"], made["role"], made["prompts"]["n"], made["tau"]) == ("token_level_direct",
+                                                                                  "calibration", 6, tau)
+        assert list(made["made_from"]) == ["--prompts"]
         assert all(np.isfinite(e["mean_cost"]) and len(e["ci95"]) == 2 for e in rec["evaluations"])
     rc = main(["rgtg", "--method", "args", "--policy", str(tiny_world["base"]), "--reward", str(ppo_inputs / "reward"),
                "--cost", str(ppo_inputs / "cost"), "--prompts", str(tmp_path / "prompts.parquet"), "--setting",
@@ -107,3 +111,30 @@ def test_calibrate_decoder_end_to_end_and_the_decoder_deploys_its_lambda(ppo_inp
     assert rc in (0, None)
     dec = pd.read_parquet(tmp_path / "dec.parquet")
     assert (dec["setting"] == "direct").all() and (dec["lambda"] == 2.0).all()
+
+
+def _prompts(df, path, role):
+    """A prompt table as lara prepare-data writes it: its identity states its role."""
+    from lara import identity
+    from lara.read.files import write_table
+
+    write_table(df, path, {identity.KEY: identity.stamp("prompts", path, role=role)})
+    return path
+
+
+def test_calibrate_decoder_refuses_prompts_of_another_role_before_decoding(tmp_path, capsys):
+    """The test prompts (role test) are the audit's: a lambda calibrated on them makes the audit in-sample. Refused
+    before any model is loaded (the models here do not exist)."""
+    from lara.cli import main
+
+    prompts = _prompts(pd.DataFrame({"prompt_id": ["t0", "t1"], "prompt": ["a", "b"]}), tmp_path / "test.parquet",
+                       "test")
+    models = [x for flag in ("--policy", "--reward", "--cost", "--decoder-reward", "--decoder-cost")
+              for x in (flag, str(tmp_path / "no_model"))]
+    rc = main(["calibrate-decoder", "--method", "args", *models, "--prompts", str(prompts), "--decoder-settings",
+               json.dumps({"top_k": 4, "weight": 2.0, "temperature": 0.0, "max_new_tokens": 6, "seed": 0,
+                           "dtype": "float32"}), "--settings", json.dumps({
+                   "tau": 0.0, "lambda_grid": [0.5], "refine_steps": 0, "bootstrap": 50, "seed": 0}),
+               "--out", str(tmp_path / "direct.json")])
+    assert rc == 2 and not (tmp_path / "direct.json").exists()
+    assert "test.parquet: role test, expected calibration" in capsys.readouterr().err

@@ -721,3 +721,50 @@ def test_hostile_round_65_deployment_cases_are_refused(mutation_chain, tmp_path)
 
     refused("no shift check of scenario 'control'", "deployment-report", "--arms", f["arms_heavy"], f["arms_control"],
             "--shift", f["shift_heavy"], "--out", tmp_path / "r.csv", outs=[tmp_path / "r.csv"])
+
+
+def test_hostile_round_65_cases_are_refused(mutation_chain, tmp_path):  # noqa: F811
+    """Wrong answers with exit 0 of hostile round 65: a constraint declared with another category's cost than the
+    cost model its scores were made with; a sweep whose records were calibrated on different calibration sets."""
+    from lara import identity
+    from lara.read.files import read_metadata, write_table
+
+    f, s = mutation_chain.files, mutation_chain.settings
+
+    def refused(message, argv, outs):
+        rc, err = mc.lara(*argv)
+        assert rc == 2 and message in err, err[-1500:]
+        assert not any(Path(p).exists() for p in outs)
+
+    # the constraint scores as score-constraints writes them with the workflow's category cost models
+    meta = read_metadata(f["vscores_cal"])
+    meta[identity.KEY]["cost_scorers"] = {n: f"results/x/models/cost_{n}" for n in ("violence", "crime")}
+    scored = tmp_path / "calibration_scores.parquet"
+    write_table(pd.read_parquet(f["vscores_cal"]), scored, meta)
+    b = mutation_chain.baseline("calibrate-vector", "--scores")
+    argv, outs = b.variant("--scores", b.inputs("--scores")[0], scored, tmp_path / "vec")
+    at = argv.index("--constraints") + 1
+    declared = json.loads(argv[at])
+    for cost, ok in (("category:violence", False), ("category:crime", True)):
+        argv[at] = json.dumps([c | {"cost": f"category:{c['name']}"} for c in declared[:1]]
+                              + [c | {"cost": cost} for c in declared[1:]])
+        if ok:
+            mc.ok(*argv)
+        else:
+            refused("but --constraints declares crime's cost category:violence", argv, outs)
+
+    # Best-of-2's record calibrated on other samples of the calibration prompts, swept beside Best-of-N's
+    other = tmp_path / "lambda_n2_other_set.json"
+    mc.ok("calibrate", "--scores", f["lambda_weighted_other_set"].parent / "other_set/scores.parquet", "--tau",
+          s["tau"], "--bon-n", 2, "--bootstrap", mc.BOOT, "--lambda-search-max", 20, "--seed", 0, "--out", other)
+    b = mutation_chain.baseline("bon-sweep", "--lambda-json")
+    for flag in ("--lambda-json", "--k-lambda-json"):
+        argv, outs = b.variant("--lambda-json", b.inputs("--lambda-json")[0], f["lambda"], tmp_path / "sweep")
+        if flag == "--lambda-json":
+            argv[argv.index("--lambda-json") + 1:argv.index("--lambda-json") + 1] = [str(other)]
+        else:
+            argv[argv.index("--k-lambda-json") + 1] = str(tmp_path / "k2_other_set.json")
+            pool = json.loads((f["lambda_k2"]).read_text())["settings"]
+            mc.ok("calibrate-best-of-k", "--scores", f["lambda_weighted_other_set"].parent / "other_set/scores.parquet",
+                  "--settings", json.dumps(pool), "--allow-infeasible", "--out", tmp_path / "k2_other_set.json")
+        refused("calibrated on other calibration scores", argv, outs)

@@ -67,6 +67,12 @@ def load_vector_scores(path, constraints, flag: str = "--scores") -> VectorScore
     art = identity.table(path, flag, required=("prompt_id", "reward", *columns), finite=("reward", *columns))
     require_in_range(art.df, ("reward", *columns), f"{flag} {path}")
     art.expect("constraints", [c.name for c in constraints], "scored for other constraints")
+    scorers = art.identity.get("cost_scorers")
+    for c in constraints if isinstance(scorers, dict) else ():
+        if c.name in scorers and not scored_by(c, scorers[c.name]):
+            raise DataError(f"{flag} {path}: cost_scorers scored {c.name} with {scorers[c.name]}, but --constraints "
+                            f"declares {c.name}'s cost {c.cost}; calibrate, decode and audit a constraint on its "
+                            "declared cost's scores")
     df = art.df
     if "sample_id" in df.columns:
         check_pairs(df, ["prompt_id", "sample_id"], f"{flag} {path}")
@@ -77,6 +83,19 @@ def load_vector_scores(path, constraints, flag: str = "--scores") -> VectorScore
         raise DataError(f"{flag} {path}: {exc}") from None
     return VectorScores(per[0].reward, np.stack([p.cost for p in per], axis=2), per[0].mask, per[0].prompt_ids,
                         art)
+
+
+def scored_by(c, scorer) -> bool:
+    """Whether ``scorer`` (what lara score-constraints was given for constraint ``c``: its identity's cost_scorers)
+    can be c's declared cost: a trained model folder (models/cost, models/cost_<slug>) must be the one the cost names
+    (rules/common.smk constraint_scorer); another spec is the cost itself, unless the cost names a trained model
+    (a named scorer, e.g. the toy oracle, scores by the constraint's name)."""
+    from pathlib import Path
+
+    folder = Path(str(scorer))
+    if c.category is None and c.cost not in ("cost", "reward"):
+        return str(scorer) == c.cost or folder == Path(c.cost)
+    return folder.parent.name != "models" or folder.name == (c.cost if c.category is None else f"cost_{c.slug}")
 
 
 def _scalar(scores: VectorScores, tau: float, s: CalibrationSettings) -> dict:

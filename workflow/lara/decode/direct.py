@@ -103,6 +103,7 @@ OUTPUTS = ("out",)
 def run(args) -> None:
     import numpy as np
 
+    from lara import identity
     from lara.calibrate.record import read_lambda
     from lara.config import require_model
     from lara.decode.rgtg import METHOD_SETTINGS, decode, load_models
@@ -112,6 +113,8 @@ def run(args) -> None:
     from lara.stats import cost_audit
 
     s = read_settings(args, DirectSettings)
+    role = identity.expect_role(args.prompts, "--prompts", "calibration",  # (before any decode)
+                                "a lambda calibrated on the prompts the audit holds out makes the audit in-sample")
     ds = METHOD_SETTINGS[args.method].from_json(args.decoder_settings, origin="--decoder-settings")
     # decode.lambda_grid checked here as the sweeps check it (decode.sweep.finite_grid), not imported from them: a
     # token-level decode's code hash holds no Best-of-N module (tests/unit/test_codehash.py)
@@ -122,6 +125,7 @@ def run(args) -> None:
         raise ConfigError(f"decode.lambda_grid {s.lambda_grid!r}: lambda values must be finite, at least one")
     heuristic = read_lambda(args.heuristic_lambda_json) if args.heuristic_lambda_json else None
     df = read_table(args.prompts, required=("prompt_id", "prompt"))
+    prompt_set = identity.prompt_set(df, f"--prompts {args.prompts}", per_prompt=1)
     for flag, spec in (("--policy", args.policy), ("--reward", args.reward), ("--cost", args.cost),
                        ("--decoder-reward", args.decoder_reward), ("--decoder-cost", args.decoder_cost)):
         require_model(spec, flag)
@@ -148,7 +152,11 @@ def run(args) -> None:
               "decoder_settings": ds.section(), "prompts": args.prompts,
               "heuristic": None if heuristic is None else {"lambda_star": heuristic.lambda_star,
                                                             "lambda_json": args.heuristic_lambda_json,
-                                                            "calibrated_for": heuristic.decoder}}
+                                                            "calibrated_for": heuristic.decoder},
+              identity.KEY: identity.stamp(KIND, args.out, role=role, tau=s.tau,
+                                           prompts=prompt_set.record(with_keys=True),
+                                           made_from={"--prompts": args.prompts,
+                                                      "--heuristic-lambda-json": args.heuristic_lambda_json})}
     with atomic_output(args.out) as tmp:
         write_json(tmp, record)
     log.info("%s: lambda %.6g (%s) after %d decodes of %d calibration prompts in %.1f s%s", args.method,
