@@ -628,6 +628,81 @@ def test_hostile_round_64_cases_are_refused(mutation_chain, tmp_path):  # noqa: 
     mc.ok("figure", "--kind", "tradeoff", "--summary", f["summary"], "--lambda-json", f["lambda"], *fig)
 
 
+def test_aggregate_refuses_in_sample_outputs_mixed_schedules_and_a_text_sweep(mutation_chain, tmp_path):  # noqa: F811
+    """Hostile round 65: aggregate refuses an output decoded on the calibration prompts (its audit in-sample) whatever
+    flag gives it, pruned Best-of-N outputs decoded with another schedule than the record's, and a sweep whose lambda
+    column holds text; nothing is written."""
+    f, s = mutation_chain.files, mutation_chain.settings
+
+    def refused(message, *argv, outs=()):
+        rc, err = mc.lara(*argv)
+        assert rc == 2 and message in err, err[-1500:]
+        assert not any(Path(p).exists() for p in outs)
+
+    out = ("--out", tmp_path / "s.csv", "--audit", tmp_path / "a.json")
+    mc.ok("select-bon", "--candidates", f["scores_cal"], "--setting", "star", "--overpenalised-lambda", 50,
+          "--lambda-json", f["lambda"], "--out", tmp_path / "cal.parquet")
+    mc.ok("evaluate", "--responses", tmp_path / "cal.parquet", "--out", tmp_path / "cal_eval.parquet")
+    refused("role calibration, expected test", "aggregate", "--scores", tmp_path / "cal_eval.parquet", "--lambda-json",
+            f["lambda"], "--tau", s["tau"], "--bootstrap", mc.BOOT, *out, outs=out[1::2])
+
+    schedule = {"checkpoints": [2], "keep": [2], "n": mc.N, "max_new_tokens": 48}
+    for name, keep in (("same", [2]), ("other", [3])):
+        mc.ok("select-bon-prune", "--candidates", f["prefix_test"], "--setting", "zero", "--overpenalised-lambda", 50,
+              "--settings", json.dumps(schedule | {"keep": keep}), "--out", tmp_path / f"{name}.parquet")
+    for name in ("same", "other"):
+        mc.ok("evaluate", "--responses", tmp_path / f"{name}.parquet", "--out", tmp_path / f"{name}_eval.parquet")
+    mc.ok("evaluate", "--responses", mutation_chain.results / "decode/bon_prune.parquet", "--out",
+          tmp_path / "star_eval.parquet")
+    pruned = ("aggregate", "--prune-lambda-json", f["lambda_prune"], "--tau", s["tau"], "--bootstrap", mc.BOOT,
+              "--scores", tmp_path / "star_eval.parquet")
+    mc.ok(*pruned, tmp_path / "same_eval.parquet", *out)
+    for p in out[1::2]:
+        p.unlink()
+    refused("decoded with schedule checkpoints [2], keep [3]", *pruned, tmp_path / "other_eval.parquet", *out,
+            outs=out[1::2])
+
+    text = tmp_path / "sweep_text.csv"
+    sweep = pd.read_csv(f["sweep"])
+    sweep["lambda"] = sweep["lambda"].astype(object)
+    sweep.loc[0, "lambda"] = "abc"
+    sweep.to_csv(text, index=False)
+    b = mutation_chain.baseline("aggregate", "--sweep")
+    argv, outs = b.variant("--sweep", b.inputs("--sweep")[0], text, tmp_path / "agg")
+    refused("column 'lambda' holds 'abc', not a finite number", *argv, outs=outs)
+
+
+def test_summary_refuses_a_coverage_study_or_constraint_record_not_of_this_run(mutation_chain, tmp_path):  # noqa: F811
+    """Hostile round 65: lara summary refuses a coverage study of another population or of another decoder (the
+    pruned one's) as calibration/coverage.json, and a constraints/lambda.json that is not the record the held-out
+    constraint audit was made with; the run's own files print."""
+    import shutil
+
+    f, s = mutation_chain.files, mutation_chain.settings
+    run = tmp_path / "results" / "x"
+    shutil.copytree(mutation_chain.results, run)
+    study = {"tau": s["tau"], "quantile": 0.9, "delta": 0.1, "cost_bounds": json.loads(mc.BOUNDS), "bootstrap": mc.BOOT,
+             "lambda_search_max": 20, "bon_n": mc.N, "repeats": 3, "n_prompts": [10], "seed": 0}
+
+    def coverage(*scores):
+        mc.ok("coverage", "--scores", *scores, "--settings", json.dumps(study), "--out",
+              run / "calibration/coverage.json", "--table", tmp_path / "coverage.csv")
+
+    def refused(message):
+        rc, err = mc.lara("summary", run)
+        assert rc == 2 and message in err, err[-1500:]
+
+    coverage(run / "calibration/scores.parquet", run / "bon/scores.parquet")
+    assert mc.lara("summary", run)[0] == 0
+    coverage(f["scores_cal"], f["scores_dep"])
+    refused("coverage.json: its population is other scores")
+    shutil.copy(run / "calibration/coverage_bon_prune.json", run / "calibration/coverage.json")
+    refused("coverage.json: not lara coverage's study of full Best-of-N but another decoder's (pruned_best_of_n")
+    coverage(run / "calibration/scores.parquet")
+    shutil.copy(f["vlambda_tau2"], run / "constraints/lambda.json")
+    refused("constraints/audit.json: made with another record")
+
+
 def test_best_of_k_sizes_are_refused_naming_the_field_and_the_samples(mutation_chain, tmp_path):  # noqa: F811
     """Best-of-k needs k <= N <= K (full Best-of-N, its token reference, is built from the K samples per prompt);
     a k of 0 is named as the field it is, with the key that fills it."""

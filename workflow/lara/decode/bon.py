@@ -73,10 +73,11 @@ def read_scored(path, text=()) -> tuple:
         raise DataError(f"{path}: {exc}") from None
 
 
-def write_choice(chosen, args, method: str, lam: float, n: int, prompts, meta=None, columns=None) -> None:
+def write_choice(chosen, args, method: str, lam: float, n: int, prompts, meta=None, columns=None, **fields) -> None:
     """Write the Best-of-``n`` decoder's choice per prompt (``chosen``, rows of ``--candidates``) to ``--out``: the
     ``method``, setting and ``lam`` columns (then ``columns``, the decoder's own), the identity of an output decoded at
-    ``lam`` from ``--lambda-json``, and ``meta`` beside it: the one writer of select-bon and select-bon-prune."""
+    ``lam`` from ``--lambda-json`` (with ``fields``, the decoder's own: its schedule), and ``meta`` beside it: the
+    one writer of select-bon and select-bon-prune."""
     from lara import identity
     from lara.read.files import write_table
 
@@ -85,7 +86,7 @@ def write_choice(chosen, args, method: str, lam: float, n: int, prompts, meta=No
         chosen[name] = values
     made = identity.decoded_identity("responses", args.out, method, args.setting, lam, args.lambda_json, n=n,
                                      role=identity.role_of(args.candidates), prompts=prompts.record(),
-                                     made_from={"--candidates": args.candidates})
+                                     made_from={"--candidates": args.candidates}, **fields)
     write_table(chosen.reset_index(drop=True), args.out, {"setting": args.setting, "lambda": lam, **(meta or {}),
                                                           "candidates": args.candidates, identity.KEY: made})
 

@@ -90,7 +90,7 @@ def run(args) -> None:
              chosen["cost"].mean(), o.tokens.mean(), schedule.n, full.mean(), full.sum() / max(1, o.tokens.sum()))
     write_choice(chosen, args, "bon_prune", lam, schedule.n, prompts, {"schedule": schedule.as_dict()},
                  {"tokens": o.tokens, "tokens_full": full, "prefix_scored": o.prefix_scored,
-                  "full_scored": o.full_scored})
+                  "full_scored": o.full_scored}, schedule=schedule.as_dict())  # its identity: one decoder per schedule
 
 
 # ---------------------------------------------------------------------------------------------

@@ -243,6 +243,9 @@ def read_scores(args) -> tuple[pd.DataFrame, dict]:
     tables = []
     for p in args.scores:
         art = identity.table(p, "--scores", required=("prompt_id", "method", "setting", *metrics), finite=metrics)
+        identity.expect_role(p, "--scores", "test", "decoded on the calibration prompts, its audit is in-sample and "
+                             "says nothing about held-out prompts: evaluate outputs decoded on the test prompts",
+                             art.identity)
         tables.append(art.df.assign(_file=str(p)))
     scores = pd.concat(tables, ignore_index=True)
     sets = {}
@@ -280,6 +283,28 @@ def check_settings_lambdas(scores: pd.DataFrame, main: LambdaRecord | None, othe
             raise DataError(f"--scores ({method} at {named}): decoded at lambda = {shown}, expected {want[1]}")
 
 
+def check_schedules(paths, prune: LambdaRecord | None) -> None:
+    """Pruned Best-of-N's outputs are one decoder's: the schedule each states (lara select-bon-prune's identity) is the
+    one the others state and --prune-lambda-json's decoder's (a setting decoded with another schedule is another
+    decoder, never one row of the summary beside it)."""
+    want = (prune.decoder or {}).get("schedule") if prune is not None else None
+    first = (want, f"--prune-lambda-json {prune.path}") if want else None
+
+    def shown(schedule: dict) -> str:
+        return ", ".join(f"{k} {v}" for k, v in sorted(schedule.items()) if k != "n")
+
+    for p in paths:
+        found = identity.read_identity(p)
+        if found.get("method") != PRUNED or found.get("schedule") is None:
+            continue
+        if first is not None and found["schedule"] != first[0]:
+            raise DataError(f"--scores {p} ({PRUNED} at {found.get('setting')}): decoded with schedule "
+                            f"{shown(found['schedule'])} (N = {found['schedule'].get('n')}), but {first[1]} with "
+                            f"{shown(first[0])} (N = {first[0].get('n')}): one pruned decoder's outputs are compared; "
+                            "decode every setting with the record's schedule (decode.bon_prune)")
+        first = first or (found["schedule"], f"--scores {p}")
+
+
 def audit_star(args, s: AuditSettings, test_prompts) -> tuple[dict, LambdaRecord]:
     """The held-out audit of Best-of-N at lambda*, after checking --bon-star is that output (method, setting,
     lambda, record, tau, N) on prompts the calibration did not see."""
@@ -306,11 +331,13 @@ def audit_star(args, s: AuditSettings, test_prompts) -> tuple[dict, LambdaRecord
 
 
 def read_sweep(path: str, lam: LambdaRecord, prompts) -> pd.DataFrame:
-    """The sweep, checked against the record the audit is for (lara.identity.check_sweep)."""
-    from lara.read.files import read_table
+    """The sweep, its numbers finite numbers, checked against the record the audit is for (identity.check_sweep)."""
+    from lara.read.files import read_table, require_finite
 
-    sweep = read_table(path, required=("n", "lambda", "label", "mean_cost", "mean_cost_lower", "mean_cost_upper",
-                                       "verdict"))
+    numbers = ("n", "lambda", "mean_cost", "mean_cost_lo", "mean_cost_hi", "mean_cost_lower", "mean_cost_upper",
+               "mean_reward")
+    sweep = read_table(path, required=(*numbers, "label", "verdict"))
+    require_finite(sweep, [c for c in (*numbers, "tau", "n_prompts") if c in sweep.columns], f"--sweep {path}")
     identity.check_sweep(sweep, lam, f"--sweep {path}", prompts)
     check_sweep_rows(sweep, lam.tau, f"--sweep {path}")
     return sweep
@@ -440,6 +467,7 @@ def run(args) -> None:
     if prune is not None:
         check_budget(prune, s.tau, key="calibration.tau (the pruned decoder's record)")
     check_settings_lambdas(scores, main, [read_lambda(p) for p in args.tau_lambda_json], prune)
+    check_schedules(args.scores, prune)
     summary = summarise(scores, judge, s.bootstrap, s.seed)
     audit = {"question": "no Best-of-N at lambda* in this experiment"}
     if args.bon_star:

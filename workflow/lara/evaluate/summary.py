@@ -178,14 +178,33 @@ def budget_lines(root: Path, lam=None) -> list[str]:
     return lines
 
 
+def read_constraints_audit(root: Path) -> dict | None:
+    """constraints/audit.json (None where the run has none), refused unless it was made with constraints/lambda.json
+    (its lambda_record the record's digest): a record recalibrated, or copied in, is never printed above the audit of
+    decoders run with another."""
+    from lara.identity import KEY, file_digest
+    from lara.read.files import DataError, json_file
+
+    path, record = root / "constraints" / "audit.json", root / "constraints" / "lambda.json"
+    if not path.exists():
+        return None
+    audit = json_file(path, mapping=False)
+    made = (audit.get(KEY) if isinstance(audit, dict) else None) or {}
+    rec = json_file(record, mapping=False) if record.exists() else None
+    if isinstance(rec, dict) and (made.get("lambda_record") not in (None, file_digest(record))
+                                  or audit.get("lambda_star", rec.get("lambda_star")) != rec.get("lambda_star")):
+        raise DataError(f"{path}: made with another record (lambda_record {made.get('lambda_record')}, tau "
+                        f"{made.get('tau')}, lambda* {audit.get('lambda_star')}) than {record} ({file_digest(record)}, "
+                        f"tau {rec.get('tau')}, lambda* {rec.get('lambda_star')}): the audit's decoders ran with "
+                        "another vector lambda; rerun the constraints stage (it reruns the audit)")
+    return audit
+
+
 def constraints_headline(root: Path) -> list[str]:
     """The several constraints' joint verdict at each decoded setting, in a line (none when there is no such stage)."""
-    from lara.read.files import json_file
-
-    path = root / "constraints" / "audit.json"
-    if not path.exists():
+    a = read_constraints_audit(root)
+    if a is None:
         return []
-    a = json_file(path, mapping=False)
     names = ", ".join(c["name"] for c in a.get("constraints") or [])
     joint = "; ".join(f"{j['method']} {j['setting']}: {_word(j['verdict'])}" for j in a.get("joint") or []
                       if j.get("setting") != "zero")
@@ -234,12 +253,43 @@ def procedure_line(name: str, lam: float, statement: str, held_out: dict | None)
     return f"  {name:9} lambda {lam:.4g}: {statement}{test}"
 
 
-def coverage_lines(root: Path) -> list[str]:
+POOLS = ("calibration", "bon")  # the coverage study's population: the run's scored pools (coverage_population)
+
+
+def read_coverage(root: Path, lam) -> dict | None:
+    """calibration/coverage.json, refused unless it is this run's study: lara coverage's of full Best-of-N (not another
+    decoder's), for tau and N of ``lam``, its population the run's own scored calibration pool (and the test
+    prompts' candidates), by their digests."""
+    from lara.io import sha256_path
+    from lara.read.files import DataError, json_file
+
+    path = root / "calibration" / "coverage.json"
+    if not path.exists():
+        return None
+    cov = json_file(path, mapping=False)
+    other = (cov.get("decoder") or {}).get("kind") if isinstance(cov, dict) else None
+    if other is not None or not isinstance(cov, dict) or not {"population", "summary", "scores"} <= cov.keys():
+        raise DataError(f"{path}: not lara coverage's study of full Best-of-N" + (
+            f" but another decoder's ({other}: lara coverage-prune writes calibration/coverage_bon_prune.json)"
+            if other else " (no population, summary or scores)") + "; rerun lara coverage")
+    n = (cov.get("settings") or {}).get("bon_n")
+    if cov.get("tau") != lam.tau or (lam.decoder_n is not None and n != lam.decoder_n):
+        raise DataError(f"{path}: studies tau {cov.get('tau')} and N = {n}, but {lam.path} calibrates for tau "
+                        f"{lam.tau:g} and N = {lam.decoder_n}: another run's study; rerun lara coverage")
+    run = {pool: sha256_path(p) for pool in POOLS if (p := root / pool / "scores.parquet").is_file()}
+    made = {s.get("sha256"): s.get("path") for s in cov["scores"] if isinstance(s, dict)}
+    if "calibration" in run and (run["calibration"] not in made or not made.keys() <= set(run.values())):
+        raise DataError(f"{path}: its population is other scores ({', '.join(map(str, made.values()))}) than this "
+                        f"run's ({', '.join(f'{root}/{p}/scores.parquet' for p in run)}, by their digests): another "
+                        "population's study; rerun lara coverage")
+    return cov
+
+
+def coverage_lines(root: Path, lam) -> list[str]:
     coverage = root / "calibration" / "coverage.json"
-    if not coverage.exists():
+    cov = read_coverage(root, lam)
+    if cov is None:
         return []
-    from lara.read.files import json_file
-    cov = json_file(coverage, mapping=False)
     pop = cov["population"]
     lines = [f"coverage study ({coverage}): {pop['n_prompts']} prompts x K = {pop['samples_per_prompt']} as the "
              f"population, lambda_pop = {pop['lambda_pop']:.4g}; per procedure and calibration size n, over "
@@ -395,7 +445,7 @@ def constraints_lines(root: Path) -> list[str]:
         return []
     lines = [""] + record_lines(folder / "lambda.json", json_file(folder / "lambda.json", mapping=False))
     if (folder / "audit.json").exists():
-        lines += audit_lines(folder / "audit.json", json_file(folder / "audit.json", mapping=False))
+        lines += audit_lines(folder / "audit.json", read_constraints_audit(root))
     if (folder / "coverage.json").exists():
         lines += vector_coverage_lines(folder / "coverage.json", json_file(folder / "coverage.json", mapping=False))
     return lines
@@ -444,7 +494,7 @@ def read_run(root: Path) -> str:
         raise DataError(f"{audit_path}: {edited[0]}" + (f" (and {len(edited) - 1} more)" if len(edited) > 1 else "")
                         + ": edited after lara aggregate wrote it; rerun the audit")
     lines = [f"{root}: what this run found", "", *headline(root, lam, audit)]
-    lines += calibration_lines(root, lam, audit) + coverage_lines(root) + [""] + sweep_lines(audit, audit_path)
+    lines += calibration_lines(root, lam, audit) + coverage_lines(root, lam) + [""] + sweep_lines(audit, audit_path)
     lines += decoder_lines(audit) + pruned_lines(audit, root) + budget_lines(root, lam)
     if "by_lambda" not in audit:
         lines.append(f"constraint audit ({audit_path}): {audit.get('question', 'none')}")
