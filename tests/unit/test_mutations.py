@@ -842,4 +842,4 @@ def test_hostile_round_65_cases_are_refused(mutation_chain, tmp_path):  # noqa: 
             pool = json.loads((f["lambda_k2"]).read_text())["settings"]
             mc.ok("calibrate-best-of-k", "--scores", f["lambda_weighted_other_set"].parent / "other_set/scores.parquet",
                   "--settings", json.dumps(pool), "--allow-infeasible", "--out", tmp_path / "k2_other_set.json")
-        refused("calibrated on other calibration scores", argv, outs)
+        refused("made for another calibration_set", argv, outs)

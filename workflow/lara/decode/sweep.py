@@ -192,26 +192,6 @@ def check_held_out(records, prompts, candidates) -> None:
                             f"prompts of {rec.path}; a sweep on them is in-sample: its verdicts say nothing held out")
 
 
-def same_calibration(records: list[tuple[str, object]]) -> None:
-    """Every record of one sweep was calibrated on one calibration set: the scores it was made from (their digest)
-    and their prompts (as deploy-arms compares a weighted record's calibration_set with lambda*'s)."""
-    from lara.identity import read_identity
-    from lara.read.files import DataError
-
-    seen: dict[str, tuple] = {}
-    for flag, rec in records:
-        made = read_identity(rec.path)
-        found = {"calibration scores": (made.get("made_from") or {}).get("--scores"),
-                 "calibration prompts": (made.get("prompts") or {}).get("digest")}
-        for what, value in found.items():
-            if value is None:
-                continue
-            first = seen.setdefault(what, (value, f"{flag} {rec.path}"))
-            if value != first[0]:
-                raise DataError(f"{flag} {rec.path}: calibrated on other {what} ({value}) than {first[1]} "
-                                f"({first[0]}); every record of one sweep is calibrated on one calibration set")
-
-
 def add_arguments(parser) -> None:
     parser.add_argument("--candidates", required=True, help="scored candidates (prompt_id, sample_id, reward, cost)")
     for flag, text in (
@@ -249,10 +229,8 @@ def run(args) -> None:
         raise DataError(f"{args.candidates}: Best-of-N sizes {too_big} need 1 <= N <= {m}, the candidates per prompt")
     calibrated, soft, other_taus = read_records(args, s.tau, sizes, m)
     core = core_records(args.k_lambda_json, s.tau, sizes)
-    records = [*(("--lambda-json", r) for r in calibrated.values()), *(("--soft-lambda-json", r) for r in soft),
-               *(("--tau-lambda-json", r) for _, r in other_taus), *(("--k-lambda-json", r) for r in core.values())]
-    same_calibration(records)
-    check_held_out([r for _, r in records], prompts, args.candidates)
+    check_held_out([*calibrated.values(), *soft, *(r for _, r in other_taus), *core.values()], prompts,
+                   args.candidates)
     grid = finite_grid(s.lambda_grid)
     t0 = time.perf_counter()
     tables = []
